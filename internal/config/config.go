@@ -1,0 +1,404 @@
+// Package config loads kinflow's typed configuration from the environment.
+//
+// Every key lives in one table (Keys): its name, default, meaning and parser.
+// The same table validates the environment at start, documents the keys in
+// the README (see `kinflow config --markdown`) and is checked by a test, so the
+// three can never drift apart.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is the validated configuration of every kinflow role.
+type Config struct {
+	// DatabaseURL is the application database: sqlite:PATH or postgres://….
+	DatabaseURL string
+	// TemporalAddress is host:port of the Temporal frontend.
+	TemporalAddress string
+	// TemporalNamespace is the Temporal namespace every workflow runs in.
+	TemporalNamespace string
+	// CPUTaskQueue is served by `kinflow worker`.
+	CPUTaskQueue string
+	// GPUTaskQueue is served by `kinflow gpu-worker`.
+	GPUTaskQueue string
+	// MediaRoot holds sequence_info/ (the shared cache) and jobs/.
+	MediaRoot string
+	// APIListen is the public API's listen address.
+	APIListen string
+	// GPUListen is the GPU service HTTP API's listen address (gpu-worker).
+	GPUListen string
+	// MetricsListen is where `kinflow worker` and `kinflow gpu-worker` serve
+	// /metrics; empty: not served (the API serves /metrics on its own port).
+	MetricsListen string
+	// TrustedProxies are the peers whose forwarding headers are believed.
+	TrustedProxies []netip.Prefix
+	// CORSOrigins are the origins allowed by CORS ("*" for any).
+	CORSOrigins []string
+	// LogLevel is the slog level of every role.
+	LogLevel slog.Level
+
+	// GPUEmbedServiceURL is the GPU service base URL; empty turns GPU offload off.
+	GPUEmbedServiceURL string
+	// GPUEmbedServiceToken is the optional bearer token of the GPU service.
+	GPUEmbedServiceToken string
+	// GPUEmbedHealthTTL is how long a GPU health reading is reused.
+	GPUEmbedHealthTTL time.Duration
+	// GPUEmbedJobTimeout bounds the whole remote GPU phase of one stage.
+	GPUEmbedJobTimeout time.Duration
+	// GPUEmbedFailClosed makes any GPU failure fatal to the job.
+	GPUEmbedFailClosed bool
+	// MethodJCacheDir is method J's contact-map cache.
+	MethodJCacheDir string
+	// MethodECheckpointRoot holds method E's checkpoints (<root>/<kcat|km>/…/model.pt);
+	// empty: the synthetic model keys of internal/embedding.
+	MethodECheckpointRoot string
+	// BindingSiteDir is the folder under the media root holding binding_sites_all.tsv.
+	BindingSiteDir string
+
+	// MethodsFile is the operator's method catalogue file (JSON or YAML).
+	MethodsFile string
+	// DefaultDailyQuota is the predictions per key per UTC day without a custom limit.
+	DefaultDailyQuota int
+	// MaxRows is the largest number of rows one request may carry.
+	MaxRows int
+	// MaxUploadBytes caps one request body.
+	MaxUploadBytes int64
+	// StepExecutor is how embedding steps run: synthetic or command.
+	StepExecutor string
+	// PredictionEngine is how predictions run: synthetic or command.
+	PredictionEngine string
+	// GPUSlots is how many steps one GPU host runs at once.
+	GPUSlots int
+	// GPUEnvFile is the GPU host's environment file (step command overrides).
+	GPUEnvFile string
+	// HeartbeatTimeout is the heartbeat timeout of long activities.
+	HeartbeatTimeout time.Duration
+}
+
+// Key describes one configuration key.
+type Key struct {
+	Name    string
+	Default string
+	Meaning string
+	// Allowed says, for error messages, what a valid value looks like.
+	Allowed string
+	set     func(c *Config, v string) error
+}
+
+// KeyError reports one invalid configuration value.
+type KeyError struct {
+	Key     string
+	Value   string
+	Allowed string
+}
+
+func (e *KeyError) Error() string {
+	return fmt.Sprintf("invalid configuration: %s=%q: %s", e.Key, e.Value, e.Allowed)
+}
+
+var errInvalid = errors.New("invalid")
+
+// Keys is the table of every configuration key, in README order.
+var Keys = []Key{
+	{Name: "KINFLOW_DATABASE_URL", Default: "sqlite:.data/kinflow.db",
+		Meaning: "Application database: `sqlite:PATH` (embedded, pure Go) or `postgres://user@host:port/db?sslmode=disable`.",
+		Allowed: "want sqlite:PATH or postgres://…",
+		set: func(c *Config, v string) error {
+			if !strings.HasPrefix(v, "sqlite:") && !strings.HasPrefix(v, "postgres://") && !strings.HasPrefix(v, "postgresql://") {
+				return errInvalid
+			}
+			if strings.HasPrefix(v, "sqlite:") && strings.TrimPrefix(v, "sqlite:") == "" {
+				return errInvalid
+			}
+			c.DatabaseURL = v
+			return nil
+		}},
+	{Name: "KINFLOW_TEMPORAL_ADDRESS", Default: "127.0.0.1:7233",
+		Meaning: "Temporal frontend host:port.", Allowed: "want host:port",
+		set: func(c *Config, v string) error { return setHostPort(&c.TemporalAddress, v) }},
+	{Name: "KINFLOW_TEMPORAL_NAMESPACE", Default: "default",
+		Meaning: "Temporal namespace.", Allowed: "want a non-empty name",
+		set: func(c *Config, v string) error { return setName(&c.TemporalNamespace, v) }},
+	{Name: "KINFLOW_CPU_TASK_QUEUE", Default: "kinflow-cpu",
+		Meaning: "Task queue of `kinflow worker` (workflows and CPU activities).", Allowed: "want a non-empty name",
+		set: func(c *Config, v string) error { return setName(&c.CPUTaskQueue, v) }},
+	{Name: "KINFLOW_GPU_TASK_QUEUE", Default: "kinflow-gpu",
+		Meaning: "Task queue of `kinflow gpu-worker` (one activity per GPU step key).", Allowed: "want a non-empty name",
+		set: func(c *Config, v string) error { return setName(&c.GPUTaskQueue, v) }},
+	{Name: "KINFLOW_MEDIA_ROOT", Default: "./media",
+		Meaning: "Media root: `sequence_info/` (the shared embedding cache), `jobs/`, the binding-site table. Shared storage in production.",
+		Allowed: "want a directory path",
+		set:     func(c *Config, v string) error { return setName(&c.MediaRoot, v) }},
+	{Name: "KINFLOW_API_LISTEN", Default: "127.0.0.1:8000",
+		Meaning: "Listen address of the public API (`kinflow api`, `kinflow dev`).", Allowed: "want host:port",
+		set: func(c *Config, v string) error { return setHostPort(&c.APIListen, v) }},
+	{Name: "KINFLOW_GPU_LISTEN", Default: "127.0.0.1:8080",
+		Meaning: "Listen address of the GPU service HTTP API (`kinflow gpu-worker`).", Allowed: "want host:port",
+		set: func(c *Config, v string) error { return setHostPort(&c.GPUListen, v) }},
+	{Name: "KINFLOW_METRICS_LISTEN", Default: "",
+		Meaning: "Listen address of the Prometheus `/metrics` endpoint of `kinflow worker` and `kinflow gpu-worker` (give each process its own port). Empty: not served. The API serves `/metrics` on its own listen address.",
+		Allowed: "want host:port or empty",
+		set: func(c *Config, v string) error {
+			if strings.TrimSpace(v) == "" {
+				c.MetricsListen = ""
+				return nil
+			}
+			return setHostPort(&c.MetricsListen, v)
+		}},
+	{Name: "KINFLOW_TRUSTED_PROXIES", Default: "",
+		Meaning: "Comma-separated IPs or CIDRs of reverse proxies whose `X-Forwarded-For` is believed. Empty: the socket peer is the caller.",
+		Allowed: "want a comma-separated list of IP addresses or CIDR prefixes",
+		set: func(c *Config, v string) error {
+			c.TrustedProxies = nil
+			for _, f := range splitList(v) {
+				if p, err := netip.ParsePrefix(f); err == nil {
+					c.TrustedProxies = append(c.TrustedProxies, p.Masked())
+					continue
+				}
+				a, err := netip.ParseAddr(f)
+				if err != nil {
+					return errInvalid
+				}
+				c.TrustedProxies = append(c.TrustedProxies, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+			}
+			return nil
+		}},
+	{Name: "KINFLOW_CORS_ORIGINS", Default: "*",
+		Meaning: "Comma-separated origins allowed by CORS; `*` allows any.", Allowed: "want a comma-separated list of origins",
+		set: func(c *Config, v string) error { c.CORSOrigins = splitList(v); return nil }},
+	{Name: "LOG_LEVEL", Default: "info",
+		Meaning: "Log level of every role: debug, info, warn or error. Logs are JSON lines.", Allowed: "want debug, info, warn or error",
+		set: func(c *Config, v string) error {
+			return c.LogLevel.UnmarshalText([]byte(strings.ToLower(strings.TrimSpace(v))))
+		}},
+	{Name: "GPU_EMBED_SERVICE_URL", Default: "",
+		Meaning: "Base URL of the GPU embedding service. Empty: GPU offload is skipped and missing embeddings are computed locally.",
+		Allowed: "want empty or an http(s) URL",
+		set: func(c *Config, v string) error {
+			v = strings.TrimRight(strings.TrimSpace(v), "/")
+			if v != "" {
+				u, err := url.Parse(v)
+				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					return errInvalid
+				}
+			}
+			c.GPUEmbedServiceURL = v
+			return nil
+		}},
+	{Name: "GPU_EMBED_SERVICE_TOKEN", Default: "",
+		Meaning: "Optional bearer token of the GPU service. Set on the backend it is sent; set on the GPU host it is required by every GPU endpoint but `/health`.",
+		Allowed: "any string",
+		set:     func(c *Config, v string) error { c.GPUEmbedServiceToken = strings.TrimSpace(v); return nil }},
+	{Name: "GPU_EMBED_HEALTH_TTL_SECONDS", Default: "10",
+		Meaning: "Seconds a GPU health reading (success or failure) is reused before `/health` is read again.",
+		Allowed: "want a whole number of seconds, 1 or more",
+		set:     func(c *Config, v string) error { return setSeconds(&c.GPUEmbedHealthTTL, v) }},
+	{Name: "GPU_EMBED_JOB_TIMEOUT_SECONDS", Default: "1200",
+		Meaning: "Upper limit on one stage's remote GPU phase (submission to done); past it the stage falls back to local computation (or fails when fail-closed).",
+		Allowed: "want a whole number of seconds, 1 or more",
+		set:     func(c *Config, v string) error { return setSeconds(&c.GPUEmbedJobTimeout, v) }},
+	{Name: "GPU_EMBED_FAIL_CLOSED", Default: "0",
+		Meaning: "1/true/yes/on: any GPU precompute failure fails the job at once. Otherwise (default) the job computes the missing embeddings locally (fail-open).",
+		Allowed: "want 1, true, yes, on, 0, false, no or off",
+		set:     func(c *Config, v string) error { return setBool(&c.GPUEmbedFailClosed, v) }},
+	{Name: "METHODJ_CACHE_DIR", Default: "",
+		Meaning: "Method J's contact-map cache. Empty: `<media root>/sequence_info/methodj_contacts`.",
+		Allowed: "want a directory path",
+		set:     func(c *Config, v string) error { c.MethodJCacheDir = strings.TrimSpace(v); return nil }},
+	{Name: "METHODE_CHECKPOINT_ROOT", Default: "",
+		Meaning: "Method E's checkpoint root: every `<root>/<kcat|km>/…/<grandparent>/<parent>/model.pt` gives the cache model key `<grandparent>__<parent>`. Empty: one synthetic model key, `synthetic__model_0`.",
+		Allowed: "want a directory path",
+		set:     func(c *Config, v string) error { c.MethodECheckpointRoot = strings.TrimSpace(v); return nil }},
+	{Name: "KINFLOW_BINDING_SITE_DIR", Default: "binding_sites",
+		Meaning: "Folder under the media root that holds method A's binding-site table `binding_sites_all.tsv`.",
+		Allowed: "want a relative folder name without `..`",
+		set: func(c *Config, v string) error {
+			v = strings.Trim(strings.TrimSpace(v), "/")
+			if v == "" || strings.HasPrefix(v, ".") || strings.Contains(v, "..") || strings.Contains(v, "\\") {
+				return errInvalid
+			}
+			c.BindingSiteDir = v
+			return nil
+		}},
+	{Name: "KINFLOW_METHODS_FILE", Default: "",
+		Meaning: "Operator method catalogue (JSON or YAML) that renames, adds or removes methods and sets their commands. Empty: the built-in catalogue.",
+		Allowed: "want a file path",
+		set:     func(c *Config, v string) error { c.MethodsFile = strings.TrimSpace(v); return nil }},
+	{Name: "KINFLOW_DEFAULT_DAILY_QUOTA", Default: "20000",
+		Meaning: "Predictions (CSV rows) per API key per UTC day when the key has no custom limit.",
+		Allowed: "want a whole number, 1 or more",
+		set:     func(c *Config, v string) error { return setPositiveInt(&c.DefaultDailyQuota, v) }},
+	{Name: "KINFLOW_MAX_ROWS", Default: "10000",
+		Meaning: "Most rows one validate or submit request may carry.",
+		Allowed: "want a whole number, 1 or more",
+		set:     func(c *Config, v string) error { return setPositiveInt(&c.MaxRows, v) }},
+	{Name: "KINFLOW_MAX_UPLOAD_BYTES", Default: "134217728",
+		Meaning: "Most bytes one request body may carry (128 MiB: 10,000 rows of 10,000-residue sequences fit).",
+		Allowed: "want a whole number of bytes, 1 or more",
+		set: func(c *Config, v string) error {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil || n < 1 {
+				return errInvalid
+			}
+			c.MaxUploadBytes = n
+			return nil
+		}},
+	{Name: "KINFLOW_STEP_EXECUTOR", Default: "synthetic",
+		Meaning: "How embedding steps run: `synthetic` (deterministic stand-in artefacts, flagged synthetic) or `command` (the step programs of the GPU host's environment file).",
+		Allowed: "want synthetic or command",
+		set:     func(c *Config, v string) error { return setEnum(&c.StepExecutor, v, "synthetic", "command") }},
+	{Name: "KINFLOW_PREDICTION_ENGINE", Default: "synthetic",
+		Meaning: "How predictions run: `synthetic` (stand-in numbers, flagged synthetic in every result) or `command` (each method's own program from the catalogue).",
+		Allowed: "want synthetic or command",
+		set:     func(c *Config, v string) error { return setEnum(&c.PredictionEngine, v, "synthetic", "command") }},
+	{Name: "KINFLOW_GPU_SLOTS", Default: "1",
+		Meaning: "Steps one GPU host runs at once (the GPU task queue's activity slots). Never the SDK default of 1000.",
+		Allowed: "want a whole number from 1 to 64",
+		set: func(c *Config, v string) error {
+			if err := setPositiveInt(&c.GPUSlots, v); err != nil || c.GPUSlots > 64 {
+				return errInvalid
+			}
+			return nil
+		}},
+	{Name: "KINFLOW_GPU_ENV_FILE", Default: "",
+		Meaning: "The GPU host's environment file: `GPU_EMBED_STEP_CMD_<STEP_KEY>` overrides, model locations, token budget.",
+		Allowed: "want a file path",
+		set:     func(c *Config, v string) error { c.GPUEnvFile = strings.TrimSpace(v); return nil }},
+	{Name: "KINFLOW_HEARTBEAT_TIMEOUT_SECONDS", Default: "60",
+		Meaning: "Heartbeat timeout of long activities (embedding steps, predictions, the tracker): a worker that dies mid-step is noticed this fast and its work retried elsewhere, resuming from the files already written.",
+		Allowed: "want a whole number of seconds, 3 or more",
+		set: func(c *Config, v string) error {
+			if err := setSeconds(&c.HeartbeatTimeout, v); err != nil || c.HeartbeatTimeout < 3*time.Second {
+				return errInvalid
+			}
+			return nil
+		}},
+}
+
+// Load reads every key through lookup (os.LookupEnv in production), applying
+// defaults, and returns the first invalid value as a *KeyError.
+func Load(lookup func(string) (string, bool)) (*Config, error) {
+	c := &Config{}
+	for _, k := range Keys {
+		v, ok := lookup(k.Name)
+		if !ok {
+			v = k.Default
+		}
+		if err := k.set(c, v); err != nil {
+			return nil, &KeyError{Key: k.Name, Value: v, Allowed: k.Allowed}
+		}
+	}
+	if c.MethodJCacheDir == "" {
+		c.MethodJCacheDir = strings.TrimRight(c.MediaRoot, "/") + "/sequence_info/methodj_contacts"
+	}
+	return c, nil
+}
+
+// FromEnv loads the configuration from the process environment.
+func FromEnv() (*Config, error) { return Load(os.LookupEnv) }
+
+// Markdown renders the key table for the README.
+func Markdown() string {
+	var b strings.Builder
+	b.WriteString("| key | default | meaning |\n|---|---|---|\n")
+	for _, k := range Keys {
+		d := "`" + k.Default + "`"
+		if k.Default == "" {
+			d = "(empty)"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", k.Name, d, k.Meaning)
+	}
+	return b.String()
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, f := range strings.Split(v, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func setName(dst *string, v string) error {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return errInvalid
+	}
+	*dst = v
+	return nil
+}
+
+func setHostPort(dst *string, v string) error {
+	v = strings.TrimSpace(v)
+	i := strings.LastIndex(v, ":")
+	if i < 0 {
+		return errInvalid
+	}
+	p, err := strconv.Atoi(v[i+1:])
+	if err != nil || p < 0 || p > 65535 {
+		return errInvalid
+	}
+	*dst = v
+	return nil
+}
+
+func setSeconds(dst *time.Duration, v string) error {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 1 {
+		return errInvalid
+	}
+	*dst = time.Duration(n) * time.Second
+	return nil
+}
+
+func setPositiveInt(dst *int, v string) error {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 1 {
+		return errInvalid
+	}
+	*dst = n
+	return nil
+}
+
+// ParseBool is the service's boolean rule for configuration values:
+// 1/true/yes/on and 0/false/no/off/empty, case-insensitive.
+func ParseBool(v string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "1", "true", "yes", "on":
+		return true, nil
+	case "0", "false", "no", "off", "":
+		return false, nil
+	}
+	return false, errInvalid
+}
+
+func setBool(dst *bool, v string) error {
+	b, err := ParseBool(v)
+	if err != nil {
+		return err
+	}
+	*dst = b
+	return nil
+}
+
+func setEnum(dst *string, v string, allowed ...string) error {
+	v = strings.ToLower(strings.TrimSpace(v))
+	for _, a := range allowed {
+		if v == a {
+			*dst = v
+			return nil
+		}
+	}
+	return errInvalid
+}

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Installs and starts what the test suite needs on a fresh Debian machine:
+# PostgreSQL (started if stopped, installed if absent), Python's numpy, torch
+# and RDKit from Debian (for interop tests and the RDKit helper), Chromium
+# (browser test of the web page), and the OpenAPI linter from the npm
+# registry. Idempotent: a second run takes seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+apt_updated=0
+apt_install() {
+  if [ "$apt_updated" = 0 ]; then as_root apt-get update -qq; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$@" >/dev/null
+}
+
+# PostgreSQL on 127.0.0.1:5432.
+if ! command -v pg_lsclusters >/dev/null 2>&1; then
+  echo "test-deps: installing PostgreSQL"
+  apt_install postgresql
+fi
+if ! pg_isready -q -h 127.0.0.1 -p 5432; then
+  ver=$(ls /etc/postgresql | sort -V | tail -1)
+  echo "test-deps: starting PostgreSQL $ver"
+  as_root pg_ctlcluster --skip-systemctl-redirect "$ver" main start || as_root pg_ctlcluster "$ver" main start
+  for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+fi
+pg_isready -h 127.0.0.1 -p 5432
+# Tests connect as postgres over TCP without a password (trust, as on CI
+# machines); make sure that holds on a freshly installed cluster.
+if ! psql "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable" -Atc 'select 1' >/dev/null 2>&1; then
+  hba=$(as_root find /etc/postgresql -name pg_hba.conf | head -1)
+  echo "test-deps: allowing trust auth for local TCP in $hba"
+  as_root sed -i -E 's/^(host\s+all\s+all\s+(127\.0\.0\.1\/32|::1\/128)\s+)\S+/\1trust/' "$hba"
+  ver=$(ls /etc/postgresql | sort -V | tail -1)
+  as_root pg_ctlcluster --skip-systemctl-redirect "$ver" main reload || true
+fi
+
+# Python packages from Debian, used through /usr/bin/python3.
+need=()
+/usr/bin/python3 -c 'import numpy' 2>/dev/null || need+=(python3-numpy)
+/usr/bin/python3 -c 'import torch' 2>/dev/null || need+=(python3-torch)
+/usr/bin/python3 -c 'import rdkit' 2>/dev/null || need+=(python3-rdkit)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "test-deps: installing ${need[*]}"
+  apt_install "${need[@]}"
+fi
+
+# Headless Chromium for the browser test of the web page (internal/e2e).
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+  echo "test-deps: installing Chromium"
+  apt_install chromium
+fi
+
+# The OpenAPI linter (npm, pinned by tools/openapi/package-lock.json).
+if ! command -v npm >/dev/null 2>&1; then
+  echo "test-deps: installing Node.js and npm"
+  apt_install nodejs npm
+fi
+if [ -f tools/openapi/package-lock.json ] && [ ! -x tools/openapi/node_modules/.bin/redocly ]; then
+  echo "test-deps: installing the OpenAPI linter"
+  (cd tools/openapi && npm ci --no-audit --no-fund --loglevel=error)
+fi
+echo "test-deps: ready"
