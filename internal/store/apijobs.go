@@ -1,0 +1,115 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// Job statuses, spelled as on the wire.
+const (
+	JobPending    = "Pending"
+	JobProcessing = "Processing"
+	JobCompleted  = "Completed"
+	JobFailed     = "Failed"
+)
+
+// EventGPUPrecompute is the JobEvent kind of a GPU-precompute record (§2.5).
+const EventGPUPrecompute = "gpu_precompute"
+
+// CreateJob inserts job and its stage rows in one transaction.
+func (s *Store) CreateJob(ctx context.Context, job *Job, stages []JobStage) error {
+	err := s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Create(job).Error; err != nil {
+			return err
+		}
+		if len(stages) > 0 {
+			return tx.Create(&stages).Error
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("create job %s: %w", job.ID, err)
+	}
+	return nil
+}
+
+// JobOwnedBy is job id if key keyID submitted it; ErrNotFound otherwise, so
+// that another key's job is indistinguishable from an unknown one.
+func (s *Store) JobOwnedBy(ctx context.Context, id string, keyID int64) (*Job, error) {
+	var j Job
+	err := s.DB.WithContext(ctx).Where("id = ? AND key_id = ?", id, keyID).Take(&j).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read job %s: %w", id, err)
+	}
+	return &j, nil
+}
+
+// JobStages are job id's stages in index order.
+func (s *Store) JobStages(ctx context.Context, id string) ([]JobStage, error) {
+	var st []JobStage
+	if err := s.DB.WithContext(ctx).Where("job_id = ?", id).Order("stage_index").Find(&st).Error; err != nil {
+		return nil, fmt.Errorf("read stages of job %s: %w", id, err)
+	}
+	return st, nil
+}
+
+// QueuePosition is 1 + the number of Pending jobs (any owner) submitted
+// before submittedAt.
+func (s *Store) QueuePosition(ctx context.Context, submittedAt time.Time) (int, error) {
+	var n int64
+	err := s.DB.WithContext(ctx).Model(&Job{}).Where("status = ? AND submitted_at < ?", JobPending, submittedAt.UTC()).Count(&n).Error
+	if err != nil {
+		return 0, fmt.Errorf("count queued jobs: %w", err)
+	}
+	return int(n) + 1, nil
+}
+
+// GPUPrecomputeEvents are the last limit gpu_precompute events of job id,
+// oldest first.
+func (s *Store) GPUPrecomputeEvents(ctx context.Context, id string, limit int) ([]JobEvent, error) {
+	var ev []JobEvent
+	err := s.DB.WithContext(ctx).Where("job_id = ? AND kind = ?", id, EventGPUPrecompute).
+		Order("created_at DESC, id DESC").Limit(limit).Find(&ev).Error
+	if err != nil {
+		return nil, fmt.Errorf("read GPU precompute events of job %s: %w", id, err)
+	}
+	reverse(ev)
+	return ev, nil
+}
+
+// RecentGPUPrecomputeEvents are the last limit gpu_precompute events of all
+// jobs, oldest first.
+func (s *Store) RecentGPUPrecomputeEvents(ctx context.Context, limit int) ([]JobEvent, error) {
+	var ev []JobEvent
+	err := s.DB.WithContext(ctx).Where("kind = ?", EventGPUPrecompute).
+		Order("created_at DESC, id DESC").Limit(limit).Find(&ev).Error
+	if err != nil {
+		return nil, fmt.Errorf("read recent GPU precompute events: %w", err)
+	}
+	reverse(ev)
+	return ev, nil
+}
+
+func reverse[T any](s []T) {
+	for i, j := 0, len(s)-1; i < j; i, j = i+1, j-1 {
+		s[i], s[j] = s[j], s[i]
+	}
+}
+
+// FailUnqueuedJob marks job id Failed with msg when it could not be queued,
+// recording refunded rows; a job the worker already picked up is left alone.
+func (s *Store) FailUnqueuedJob(ctx context.Context, id, msg string, refunded int, now time.Time) error {
+	err := s.DB.WithContext(ctx).Model(&Job{}).Where("id = ? AND status = ?", id, JobPending).
+		Updates(map[string]any{"status": JobFailed, "error_message": msg, "refunded_rows": refunded, "completed_at": now.UTC()}).Error
+	if err != nil {
+		return fmt.Errorf("mark job %s failed: %w", id, err)
+	}
+	return nil
+}

@@ -1,0 +1,140 @@
+// Package store is kinflow's application database: GORM on SQLite (the
+// embedded default, pure Go) or Postgres, with versioned migrations.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/glebarez/sqlite"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+)
+
+// Dialect names the database behind a Store.
+type Dialect string
+
+// The supported dialects.
+const (
+	SQLite   Dialect = "sqlite"
+	Postgres Dialect = "postgres"
+)
+
+// Store wraps the GORM handle with kinflow's queries.
+type Store struct {
+	DB      *gorm.DB
+	Dialect Dialect
+}
+
+// Open connects to databaseURL (sqlite:PATH or postgres://…). It does not
+// migrate; call Migrate.
+func Open(ctx context.Context, databaseURL string) (*Store, error) {
+	cfg := &gorm.Config{
+		Logger:                 logger.Discard,
+		SkipDefaultTransaction: true,
+		// Prepared statements save Postgres a parse and plan per query: the
+		// status route runs four per request.
+		PrepareStmt:    true,
+		NowFunc:        func() time.Time { return time.Now().UTC() },
+		TranslateError: true,
+	}
+	var (
+		db      *gorm.DB
+		err     error
+		dialect Dialect
+	)
+	switch {
+	case strings.HasPrefix(databaseURL, "sqlite:"):
+		dialect = SQLite
+		path := strings.TrimPrefix(databaseURL, "sqlite:")
+		if path != ":memory:" && !strings.HasPrefix(path, "file:") {
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				return nil, fmt.Errorf("create database folder: %w", err)
+			}
+		}
+		// WAL lets readers run beside the one writer; busy_timeout makes a
+		// second writer wait for the lock instead of failing at once;
+		// _txlock=immediate takes the write lock at BEGIN, so two
+		// read-then-write transactions cannot deadlock on the upgrade.
+		dsn := path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+		db, err = gorm.Open(sqlite.Open(dsn), cfg)
+	case strings.HasPrefix(databaseURL, "postgres://"), strings.HasPrefix(databaseURL, "postgresql://"):
+		dialect = Postgres
+		db, err = gorm.Open(postgres.Open(databaseURL), cfg)
+	default:
+		return nil, fmt.Errorf("unsupported database URL %q: want sqlite:PATH or postgres://…", redact(databaseURL))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s database: %w", dialect, err)
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, fmt.Errorf("open %s database: %w", dialect, err)
+	}
+	if dialect == SQLite {
+		// One SQLite file has one writer at a time; a small pool keeps
+		// readers concurrent without piling writers onto the busy lock.
+		sqlDB.SetMaxOpenConns(8)
+	} else {
+		// A pool of about four connections per core: more only makes the
+		// server's backends contend for the same cores (on 2 cores, 32
+		// connections gave the status route 3,800 req/s and a 63 ms p99;
+		// 8 gave 5,700 req/s and 16 ms). Capped well below Postgres's
+		// default max_connections of 100, which every role shares.
+		n := min(max(4*runtime.NumCPU(), 4), 32)
+		sqlDB.SetMaxOpenConns(n)
+		sqlDB.SetMaxIdleConns(n)
+	}
+	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
+	s := &Store{DB: db, Dialect: dialect}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := s.Ping(pctx); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	sqlDB, err := s.DB.DB()
+	if err != nil {
+		return err
+	}
+	if err := sqlDB.PingContext(ctx); err != nil {
+		return fmt.Errorf("ping %s database: %w", s.Dialect, err)
+	}
+	return nil
+}
+
+// Close releases the connection pool.
+func (s *Store) Close() error {
+	sqlDB, err := s.DB.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.Close()
+}
+
+// ErrNotFound is returned when a looked-up row does not exist.
+var ErrNotFound = errors.New("not found")
+
+// ErrConflict is returned when a row would break a uniqueness rule.
+var ErrConflict = errors.New("conflict")
+
+func redact(u string) string {
+	if i := strings.Index(u, "@"); i > 0 {
+		if j := strings.Index(u, "://"); j > 0 && j < i {
+			return u[:j+3] + "…" + u[i:]
+		}
+	}
+	return u
+}

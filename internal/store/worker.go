@@ -1,0 +1,144 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+// This file holds the queries of the job worker: it moves a job through its
+// states and records its stages and events as it goes, so the API answers
+// from the database alone.
+
+// Job returns job id, or ErrNotFound.
+func (s *Store) Job(ctx context.Context, id string) (*Job, error) {
+	var j Job
+	err := s.DB.WithContext(ctx).Where("id = ?", id).Take(&j).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load job %s: %w", id, err)
+	}
+	return &j, nil
+}
+
+// StartJob moves a Pending job to Processing and resets its counters and
+// stages (a re-run after a crash starts the stages afresh; cached artefacts
+// make the repeat cheap). It keeps the first start time.
+func (s *Store) StartJob(ctx context.Context, id string, now time.Time) error {
+	return s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		res := tx.Model(&Job{}).Where("id = ? AND status IN ?", id, []string{JobPending, JobProcessing}).
+			Updates(map[string]any{
+				"status": JobProcessing, "started_at": gorm.Expr("COALESCE(started_at, ?)", now),
+				"total_molecules": 0, "molecules_processed": 0, "invalid_rows": 0, "total_predictions": 0, "predictions_made": 0,
+			})
+		if res.Error != nil {
+			return fmt.Errorf("start job %s: %w", id, res.Error)
+		}
+		if err := tx.Where("job_id = ? AND kind = ?", id, EventGPUPrecompute).Delete(&JobEvent{}).Error; err != nil {
+			return fmt.Errorf("clear events of job %s: %w", id, err)
+		}
+		return tx.Model(&JobStage{}).Where("job_id = ?", id).Updates(map[string]any{
+			"status": "pending", "started_at": nil, "completed_at": nil, "message": "",
+			"molecules_total": 0, "molecules_processed": 0, "invalid_rows": 0, "predictions_total": 0, "predictions_made": 0,
+			"embedding_enabled": true, "embedding_state": "pending", "embedding_total": 0, "embedding_cached": 0,
+			"embedding_need": 0, "embedding_computed": 0, "embedding_updated_at": nil,
+		}).Error
+	})
+}
+
+// UpdateStage sets the given columns of one stage.
+func (s *Store) UpdateStage(ctx context.Context, jobID string, index int, cols map[string]any) error {
+	err := s.DB.WithContext(ctx).Model(&JobStage{}).Where("job_id = ? AND stage_index = ?", jobID, index).Updates(cols).Error
+	if err != nil {
+		return fmt.Errorf("update stage %d of job %s: %w", index, jobID, err)
+	}
+	return nil
+}
+
+// UpdateJob sets the given columns of one job.
+func (s *Store) UpdateJob(ctx context.Context, jobID string, cols map[string]any) error {
+	if err := s.DB.WithContext(ctx).Model(&Job{}).Where("id = ?", jobID).Updates(cols).Error; err != nil {
+		return fmt.Errorf("update job %s: %w", jobID, err)
+	}
+	return nil
+}
+
+// SetEmbeddingComputed raises a stage's computed-file count; it never lowers
+// it, so a late or repeated tracker write cannot move progress backwards.
+func (s *Store) SetEmbeddingComputed(ctx context.Context, jobID string, index, computed int, now time.Time) error {
+	err := s.DB.WithContext(ctx).Model(&JobStage{}).
+		Where("job_id = ? AND stage_index = ? AND embedding_computed < ?", jobID, index, computed).
+		Updates(map[string]any{"embedding_computed": computed, "embedding_updated_at": now}).Error
+	if err != nil {
+		return fmt.Errorf("update progress of stage %d of job %s: %w", index, jobID, err)
+	}
+	return nil
+}
+
+// AddEvent records one job event. Events of a job are kept to the newest
+// keep per kind (the contract keeps the last 20 gpuPrecompute events).
+func (s *Store) AddEvent(ctx context.Context, ev *JobEvent, keep int) error {
+	return s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Create(ev).Error; err != nil {
+			return fmt.Errorf("record event of job %s: %w", ev.JobID, err)
+		}
+		if keep <= 0 {
+			return nil
+		}
+		var old []int64
+		if err := tx.Model(&JobEvent{}).Where("job_id = ? AND kind = ?", ev.JobID, ev.Kind).
+			Order("id DESC").Offset(keep).Pluck("id", &old).Error; err != nil {
+			return err
+		}
+		if len(old) > 0 {
+			return tx.Where("id IN ?", old).Delete(&JobEvent{}).Error
+		}
+		return nil
+	})
+}
+
+// FinishJob records a job's end: status, message, refund and completion time,
+// once. It answers false when the job had already finished (a retried
+// Finalize refunds nothing twice).
+func (s *Store) FinishJob(ctx context.Context, jobID, status, message string, refund int, synthetic bool, outputPath string, now time.Time) (bool, error) {
+	var first bool
+	err := s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var j Job
+		if err := tx.Clauses(lockingClause(s.Dialect)...).Where("id = ?", jobID).Take(&j).Error; err != nil {
+			return fmt.Errorf("load job %s: %w", jobID, err)
+		}
+		if j.Status == JobCompleted || j.Status == JobFailed {
+			return nil
+		}
+		first = true
+		cols := map[string]any{"status": status, "error_message": message, "completed_at": now,
+			"refunded_rows": refund, "synthetic": synthetic, "output_path": outputPath}
+		if j.StartedAt == nil {
+			cols["started_at"] = now
+		}
+		if err := tx.Model(&Job{}).Where("id = ?", jobID).Updates(cols).Error; err != nil {
+			return fmt.Errorf("finish job %s: %w", jobID, err)
+		}
+		if refund > 0 {
+			// The refund goes to the day the rows were charged to.
+			return (&Store{DB: tx, Dialect: s.Dialect}).RefundQuota(ctx, j.KeyID, QuotaDay(j.SubmittedAt), int64(refund))
+		}
+		return nil
+	})
+	return first, err
+}
+
+// lockingClause locks the selected row on Postgres; SQLite's immediate
+// transactions already serialise writers.
+func lockingClause(d Dialect) []clause.Expression {
+	if d == Postgres {
+		return []clause.Expression{clause.Locking{Strength: "UPDATE"}}
+	}
+	return nil
+}
