@@ -1,0 +1,288 @@
+package embedding
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"golang.org/x/sys/unix"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ManifestName is the per-folder manifest of the cache write protocol (WIRE §9.7).
+const ManifestName = "manifest.json"
+
+// manifestLockName is the lock file that serialises manifest merges among
+// kinflow writers (the reference's writers do not take it; a merge racing
+// with one of theirs can lose entries, which is harmless because presence is
+// decided by the directory listing, see Presence).
+const manifestLockName = ".manifest.lock"
+
+// ManifestVersion is the manifest format version.
+const ManifestVersion = 1
+
+// Commit is one artefact written to a cache folder, for the manifest merge.
+type Commit struct {
+	SeqID     string
+	Suffix    string
+	Bytes     int64
+	Synthetic bool
+}
+
+// WriteFileAtomic writes data to dir/<sid><suffix> with the cache write
+// protocol: a hidden temp file `.<sid>.<random><suffix>` in the same folder,
+// fsync, then an atomic rename, so a reader or planner never sees a partial
+// file and a watcher sees one moved-to event. It returns the final path.
+func WriteFileAtomic(dir, sid, suffix string, data []byte) (string, error) {
+	t, err := writeTemp(dir, sid, suffix, data, true)
+	if err != nil {
+		return "", err
+	}
+	return t.final, t.commit()
+}
+
+// tempArtefact is an artefact written to its hidden temp name, not yet
+// renamed into place.
+type tempArtefact struct{ tmp, final string }
+
+// commit renames the temp file into place.
+func (t tempArtefact) commit() error {
+	if err := os.Rename(t.tmp, t.final); err != nil {
+		_ = os.Remove(t.tmp)
+		return fmt.Errorf("write artefact %s: %w", t.final, err)
+	}
+	return nil
+}
+
+// writeTemp writes data to a hidden temp file beside dir/<sid><suffix>,
+// fsynced when sync is set (a batch writer syncs the file system once for
+// many files instead, see syncFS).
+func writeTemp(dir, sid, suffix string, data []byte, sync bool) (tempArtefact, error) {
+	if !ValidSeqID(sid) {
+		return tempArtefact{}, fmt.Errorf("write artefact: invalid seq id %q", sid)
+	}
+	if err := ensureDir(dir); err != nil {
+		return tempArtefact{}, err
+	}
+	final := filepath.Join(dir, sid+suffix)
+	f, err := os.CreateTemp(dir, "."+sid+".*"+suffix)
+	if err != nil {
+		return tempArtefact{}, fmt.Errorf("write artefact %s: %w", final, err)
+	}
+	tmp := f.Name()
+	fail := func(err error) (tempArtefact, error) {
+		_ = f.Close()
+		_ = os.Remove(tmp)
+		return tempArtefact{}, fmt.Errorf("write artefact %s: %w", final, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		return fail(err)
+	}
+	if err := f.Chmod(0o644); err != nil {
+		return fail(err)
+	}
+	if sync {
+		if err := f.Sync(); err != nil {
+			return fail(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		_ = os.Remove(tmp)
+		return tempArtefact{}, fmt.Errorf("write artefact %s: %w", final, err)
+	}
+	return tempArtefact{tmp: tmp, final: final}, nil
+}
+
+// syncFS flushes the file system holding dir (syncfs(2)): one call makes
+// every temp file written before it durable, where an fsync per file would
+// cost a disk flush each.
+func syncFS(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// lockFile takes an exclusive flock on path (created if absent) and returns
+// the unlock function. flock is per open file, so it serialises goroutines of
+// one process as well as processes; on NFS Linux maps it to a POSIX lock,
+// which the server arbitrates across hosts.
+func lockFile(path string, exclusive bool) (func(), error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open lock %s: %w", path, err)
+	}
+	how := syscall.LOCK_SH
+	if exclusive {
+		how = syscall.LOCK_EX
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), how)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		_ = f.Close()
+	}, nil
+}
+
+// ManifestEntry is one manifest entry as kinflow reads it.
+type ManifestEntry struct {
+	Bytes     int64   `json:"bytes"`
+	Filename  string  `json:"filename"`
+	Ready     bool    `json:"ready"`
+	Synthetic bool    `json:"synthetic,omitempty"`
+	UpdatedAt float64 `json:"updated_at"`
+}
+
+// ReadManifest returns the entries of dir/manifest.json by seq id; a missing
+// or unreadable manifest is empty (it is advisory, see Presence).
+func ReadManifest(dir string) map[string]ManifestEntry {
+	b, err := os.ReadFile(filepath.Join(dir, ManifestName))
+	if err != nil {
+		return map[string]ManifestEntry{}
+	}
+	var m struct {
+		Entries map[string]ManifestEntry `json:"entries"`
+	}
+	if json.Unmarshal(b, &m) != nil || m.Entries == nil {
+		return map[string]ManifestEntry{}
+	}
+	return m.Entries
+}
+
+// MergeManifest adds commits to dir/manifest.json and removes the entries of
+// the ids in remove, then atomically replaces it: `{"count": N, "entries":
+// {sid: {"bytes", "filename", "ready": true, "updated_at"}}, "updated_at",
+// "version": 1}`, compact JSON with sorted keys (WIRE §9.7). Fields other
+// writers put in entries or at the top are kept. kinflow's synthetic
+// artefacts carry `"synthetic": true` in their entry. Concurrent kinflow
+// writers are serialised by a lock file in dir.
+func MergeManifest(dir string, commits []Commit, remove []string) error {
+	if len(commits) == 0 && len(remove) == 0 {
+		return nil
+	}
+	if err := ensureDir(dir); err != nil {
+		return err
+	}
+	unlock, err := lockFile(filepath.Join(dir, manifestLockName), true)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	path := filepath.Join(dir, ManifestName)
+	doc := map[string]any{}
+	if b, err := os.ReadFile(path); err == nil {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.UseNumber()
+		if dec.Decode(&doc) != nil {
+			doc = map[string]any{}
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("read manifest %s: %w", path, err)
+	}
+	entries, _ := doc["entries"].(map[string]any)
+	if entries == nil {
+		entries = map[string]any{}
+	}
+	now := unixFloat(time.Now())
+	for _, sid := range remove {
+		delete(entries, sid)
+	}
+	for _, c := range commits {
+		e, _ := entries[c.SeqID].(map[string]any)
+		if e == nil {
+			e = map[string]any{}
+		}
+		e["bytes"] = c.Bytes
+		e["filename"] = c.SeqID + c.Suffix
+		e["ready"] = true
+		e["updated_at"] = now
+		if c.Synthetic {
+			e["synthetic"] = true
+		} else {
+			delete(e, "synthetic")
+		}
+		entries[c.SeqID] = e
+	}
+	doc["count"] = len(entries)
+	doc["entries"] = entries
+	doc["updated_at"] = now
+	doc["version"] = ManifestVersion
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(doc); err != nil {
+		return fmt.Errorf("encode manifest: %w", err)
+	}
+	data := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	f, err := os.CreateTemp(dir, ".manifest.*.json")
+	if err != nil {
+		return fmt.Errorf("write manifest: %w", err)
+	}
+	tmp := f.Name()
+	_, werr := f.Write(data)
+	if werr == nil {
+		werr = f.Chmod(0o644)
+	}
+	if werr == nil {
+		werr = f.Sync()
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(tmp, path)
+	}
+	if werr != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write manifest %s: %w", path, werr)
+	}
+	return nil
+}
+
+// unixFloat is t as Unix seconds with microseconds, like Python's time.time().
+func unixFloat(t time.Time) json.Number {
+	return json.Number(fmt.Sprintf("%d.%06d", t.Unix(), t.Nanosecond()/1000))
+}
+
+// RemoveArtefacts deletes sid's files of family dir (ephemeral cleanup) and
+// their manifest entries, so no stale entry claims them (the reference's
+// method F bug, WIRE §12.23). Missing files are not an error.
+func RemoveArtefacts(dir, suffix string, sids []string) error {
+	var removed []string
+	for _, sid := range sids {
+		if !ValidSeqID(sid) {
+			return fmt.Errorf("remove artefact: invalid seq id %q", sid)
+		}
+		err := os.Remove(filepath.Join(dir, sid+suffix))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove artefact: %w", err)
+		}
+		removed = append(removed, sid)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ManifestName)); err != nil {
+		return nil
+	}
+	return MergeManifest(dir, nil, removed)
+}
+
+// isTempName reports whether a directory entry is a writer's temp file or
+// lock (hidden names); such files are never artefacts.
+func isTempName(name string) bool { return strings.HasPrefix(name, ".") }

@@ -1,0 +1,173 @@
+package embedding
+
+import (
+	"context"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kinflow/kinflow/internal/methods"
+)
+
+// benchSeqs returns n distinct 300-residue sequences with hash ids.
+func benchSeqs(n int) ([]string, map[string]string) {
+	ids := make([]string, n)
+	m := make(map[string]string, n)
+	const alphabet = "ACDEFGHIKLMNPQRSTVWY"
+	for i := range ids {
+		var b strings.Builder
+		b.Grow(300)
+		x := uint64(i)*2654435761 + 1
+		for j := 0; j < 300; j++ {
+			x ^= x << 13
+			x ^= x >> 7
+			x ^= x << 17
+			b.WriteByte(alphabet[x%20])
+		}
+		seq := b.String()
+		ids[i] = BaseSeqID(seq)
+		m[ids[i]] = seq
+	}
+	return ids, m
+}
+
+// warmMethodACache writes the 12 method A files (tiny, presence is what is
+// measured) and a binding-site row per id, and returns every path.
+func warmMethodACache(b *testing.B, l *Layout, ids []string, m map[string]string) []string {
+	b.Helper()
+	steps, err := l.ProfileSteps(methods.ProfileMethodAFull, methods.Kcat)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var paths []string
+	for _, s := range steps {
+		for _, f := range s.Families {
+			if err := os.MkdirAll(l.FamilyDir(f), 0o755); err != nil {
+				b.Fatal(err)
+			}
+			for _, sid := range ids {
+				p, _ := l.Path(f, sid)
+				if err := os.WriteFile(p, []byte{0}, 0o644); err != nil {
+					b.Fatal(err)
+				}
+				paths = append(paths, p)
+			}
+		}
+	}
+	rows := make([]BindingSiteRow, len(ids))
+	for i, sid := range ids {
+		rows[i] = BindingSiteRow{SeqID: sid, Scores: SyntheticBindingSites(m[sid])}
+	}
+	if _, err := AppendBindingSites(l.BindingSiteTable(), rows); err != nil {
+		b.Fatal(err)
+	}
+	return paths
+}
+
+// BenchmarkPlanMethodA10000 plans 10,000 sequences for method A on a warm
+// cache (12 files and a binding-site row each) and compares it, in the same
+// run, with a bare loop that only stats the same 120,000 paths and the table.
+func BenchmarkPlanMethodA10000(b *testing.B) {
+	l := newLayoutB(b)
+	ids, m := benchSeqs(10000)
+	paths := warmMethodACache(b, l, ids, m)
+	a, _ := methods.Default().Get("A-H")
+	req := PlanRequest{MethodKey: a.Key, Target: methods.Kcat, Profile: a.Profile, SeqIDs: ids, SeqIDToSeq: m}
+	ctx := context.Background()
+	plan := func(b *testing.B) {
+		p, err := l.BuildPlan(ctx, req)
+		if err != nil || !p.Complete() || p.Total != 120000 {
+			b.Fatalf("plan: %v (complete=%v)", err, p != nil && p.Complete())
+		}
+	}
+	statLoop := func(b *testing.B) {
+		for _, p := range paths {
+			if _, err := os.Stat(p); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := os.Stat(l.BindingSiteTable()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("plan", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			plan(b)
+		}
+	})
+	b.Run("statloop", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			statLoop(b)
+		}
+	})
+	b.Run("ratio", func(b *testing.B) {
+		var tp, ts time.Duration
+		for i := 0; i < b.N; i++ {
+			t0 := time.Now()
+			plan(b)
+			t1 := time.Now()
+			statLoop(b)
+			tp += t1.Sub(t0)
+			ts += time.Since(t1)
+		}
+		b.ReportMetric(float64(tp.Milliseconds())/float64(b.N), "plan-ms/op")
+		b.ReportMetric(float64(ts.Milliseconds())/float64(b.N), "stat-ms/op")
+		b.ReportMetric(float64(tp)/float64(ts), "plan/stat")
+	})
+}
+
+// BenchmarkPlan100000Memory plans 100,000 sequences for method A on an
+// empty cache (the largest plan: every path is also a missing path) and
+// reports the peak Go heap and the memory obtained from the OS, sampled
+// every millisecond while planning. Goal: under 300 MB.
+func BenchmarkPlan100000Memory(b *testing.B) {
+	l := newLayoutB(b)
+	ids, m := benchSeqs(100000)
+	a, _ := methods.Default().Get("A-H")
+	req := PlanRequest{MethodKey: a.Key, Target: methods.Kcat, Profile: a.Profile, SeqIDs: ids, SeqIDToSeq: m}
+	var peakHeap, peakSys uint64
+	for i := 0; i < b.N; i++ {
+		runtime.GC()
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var ms runtime.MemStats
+			t := time.NewTicker(time.Millisecond)
+			defer t.Stop()
+			for {
+				runtime.ReadMemStats(&ms)
+				peakHeap = max(peakHeap, ms.HeapInuse)
+				peakSys = max(peakSys, ms.Sys)
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+				}
+			}
+		}()
+		p, err := l.BuildPlan(context.Background(), req)
+		close(stop)
+		wg.Wait()
+		if err != nil || p.NeedComputation != 1200000 {
+			b.Fatalf("plan: %v", err)
+		}
+		runtime.KeepAlive(p)
+	}
+	b.ReportMetric(float64(peakHeap)/(1<<20), "peak-heap-MB")
+	b.ReportMetric(float64(peakSys)/(1<<20), "peak-sys-MB")
+}
+
+func newLayoutB(b *testing.B) *Layout {
+	l, err := NewLayout(b.TempDir()+"/media", "", "", "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return l
+}

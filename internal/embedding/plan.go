@@ -1,0 +1,355 @@
+package embedding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/kinflow/kinflow/internal/methods"
+)
+
+// StepPlan is the missing work of one GPU step (SEED-SPEC §2.4, WIRE §9.2).
+type StepPlan struct {
+	StepKey string `json:"step_key"`
+	// MissingSeqIDs are the ids with any of the step's outputs missing, sorted.
+	MissingSeqIDs []string `json:"missing_seq_ids"`
+	// RequiredPathsBySeq holds, for each missing id, every file the step
+	// makes for it (present ones included: the step's full output).
+	RequiredPathsBySeq map[string][]string `json:"required_paths_by_seq"`
+	// GPUEnabled mirrors the reference's field; always true.
+	GPUEnabled bool `json:"gpu_enabled"`
+}
+
+// Plan is the embedding plan of one method and target over a set of
+// sequences (SEED-SPEC §2.4). Counts are file-based (rule 1); one sequence
+// can be complete for one step and missing for another (rule 2); step work is
+// sparse (rule 3).
+type Plan struct {
+	MethodKey string `json:"method_key"`
+	Target    string `json:"target"`
+	Profile   string `json:"profile"`
+	// SeqIDs are the plan's ids, in input order, unique.
+	SeqIDs     []string          `json:"seq_ids"`
+	SeqIDToSeq map[string]string `json:"seq_id_to_seq"`
+	// ExpectedPathsBySeq holds every expected file per id (absolute paths).
+	ExpectedPathsBySeq map[string][]string `json:"expected_paths_by_seq"`
+	// MissingPathsBySeq holds the expected files that do not exist, only
+	// for the ids that miss at least one (sparse).
+	MissingPathsBySeq map[string][]string `json:"missing_paths_by_seq"`
+	// WatchDirs are the folders the expected files live in, sorted.
+	WatchDirs []string   `json:"watch_dirs"`
+	StepPlans []StepPlan `json:"step_plans"`
+	// Total, CachedAlready and NeedComputation count files.
+	Total           int `json:"total"`
+	CachedAlready   int `json:"cached_already"`
+	NeedComputation int `json:"need_computation"`
+	// MissingBindingSites counts ids without a binding-site row (method A);
+	// they are step work of methoda_t5_full even when all their files exist.
+	MissingBindingSites int `json:"missing_binding_sites"`
+}
+
+// StepWork is the sparse `step_work` of the plan: step key → missing ids,
+// only for steps with work (SEED-SPEC §2.4 rule 3, §4.2).
+func (p *Plan) StepWork() map[string][]string {
+	out := map[string][]string{}
+	for _, sp := range p.StepPlans {
+		if len(sp.MissingSeqIDs) > 0 {
+			out[sp.StepKey] = sp.MissingSeqIDs
+		}
+	}
+	return out
+}
+
+// Complete reports whether nothing is left to compute: no missing file and no
+// step work (a method A id can miss only its binding-site row).
+func (p *Plan) Complete() bool {
+	if p.NeedComputation > 0 {
+		return false
+	}
+	for _, sp := range p.StepPlans {
+		if len(sp.MissingSeqIDs) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// WorkSeqIDToSeq is seq_id_to_seq restricted to the ids that appear in some
+// step's work, as sent to the GPU service.
+func (p *Plan) WorkSeqIDToSeq() map[string]string {
+	out := map[string]string{}
+	for _, sp := range p.StepPlans {
+		for _, sid := range sp.MissingSeqIDs {
+			out[sid] = p.SeqIDToSeq[sid]
+		}
+	}
+	return out
+}
+
+// PlanRequest is the input of BuildPlan: ids already mapped (and validated
+// here), with their sequences.
+type PlanRequest struct {
+	MethodKey  string
+	Target     methods.Target
+	Profile    string
+	SeqIDs     []string
+	SeqIDToSeq map[string]string
+}
+
+// BuildPlan builds the plan for req. A profile without shared cache (method
+// J) returns ErrNoCacheProfile. Presence is read with one directory listing
+// per cache folder, never one stat per file, and the binding-site table is
+// read once.
+//
+// The manifest is not consulted for presence: an artefact is present exactly
+// when its folder's listing holds the regular file `<sid><suffix>`. This
+// never trusts a manifest entry whose file is gone (the reference's
+// stale-manifest bug, WIRE §12.23) and, since a listing is needed anyway to
+// check the entries, costs nothing extra.
+func (l *Layout) BuildPlan(ctx context.Context, req PlanRequest) (*Plan, error) {
+	steps, err := l.ProfileSteps(req.Profile, req.Target)
+	if err != nil {
+		return nil, err
+	}
+	sids := make([]string, 0, len(req.SeqIDs))
+	index := make(map[string]int, len(req.SeqIDs))
+	for _, sid := range req.SeqIDs {
+		if !ValidSeqID(sid) {
+			return nil, fmt.Errorf("plan: invalid seq id %q", sid)
+		}
+		if _, dup := index[sid]; dup {
+			continue
+		}
+		if _, ok := req.SeqIDToSeq[sid]; !ok {
+			return nil, fmt.Errorf("plan: no sequence for seq id %q", sid)
+		}
+		index[sid] = len(sids)
+		sids = append(sids, sid)
+	}
+	n := len(sids)
+
+	// Families in step order; each step owns a contiguous range.
+	type famRange struct{ from, to int }
+	var fams []Family
+	ranges := make([]famRange, len(steps))
+	for si, s := range steps {
+		ranges[si].from = len(fams)
+		fams = append(fams, s.Families...)
+		ranges[si].to = len(fams)
+	}
+	dirs := make([]string, len(fams))
+	present := make([][]bool, len(fams))
+	for fi, f := range fams {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		dirs[fi] = l.FamilyDir(f)
+		present[fi] = make([]bool, n)
+		if err := listPresent(dirs[fi], f.Suffix(), index, present[fi]); err != nil {
+			return nil, err
+		}
+	}
+	var hasBS []bool
+	for _, s := range steps {
+		if s.BindingSites {
+			hasBS = make([]bool, n)
+			err := scanTable(l.BindingSiteTable(), func(id, _ []byte) {
+				if i, ok := index[string(id)]; ok {
+					hasBS[i] = true
+				}
+			})
+			if err != nil {
+				return nil, err
+			}
+			break
+		}
+	}
+
+	p := &Plan{
+		MethodKey:          req.MethodKey,
+		Target:             string(req.Target),
+		Profile:            req.Profile,
+		SeqIDs:             sids,
+		SeqIDToSeq:         map[string]string{},
+		ExpectedPathsBySeq: make(map[string][]string, n),
+		MissingPathsBySeq:  map[string][]string{},
+		Total:              n * len(fams),
+	}
+	if len(req.SeqIDToSeq) == n {
+		// The caller's map holds exactly the plan's ids: share it rather
+		// than copy 100,000 entries. Plans are read-only.
+		p.SeqIDToSeq = req.SeqIDToSeq
+	} else {
+		for _, sid := range sids {
+			p.SeqIDToSeq[sid] = req.SeqIDToSeq[sid]
+		}
+	}
+	stepMissing := make([][]string, len(steps))
+	for i, sid := range sids {
+		if i%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		paths := buildPaths(dirs, fams, sid)
+		p.ExpectedPathsBySeq[sid] = paths
+		nMissing := 0
+		for fi := range fams {
+			if !present[fi][i] {
+				nMissing++
+			}
+		}
+		p.CachedAlready += len(fams) - nMissing
+		var missing []string
+		switch nMissing {
+		case 0:
+		case len(fams):
+			// All missing: share the expected slice, so a cold cache's
+			// plan does not hold every path twice over.
+			missing = paths
+		default:
+			missing = make([]string, 0, nMissing)
+			for fi := range fams {
+				if !present[fi][i] {
+					missing = append(missing, paths[fi])
+				}
+			}
+		}
+		if missing != nil {
+			p.MissingPathsBySeq[sid] = missing
+		}
+		if hasBS != nil && !hasBS[i] {
+			p.MissingBindingSites++
+		}
+		for si, s := range steps {
+			need := s.BindingSites && !hasBS[i]
+			for fi := ranges[si].from; fi < ranges[si].to && !need; fi++ {
+				need = !present[fi][i]
+			}
+			if need {
+				stepMissing[si] = append(stepMissing[si], sid)
+			}
+		}
+	}
+	p.NeedComputation = p.Total - p.CachedAlready
+	for si, s := range steps {
+		ids := stepMissing[si]
+		sort.Strings(ids)
+		sp := StepPlan{StepKey: s.Key, MissingSeqIDs: ids, RequiredPathsBySeq: make(map[string][]string, len(ids)), GPUEnabled: true}
+		if sp.MissingSeqIDs == nil {
+			sp.MissingSeqIDs = []string{}
+		}
+		for _, sid := range ids {
+			sp.RequiredPathsBySeq[sid] = p.ExpectedPathsBySeq[sid][ranges[si].from:ranges[si].to:ranges[si].to]
+		}
+		p.StepPlans = append(p.StepPlans, sp)
+	}
+	seen := map[string]bool{}
+	for _, d := range dirs {
+		if !seen[d] {
+			seen[d] = true
+			p.WatchDirs = append(p.WatchDirs, d)
+		}
+	}
+	sort.Strings(p.WatchDirs)
+	return p, nil
+}
+
+// buildPaths returns sid's path in each family folder. All paths share one
+// backing string, so a plan over 100,000 ids costs one allocation per id for
+// its paths.
+func buildPaths(dirs []string, fams []Family, sid string) []string {
+	size := 0
+	for fi, d := range dirs {
+		size += len(d) + 1 + len(sid) + len(fams[fi].Suffix())
+	}
+	var b strings.Builder
+	b.Grow(size)
+	var endsBuf [32]int
+	ends := endsBuf[:0]
+	if len(dirs) > len(endsBuf) {
+		ends = make([]int, 0, len(dirs))
+	}
+	ends = ends[:len(dirs)]
+	for fi, d := range dirs {
+		b.WriteString(d)
+		b.WriteByte(filepath.Separator)
+		b.WriteString(sid)
+		b.WriteString(fams[fi].Suffix())
+		ends[fi] = b.Len()
+	}
+	all := b.String()
+	out := make([]string, len(dirs))
+	start := 0
+	for fi, e := range ends {
+		out[fi] = all[start:e]
+		start = e
+	}
+	return out
+}
+
+// listPresent marks present[i] for every regular file `<sid><suffix>` in dir
+// whose sid is index's key i. Hidden names (temp files, locks) and
+// manifest.json never match. A missing folder has nothing present.
+func listPresent(dir, suffix string, index map[string]int, present []bool) error {
+	f, err := os.Open(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list cache folder %s: %w", dir, err)
+	}
+	defer f.Close()
+	for {
+		// Batches bound memory on folders of 100,000+ files.
+		ents, err := f.ReadDir(4096)
+		for _, e := range ents {
+			name := e.Name()
+			if len(name) <= len(suffix) || !strings.HasSuffix(name, suffix) || isTempName(name) || !e.Type().IsRegular() {
+				continue
+			}
+			if i, ok := index[name[:len(name)-len(suffix)]]; ok {
+				present[i] = true
+			}
+		}
+		if errors.Is(err, io.EOF) || (err == nil && len(ents) == 0) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("list cache folder %s: %w", dir, err)
+		}
+	}
+}
+
+// SeqIDMapper maps sequences to seq ids, one per input, in order
+// (implemented by *store.Store).
+type SeqIDMapper interface {
+	SeqIDs(ctx context.Context, seqs []string) ([]string, error)
+}
+
+// PlanSequences normalises seqs for the method's profile (NormaliseSequences),
+// maps them to ids with mapper and builds the plan. Method J (no profile)
+// returns ErrNoCacheProfile without mapping anything.
+func PlanSequences(ctx context.Context, l *Layout, mapper SeqIDMapper, d *methods.Descriptor, t methods.Target, seqs []string) (*Plan, error) {
+	if d.Profile == methods.ProfileNone {
+		return nil, ErrNoCacheProfile
+	}
+	norm := NormaliseSequences(d.Profile, seqs)
+	ids, err := mapper.SeqIDs(ctx, norm)
+	if err != nil {
+		return nil, fmt.Errorf("map sequences: %w", err)
+	}
+	if len(ids) != len(norm) {
+		return nil, fmt.Errorf("map sequences: %d ids for %d sequences", len(ids), len(norm))
+	}
+	m := make(map[string]string, len(ids))
+	for i, id := range ids {
+		m[id] = norm[i]
+	}
+	return l.BuildPlan(ctx, PlanRequest{MethodKey: d.Key, Target: t, Profile: d.Profile, SeqIDs: ids, SeqIDToSeq: m})
+}

@@ -1,0 +1,264 @@
+package embedding
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"unicode/utf8"
+
+	"github.com/kinflow/kinflow/internal/methods"
+)
+
+// The synthetic embedder stands in for the real models (the `synthetic`
+// step executor): every artefact it writes has the real model's shape
+// ([Dim] pooled, [L, Dim] per residue) and values that depend only on the
+// family and the sequence, so reruns and other hosts write identical files.
+// Its outputs are flagged: each manifest entry it writes carries
+// `"synthetic": true` (see MergeManifest and IsSynthetic).
+
+// seededRand is a ChaCha8 stream keyed by SHA-256(label NUL sequence).
+func seededRand(label, seq string) *rand.Rand {
+	h := sha256.New()
+	h.Write([]byte(label))
+	h.Write([]byte{0})
+	h.Write([]byte(seq))
+	var seed [32]byte
+	copy(seed[:], h.Sum(nil))
+	return rand.New(rand.NewChaCha8(seed))
+}
+
+// SyntheticArtefact is the synthetic tensor of family f for seq: uniform
+// values in [-1, 1) with f's shape for the sequence's length.
+func SyntheticArtefact(f Family, seq string) Tensor {
+	shape := f.Shape(utf8.RuneCountInString(seq))
+	r := seededRand("artefact:"+f.Name, seq)
+	data := make([]float32, NumElements(shape))
+	for i := range data {
+		data[i] = r.Float32()*2 - 1
+	}
+	return Tensor{Shape: shape, Data: data}
+}
+
+// SyntheticBindingSites is the synthetic per-residue binding-site
+// probabilities of seq, in [0, 1], one per residue.
+func SyntheticBindingSites(seq string) []float32 {
+	r := seededRand("binding_sites", seq)
+	out := make([]float32, utf8.RuneCountInString(seq))
+	for i := range out {
+		out[i] = r.Float32()
+	}
+	return out
+}
+
+// EncodeArtefact encodes t in format f.
+func EncodeArtefact(format Format, t Tensor) ([]byte, error) {
+	switch format {
+	case FormatNPY:
+		return EncodeNPY(t)
+	case FormatPT:
+		return EncodePT(t)
+	}
+	return nil, fmt.Errorf("unknown artefact format %q", format)
+}
+
+// IsSynthetic reports whether the manifest of sid's folder says its
+// artefact there was written by the synthetic embedder.
+func IsSynthetic(l *Layout, f Family, sid string) bool {
+	e, ok := ReadManifest(l.FamilyDir(f))[sid]
+	return ok && e.Synthetic
+}
+
+// manifestFlushEvery bounds how many committed files wait for a manifest
+// merge, so an interrupted step still records most of its work.
+const manifestFlushEvery = 256
+
+// ComputeStep runs one step with the synthetic embedder: for every id it
+// writes each of the step's artefacts that does not exist yet (one directory
+// listing per folder decides), through the cache write protocol, calling
+// onFile (may be nil) with each path written; methoda_t5_full also appends the
+// missing binding-site rows. It is idempotent and resumable: a rerun after a
+// crash or cancellation writes only what is still missing. It stops at ctx's
+// cancellation and returns the files written so far.
+func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string, seqIDToSeq map[string]string, onFile func(path string)) (written int, err error) {
+	spec, err := l.Step(stepKey)
+	if err != nil {
+		return 0, err
+	}
+	index := make(map[string]int, len(seqIDs))
+	ids := make([]string, 0, len(seqIDs))
+	for _, sid := range seqIDs {
+		if !ValidSeqID(sid) {
+			return 0, fmt.Errorf("step %s: invalid seq id %q", spec.Key, sid)
+		}
+		if _, ok := seqIDToSeq[sid]; !ok {
+			return 0, fmt.Errorf("step %s: no sequence for seq id %q", spec.Key, sid)
+		}
+		if _, dup := index[sid]; !dup {
+			index[sid] = len(ids)
+			ids = append(ids, sid)
+		}
+	}
+	if spec.BindingSites {
+		have := make([]bool, len(ids))
+		if err := scanTable(l.BindingSiteTable(), func(id, _ []byte) {
+			if i, ok := index[string(id)]; ok {
+				have[i] = true
+			}
+		}); err != nil {
+			return 0, err
+		}
+		var rows []BindingSiteRow
+		for i, sid := range ids {
+			if !have[i] {
+				rows = append(rows, BindingSiteRow{SeqID: sid, Scores: SyntheticBindingSites(seqIDToSeq[sid])})
+			}
+		}
+		if _, err := AppendBindingSites(l.BindingSiteTable(), rows); err != nil {
+			return 0, fmt.Errorf("step %s: %w", spec.Key, err)
+		}
+	}
+	dirs := make([]string, len(spec.Families))
+	present := make([][]bool, len(spec.Families))
+	pending := make([][]Commit, len(spec.Families))
+	for fi, f := range spec.Families {
+		dirs[fi] = l.FamilyDir(f)
+		present[fi] = make([]bool, len(ids))
+		if err := listPresent(dirs[fi], f.Suffix(), index, present[fi]); err != nil {
+			return 0, err
+		}
+	}
+	flush := func(fi int) error {
+		if err := MergeManifest(dirs[fi], pending[fi], nil); err != nil {
+			return fmt.Errorf("step %s: %w", spec.Key, err)
+		}
+		pending[fi] = pending[fi][:0]
+		return nil
+	}
+	defer func() {
+		for fi := range pending {
+			if ferr := flush(fi); ferr != nil && err == nil {
+				err = ferr
+			}
+		}
+	}()
+	// Files are written in chunks: every temp file of a chunk, one sync of
+	// the file system, then the renames. Each file still appears complete
+	// or not at all, at a fraction of the cost of an fsync per file.
+	type staged struct {
+		fi   int
+		sid  string
+		tmp  tempArtefact
+		size int
+	}
+	var chunk []staged
+	commitChunk := func() error {
+		if len(chunk) == 0 {
+			return nil
+		}
+		synced := map[string]bool{}
+		for _, c := range chunk {
+			if d := dirs[c.fi]; !synced[d] {
+				if err := syncFS(d); err != nil {
+					return err
+				}
+				synced[d] = true
+			}
+		}
+		for i, c := range chunk {
+			if err := c.tmp.commit(); err != nil {
+				for _, rest := range chunk[i+1:] {
+					_ = os.Remove(rest.tmp.tmp)
+				}
+				chunk = nil
+				return fmt.Errorf("step %s: %w", spec.Key, err)
+			}
+			written++
+			pending[c.fi] = append(pending[c.fi], Commit{SeqID: c.sid, Suffix: spec.Families[c.fi].Suffix(), Bytes: int64(c.size), Synthetic: true})
+			if onFile != nil {
+				onFile(c.tmp.final)
+			}
+			if err := ctx.Err(); err != nil {
+				// Stop at the cancellation: the rest of the chunk is dropped
+				// (the deferred cleanup removes its temp files).
+				chunk = chunk[i+1:]
+				return err
+			}
+		}
+		chunk = chunk[:0]
+		for fi := range pending {
+			if len(pending[fi]) >= manifestFlushEvery {
+				if err := flush(fi); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	defer func() {
+		for _, c := range chunk {
+			_ = os.Remove(c.tmp.tmp)
+		}
+	}()
+	for i, sid := range ids {
+		for fi, f := range spec.Families {
+			if present[fi][i] {
+				continue
+			}
+			if err := ctx.Err(); err != nil {
+				return written, err
+			}
+			data, err := EncodeArtefact(f.Format, SyntheticArtefact(f, seqIDToSeq[sid]))
+			if err != nil {
+				return written, fmt.Errorf("step %s: %w", spec.Key, err)
+			}
+			t, err := writeTemp(dirs[fi], sid, f.Suffix(), data, false)
+			if err != nil {
+				return written, fmt.Errorf("step %s: %w", spec.Key, err)
+			}
+			chunk = append(chunk, staged{fi: fi, sid: sid, tmp: t, size: len(data)})
+		}
+		if len(chunk) >= syncChunkFiles {
+			if err := commitChunk(); err != nil {
+				return written, err
+			}
+		}
+	}
+	return written, commitChunk()
+}
+
+// syncChunkFiles is how many files share one file-system sync.
+const syncChunkFiles = 64
+
+// ComputeStepWork runs every step of a plan's sparse step work (Plan.StepWork)
+// with the synthetic embedder, in the order of SEED-SPEC §5.3 (so
+// methoda_t5_full, which writes the binding-site rows, runs first).
+// Deprecated keys are mapped to their replacement. Both the GPU worker and
+// the local fallback call it.
+func ComputeStepWork(ctx context.Context, l *Layout, stepWork map[string][]string, seqIDToSeq map[string]string, onFile func(path string)) (int, error) {
+	merged := map[string][]string{}
+	for key, ids := range stepWork {
+		c, ok := methods.CanonicalStep(key)
+		if !ok {
+			return 0, fmt.Errorf("%w %q", ErrUnknownStep, key)
+		}
+		merged[c] = append(merged[c], ids...)
+	}
+	total := 0
+	for _, key := range methods.ActiveSteps() {
+		ids, ok := merged[key]
+		if !ok {
+			continue
+		}
+		slices.Sort(ids)
+		ids = slices.Compact(ids)
+		n, err := ComputeStep(ctx, l, key, ids, seqIDToSeq, onFile)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}

@@ -1,0 +1,268 @@
+package input
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+)
+
+// Reasons and values of the /validate/ report (§4.6), verbatim.
+const (
+	ReasonInvalidSMILES         = "Invalid SMILES/InChI"
+	ReasonInvalidReaction       = "Invalid substrate/product SMILES/InChI"
+	ReasonEmptySequence         = "Empty sequence"
+	ReasonInvalidChars          = "Invalid characters in sequence"
+	nullCellText                = "NaN"
+	nullToken                   = "nan"
+	SimilarityUnavailableReason = "Similarity analysis is not available in this release."
+)
+
+// ValidateReport is the 200 body of /validate/ (§1.6); field order is the
+// contract's key order.
+type ValidateReport struct {
+	RowCount          int              `json:"rowCount"`
+	InvalidSubstrates []SubstrateIssue `json:"invalidSubstrates"`
+	InvalidProteins   []ProteinIssue   `json:"invalidProteins"`
+	LengthViolations  OrderedInts      `json:"lengthViolations"`
+	LengthLimits      OrderedInts      `json:"lengthLimits"`
+	// Similarity is null unless requested; kinflow then answers
+	// {"error": SimilarityUnavailableReason} (difference 18).
+	Similarity *SimilarityError `json:"similarity"`
+}
+
+// SimilarityError is the `similarity` value when the analysis fails.
+type SimilarityError struct {
+	Error string `json:"error"`
+}
+
+// SubstrateIssue is one invalidSubstrates entry (§4.6.2). Value is a string
+// (single-substrate schema) or the list of failing tokens (full reaction).
+type SubstrateIssue struct {
+	Row               int      `json:"row"`
+	Value             any      `json:"value"`
+	Reason            string   `json:"reason"`
+	InvalidComponents []string `json:"invalid_components,omitempty"`
+}
+
+// ProteinIssue is one invalidProteins entry (§4.6.3).
+type ProteinIssue struct {
+	Row          int      `json:"row"`
+	Value        string   `json:"value"`
+	InvalidChars []string `json:"invalid_chars,omitempty"`
+	Reason       string   `json:"reason"`
+}
+
+// OrderedInts is a JSON object with keys in a fixed order; a nil value is
+// written as null (an unlimited method's length limit).
+type OrderedInts []KeyInt
+
+// KeyInt is one entry of an OrderedInts.
+type KeyInt struct {
+	Key   string
+	Value *int
+}
+
+// Get returns the value of key, and whether it is present.
+func (o OrderedInts) Get(key string) (*int, bool) {
+	for _, e := range o {
+		if e.Key == key {
+			return e.Value, true
+		}
+	}
+	return nil, false
+}
+
+// MarshalJSON writes the entries in order.
+func (o OrderedInts) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, e := range o {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k, _ := json.Marshal(e.Key)
+		b.Write(k)
+		b.WriteByte(':')
+		if e.Value == nil {
+			b.WriteString("null")
+		} else {
+			b.WriteString(strconv.Itoa(*e.Value))
+		}
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// CheckStructure is /validate/'s structure rule (§4.6.1): a Substrate
+// column, or both Substrates and Products, then Protein Sequence.
+func CheckStructure(t *Table) error {
+	if !t.Has(ColSubstrate) && !(t.Has(ColSubstrates) && t.Has(ColProducts)) {
+		return invalidf("The table needs a 'Substrate' column, or both 'Substrates' and 'Products' columns.")
+	}
+	if !t.Has(ColProteinSequence) {
+		return invalidf("The table needs a 'Protein Sequence' column.")
+	}
+	return nil
+}
+
+// Validate builds the /validate/ report for table t (§4.6): the structure
+// check (an *Error), then per-row substrate and protein findings with
+// 1-based row numbers in the cleaned table, and length counts per method in
+// registry order then "Server". runSimilarity adds the similarity error
+// object. An error is returned for a structure failure or when ctx ends.
+func Validate(ctx context.Context, cat Catalogue, chem *Chemistry, t *Table, runSimilarity bool) (*ValidateReport, error) {
+	if err := CheckStructure(t); err != nil {
+		return nil, err
+	}
+	rep := &ValidateReport{RowCount: t.RawRowCount, InvalidSubstrates: []SubstrateIssue{}, InvalidProteins: []ProteinIssue{}}
+	if runSimilarity {
+		rep.Similarity = &SimilarityError{Error: SimilarityUnavailableReason}
+	}
+
+	// Substrates: collect every component, check them in one batch.
+	single := t.Has(ColSubstrate)
+	var (
+		subCol  = t.Col(ColSubstrate)
+		sCol    = t.Col(ColSubstrates)
+		pCol    = t.Col(ColProducts)
+		texts   []string
+		rowToks = make([][]string, len(t.Rows))
+	)
+	for i, r := range t.Rows {
+		if single {
+			rowToks[i] = substrateComponents(r.Cells[subCol])
+		} else {
+			rowToks[i] = append(reactionTokens(r.Cells[sCol]), reactionTokens(r.Cells[pCol])...)
+		}
+		texts = append(texts, rowToks[i]...)
+	}
+	verdict, err := chem.ValidMany(ctx, texts)
+	if err != nil {
+		return nil, err
+	}
+	firstVerdict := map[string]*SubstrateIssue{} // identical cells reuse the first verdict
+	okCells := map[string]bool{}
+	for i, r := range t.Rows {
+		var bad []string
+		for _, tok := range rowToks[i] {
+			if !verdict[tok] {
+				bad = append(bad, tok)
+			}
+		}
+		if single {
+			cell := r.Cells[subCol]
+			if okCells[cell] {
+				continue
+			}
+			if prev, seen := firstVerdict[cell]; seen {
+				issue := *prev
+				issue.Row = i + 1
+				rep.InvalidSubstrates = append(rep.InvalidSubstrates, issue)
+				continue
+			}
+			if len(rowToks[i]) > 0 && len(bad) == 0 {
+				okCells[cell] = true
+				continue
+			}
+			value := cell
+			if cell == "" {
+				value = nullCellText
+			}
+			issue := SubstrateIssue{Row: i + 1, Value: value, Reason: ReasonInvalidSMILES, InvalidComponents: bad}
+			firstVerdict[cell] = &issue
+			rep.InvalidSubstrates = append(rep.InvalidSubstrates, issue)
+			continue
+		}
+		if len(bad) > 0 {
+			rep.InvalidSubstrates = append(rep.InvalidSubstrates, SubstrateIssue{Row: i + 1, Value: bad, Reason: ReasonInvalidReaction})
+		}
+	}
+
+	// Proteins and length counts.
+	keys := cat.Keys()
+	limits := make([]int, len(keys))
+	counts := make([]int, len(keys))
+	for k, key := range keys {
+		if m, ok := cat.Method(key); ok {
+			limits[k] = m.MaxSeqLen
+		}
+	}
+	server := 0
+	pc := t.Col(ColProteinSequence)
+	for i, r := range t.Rows {
+		raw := r.Cells[pc]
+		seq := strings.TrimSpace(raw)
+		if seq == "" {
+			v := raw
+			if raw == "" {
+				v = nullCellText
+			}
+			rep.InvalidProteins = append(rep.InvalidProteins, ProteinIssue{Row: i + 1, Value: v, Reason: ReasonEmptySequence})
+			continue
+		}
+		if !ValidResidues(seq) {
+			rep.InvalidProteins = append(rep.InvalidProteins, ProteinIssue{Row: i + 1, Value: seq, InvalidChars: InvalidResidues(seq), Reason: ReasonInvalidChars})
+		}
+		n := SeqLen(seq)
+		for k, l := range limits {
+			if l > 0 && n > l {
+				counts[k]++
+			}
+		}
+		if n > ServerLimit {
+			server++
+		}
+	}
+	for k, key := range keys {
+		c := counts[k]
+		rep.LengthViolations = append(rep.LengthViolations, KeyInt{Key: key, Value: &c})
+		var lp *int
+		if limits[k] > 0 {
+			l := limits[k]
+			lp = &l
+		}
+		rep.LengthLimits = append(rep.LengthLimits, KeyInt{Key: key, Value: lp})
+	}
+	sl := ServerLimit
+	rep.LengthViolations = append(rep.LengthViolations, KeyInt{Key: "Server", Value: &server})
+	rep.LengthLimits = append(rep.LengthLimits, KeyInt{Key: "Server", Value: &sl})
+	return rep, nil
+}
+
+// substrateComponents are a Substrate cell's components for /validate/
+// (§4.6.2): none for an empty/None/NaN cell, the whole cell when it starts
+// with "InChI=", else its non-empty '.'-separated parts.
+func substrateComponents(cell string) []string {
+	t := strings.TrimSpace(cell)
+	if isNullText(t) {
+		return nil
+	}
+	if strings.HasPrefix(t, "InChI=") {
+		return []string{t}
+	}
+	var out []string
+	for _, p := range strings.Split(t, ".") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// reactionTokens are a Substrates/Products cell's ';'-separated tokens; a
+// missing cell is the token "nan" (invalid), and a cell of separators only
+// has none.
+func reactionTokens(cell string) []string {
+	if cell == "" {
+		return []string{nullToken}
+	}
+	var out []string
+	for _, p := range strings.Split(cell, ";") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

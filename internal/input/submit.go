@@ -1,0 +1,128 @@
+package input
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Submission is a submit request that passed steps 1–11 of §1.7; the API
+// then reserves quota for len(Table.Rows) predictions (step 12).
+type Submission struct {
+	Options Options
+	// Table is the parsed input with all-empty rows dropped.
+	Table *Table
+}
+
+// ValidateSubmit runs the submit validation pipeline of §1.7, steps 1–11 in
+// order, the first failure winning: the options (ValidateOptions), then the
+// table from load (step 8: a CSV error reads "Could not read CSV file: …"),
+// the required columns (9), and the column-emptiness rule for Substrate (10)
+// and Protein Sequence (11). load is called only when the options are valid.
+// Errors are *Error.
+func ValidateSubmit(cat Catalogue, raw RawOptions, load func() (*Table, error)) (*Submission, error) {
+	opts, err := ValidateOptions(cat, raw)
+	if err != nil {
+		return nil, err
+	}
+	t, err := load()
+	if err != nil {
+		if d := CSVDetail(err); d != "" {
+			return nil, &Error{Kind: KindInvalid, Msg: "Could not read CSV file: " + d, Err: err}
+		}
+		if e, ok := AsError(err); ok {
+			return nil, e
+		}
+		return nil, &Error{Kind: KindInvalid, Msg: "Could not read CSV file.", Err: err}
+	}
+	if err := CheckColumns(cat, opts, t); err != nil {
+		return nil, err
+	}
+	if t.Has(ColSubstrate) {
+		if err := CheckEmptiness(t, ColSubstrate); err != nil {
+			return nil, err
+		}
+	}
+	if err := CheckEmptiness(t, ColProteinSequence); err != nil {
+		return nil, err
+	}
+	return &Submission{Options: opts, Table: t}, nil
+}
+
+// CheckColumns is step 9: `Protein Sequence` and every column the selected
+// methods read must be present. The message lists the missing ones,
+// `Protein Sequence` first and the rest alphabetically:
+// "Missing required columns: Protein Sequence, Substrate".
+func CheckColumns(cat Catalogue, opts Options, t *Table) error {
+	need := map[string]bool{ColProteinSequence: true}
+	for _, target := range opts.Targets {
+		if m, ok := cat.Method(opts.Methods[target]); ok {
+			for _, c := range m.RequiredColumns {
+				need[c] = true
+			}
+		}
+	}
+	var missing []string
+	for c := range need {
+		if c != ColProteinSequence && !t.Has(c) {
+			missing = append(missing, c)
+		}
+	}
+	sort.Strings(missing)
+	if !t.Has(ColProteinSequence) {
+		missing = append([]string{ColProteinSequence}, missing...)
+	}
+	if len(missing) > 0 {
+		return invalidf("Missing required columns: %s", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// CheckEmptiness is the column-emptiness rule of §4.4 for column col. A cell
+// is empty when missing or whitespace-only. With n rows and e empty: more
+// than 90 % empty → "<col> column is empty"; more than 10 % and at most 10
+// rows → "Rows r1, r2 have no <col> value" (r = original 0-based index + 2);
+// more than 10 % and more than 10 rows → "<e> rows (<pct>%) have no <col>
+// value"; otherwise (exactly 10 % included) it passes.
+func CheckEmptiness(t *Table, col string) error {
+	c := t.Col(col)
+	n := len(t.Rows)
+	if n == 0 {
+		return nil
+	}
+	var emptyRows []int
+	for _, r := range t.Rows {
+		if c < 0 || strings.TrimSpace(r.Cells[c]) == "" {
+			emptyRows = append(emptyRows, r.Index)
+		}
+	}
+	e := len(emptyRows)
+	// Integer forms of e/n > 0.9 and e/n > 0.1: exact, no float rounding.
+	switch {
+	case 10*e > 9*n:
+		return invalidf("%s column is empty", col)
+	case 10*e > n && e <= 10:
+		nums := make([]string, e)
+		for i, idx := range emptyRows {
+			nums[i] = strconv.Itoa(idx + 2)
+		}
+		return invalidf("Rows %s have no %s value", strings.Join(nums, ", "), col)
+	case 10*e > n:
+		return invalidf("%d rows (%.1f%%) have no %s value", e, 100*float64(e)/float64(n), col)
+	}
+	return nil
+}
+
+// errNotCSV is returned by callers that check the upload's file name.
+var errNotCSV = errors.New("not a .csv file")
+
+// CheckUploadName is the contract's rule for the `file` field: its name must
+// end with .csv, case-insensitively (§1.6, §1.7).
+func CheckUploadName(name string) error {
+	if !strings.HasSuffix(strings.ToLower(name), ".csv") {
+		return &Error{Kind: KindInvalid, Msg: fmt.Sprintf("The uploaded file must be a .csv file (got %q).", name), Err: errNotCSV}
+	}
+	return nil
+}

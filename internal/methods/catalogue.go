@@ -1,0 +1,386 @@
+package methods
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Catalogue is the registry of every method descriptor. Keys are unique and
+// the registry order is the sorted order of the keys (WIRE §7.1–7.2: `A-H`,
+// `A-L`, `B` … `J`). A Catalogue is read-only after construction and safe
+// for concurrent use; the descriptors it hands out must not be modified.
+type Catalogue struct {
+	list  []*Descriptor
+	byKey map[string]*Descriptor
+}
+
+// New builds a catalogue from descs after validating each one. A duplicate
+// key is an error.
+func New(descs []*Descriptor) (*Catalogue, error) {
+	c := &Catalogue{byKey: make(map[string]*Descriptor, len(descs))}
+	for _, d := range descs {
+		if d == nil {
+			return nil, fmt.Errorf("method catalogue: nil descriptor")
+		}
+		if err := d.Validate(); err != nil {
+			return nil, fmt.Errorf("method catalogue: %w", err)
+		}
+		if _, dup := c.byKey[d.Key]; dup {
+			return nil, fmt.Errorf("method catalogue: duplicate method key %q", d.Key)
+		}
+		c.byKey[d.Key] = d
+		c.list = append(c.list, d)
+	}
+	sort.Slice(c.list, func(i, j int) bool { return c.list[i].Key < c.list[j].Key })
+	return c, nil
+}
+
+// Get returns the descriptor of key (case-sensitive).
+func (c *Catalogue) Get(key string) (*Descriptor, bool) {
+	d, ok := c.byKey[key]
+	return d, ok
+}
+
+// All returns every descriptor in registry order.
+func (c *Catalogue) All() []*Descriptor { return slices.Clone(c.list) }
+
+// Keys returns every method key in registry order.
+func (c *Catalogue) Keys() []string {
+	out := make([]string, len(c.list))
+	for i, d := range c.list {
+		out[i] = d.Key
+	}
+	return out
+}
+
+// ForTarget returns the descriptors that support t, in registry order.
+func (c *Catalogue) ForTarget(t Target) []*Descriptor {
+	var out []*Descriptor
+	for _, d := range c.list {
+		if d.Supported(t) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// ValidKeys returns the sorted keys of the methods that support t, as used
+// in error messages.
+func (c *Catalogue) ValidKeys(t Target) []string {
+	var out []string
+	for _, d := range c.list {
+		if d.Supported(t) {
+			out = append(out, d.Key)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// RequiredColumns returns `Protein Sequence` plus the mapped columns of key's
+// method; false when key is unknown.
+func (c *Catalogue) RequiredColumns(key string) ([]string, bool) {
+	d, ok := c.byKey[key]
+	if !ok {
+		return nil, false
+	}
+	return d.RequiredColumns(), true
+}
+
+// Default returns the built-in catalogue (WIRE §7.2).
+func Default() *Catalogue {
+	c, err := New(builtin())
+	if err != nil {
+		// The built-in table is covered by tests; failing here is a
+		// programming error, never a user input.
+		panic(err)
+	}
+	return c
+}
+
+// File is the operator catalogue file (KINFLOW_METHODS_FILE), JSON or YAML.
+// Its steps apply in this order: start from Base, Remove keys, Rename keys
+// (all renames at once), then each Methods entry either overrides fields of
+// the method with that key (only the fields it names; maps are merged, lists
+// replaced) or, for a new key, adds a full descriptor.
+//
+//	base: builtin            # or "empty": start with no methods
+//	remove: [J]
+//	rename: {A-H: A-high}
+//	methods:
+//	  - key: B
+//	    command: {python: /opt/b/bin/python, script: /opt/b/predict.py}
+type File struct {
+	Base    string            `json:"base" yaml:"base"`
+	Remove  []string          `json:"remove" yaml:"remove"`
+	Rename  map[string]string `json:"rename" yaml:"rename"`
+	Methods []yaml.Node       `json:"methods" yaml:"methods"`
+}
+
+// Load reads the operator catalogue file at path; an empty path is the
+// built-in catalogue.
+func Load(path string) (*Catalogue, error) {
+	if path == "" {
+		return Default(), nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read method catalogue: %w", err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("method catalogue %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse builds a catalogue from an operator file's contents (JSON or YAML;
+// JSON is read as YAML, of which it is a subset).
+func Parse(data []byte) (*Catalogue, error) {
+	var f File
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		if errors.Is(err, io.EOF) {
+			return Default(), nil
+		}
+		return nil, fmt.Errorf("parse: %w", err)
+	}
+	var list []*Descriptor
+	switch f.Base {
+	case "", "builtin":
+		list = builtin()
+	case "empty":
+	default:
+		return nil, fmt.Errorf("base %q: want builtin or empty", f.Base)
+	}
+	index := func(key string) int {
+		return slices.IndexFunc(list, func(d *Descriptor) bool { return d.Key == key })
+	}
+	for _, k := range f.Remove {
+		i := index(k)
+		if i < 0 {
+			return nil, fmt.Errorf("remove: unknown method %q", k)
+		}
+		list = slices.Delete(list, i, i+1)
+	}
+	if len(f.Rename) > 0 {
+		renamed := make([]*Descriptor, 0, len(f.Rename))
+		olds := make([]string, 0, len(f.Rename))
+		for old := range f.Rename {
+			olds = append(olds, old)
+		}
+		sort.Strings(olds)
+		for _, old := range olds {
+			i := index(old)
+			if i < 0 {
+				return nil, fmt.Errorf("rename: unknown method %q", old)
+			}
+			d := list[i]
+			list = slices.Delete(list, i, i+1)
+			d.Key = f.Rename[old]
+			renamed = append(renamed, d)
+		}
+		for _, d := range renamed {
+			if index(d.Key) >= 0 || slices.ContainsFunc(renamed, func(o *Descriptor) bool { return o != d && o.Key == d.Key }) {
+				return nil, fmt.Errorf("rename: method key %q would be used twice", d.Key)
+			}
+		}
+		list = append(list, renamed...)
+	}
+	allowed := descriptorFieldNames()
+	seen := map[string]bool{}
+	for n := range f.Methods {
+		node := &f.Methods[n]
+		if node.Kind != yaml.MappingNode {
+			return nil, fmt.Errorf("methods[%d]: want a mapping", n)
+		}
+		var head struct {
+			Key string `yaml:"key"`
+		}
+		for i := 0; i+1 < len(node.Content); i += 2 {
+			name := node.Content[i].Value
+			if !allowed[name] {
+				return nil, fmt.Errorf("methods[%d]: unknown field %q", n, name)
+			}
+		}
+		if err := node.Decode(&head); err != nil {
+			return nil, fmt.Errorf("methods[%d]: %w", n, err)
+		}
+		if head.Key == "" {
+			return nil, fmt.Errorf("methods[%d]: missing key", n)
+		}
+		if seen[head.Key] {
+			return nil, fmt.Errorf("methods[%d]: duplicate method key %q", n, head.Key)
+		}
+		seen[head.Key] = true
+		if i := index(head.Key); i >= 0 {
+			d := list[i].Clone()
+			if err := node.Decode(d); err != nil {
+				return nil, fmt.Errorf("method %q: %w", head.Key, err)
+			}
+			list[i] = d
+			continue
+		}
+		d := &Descriptor{InputFormat: InputSingle, Engine: EngineGeneric}
+		if err := node.Decode(d); err != nil {
+			return nil, fmt.Errorf("method %q: %w", head.Key, err)
+		}
+		list = append(list, d)
+	}
+	return New(list)
+}
+
+// descriptorFieldNames is the set of YAML/JSON field names of Descriptor.
+func descriptorFieldNames() map[string]bool {
+	out := map[string]bool{}
+	t := reflect.TypeOf(Descriptor{})
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		if name != "" && name != "-" {
+			out[name] = true
+		}
+	}
+	return out
+}
+
+// Column headers of the result (WIRE §7.2, kinflow's catalogue).
+const (
+	ColumnKcat   = "kcat (1/s)"
+	ColumnKm     = "KM (mM)"
+	ColumnKcatKm = "kcat/Km (1/(s*mM))"
+)
+
+func builtin() []*Descriptor {
+	single := []ColumnKwarg{{Column: "Substrate", Kwarg: "smiles"}}
+	kcatKm := map[Target]string{Kcat: ColumnKcat, Km: ColumnKm}
+	kt := func(ts ...Target) map[Target]map[string]string {
+		m := map[Target]map[string]string{}
+		for _, t := range ts {
+			m[t] = map[string]string{"kinetics_type": strings.ToUpper(string(t))}
+		}
+		return m
+	}
+	biblio := func(d *Descriptor, label string) *Descriptor {
+		// The spec anonymises the methods; these placeholders are neutral
+		// on purpose and an operator file can set the real references.
+		d.DisplayName = "Method " + label
+		d.Authors = "Authors of method " + label
+		d.PublicationTitle = "Publication of method " + label
+		d.CitationURL = "https://example.org/methods/" + strings.ToLower(label)
+		d.RepoURL = "https://example.org/methods/" + strings.ToLower(label) + "/code"
+		return d
+	}
+	env := func(kv ...string) []EnvVar {
+		out := make([]EnvVar, 0, len(kv)/2)
+		for i := 0; i+1 < len(kv); i += 2 {
+			out = append(out, EnvVar{Name: kv[i], Value: kv[i+1]})
+		}
+		return out
+	}
+	methodA := func(label, variant string, supports ...Target) *Descriptor {
+		cols := map[Target]string{}
+		tk := kt(supports...)
+		for _, t := range supports {
+			cols[t] = kcatKm[t]
+			tk[t]["model_variant"] = variant
+		}
+		return biblio(&Descriptor{
+			Key: label, Supports: supports, InputFormat: InputSingle, OutputCols: cols, MaxSeqLen: 1500,
+			ColToKwarg: single, TargetKwargs: tk, Engine: EngineDedicated, Profile: ProfileMethodAFull,
+			GPUEligible:    true,
+			StepKeys:       []string{StepMethodAT5Full, StepMethodAESM2Layers, StepMethodAESMCLayers},
+			EmbeddingsUsed: []string{"prot_t5", "esm2", "esmc", "binding_sites"},
+			EnvPaths: env("METHODA_MEDIA_PATH", "{media}", "METHODA_TOOLS_PATH", "{tools}",
+				"METHODA_DATA", "{data_dir}", "METHODA_ESM_PATH", "{esm_python}",
+				"METHODA_ESMC_PATH", "{esmc_python}", "METHODA_T5_PATH", "{t5_python}",
+				"METHODA_PSEQ2SITES_PATH", "{pseq2sites_python}"),
+		}, label)
+	}
+	return []*Descriptor{
+		methodA("A-H", "H", Kcat, Km),
+		methodA("A-L", "L", Kcat),
+		biblio(&Descriptor{
+			Key: "B", Supports: []Target{Kcat, Km, KcatKm}, InputFormat: InputSingle,
+			OutputCols: map[Target]string{Kcat: ColumnKcat, Km: ColumnKm, KcatKm: ColumnKcatKm}, MaxSeqLen: 1000,
+			ColToKwarg: single, TargetKwargs: kt(Kcat, Km, KcatKm), Engine: EngineGeneric,
+			Profile: ProfileProtT5Mean, GPUEligible: true, StepKeys: []string{StepProtT5Mean},
+			EmbeddingsUsed: []string{"prot_t5_mean"},
+			EnvPaths:       env("METHODB_MEDIA_PATH", "{media}", "METHODB_TOOLS_PATH", "{tools}", "METHODB_MODEL_ROOT", "{model_dir}"),
+		}, "B"),
+		biblio(&Descriptor{
+			Key: "C", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, MaxSeqLen: 1000,
+			ColToKwarg: single, TargetKwargs: kt(Kcat, Km), Engine: EngineDedicated,
+			Profile: ProfileProtT5Mean, GPUEligible: true, StepKeys: []string{StepProtT5Mean},
+			EmbeddingsUsed: []string{"prot_t5_mean"},
+			EnvPaths:       env("METHODC_MEDIA_PATH", "{media}", "METHODC_TOOLS_PATH", "{tools}"),
+		}, "C"),
+		biblio(&Descriptor{
+			Key: "D", Supports: []Target{Kcat}, InputFormat: InputMulti,
+			OutputCols: map[Target]string{Kcat: ColumnKcat}, MaxSeqLen: 1024,
+			ColToKwarg: []ColumnKwarg{{Column: "Substrates", Kwarg: "substrates"}, {Column: "Products", Kwarg: "products"}},
+			Engine:     EngineDedicated, Profile: ProfileMethodDESM1b, GPUEligible: true,
+			StepKeys: []string{StepMethodDESM1b}, EmbeddingsUsed: []string{"esm1b_methodd"},
+			EnvPaths: env("METHODD_MEDIA_PATH", "{media}", "METHODD_TOOLS_PATH", "{tools}"),
+		}, "D"),
+		biblio(&Descriptor{
+			Key: "E", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, MaxSeqLen: 2048,
+			ColToKwarg: single, TargetKwargs: kt(Kcat, Km), Engine: EngineGeneric,
+			Profile: ProfileMethodEEmbed, GPUEligible: true,
+			StepKeys:       []string{StepMethodEEmbedKcat, StepMethodEEmbedKm},
+			EmbeddingsUsed: []string{"methode_esm2"},
+			EnvPaths: env("METHODE_REPO_ROOT", "{model_dir}", "METHODE_CHECKPOINT_ROOT", "{methode_checkpoint_root}",
+				"METHODE_MEDIA_PATH", "{media}", "METHODE_TOOLS_PATH", "{tools}", "PROTEIN_EMBED_USE_CPU", "1"),
+		}, "E"),
+		biblio(&Descriptor{
+			Key: "F", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, MaxSeqLen: 1024,
+			ColToKwarg: single, TargetKwargs: kt(Kcat, Km), Engine: EngineBatchScript,
+			Profile: ProfileMethodFESM1v, GPUEligible: true, StepKeys: []string{StepMethodFESM1v},
+			EmbeddingsUsed: []string{"esm1v"}, EphemeralFamilies: []string{"esm1v"},
+			EnvPaths: env("METHODF_MEDIA_PATH", "{media}", "METHODF_TOOLS_PATH", "{tools}",
+				"METHODF_DELETE_EMBEDDINGS_AFTER_RUN", "{methodf_delete_embeddings}"),
+		}, "F"),
+		biblio(&Descriptor{
+			Key: "G", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, MaxSeqLen: 1000,
+			ColToKwarg: single, TargetKwargs: kt(Kcat, Km), Engine: EngineGeneric,
+			Profile: ProfileMethodGESM2, GPUEligible: true, StepKeys: []string{StepMethodGESM2},
+			EmbeddingsUsed: []string{"methodg_esm2"}, EphemeralFamilies: []string{"methodg_esm2"},
+			EnvPaths: env("METHODG_EMBED_CACHE_DIR", "{sequence_info}/methodg_esm2", "METHODG_CACHE_DIR", "{model_dir}",
+				"METHODG_ADDITIONAL_DATA", "{data_dir}"),
+		}, "G"),
+		biblio(&Descriptor{
+			Key: "H", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, MaxSeqLen: 1022,
+			ColToKwarg: single, TargetKwargs: kt(Kcat, Km), Engine: EngineGeneric,
+			Profile: ProfileMethodHESM2LastMean, GPUEligible: true, StepKeys: []string{StepMethodHESM2LastMean},
+			EmbeddingsUsed: []string{"esm2_layer_last_mean"},
+			EnvPaths:       env("METHODH_DATA", "{model_dir}"),
+		}, "H"),
+		biblio(&Descriptor{
+			Key: "I", Supports: []Target{KcatKm}, InputFormat: InputSingle,
+			OutputCols: map[Target]string{KcatKm: ColumnKcatKm}, MaxSeqLen: 1000,
+			ColToKwarg: single, Engine: EngineGeneric,
+			Profile: ProfileMethodIProtT5Residues, GPUEligible: true, StepKeys: []string{StepMethodIProtT5Residues},
+			EmbeddingsUsed:    []string{"methodi_prot_t5_residues"},
+			EphemeralFamilies: []string{"methodi_prot_t5_residues"},
+			EnvPaths:          env("METHODI_DATA", "{data_dir}", "METHODI_EMBED_DIR", "{sequence_info}/methodi_prot_t5_residues"),
+		}, "I"),
+		biblio(&Descriptor{
+			Key: "J", Supports: []Target{Km}, InputFormat: InputSingle,
+			OutputCols: map[Target]string{Km: ColumnKm}, MaxSeqLen: 500,
+			ColToKwarg: single, TargetKwargs: kt(Km), Engine: EngineGeneric,
+			Profile: ProfileNone, GPUEligible: false,
+			// Method J's contact-map cache is method-local (SEED-SPEC §2.5);
+			// its location is passed so the method's code can find it.
+			EnvPaths: env("METHODJ_CACHE_DIR", "{methodj_cache_dir}"),
+		}, "J"),
+	}
+}

@@ -1,0 +1,373 @@
+// Package methods is kinflow's method catalogue (SEED-SPEC §5.1–5.2,
+// WIRE-CONTRACT §7): one Descriptor per prediction method, the planner
+// profile and GPU step keys each uses, and the step keys of the GPU runner
+// (§5.3), including the two deprecated ones and what replaces them.
+//
+// The built-in catalogue (Default) uses the spec's labels as method ids
+// (`A-H`, `A-L`, `B` … `J`). An operator file (Load) can rename, add or remove
+// methods and set each one's command without code changes.
+package methods
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// Target is a predicted kinetic parameter.
+type Target string
+
+// The three targets, spelled exactly as on the wire.
+const (
+	Kcat   Target = "kcat"
+	Km     Target = "Km"
+	KcatKm Target = "kcat/Km"
+)
+
+// Targets returns the targets in canonical order: kcat, Km, kcat/Km.
+func Targets() []Target { return []Target{Kcat, Km, KcatKm} }
+
+// ParseTarget maps a wire spelling to a Target; false when it is not one.
+func ParseTarget(s string) (Target, bool) {
+	for _, t := range Targets() {
+		if string(t) == s {
+			return t, true
+		}
+	}
+	return "", false
+}
+
+// EngineKind says how a method's predictions run (WIRE §7.1: pred_func or
+// subprocess; method F's configured batch script is a third kind).
+type EngineKind string
+
+// Engine kinds.
+const (
+	// EngineDedicated is a method-specific engine with its own file contract
+	// (WIRE §7.3): A-H, A-L, C, D.
+	EngineDedicated EngineKind = "dedicated"
+	// EngineGeneric is the generic subprocess engine with the JSON contract of
+	// WIRE §4.7: B, E, G, H, I, J.
+	EngineGeneric EngineKind = "generic"
+	// EngineBatchScript is a configured batch prediction script: F.
+	EngineBatchScript EngineKind = "batch_script"
+)
+
+func (k EngineKind) valid() bool {
+	return k == EngineDedicated || k == EngineGeneric || k == EngineBatchScript
+}
+
+// Input formats of a descriptor (WIRE §4.1).
+const (
+	// InputSingle reads `Substrate` (one SMILES/InChI, co-substrates dot-joined).
+	InputSingle = "single"
+	// InputMulti reads `Substrates` and `Products` (full reaction; method D).
+	InputMulti = "multi"
+)
+
+// ProteinSequenceColumn is the input column every method requires.
+const ProteinSequenceColumn = "Protein Sequence"
+
+// Planner profiles (SEED-SPEC §5.1, WIRE §9.2).
+const (
+	ProfileMethodAFull           = "methoda_full"
+	ProfileProtT5Mean            = "prot_t5_mean"
+	ProfileMethodDESM1b          = "methodd_esm1b"
+	ProfileMethodEEmbed          = "methode_embed"
+	ProfileMethodFESM1v          = "methodf_esm1v"
+	ProfileMethodGESM2           = "methodg_esm2"
+	ProfileMethodHESM2LastMean   = "methodh_esm2_last_mean"
+	ProfileMethodIProtT5Residues = "methodi_prot_t5_residues"
+	// ProfileNone is the empty profile of a method without shared-cache
+	// planning (method J).
+	ProfileNone = ""
+)
+
+// Profiles returns every planner profile kinflow knows, ProfileNone excluded.
+func Profiles() []string {
+	return []string{ProfileMethodAFull, ProfileProtT5Mean, ProfileMethodDESM1b, ProfileMethodEEmbed,
+		ProfileMethodFESM1v, ProfileMethodGESM2, ProfileMethodHESM2LastMean, ProfileMethodIProtT5Residues}
+}
+
+// ColumnKwarg is one entry of a descriptor's ordered column mapping: the CSV
+// column and the engine argument (row key) it feeds.
+type ColumnKwarg struct {
+	Column string `json:"column" yaml:"column"`
+	Kwarg  string `json:"kwarg" yaml:"kwarg"`
+}
+
+// EnvVar is one environment variable passed to a method's prediction
+// process (WIRE §7.3). Value is a template; the runtime replaces the
+// placeholders listed by EnvPlaceholders and keeps the rest literal.
+type EnvVar struct {
+	Name  string `json:"name" yaml:"name"`
+	Value string `json:"value" yaml:"value"`
+}
+
+// EnvPlaceholders lists the placeholders an EnvVar value may hold, each with
+// what the runtime puts there.
+func EnvPlaceholders() map[string]string {
+	return map[string]string{
+		"{media}":                     "the media root (KINFLOW_MEDIA_ROOT)",
+		"{tools}":                     "the tools folder of the method's installation",
+		"{sequence_info}":             "<media root>/sequence_info, the shared embedding cache",
+		"{model_dir}":                 "the method's model directory",
+		"{data_dir}":                  "the method's data directory",
+		"{methode_checkpoint_root}":   "METHODE_CHECKPOINT_ROOT",
+		"{methodj_cache_dir}":         "METHODJ_CACHE_DIR",
+		"{methodf_delete_embeddings}": "1, or 0 when another method F stage of the same job follows",
+		"{esm_python}":                "interpreter of the ESM2 environment",
+		"{esmc_python}":               "interpreter of the ESMC environment",
+		"{t5_python}":                 "interpreter of the ProtT5 environment",
+		"{pseq2sites_python}":         "interpreter of the binding-site predictor environment",
+	}
+}
+
+// Command is the command template of a method's prediction process for the
+// command engine. Each token of Argv may contain placeholders, replaced
+// inside the token: {python}, {script}, {input}, {output}, {target},
+// {kinetics_type}, {job_id}, {media}, {tools}. When Argv is empty the
+// generic-engine default is used: `{python} {script} <extra_args…>
+// <input_flag> {input} <output_flag> {output}` (WIRE §4.7).
+type Command struct {
+	Argv       []string `json:"argv,omitempty" yaml:"argv,omitempty"`
+	Python     string   `json:"python,omitempty" yaml:"python,omitempty"`
+	Script     string   `json:"script,omitempty" yaml:"script,omitempty"`
+	InputFlag  string   `json:"input_flag,omitempty" yaml:"input_flag,omitempty"`
+	OutputFlag string   `json:"output_flag,omitempty" yaml:"output_flag,omitempty"`
+	ExtraArgs  []string `json:"extra_args,omitempty" yaml:"extra_args,omitempty"`
+	// ExtraEnv holds literal environment variables for the process.
+	ExtraEnv map[string]string `json:"extra_env,omitempty" yaml:"extra_env,omitempty"`
+	// WorkDir is the process's working directory; empty: inherited.
+	WorkDir string `json:"workdir,omitempty" yaml:"workdir,omitempty"`
+}
+
+// Default flag names of the generic engine (WIRE §4.7).
+const (
+	DefaultInputFlag  = "--input"
+	DefaultOutputFlag = "--output"
+)
+
+// Render returns the argv of c with every placeholder of vars ({name} →
+// value) replaced inside each token. Placeholders without a value stay as
+// they are, so a typo shows up in the process's own error.
+func (c *Command) Render(vars map[string]string) []string {
+	vals := map[string]string{"python": c.Python, "script": c.Script}
+	for k, v := range vars {
+		vals[k] = v
+	}
+	tmpl := c.Argv
+	if len(tmpl) == 0 {
+		in, out := c.InputFlag, c.OutputFlag
+		if in == "" {
+			in = DefaultInputFlag
+		}
+		if out == "" {
+			out = DefaultOutputFlag
+		}
+		tmpl = append([]string{"{python}", "{script}"}, c.ExtraArgs...)
+		tmpl = append(tmpl, in, "{input}", out, "{output}")
+	}
+	pairs := make([]string, 0, 2*len(vals))
+	keys := make([]string, 0, len(vals))
+	for k := range vals {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		pairs = append(pairs, "{"+k+"}", vals[k])
+	}
+	r := strings.NewReplacer(pairs...)
+	out := make([]string, 0, len(tmpl))
+	for _, tok := range tmpl {
+		if tok == "" {
+			continue
+		}
+		out = append(out, r.Replace(tok))
+	}
+	// Drop an empty interpreter so a script with a shebang runs directly.
+	if len(out) > 0 && out[0] == "" {
+		out = out[1:]
+	}
+	return out
+}
+
+// Descriptor is one prediction method (WIRE §7.1).
+type Descriptor struct {
+	// Key is the stable, case-sensitive id used in the API.
+	Key              string `json:"key" yaml:"key"`
+	DisplayName      string `json:"display_name" yaml:"display_name"`
+	Authors          string `json:"authors" yaml:"authors"`
+	PublicationTitle string `json:"publication_title" yaml:"publication_title"`
+	CitationURL      string `json:"citation_url" yaml:"citation_url"`
+	RepoURL          string `json:"repo_url" yaml:"repo_url"`
+	MoreInfo         string `json:"more_info" yaml:"more_info"`
+	// Supports lists the targets in declared order.
+	Supports []Target `json:"supports" yaml:"supports"`
+	// InputFormat is InputSingle or InputMulti.
+	InputFormat string `json:"input_format" yaml:"input_format"`
+	// OutputCols maps each supported target to its result column header.
+	OutputCols map[Target]string `json:"output_cols" yaml:"output_cols"`
+	// MaxSeqLen is the longest sequence the method accepts; 0 = unlimited.
+	MaxSeqLen int `json:"max_seq_len" yaml:"max_seq_len"`
+	// ColToKwarg is the ordered CSV column → engine argument mapping; its
+	// columns, after `Protein Sequence`, are the required input columns.
+	ColToKwarg []ColumnKwarg `json:"col_to_kwarg" yaml:"col_to_kwarg"`
+	// TargetKwargs maps a target to the static engine arguments for it.
+	TargetKwargs map[Target]map[string]string `json:"target_kwargs" yaml:"target_kwargs"`
+	// Engine is how predictions run.
+	Engine EngineKind `json:"engine" yaml:"engine"`
+	// Profile is the planner profile; ProfileNone for no shared-cache plan.
+	Profile string `json:"profile" yaml:"profile"`
+	// GPUEligible says whether missing embeddings may be sent to the GPU service.
+	GPUEligible bool `json:"gpu_eligible" yaml:"gpu_eligible"`
+	// StepKeys are the GPU step keys the method's plans can hold.
+	StepKeys []string `json:"step_keys" yaml:"step_keys"`
+	// EmbeddingsUsed is informational (WIRE §7.1).
+	EmbeddingsUsed []string `json:"embeddings_used" yaml:"embeddings_used"`
+	// EphemeralFamilies are the cache families whose files the method's
+	// prediction consumes and which are deleted after it (SEED-SPEC §2.5).
+	EphemeralFamilies []string `json:"ephemeral_families" yaml:"ephemeral_families"`
+	// EnvPaths are the environment variables given to the prediction process.
+	EnvPaths []EnvVar `json:"env_paths" yaml:"env_paths"`
+	// Command is the command-engine process; nil: no command configured
+	// (the synthetic engine still runs).
+	Command *Command `json:"command,omitempty" yaml:"command,omitempty"`
+}
+
+// Supported reports whether d predicts t.
+func (d *Descriptor) Supported(t Target) bool { return slices.Contains(d.Supports, t) }
+
+// RequiredColumns is `Protein Sequence` followed by the mapped columns in
+// declared order.
+func (d *Descriptor) RequiredColumns() []string {
+	out := []string{ProteinSequenceColumn}
+	for _, ck := range d.ColToKwarg {
+		if !slices.Contains(out, ck.Column) {
+			out = append(out, ck.Column)
+		}
+	}
+	return out
+}
+
+// StepKeysFor returns the GPU step keys a plan for (d, t) may hold, in plan
+// order: method A's three steps, method E's per-target step, or the one step
+// named like the profile; none for a method without a profile.
+func (d *Descriptor) StepKeysFor(t Target) []string {
+	switch d.Profile {
+	case ProfileMethodAFull:
+		return []string{StepMethodAT5Full, StepMethodAESM2Layers, StepMethodAESMCLayers}
+	case ProfileMethodEEmbed:
+		switch t {
+		case Kcat:
+			return []string{StepMethodEEmbedKcat}
+		case Km:
+			return []string{StepMethodEEmbedKm}
+		}
+		return nil
+	case ProfileNone:
+		return nil
+	}
+	return []string{d.Profile}
+}
+
+// Clone returns a deep copy of d.
+func (d *Descriptor) Clone() *Descriptor {
+	c := *d
+	c.Supports = slices.Clone(d.Supports)
+	c.ColToKwarg = slices.Clone(d.ColToKwarg)
+	c.StepKeys = slices.Clone(d.StepKeys)
+	c.EmbeddingsUsed = slices.Clone(d.EmbeddingsUsed)
+	c.EphemeralFamilies = slices.Clone(d.EphemeralFamilies)
+	c.EnvPaths = slices.Clone(d.EnvPaths)
+	if d.OutputCols != nil {
+		c.OutputCols = make(map[Target]string, len(d.OutputCols))
+		for k, v := range d.OutputCols {
+			c.OutputCols[k] = v
+		}
+	}
+	if d.TargetKwargs != nil {
+		c.TargetKwargs = make(map[Target]map[string]string, len(d.TargetKwargs))
+		for k, v := range d.TargetKwargs {
+			m := make(map[string]string, len(v))
+			for kk, vv := range v {
+				m[kk] = vv
+			}
+			c.TargetKwargs[k] = m
+		}
+	}
+	if d.Command != nil {
+		cmd := *d.Command
+		cmd.Argv = slices.Clone(d.Command.Argv)
+		cmd.ExtraArgs = slices.Clone(d.Command.ExtraArgs)
+		if d.Command.ExtraEnv != nil {
+			cmd.ExtraEnv = make(map[string]string, len(d.Command.ExtraEnv))
+			for k, v := range d.Command.ExtraEnv {
+				cmd.ExtraEnv[k] = v
+			}
+		}
+		c.Command = &cmd
+	}
+	return &c
+}
+
+// Validate checks d's internal consistency.
+func (d *Descriptor) Validate() error {
+	if d.Key == "" {
+		return fmt.Errorf("method: empty key")
+	}
+	if strings.TrimSpace(d.Key) != d.Key {
+		return fmt.Errorf("method %q: key has surrounding spaces", d.Key)
+	}
+	if d.DisplayName == "" {
+		return fmt.Errorf("method %q: empty display_name", d.Key)
+	}
+	if len(d.Supports) == 0 {
+		return fmt.Errorf("method %q: supports no target", d.Key)
+	}
+	seen := map[Target]bool{}
+	for _, t := range d.Supports {
+		if _, ok := ParseTarget(string(t)); !ok {
+			return fmt.Errorf("method %q: unknown target %q (want kcat, Km or kcat/Km)", d.Key, t)
+		}
+		if seen[t] {
+			return fmt.Errorf("method %q: target %q listed twice", d.Key, t)
+		}
+		seen[t] = true
+		if d.OutputCols[t] == "" {
+			return fmt.Errorf("method %q: no output column for target %q", d.Key, t)
+		}
+	}
+	if d.InputFormat != InputSingle && d.InputFormat != InputMulti {
+		return fmt.Errorf("method %q: input_format %q (want single or multi)", d.Key, d.InputFormat)
+	}
+	if d.MaxSeqLen < 0 {
+		return fmt.Errorf("method %q: negative max_seq_len", d.Key)
+	}
+	if !d.Engine.valid() {
+		return fmt.Errorf("method %q: engine %q (want dedicated, generic or batch_script)", d.Key, d.Engine)
+	}
+	if d.Profile != ProfileNone && !slices.Contains(Profiles(), d.Profile) {
+		return fmt.Errorf("method %q: unknown profile %q", d.Key, d.Profile)
+	}
+	if d.Profile == ProfileNone && d.GPUEligible {
+		return fmt.Errorf("method %q: GPU-eligible without a planner profile", d.Key)
+	}
+	cols := map[string]bool{}
+	for _, ck := range d.ColToKwarg {
+		if ck.Column == "" || ck.Kwarg == "" {
+			return fmt.Errorf("method %q: col_to_kwarg entry with an empty column or kwarg", d.Key)
+		}
+		if cols[ck.Column] {
+			return fmt.Errorf("method %q: column %q mapped twice", d.Key, ck.Column)
+		}
+		cols[ck.Column] = true
+	}
+	for _, s := range d.StepKeys {
+		if !IsActiveStep(s) {
+			return fmt.Errorf("method %q: unknown step key %q", d.Key, s)
+		}
+	}
+	return nil
+}

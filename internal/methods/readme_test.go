@@ -1,0 +1,44 @@
+package methods
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestREADMEOperatorFileExample parses the operator file shown in the
+// README's "Adding a method" section, so the example stays true.
+func TestREADMEOperatorFileExample(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	i := strings.Index(text, "## Adding a method")
+	if i < 0 {
+		t.Fatal("README has no 'Adding a method' section")
+	}
+	start := strings.Index(text[i:], "```yaml\n")
+	end := strings.Index(text[i+start+8:], "```")
+	if start < 0 || end < 0 {
+		t.Fatal("no yaml block in 'Adding a method'")
+	}
+	c, err := Parse([]byte(text[i+start+8 : i+start+8+end]))
+	if err != nil {
+		t.Fatalf("README example: %v", err)
+	}
+	if _, ok := c.Get("J"); ok {
+		t.Error("J should be removed")
+	}
+	if _, ok := c.Get("A-high"); !ok {
+		t.Error("A-H should be renamed A-high")
+	}
+	k, ok := c.Get("K")
+	if !ok || k.Profile != ProfileProtT5Mean || k.Command == nil {
+		t.Fatalf("K not added as written: %+v", k)
+	}
+	if b, _ := c.Get("B"); b.Command == nil || b.Command.Script != "/opt/methods/b/predict.py" || b.DisplayName != "Method B" {
+		t.Errorf("B override: %+v", b)
+	}
+}
