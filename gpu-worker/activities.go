@@ -1,0 +1,273 @@
+package gpuworker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/kinflow/kinflow/internal/gpujob"
+)
+
+// Application error types the step activities return (the EmbedJob workflow
+// and the Temporal UI show them).
+const (
+	// ErrTypeInvalidStepInput: the work file or step input is wrong; not retried.
+	ErrTypeInvalidStepInput = "InvalidStepInput"
+	// ErrTypeStepConfig: this host cannot run the step as configured; not retried.
+	ErrTypeStepConfig = "StepConfig"
+	// ErrTypeStepFailed: the step program failed; retried (written files are kept).
+	ErrTypeStepFailed = "StepFailed"
+)
+
+// heartbeatEvery is how often a running step heartbeats even without new
+// files: a batch of long sequences can run for many minutes, and heartbeats
+// are how the worker learns of a cancellation and the server of a dead host.
+const heartbeatEvery = 10 * time.Second
+
+// heartbeatInterval is heartbeatEvery, or a third of the activity's heartbeat
+// timeout when that is shorter, so a live step is never taken for dead.
+func heartbeatInterval(timeout time.Duration) time.Duration {
+	if timeout > 0 && timeout/3 < heartbeatEvery {
+		return max(timeout/3, 100*time.Millisecond)
+	}
+	return heartbeatEvery
+}
+
+// StepProgress is a step activity's heartbeat detail.
+type StepProgress struct {
+	FilesDone  int `json:"files_done"`
+	FilesTotal int `json:"files_total"`
+}
+
+// Activities are the GPU step activities and their dependencies. One method,
+// RunStep, is registered once per active step key, under the key's name.
+type Activities struct {
+	Engine *Engine
+	Layout Layout
+	Logs   *JobLogs
+	Log    *slog.Logger
+	// Known records the jobs this host has worked on (for /health counts);
+	// may be nil.
+	Known *Registry
+}
+
+// Register registers RunStep under every active step key.
+func (a *Activities) Register(r worker.ActivityRegistry) {
+	for _, k := range ActiveSteps {
+		r.RegisterActivityWithOptions(a.RunStep, activity.RegisterOptions{Name: k})
+	}
+}
+
+// RunStep runs one step of an EmbedJob: the step is the activity's type name.
+// It reads its seq ids and sequences from the work file, skips sequences
+// whose files exist, runs the rest in batches, heartbeats with the files
+// done, and reports every expected file still missing. Files missing after
+// every batch ran to completion are reported in StepResult.Missing with a nil
+// error; a crashed program is a retryable StepFailed error (a retry redoes
+// only the missing files).
+func (a *Activities) RunStep(ctx context.Context, in gpujob.StepInput) (gpujob.StepResult, error) {
+	info := activity.GetInfo(ctx)
+	step, ok := CanonicalStep(info.ActivityType.Name)
+	if !ok {
+		return gpujob.StepResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("activity type %q is not a step key", info.ActivityType.Name), ErrTypeInvalidStepInput, nil)
+	}
+	if in.StepKey != "" {
+		if c, _ := CanonicalStep(in.StepKey); c != step {
+			return gpujob.StepResult{}, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("step input names %q but the activity is %q", in.StepKey, step), ErrTypeInvalidStepInput, nil)
+		}
+	}
+	res := gpujob.StepResult{StepKey: step}
+	// A GPU job id (32 hex) or the CPU worker's "local-<job id>": it names
+	// the step log file, so it must be a safe file name.
+	if err := CheckSeqID(in.GPUJobID); err != nil {
+		return res, temporal.NewNonRetryableApplicationError("invalid job id: "+err.Error(), ErrTypeInvalidStepInput, nil)
+	}
+	log := a.Log.With("job_id", in.GPUJobID, "step", step, "attempt", info.Attempt)
+	if a.Known != nil {
+		a.Known.Add(in.GPUJobID)
+	}
+	seqs, method, err := a.stepSeqs(in.WorkFile, step)
+	log = log.With("method", method)
+	if err != nil {
+		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidStepInput, nil)
+	}
+	res.Requested = len(seqs)
+
+	jl, err := a.Logs.Open(in.GPUJobID)
+	if err != nil {
+		log.Warn("open job log", "error", err)
+		jl = nil
+	}
+	defer jl.Close()
+	if !a.Logs.Contains(in.GPUJobID, "JOB_START ") {
+		jl.Printf("JOB_START job_id=%s", in.GPUJobID)
+	}
+	var prev StepProgress
+	if activity.HasHeartbeatDetails(ctx) && activity.GetHeartbeatDetails(ctx, &prev) == nil {
+		log.Info("step resumes after a retry", "files_done_before", prev.FilesDone)
+		jl.Printf("STEP_RESUME job_id=%s step=%s attempt=%d files_done_before=%d", in.GPUJobID, step, info.Attempt, prev.FilesDone)
+	}
+	jl.Printf("STEP_START job_id=%s step=%s seq_count=%d executor=%s", in.GPUJobID, step, len(seqs), a.Engine.Runner.Name())
+	log.Info("step started", "seq_count", len(seqs))
+
+	// Heartbeat on every batch and on a ticker in between.
+	progress := make(chan StepProgress, 1)
+	hbCtx, stopHB := context.WithCancel(ctx)
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		t := time.NewTicker(heartbeatInterval(info.HeartbeatTimeout))
+		defer t.Stop()
+		var last StepProgress
+		for {
+			select {
+			case <-hbCtx.Done():
+				return
+			case p := <-progress:
+				last = p
+				activity.RecordHeartbeat(ctx, last)
+			case <-t.C:
+				activity.RecordHeartbeat(ctx, last)
+			}
+		}
+	}()
+	out, err := a.Engine.RunStep(ctx, StepRequest{
+		JobID: in.GPUJobID, StepKey: step, Seqs: seqs, Log: jl,
+		Progress: func(done, total int) {
+			p := StepProgress{FilesDone: done, FilesTotal: total}
+			select {
+			case progress <- p:
+			default:
+				select {
+				case <-progress:
+				default:
+				}
+				progress <- p
+			}
+		},
+	})
+	stopHB()
+	<-hbDone
+	res.Existing, res.Written = out.Existing, out.Written
+	res.Missing = FormatMissing(out.Missing)
+	if err != nil {
+		jl.Printf("STEP_FAILED job_id=%s step=%s error=%v", in.GPUJobID, step, err)
+		log.Warn("step stopped", "error", err)
+		return res, err
+	}
+	for _, m := range out.Missing {
+		jl.Printf("STEP_MISSING job_id=%s step=%s seq_id=%s path=%s reason=%s", in.GPUJobID, step, m.SeqID, m.Path, m.Reason)
+	}
+	if out.Failure != nil {
+		var ce *ConfigError
+		msg := fmt.Sprintf("step %s: %v; %d of %d files missing: %s; worker log: %s",
+			step, out.Failure, len(out.Missing), res.Existing+res.Written+len(out.Missing), describeMissing(out.Missing, 20), a.Logs.Path(in.GPUJobID))
+		jl.Printf("STEP_FAILED job_id=%s step=%s error=%s", in.GPUJobID, step, msg)
+		log.Warn("step failed", "error", out.Failure, "missing", len(out.Missing))
+		if errors.As(out.Failure, &ce) {
+			return res, temporal.NewNonRetryableApplicationError(msg, ErrTypeStepConfig, out.Failure, res)
+		}
+		return res, temporal.NewApplicationErrorWithCause(msg, ErrTypeStepFailed, out.Failure, res)
+	}
+	jl.Printf("STEP_DONE job_id=%s step=%s written=%d existing=%d missing=%d batches=%d", in.GPUJobID, step, res.Written, res.Existing, len(res.Missing), out.Batches)
+	log.Info("step done", "written", res.Written, "existing", res.Existing, "missing", len(res.Missing), "batches", out.Batches)
+	return res, nil
+}
+
+// stepSeqs reads the work file and returns step's sequences (from step_work
+// entries whose key maps to step) with their expected outputs.
+func (a *Activities) stepSeqs(workFile, step string) (_ []SeqItem, method string, err error) {
+	w, err := ReadWorkFile(workFile)
+	if err != nil {
+		return nil, "", err
+	}
+	method = w.MethodKey
+	seen := map[string]bool{}
+	var out []SeqItem
+	for key, ids := range w.StepWork {
+		if c, _ := CanonicalStep(key); c != step {
+			continue
+		}
+		for _, id := range ids {
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			seq, ok := w.SeqIDToSeq[id]
+			if !ok {
+				return nil, method, fmt.Errorf("work file %s: seq_id %s of step %s has no sequence", workFile, id, key)
+			}
+			if err := CheckSequence(seq); err != nil {
+				return nil, method, fmt.Errorf("work file %s: seq_id %s: %w", workFile, id, err)
+			}
+			paths, err := a.Layout.ExpectedPaths(step, id)
+			if err != nil {
+				return nil, method, fmt.Errorf("expected files of %s for %s: %w", step, id, err)
+			}
+			out = append(out, SeqItem{SeqID: id, Sequence: seq, Outputs: paths})
+		}
+	}
+	return out, method, nil
+}
+
+// ReadWorkFile reads a gpujob.Work JSON file.
+func ReadWorkFile(path string) (*gpujob.Work, error) {
+	if path == "" {
+		return nil, errors.New("no work file")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read work file: %w", err)
+	}
+	var w gpujob.Work
+	if err := json.Unmarshal(data, &w); err != nil {
+		return nil, fmt.Errorf("parse work file %s: %w", path, err)
+	}
+	return &w, nil
+}
+
+// WorkerOptions are the GPU task queue worker's settings.
+type WorkerOptions struct {
+	// TaskQueue is the GPU task queue (config GPUTaskQueue).
+	TaskQueue string
+	// Slots is how many steps run at once (config GPUSlots); below 1 means 1.
+	Slots int
+	// Interceptors wrap every activity (step-duration metrics).
+	Interceptors []interceptor.WorkerInterceptor
+}
+
+// NewWorker makes the GPU task queue's worker with the step activities
+// registered. Its activity slots are Slots (default 1), never the SDK's
+// default of 1,000: each step holds a GPU's memory.
+func NewWorker(c client.Client, o WorkerOptions, a *Activities) worker.Worker {
+	slots := max(o.Slots, 1)
+	w := worker.New(c, o.TaskQueue, worker.Options{
+		MaxConcurrentActivityExecutionSize: slots,
+		// A GPU host takes work only when it has a free slot, so a second
+		// host on the same queue gets the next step instead of this one.
+		MaxConcurrentActivityTaskPollers: 1,
+		// Step activities run to completion on a shutdown only if the
+		// workflow's heartbeat timeout allows; give them time to stop their
+		// program cleanly.
+		WorkerStopTimeout: killGrace + 5*time.Second,
+		Interceptors:      o.Interceptors,
+	})
+	a.Register(w)
+	return w
+}
+
+// joinLines joins lines with newlines (log tails in errors).
+func joinLines(lines []string) string { return strings.Join(lines, "\n") }

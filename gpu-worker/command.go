@@ -1,0 +1,232 @@
+package gpuworker
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// ExitOutOfMemory is the exit code by which a step program says the batch did
+// not fit in GPU memory (EX_TEMPFAIL from sysexits.h: "try again later",
+// here: with fewer sequences).
+const ExitOutOfMemory = 75
+
+// OOMMarker, as a line of its own on stderr, says the same as exit code 75
+// when the program exits non-zero.
+const OOMMarker = "KINFLOW_OOM"
+
+// oomTexts are what PyTorch prints when CUDA memory runs out; a program that
+// dies with one of them on stderr is treated as out of memory, so that
+// unmodified scripts are split and retried too.
+var oomTexts = []string{"CUDA out of memory", "torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError"}
+
+// killGrace is how long a cancelled program has, after SIGTERM to its process
+// group, to commit the file it is writing before SIGKILL.
+const killGrace = 20 * time.Second
+
+// Manifest is the JSON file a step program reads ({manifest_file}).
+type Manifest struct {
+	Version   int       `json:"version"`
+	JobID     string    `json:"job_id"`
+	StepKey   string    `json:"step_key"`
+	Batch     int       `json:"batch"`
+	MediaRoot string    `json:"media_root"`
+	Seqs      []SeqItem `json:"seqs"`
+}
+
+// CommandRunner runs each batch as the step's configured program
+// (GPU_EMBED_STEP_CMD_<STEP>), without a shell.
+type CommandRunner struct {
+	Settings  *Settings
+	MediaRoot string
+}
+
+// Name implements BatchRunner.
+func (r *CommandRunner) Name() string { return "command" }
+
+// RunBatch implements BatchRunner.
+func (r *CommandRunner) RunBatch(ctx context.Context, b BatchJob) error {
+	tmpl, ok := r.Settings.Commands[b.StepKey]
+	if !ok {
+		return &ConfigError{Msg: fmt.Sprintf("no command for step %s: set %s%s in the GPU host's env file", b.StepKey, EnvStepCmdPrefix, strings.ToUpper(b.StepKey))}
+	}
+	if err := os.MkdirAll(r.Settings.ScratchDir, 0o755); err != nil {
+		return fmt.Errorf("create scratch dir: %w", err)
+	}
+	dir, err := os.MkdirTemp(r.Settings.ScratchDir, b.JobID+"-"+b.StepKey+"-")
+	if err != nil {
+		return fmt.Errorf("create batch dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+
+	manifest := filepath.Join(dir, "manifest.json")
+	mapFile := filepath.Join(dir, "seq_id_to_seq.json")
+	m := Manifest{Version: 1, JobID: b.JobID, StepKey: b.StepKey, Batch: b.Index, MediaRoot: r.MediaRoot, Seqs: b.Items}
+	ids := make([]string, len(b.Items))
+	idToSeq := make(map[string]string, len(b.Items))
+	for i, it := range b.Items {
+		ids[i] = it.SeqID
+		idToSeq[it.SeqID] = it.Sequence
+	}
+	if err := writeJSON(manifest, m); err != nil {
+		return err
+	}
+	if err := writeJSON(mapFile, idToSeq); err != nil {
+		return err
+	}
+	rep := strings.NewReplacer(
+		"{step_key}", b.StepKey,
+		"{seq_ids}", strings.Join(ids, ","),
+		"{seq_count}", strconv.Itoa(len(ids)),
+		"{seq_id_to_seq_file}", mapFile,
+		"{manifest_file}", manifest,
+		"{job_id}", b.JobID,
+	)
+	argv := make([]string, len(tmpl))
+	for i, t := range tmpl {
+		argv[i] = rep.Replace(t)
+	}
+
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Dir = dir
+	cmd.Env = append(append([]string(nil), r.Settings.ProgramEnv...),
+		"KINFLOW_JOB_ID="+b.JobID,
+		"KINFLOW_STEP_KEY="+b.StepKey,
+		"KINFLOW_MANIFEST="+manifest,
+		"KINFLOW_SEQ_ID_TO_SEQ_FILE="+mapFile,
+		"KINFLOW_MEDIA_ROOT="+r.MediaRoot,
+	)
+	if !hasEnv(cmd.Env, "PYTHONUNBUFFERED") {
+		cmd.Env = append(cmd.Env, "PYTHONUNBUFFERED=1")
+	}
+	// Own process group: cancellation must reach the model processes a
+	// wrapper script starts, not only the wrapper.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+	cmd.WaitDelay = killGrace
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return fmt.Errorf("stdout pipe: %w", err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return fmt.Errorf("stderr pipe: %w", err)
+	}
+	b.Log.Printf("$ %s", quoteArgv(argv))
+	if err := cmd.Start(); err != nil {
+		return &ConfigError{Msg: fmt.Sprintf("start step program for %s: %v", b.StepKey, err)}
+	}
+	var oom atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); copyLines(stdout, b.Log, "[stdout] ", nil) }()
+	go func() {
+		defer wg.Done()
+		copyLines(stderr, b.Log, "[stderr] ", func(line string) {
+			if strings.TrimSpace(line) == OOMMarker {
+				oom.Store(true)
+			}
+			for _, t := range oomTexts {
+				if strings.Contains(line, t) {
+					oom.Store(true)
+				}
+			}
+		})
+	}()
+	wg.Wait()
+	err = cmd.Wait()
+	if ctx.Err() != nil {
+		// Kill whatever the program left behind in its group.
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		return ctx.Err()
+	}
+	if err == nil {
+		return nil
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code := ee.ExitCode()
+		if code == ExitOutOfMemory || oom.Load() {
+			return fmt.Errorf("step program exit %d: %w", code, ErrOutOfMemory)
+		}
+		if code < 0 {
+			return fmt.Errorf("step program killed by %v", ee.Sys())
+		}
+		return fmt.Errorf("step program exit %d", code)
+	}
+	return fmt.Errorf("run step program: %w", err)
+}
+
+// ConfigError is a step that cannot run on this host as configured (no
+// command, a program that cannot start): retrying will not help.
+type ConfigError struct{ Msg string }
+
+func (e *ConfigError) Error() string { return e.Msg }
+
+// copyLines copies r into log line by line with prefix, calling see on each.
+func copyLines(r io.Reader, log *JobLog, prefix string, see func(string)) {
+	br := bufio.NewReaderSize(r, 64*1024)
+	for {
+		line, err := br.ReadString('\n')
+		if line != "" {
+			line = strings.TrimRight(line, "\r\n")
+			// A progress bar can print megabytes without a newline; keep the
+			// log readable.
+			if len(line) > 8192 {
+				line = line[:8192] + "…"
+			}
+			log.Printf("%s%s", prefix, line)
+			if see != nil {
+				see(line)
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func hasEnv(env []string, key string) bool {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, key+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+// quoteArgv renders argv for the log as a shell would read it back.
+func quoteArgv(argv []string) string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		if a != "" && !strings.ContainsAny(a, " \t\n'\"\\$`;&|<>*?()[]{}#~!") {
+			out[i] = a
+			continue
+		}
+		out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(out, " ")
+}
+
+func writeJSON(path string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", filepath.Base(path), err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,215 @@
+package gpuworker
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestParseEnvFile(t *testing.T) {
+	src := `# GPU host
+export GPU_EMBED_TOKS_PER_BATCH=2048   # tokens
+GPU_NAME="NVIDIA \"H200\" \$x"
+METHODA_T5_MODEL_PATH='/models/prot t5 # not a comment'
+EMPTY=
+GPU_EMBED_STEP_CMD_METHODD_ESM1B=python3 /opt/esm1b.py --manifest {manifest_file}
+
+SPACED = value with spaces
+`
+	m, err := ParseEnvFile([]byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"GPU_EMBED_TOKS_PER_BATCH":         "2048",
+		"GPU_NAME":                         `NVIDIA "H200" $x`,
+		"METHODA_T5_MODEL_PATH":            "/models/prot t5 # not a comment",
+		"EMPTY":                            "",
+		"GPU_EMBED_STEP_CMD_METHODD_ESM1B": "python3 /opt/esm1b.py --manifest {manifest_file}",
+		"SPACED":                           "value with spaces",
+	}
+	if len(m) != len(want) {
+		t.Fatalf("got %v", m)
+	}
+	for k, v := range want {
+		if m[k] != v {
+			t.Errorf("%s = %q, want %q", k, m[k], v)
+		}
+	}
+	for _, bad := range []string{"NOEQUALS", "1BAD=x", "A='open", `A="open`, `A="x" trailing`, "BAD-KEY=1"} {
+		if _, err := ParseEnvFile([]byte(bad)); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestSplitCommand(t *testing.T) {
+	cases := map[string][]string{
+		`python3 run.py --ids {seq_ids}`:        {"python3", "run.py", "--ids", "{seq_ids}"},
+		`a 'b c' "d \"e\" \$f" g\ h`:            {"a", "b c", `d "e" $f`, "g h"},
+		`  lead   trail  `:                      {"lead", "trail"},
+		`x"y"'z'`:                               {"xyz"},
+		`""`:                                    {""},
+		`a "back\slash"`:                        {"a", `back\slash`},
+		"cmd --file={seq_id_to_seq_file} $HOME": {"cmd", "--file={seq_id_to_seq_file}", "$HOME"},
+	}
+	for in, want := range cases {
+		got, err := SplitCommand(in)
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("SplitCommand(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{`a 'b`, `a "b`, `a\`} {
+		if _, err := SplitCommand(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func FuzzSplitCommand(f *testing.F) {
+	for _, s := range []string{`a 'b c' "d"`, `x\ y`, `"\$"`, "", `'`, `a"b'c"d'`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		words, err := SplitCommand(s)
+		if err != nil {
+			return
+		}
+		// Re-quoting every word and splitting again gives the same words.
+		var b strings.Builder
+		for i, w := range words {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString("'" + strings.ReplaceAll(w, "'", `'\''`) + "'")
+		}
+		again, err := SplitCommand(b.String())
+		if err != nil || !slices.Equal(again, words) {
+			t.Fatalf("round trip of %q: %q → %q (%v)", s, words, again, err)
+		}
+	})
+}
+
+func FuzzParseEnvFile(f *testing.F) {
+	f.Add("A=1\n# c\nexport B='x y'\nC=\"q\\\"\"\n")
+	f.Add("=\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		m, err := ParseEnvFile([]byte(s))
+		if err != nil {
+			return
+		}
+		for k := range m {
+			if !validEnvKey(k) {
+				t.Fatalf("invalid key %q accepted", k)
+			}
+		}
+	})
+}
+
+func TestLoadSettings(t *testing.T) {
+	file := map[string]string{
+		"GPU_EMBED_STEP_CMD_METHODF_ESM1V":      `python3 esm1v.py --manifest {manifest_file} --name 'a b'`,
+		"GPU_EMBED_TOKS_PER_BATCH":              "2000",
+		"GPU_EMBED_TOKS_PER_BATCH_METHODG_ESM2": "6000",
+		"GPU_EMBED_MAX_RESIDUES_METHODG_ESM2":   "1022",
+		"GPU_EMBED_MAX_RESIDUES_METHODF_ESM1V":  "0",
+		"METHODE_CHECKPOINT_ROOT":               "/ckpt",
+		"KINFLOW_TEST_ONLY_IN_FILE":             "from-file",
+	}
+	s, err := LoadSettings(LayeredLookup(file), file, "/media")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Commands["methodf_esm1v"]; !slices.Equal(got, []string{"python3", "esm1v.py", "--manifest", "{manifest_file}", "--name", "a b"}) {
+		t.Errorf("command %q", got)
+	}
+	if s.TokenBudget("methodg_esm2") != 6000 || s.TokenBudget("prot_t5_mean") != 2000 {
+		t.Errorf("budgets %d %d", s.TokenBudget("methodg_esm2"), s.TokenBudget("prot_t5_mean"))
+	}
+	if s.MaxResidues["methodg_esm2"] != 1022 || s.MaxResidues["methodf_esm1v"] != 0 || s.MaxResidues["methodd_esm1b"] != 1022 {
+		t.Errorf("max residues %v", s.MaxResidues)
+	}
+	if s.JobLogDir != filepath.Join("/media", "gpu_jobs", "logs") || s.MethodECheckpointRoot != "/ckpt" {
+		t.Errorf("log dir %q, ckpt %q", s.JobLogDir, s.MethodECheckpointRoot)
+	}
+	if !slices.Contains(s.ProgramEnv, "KINFLOW_TEST_ONLY_IN_FILE=from-file") {
+		t.Error("env file entries must reach step programs")
+	}
+
+	for name, bad := range map[string]map[string]string{
+		"unknown step":    {"GPU_EMBED_STEP_CMD_NOPE": "x"},
+		"deprecated step": {"GPU_EMBED_STEP_CMD_METHODA_BINDSITES": "x"},
+		"bad quote":       {"GPU_EMBED_STEP_CMD_PROT_T5_MEAN": "x 'y"},
+		"bad budget":      {"GPU_EMBED_TOKS_PER_BATCH": "lots"},
+		"bad step budget": {"GPU_EMBED_TOKS_PER_BATCH_PROT_T5_MEAN": "0"},
+	} {
+		if _, err := LoadSettings(LayeredLookup(bad), bad, "/m"); err == nil {
+			t.Errorf("%s accepted", name)
+		}
+	}
+	t.Setenv("GPU_EMBED_TOKS_PER_BATCH", "999")
+	s, _ = LoadSettings(LayeredLookup(file), file, "/media")
+	if s.ToksPerBatch != 999 {
+		t.Errorf("the process environment must win: %d", s.ToksPerBatch)
+	}
+}
+
+func TestLoadEnvFileFromDisk(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "gpu.env")
+	if err := os.WriteFile(p, []byte("GPU_NAME=test-gpu\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m, err := LoadEnvFile(p)
+	if err != nil || m["GPU_NAME"] != "test-gpu" {
+		t.Fatalf("%v %v", m, err)
+	}
+	if _, err := LoadEnvFile(p + ".missing"); err == nil {
+		t.Fatal("missing file accepted")
+	}
+}
+
+func TestArtefactChecks(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := syntheticNPY("k", 3, 5)
+	if err := CheckArtefact(write("ok.npy", good)); err != nil {
+		t.Errorf("good npy: %v", err)
+	}
+	if err := CheckArtefact(write("short.npy", good[:len(good)-4])); err == nil {
+		t.Error("truncated npy accepted")
+	}
+	if err := CheckArtefact(write("junk.npy", []byte("hello world, not numpy"))); err == nil {
+		t.Error("junk npy accepted")
+	}
+	if err := CheckArtefact(write("empty.npy", nil)); err == nil {
+		t.Error("empty file accepted")
+	}
+	if err := CheckArtefact(write("ok.pt", syntheticPT("k"))); err != nil {
+		t.Errorf("good pt: %v", err)
+	}
+	if err := CheckArtefact(write("legacy.pt", append(append([]byte{}, legacyTorchMagic...), 1, 2, 3))); err != nil {
+		t.Errorf("legacy pt: %v", err)
+	}
+	if err := CheckArtefact(write("junk.pt", []byte("PK not really"))); err == nil {
+		t.Error("junk pt accepted")
+	}
+}
+
+func FuzzNPYHeader(f *testing.F) {
+	f.Add(syntheticNPY("a", 2, 3))
+	f.Add([]byte("\x93NUMPY\x01\x00\x10\x00{'descr': '<f4'"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		n, err := parseNPYHeader(b)
+		if err == nil && n < 10 {
+			t.Fatalf("header of %d bytes accepted", n)
+		}
+	})
+}

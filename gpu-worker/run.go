@@ -1,0 +1,200 @@
+package gpuworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/kinflow/kinflow/internal/config"
+	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/lease"
+	"github.com/kinflow/kinflow/internal/metrics"
+)
+
+// Deps are what a GPU host needs. cmd/kinflow's gpu-worker role and the
+// all-in-one `kinflow dev` fill them.
+type Deps struct {
+	Config *config.Config
+	// Client is a connected Temporal client (not closed by the host).
+	Client client.Client
+	Log    *slog.Logger
+	// Settings are the env file's settings; nil loads Config.GPUEnvFile.
+	Settings *Settings
+	// Runner overrides the executor chosen by Config.StepExecutor.
+	Runner BatchRunner
+	// Layout overrides the artefact layout (TableLayout on the media root).
+	Layout Layout
+	// WorkflowTaskQueue runs EmbedJob workflows submitted over HTTP; empty
+	// means Config.CPUTaskQueue.
+	WorkflowTaskQueue string
+	// Listener overrides listening on Config.GPUListen.
+	Listener net.Listener
+	// RegisterWorkflows, when set, registers workflows on the GPU queue's
+	// worker too (tests; a host that runs EmbedJob itself).
+	RegisterWorkflows func(worker.WorkflowRegistry)
+	// Metrics records step durations and the HTTP API's latency; nil
+	// records nothing.
+	Metrics *metrics.Metrics
+}
+
+// Host is one GPU host: its worker and its HTTP API.
+type Host struct {
+	Activities *Activities
+	Server     *Server
+	Worker     worker.Worker
+	deps       Deps
+}
+
+// New builds a host from d without starting anything.
+func New(ctx context.Context, d Deps) (*Host, error) {
+	if d.Config == nil || d.Client == nil {
+		return nil, errors.New("gpu host: Config and Client are required")
+	}
+	cfg := d.Config
+	log := d.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("role", "gpu-worker")
+	st := d.Settings
+	if st == nil {
+		var err error
+		if st, err = settingsFromConfig(cfg); err != nil {
+			return nil, err
+		}
+	}
+	acts := newActivities(cfg, st, d.Runner, d.Layout, log)
+	layout, logs, known, runner := acts.Layout, acts.Logs, acts.Known, acts.Engine.Runner
+	wq := d.WorkflowTaskQueue
+	if wq == "" {
+		wq = cfg.CPUTaskQueue
+	}
+	srv := NewServer(ServerOptions{
+		Client: d.Client, Logs: logs, Known: known, Layout: layout, MediaRoot: cfg.MediaRoot,
+		WorkflowTaskQueue: wq, GPUTaskQueue: cfg.GPUTaskQueue, Token: cfg.GPUEmbedServiceToken,
+		MaxBodyBytes: cfg.MaxUploadBytes,
+		Health:       &HealthProbe{Executor: runner.Name(), FallbackName: st.GPUName},
+		Log:          log, Base: ctx,
+		Observe: func(method, route string, code int, took time.Duration) {
+			d.Metrics.HTTPRequest("gpu", method, route, code, took)
+		},
+	})
+	wo := WorkerOptions{TaskQueue: cfg.GPUTaskQueue, Slots: cfg.GPUSlots}
+	if d.Metrics != nil {
+		wo.Interceptors = append(wo.Interceptors, d.Metrics.WorkerInterceptor())
+	}
+	w := NewWorker(d.Client, wo, acts)
+	if d.RegisterWorkflows != nil {
+		d.RegisterWorkflows(w)
+	}
+	return &Host{Activities: acts, Server: srv, Worker: w, deps: d}, nil
+}
+
+// shutdownGrace is how long in-flight HTTP requests get at shutdown; every
+// handler is bounded by temporalCallTimeout, so this is enough.
+const shutdownGrace = 10 * time.Second
+
+// Run starts the worker and the HTTP server and runs until ctx is done, then
+// stops both. It returns the first error that stopped it early.
+func (h *Host) Run(ctx context.Context) error {
+	cfg := h.deps.Config
+	log := h.Activities.Log
+	ln := h.deps.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", cfg.GPUListen); err != nil {
+			return fmt.Errorf("listen on %s: %w", cfg.GPUListen, err)
+		}
+	}
+	if err := h.Worker.Start(); err != nil {
+		ln.Close()
+		return fmt.Errorf("start GPU worker on %s: %w", cfg.GPUTaskQueue, err)
+	}
+	defer h.Worker.Stop()
+	hs := &http.Server{
+		Handler:           h.Server,
+		ReadHeaderTimeout: 10 * time.Second, // slow-loris guard; bodies may be large
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	log.Info("GPU host started", "listen", ln.Addr().String(), "task_queue", cfg.GPUTaskQueue,
+		"slots", max(cfg.GPUSlots, 1), "executor", h.Activities.Engine.Runner.Name())
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("GPU service HTTP: %w", err)
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		log.Warn("GPU service HTTP shutdown", "error", err)
+	}
+	log.Info("GPU host stopped")
+	return nil
+}
+
+// Run builds a GPU host from d and runs it until ctx is done: the entry point
+// for `kinflow gpu-worker` and `kinflow dev`.
+func Run(ctx context.Context, d Deps) error {
+	h, err := New(ctx, d)
+	if err != nil {
+		return err
+	}
+	return h.Run(ctx)
+}
+
+// newActivities builds the step activities: runner and layout default to the
+// configured executor (StepExecutor) and the media root's table layout.
+func newActivities(cfg *config.Config, st *Settings, runner BatchRunner, layout Layout, log *slog.Logger) *Activities {
+	var el *embedding.Layout
+	if layout == nil {
+		var err error
+		if el, err = embedding.LayoutFromConfig(cfg); err == nil {
+			layout = EmbeddingLayout{L: el}
+		} else {
+			log.Warn("embedding layout; using the GPU host's own table", "error", err)
+		}
+	}
+	if runner == nil {
+		switch cfg.StepExecutor {
+		case "command":
+			runner = &CommandRunner{Settings: st, MediaRoot: cfg.MediaRoot}
+			var unset []string
+			for _, k := range ActiveSteps {
+				if _, ok := st.Commands[k]; !ok {
+					unset = append(unset, k)
+				}
+			}
+			if len(unset) > 0 {
+				log.Warn("command executor: steps without a command fail when asked", "steps", strings.Join(unset, ","))
+			}
+		default:
+			runner = &SyntheticRunner{Layout: el, Delay: st.SyntheticDelay}
+		}
+	}
+	if layout == nil {
+		layout = TableLayout{MediaRoot: cfg.MediaRoot, MethodECheckpointRoot: st.MethodECheckpointRoot}
+	}
+	host, _ := os.Hostname()
+	leases := &lease.Leases{
+		Dir: filepath.Join(cfg.MediaRoot, "sequence_info", ".leases"), TTL: leaseTTL,
+		Owner: fmt.Sprintf("%s/%d", host, os.Getpid()),
+	}
+	return &Activities{
+		Engine: &Engine{Runner: runner, Settings: st, Log: log, Leases: leases},
+		Layout: layout, Logs: &JobLogs{Dir: st.JobLogDir}, Log: log, Known: NewRegistry(),
+	}
+}

@@ -1,0 +1,241 @@
+package gpuworker
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Environment-file keys (docs/gpu-host.md lists them with their meaning).
+const (
+	// EnvStepCmdPrefix + upper-cased step key holds a step's command template.
+	EnvStepCmdPrefix = "GPU_EMBED_STEP_CMD_"
+	// EnvToksPerBatch is the token budget of one batch (all steps).
+	EnvToksPerBatch = "GPU_EMBED_TOKS_PER_BATCH"
+	// EnvToksPerBatchPrefix + STEP overrides the budget for one step.
+	EnvToksPerBatchPrefix = "GPU_EMBED_TOKS_PER_BATCH_"
+	// EnvMaxBatchSeqs caps the sequences of one batch (0: only the budget).
+	EnvMaxBatchSeqs = "GPU_EMBED_MAX_BATCH_SEQS"
+	// EnvMaxResiduesPrefix + STEP is the longest sequence the step's model takes.
+	EnvMaxResiduesPrefix = "GPU_EMBED_MAX_RESIDUES_"
+	// EnvJobLogDir holds the per-job step logs <dir>/<job_id>.log.
+	EnvJobLogDir = "GPU_EMBED_JOB_LOG_DIR"
+	// EnvScratchDir holds the manifests of running batches.
+	EnvScratchDir = "GPU_EMBED_SCRATCH_DIR"
+	// EnvErrorLogTailLines is how many log lines a failed step's error quotes.
+	EnvErrorLogTailLines = "GPU_EMBED_ERROR_LOG_TAIL_LINES"
+	// EnvSyntheticDelayMS is the synthetic executor's time per sequence.
+	EnvSyntheticDelayMS = "GPU_EMBED_SYNTHETIC_DELAY_MS"
+	// EnvGPUName names the GPU when nvidia-smi is absent.
+	EnvGPUName = "GPU_NAME"
+	// EnvMethodECheckpointRoot is where method E's model.pt files are.
+	EnvMethodECheckpointRoot = "METHODE_CHECKPOINT_ROOT"
+)
+
+// DefaultToksPerBatch is fair-esm's default toks_per_batch (extract.py): a
+// batch of this many padded tokens fits a 650M model on a 16 GB GPU.
+const DefaultToksPerBatch = 4096
+
+// Settings are the GPU host's settings from its environment file (and the
+// process environment, which wins).
+type Settings struct {
+	// Commands holds each step's tokenised command template, by step key.
+	Commands map[string][]string
+	// ToksPerBatch is the default token budget of one batch.
+	ToksPerBatch int
+	// StepToksPerBatch overrides ToksPerBatch per step.
+	StepToksPerBatch map[string]int
+	// MaxBatchSeqs caps the sequences of a batch; 0 means no cap.
+	MaxBatchSeqs int
+	// MaxResidues is the longest sequence each step's model accepts; absent
+	// or 0 means any length.
+	MaxResidues map[string]int
+	// JobLogDir holds <job_id>.log.
+	JobLogDir string
+	// ScratchDir holds batch manifests while a batch runs.
+	ScratchDir string
+	// ErrorLogTailLines is how many log lines a step failure quotes (20..2000).
+	ErrorLogTailLines int
+	// GPUName names the GPU when nvidia-smi is absent ("" → "unknown").
+	GPUName string
+	// MethodECheckpointRoot is METHODE_CHECKPOINT_ROOT.
+	MethodECheckpointRoot string
+	// SyntheticDelay is how long the synthetic executor takes per sequence
+	// (GPU_EMBED_SYNTHETIC_DELAY_MS): it stands in for model time in demos
+	// and in the tests that kill a worker mid-step.
+	SyntheticDelay time.Duration
+	// ProgramEnv is the step programs' environment: the process environment
+	// plus the env file's entries the process does not set.
+	ProgramEnv []string
+}
+
+// Lookup finds a setting: the process environment first, then the env file.
+type Lookup func(key string) (string, bool)
+
+// LayeredLookup looks key up in the process environment, then in file.
+func LayeredLookup(file map[string]string) Lookup {
+	return func(k string) (string, bool) {
+		if v, ok := os.LookupEnv(k); ok {
+			return v, true
+		}
+		v, ok := file[k]
+		return v, ok
+	}
+}
+
+// LoadSettings builds Settings from look (see LayeredLookup) and the env
+// file's entries (passed to step programs). mediaRoot anchors the default log
+// directory.
+func LoadSettings(look Lookup, file map[string]string, mediaRoot string) (*Settings, error) {
+	s := &Settings{
+		Commands:          map[string][]string{},
+		ToksPerBatch:      DefaultToksPerBatch,
+		StepToksPerBatch:  map[string]int{},
+		MaxResidues:       map[string]int{},
+		ErrorLogTailLines: 120,
+	}
+	for k, v := range DefaultMaxResidues {
+		s.MaxResidues[k] = v
+	}
+	get := func(k string) string { v, _ := look(k); return strings.TrimSpace(v) }
+	posInt := func(k string, dst *int, min int) error {
+		v := get(k)
+		if v == "" {
+			return nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < min {
+			return fmt.Errorf("%s=%q: want a whole number, %d or more", k, v, min)
+		}
+		*dst = n
+		return nil
+	}
+	if err := posInt(EnvToksPerBatch, &s.ToksPerBatch, 1); err != nil {
+		return nil, err
+	}
+	if err := posInt(EnvMaxBatchSeqs, &s.MaxBatchSeqs, 0); err != nil {
+		return nil, err
+	}
+	if err := posInt(EnvErrorLogTailLines, &s.ErrorLogTailLines, 0); err != nil {
+		return nil, err
+	}
+	delayMS := 0
+	if err := posInt(EnvSyntheticDelayMS, &delayMS, 0); err != nil {
+		return nil, err
+	}
+	s.SyntheticDelay = time.Duration(delayMS) * time.Millisecond
+	// Clamped like the reference (WIRE-CONTRACT §10.3): enough context to
+	// see a traceback, never a log dump inside a workflow failure.
+	s.ErrorLogTailLines = min(max(s.ErrorLogTailLines, 20), 2000)
+
+	// Every GPU_EMBED_STEP_CMD_*, GPU_EMBED_TOKS_PER_BATCH_* and
+	// GPU_EMBED_MAX_RESIDUES_* key must name an active step: a typo would
+	// otherwise silently fall back to the default.
+	keys := map[string]bool{}
+	for k := range file {
+		keys[k] = true
+	}
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		keys[k] = true
+	}
+	sorted := make([]string, 0, len(keys))
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	sort.Strings(sorted)
+	for _, k := range sorted {
+		var err error
+		switch {
+		case strings.HasPrefix(k, EnvStepCmdPrefix):
+			err = s.setStep(k, EnvStepCmdPrefix, get(k), func(step, v string) error {
+				if v == "" {
+					return nil
+				}
+				argv, err := SplitCommand(v)
+				if err != nil {
+					return err
+				}
+				if len(argv) == 0 {
+					return fmt.Errorf("empty command")
+				}
+				s.Commands[step] = argv
+				return nil
+			})
+		case strings.HasPrefix(k, EnvToksPerBatchPrefix):
+			err = s.setStep(k, EnvToksPerBatchPrefix, get(k), func(step, v string) error {
+				n, err := strconv.Atoi(v)
+				if err != nil || n < 1 {
+					return fmt.Errorf("want a whole number, 1 or more")
+				}
+				s.StepToksPerBatch[step] = n
+				return nil
+			})
+		case strings.HasPrefix(k, EnvMaxResiduesPrefix):
+			err = s.setStep(k, EnvMaxResiduesPrefix, get(k), func(step, v string) error {
+				n, err := strconv.Atoi(v)
+				if err != nil || n < 0 {
+					return fmt.Errorf("want a whole number, 0 (no limit) or more")
+				}
+				s.MaxResidues[step] = n
+				return nil
+			})
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	s.JobLogDir = get(EnvJobLogDir)
+	if s.JobLogDir == "" {
+		// On the media root, not /tmp: several GPU hosts serve one queue, so
+		// the host answering GET …/logs may not be the one that ran a step.
+		s.JobLogDir = filepath.Join(mediaRoot, "gpu_jobs", "logs")
+	}
+	s.ScratchDir = get(EnvScratchDir)
+	if s.ScratchDir == "" {
+		s.ScratchDir = filepath.Join(os.TempDir(), "kinflow-gpu-embed", "scratch")
+	}
+	s.GPUName = get(EnvGPUName)
+	s.MethodECheckpointRoot = get(EnvMethodECheckpointRoot)
+
+	env := os.Environ()
+	fileKeys := make([]string, 0, len(file))
+	for k := range file {
+		if _, set := os.LookupEnv(k); !set {
+			fileKeys = append(fileKeys, k)
+		}
+	}
+	sort.Strings(fileKeys)
+	for _, k := range fileKeys {
+		env = append(env, k+"="+file[k])
+	}
+	s.ProgramEnv = env
+	return s, nil
+}
+
+func (s *Settings) setStep(key, prefix, val string, set func(step, v string) error) error {
+	suffix := strings.ToLower(strings.TrimPrefix(key, prefix))
+	if r, dep := deprecatedSteps[suffix]; dep {
+		return fmt.Errorf("%s: %s is a deprecated step key; set %s%s instead", key, suffix, prefix, strings.ToUpper(r))
+	}
+	if _, ok := CanonicalStep(suffix); !ok {
+		return fmt.Errorf("%s: %q is not an active step key", key, suffix)
+	}
+	if err := set(suffix, val); err != nil {
+		return fmt.Errorf("%s: %w", key, err)
+	}
+	return nil
+}
+
+// TokenBudget is the token budget of one batch of step.
+func (s *Settings) TokenBudget(step string) int {
+	if n, ok := s.StepToksPerBatch[step]; ok {
+		return n
+	}
+	return s.ToksPerBatch
+}
