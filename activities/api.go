@@ -1,0 +1,157 @@
+// Package activities holds the CPU activities of a prediction job, one per
+// step of DESIGN §3: PrepareInput, BuildPlan, GPUHealth, TrackProgress,
+// Predict, Cleanup, Finalize, and the bookkeeping the workflow records as it
+// goes (RecordEvent, MarkStage). The embedding step activities themselves
+// (one per step key) are the GPU host's, registered on the CPU queue too for
+// local computation.
+//
+// Every activity is idempotent: it checks what exists before working and
+// writes files atomically, so a retry after a crash never double-counts.
+package activities
+
+// Error types that retrying cannot fix; the workflow fails the job at once
+// with their message.
+const (
+	ErrInvalidInput  = "InvalidInput"
+	ErrUnknownMethod = "UnknownMethod"
+	ErrJobNotFound   = "JobNotFound"
+	ErrEmbedding     = "EmbeddingFailed"
+	ErrPrediction    = "PredictionFailed"
+)
+
+// JobRef names a job.
+type JobRef struct {
+	JobID string `json:"job_id"`
+}
+
+// StageRef names one stage of a job.
+type StageRef struct {
+	JobID      string `json:"job_id"`
+	StageIndex int    `json:"stage_index"`
+}
+
+// Policy is the part of the worker's configuration the workflow decides
+// with; it travels through PrepareInput's result so that workflow code stays
+// deterministic (a changed environment never changes a replay).
+type Policy struct {
+	GPUConfigured     bool   `json:"gpu_configured"`
+	FailClosed        bool   `json:"fail_closed"`
+	JobTimeoutSeconds int    `json:"job_timeout_seconds"`
+	GPUTaskQueue      string `json:"gpu_task_queue"`
+	CPUTaskQueue      string `json:"cpu_task_queue"`
+	// HeartbeatSeconds is the heartbeat timeout of long activities.
+	HeartbeatSeconds int `json:"heartbeat_seconds"`
+}
+
+// StageInfo describes one (target, method) stage.
+type StageInfo struct {
+	Index       int    `json:"index"`
+	Target      string `json:"target"`
+	MethodKey   string `json:"method_key"`
+	Profile     string `json:"profile"`
+	GPUEligible bool   `json:"gpu_eligible"`
+	// ValidRows is the number of rows the method will predict.
+	ValidRows int `json:"valid_rows"`
+}
+
+// PreparedJob is PrepareInput's result.
+type PreparedJob struct {
+	// AlreadyDone is set when the job was Completed or Failed before: the
+	// workflow then does nothing (duplicate guard).
+	AlreadyDone bool        `json:"already_done"`
+	Rows        int         `json:"rows"`
+	Stages      []StageInfo `json:"stages"`
+	DisableGPU  bool        `json:"disable_gpu"`
+	Policy      Policy      `json:"policy"`
+}
+
+// PlanInput asks for a stage's plan; PostCheck marks a re-plan after
+// embedding work.
+type PlanInput struct {
+	JobID      string `json:"job_id"`
+	StageIndex int    `json:"stage_index"`
+	PostCheck  bool   `json:"post_check"`
+}
+
+// StepCount is one step of a plan with its number of sequences.
+type StepCount struct {
+	StepKey string `json:"step_key"`
+	Count   int    `json:"count"`
+}
+
+// PlanSummary is BuildPlan's result: counts only, the plan itself is a file.
+type PlanSummary struct {
+	// NoPlan is set for a method without shared-cache planning (method J).
+	NoPlan bool `json:"no_plan"`
+	// NoSequences is set when the stage has no valid sequence to embed.
+	NoSequences bool   `json:"no_sequences"`
+	Profile     string `json:"profile"`
+	Total       int    `json:"total"`
+	Cached      int    `json:"cached_already"`
+	Need        int    `json:"need_computation"`
+	// Complete is set when nothing is left to compute (no missing file and
+	// no step work: a method A id can miss only its binding-site row).
+	Complete bool        `json:"complete"`
+	Steps    []StepCount `json:"steps"`
+	// WorkFile is the sparse gpujob.Work of the missing steps (empty when
+	// nothing is missing).
+	WorkFile string `json:"work_file"`
+	// PlanFile is the full plan (JSON) on shared storage.
+	PlanFile string `json:"plan_file"`
+}
+
+// Health is the GPU service's health as the backend sees it (WIRE §9.5).
+type Health struct {
+	Configured bool   `json:"configured"`
+	Online     bool   `json:"online"`
+	Reason     string `json:"reason"`
+}
+
+// Event is one gpuPrecompute transition of a stage (WIRE §2.5 fields).
+type Event struct {
+	JobID      string `json:"job_id"`
+	StageIndex int    `json:"stage_index"`
+	Attempted  bool   `json:"attempted"`
+	UsedGPU    bool   `json:"used_gpu"`
+	Completed  bool   `json:"completed"`
+	Failed     bool   `json:"failed"`
+	Reason     string `json:"reason"`
+	Message    string `json:"message,omitempty"`
+}
+
+// StageMark sets a stage's status (and the job's running stage).
+type StageMark struct {
+	JobID      string `json:"job_id"`
+	StageIndex int    `json:"stage_index"`
+	Status     string `json:"status"` // running, completed, failed
+	Message    string `json:"message,omitempty"`
+	// EmbeddingState, when set, is the stage's embedding state.
+	EmbeddingState string `json:"embedding_state,omitempty"`
+}
+
+// TrackInput starts a stage's progress tracker over its plan file.
+type TrackInput struct {
+	JobID      string `json:"job_id"`
+	StageIndex int    `json:"stage_index"`
+	PlanFile   string `json:"plan_file"`
+}
+
+// PredictResult counts a stage's rows.
+type PredictResult struct {
+	Predicted int  `json:"predicted"`
+	Skipped   int  `json:"skipped"`
+	Synthetic bool `json:"synthetic"`
+}
+
+// FinalizeInput ends a job.
+type FinalizeInput struct {
+	JobID   string `json:"job_id"`
+	Failed  bool   `json:"failed"`
+	Message string `json:"message,omitempty"`
+}
+
+// FinalizeResult reports the end state.
+type FinalizeResult struct {
+	Status   string `json:"status"`
+	Refunded int    `json:"refunded"`
+}

@@ -1,0 +1,252 @@
+package activities
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kinflow/kinflow/internal/fsutil"
+	"github.com/kinflow/kinflow/internal/input"
+	"github.com/kinflow/kinflow/internal/methods"
+	"github.com/kinflow/kinflow/internal/store"
+)
+
+// syntheticExtraInfo is the Extra Info cell of every synthetic value.
+const syntheticExtraInfo = "synthetic backend: stand-in number, not a prediction"
+
+// Finalize ends the job: on success it writes output.csv (WIRE §3) and marks
+// the job Completed; on failure it marks it Failed with the message. Either
+// way the rows that got no prediction are refunded (kinflow difference 8).
+// It is idempotent: a finished job is left as it is.
+func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeResult, error) {
+	job, err := a.Store.Job(ctx, in.JobID)
+	if err != nil {
+		return FinalizeResult{}, err
+	}
+	if job.Status == store.JobCompleted || job.Status == store.JobFailed {
+		return FinalizeResult{Status: job.Status, Refunded: job.RefundedRows}, nil
+	}
+	now := time.Now().UTC()
+	if in.Failed {
+		predicted := 0
+		if out, err := a.assemble(job); err == nil {
+			predicted = out.fullyPredicted
+		}
+		refund := max(0, job.RequestedRows-predicted)
+		msg := in.Message
+		if strings.TrimSpace(msg) == "" {
+			msg = "The prediction failed with an unknown error."
+		}
+		if _, err := a.Store.FinishJob(ctx, job.ID, store.JobFailed, msg, refund, a.Config.PredictionEngine == "synthetic", "", now); err != nil {
+			return FinalizeResult{}, err
+		}
+		a.Log.Info("job failed", "job_id", job.ID, "error", msg, "refunded", refund)
+		return FinalizeResult{Status: store.JobFailed, Refunded: refund}, nil
+	}
+
+	out, err := a.assemble(job)
+	if err != nil {
+		return FinalizeResult{}, err
+	}
+	dir, err := a.jobDir(job.ID)
+	if err != nil {
+		return FinalizeResult{}, err
+	}
+	if err := fsutil.WriteFileAtomic(filepath.Join(dir, "output.csv"), out.csv, 0o644); err != nil {
+		return FinalizeResult{}, err
+	}
+	refund := max(0, job.RequestedRows-out.fullyPredicted)
+	if _, err := a.Store.FinishJob(ctx, job.ID, store.JobCompleted, out.skipSummary, refund, out.synthetic, "jobs/"+job.ID+"/output.csv", now); err != nil {
+		return FinalizeResult{}, err
+	}
+	a.Log.Info("job completed", "job_id", job.ID, "rows", out.rows, "predicted", out.fullyPredicted, "refunded", refund)
+	return FinalizeResult{Status: store.JobCompleted, Refunded: refund}, nil
+}
+
+type assembled struct {
+	csv            []byte
+	rows           int
+	fullyPredicted int
+	skipSummary    string
+	synthetic      bool
+}
+
+// assemble builds output.csv from the input and every stage's predictions
+// (WIRE §3.1–3.2). A stage without predictions (a failed job) leaves its
+// cells blank.
+func (a *Activities) assemble(job *store.Job) (*assembled, error) {
+	dir, err := a.jobDir(job.ID)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(filepath.Join(dir, "input.csv"))
+	if err != nil {
+		return nil, fmt.Errorf("read input of job %s: %w", job.ID, err)
+	}
+	table, err := input.ParseCSV(f, 0)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("read input of job %s: %w", job.ID, err)
+	}
+	var targets []string
+	_ = json.Unmarshal([]byte(job.Targets), &targets)
+	var chosen map[string]any
+	_ = json.Unmarshal([]byte(job.Methods), &chosen)
+
+	n := len(table.Rows)
+	type triple struct {
+		valueCol string
+		target   string
+		pred     stagePredictions
+		has      bool
+	}
+	triples := make([]triple, len(targets))
+	res := &assembled{rows: n}
+	for i, t := range targets {
+		key, _ := chosen[t].(string)
+		col := "kcat (1/s)"
+		if d, ok := a.Catalogue.Get(key); ok {
+			col = d.OutputCols[methods.Target(t)]
+		}
+		tr := triple{valueCol: col, target: t}
+		sd, err := a.stageDir(job.ID, i)
+		if err == nil && fsutil.ReadJSON(filepath.Join(sd, "pred.json"), &tr.pred) == nil && len(tr.pred.Values) == n {
+			tr.has = true
+			res.synthetic = res.synthetic || tr.pred.Synthetic
+		}
+		triples[i] = tr
+	}
+	// Cross-target rule: a row skipped by any stage is blanked in every
+	// target, with the last stage's reason.
+	skip := make([]string, n)
+	for _, tr := range triples {
+		if !tr.has {
+			continue
+		}
+		for r := 0; r < n; r++ {
+			if tr.pred.Values[r] == nil && tr.pred.Reasons[r] != "" {
+				skip[r] = tr.pred.Reasons[r]
+			}
+		}
+	}
+
+	generated := map[string]bool{}
+	var header []string
+	for _, tr := range triples {
+		for _, c := range []string{tr.valueCol, "Source " + tr.target, "Extra Info " + tr.target} {
+			header = append(header, c)
+			generated[c] = true
+		}
+	}
+	var inputCols []int
+	for c, name := range table.Columns {
+		if !generated[name] {
+			header = append(header, name)
+			inputCols = append(inputCols, c)
+		}
+	}
+	simCols := 0
+	if job.IncludeSimilarityColumns && len(targets) > 0 {
+		for _, t := range targets {
+			if t == "kcat" {
+				key, _ := chosen["kcat"].(string)
+				header = append(header, "mean similarity to "+key+" training data", "max similarity to "+key+" training data")
+				simCols = 2
+			}
+		}
+	}
+
+	var buf bytes.Buffer
+	w := csv.NewWriter(&buf)
+	_ = w.Write(header)
+	record := make([]string, 0, len(header))
+	skipped := map[string][]int{}
+	for r := 0; r < n; r++ {
+		record = record[:0]
+		full := true
+		for _, tr := range triples {
+			switch {
+			case skip[r] != "":
+				record = append(record, "", skip[r], "")
+				full = false
+			case !tr.has:
+				record = append(record, "", "", "")
+				full = false
+			case tr.pred.Values[r] == nil:
+				record = append(record, "", tr.pred.Source, "")
+				full = false
+			default:
+				extra := ""
+				if tr.pred.Synthetic {
+					extra = syntheticExtraInfo
+				}
+				record = append(record, pyFloat(*tr.pred.Values[r]), tr.pred.Source, extra)
+			}
+		}
+		if skip[r] != "" {
+			skipped[skip[r]] = append(skipped[skip[r]], r)
+		}
+		if full && len(triples) > 0 {
+			res.fullyPredicted++
+		}
+		for _, c := range inputCols {
+			record = append(record, table.Rows[r].Cells[c])
+		}
+		for i := 0; i < simCols; i++ {
+			record = append(record, "")
+		}
+		_ = w.Write(record)
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		return nil, err
+	}
+	res.csv = buf.Bytes()
+	if len(skipped) > 0 {
+		type group struct {
+			Rows   []int  `json:"rows"`
+			Reason string `json:"reason"`
+		}
+		var groups []group
+		for reason, rows := range skipped {
+			groups = append(groups, group{Rows: rows, Reason: reason})
+		}
+		sort.Slice(groups, func(i, j int) bool { return groups[i].Rows[0] < groups[j].Rows[0] })
+		b, _ := json.Marshal(groups)
+		res.skipSummary = string(b)
+	}
+	return res, nil
+}
+
+// pyFloat formats v as Python's repr(float): the shortest round-trip digits,
+// fixed notation for exponents in [-4, 16) with at least one decimal, else
+// scientific with a sign and two exponent digits (1e-05, 1.5e+16).
+func pyFloat(v float64) string {
+	if math.IsInf(v, 0) || math.IsNaN(v) {
+		return ""
+	}
+	s := strconv.FormatFloat(v, 'e', -1, 64) // d.ddde±XX
+	mant, expStr, _ := strings.Cut(s, "e")
+	exp, _ := strconv.Atoi(expStr)
+	if exp < -4 || exp >= 16 {
+		sign := "+"
+		if exp < 0 {
+			sign, exp = "-", -exp
+		}
+		return fmt.Sprintf("%se%s%02d", mant, sign, exp)
+	}
+	f := strconv.FormatFloat(v, 'f', -1, 64)
+	if !strings.ContainsAny(f, ".") {
+		f += ".0"
+	}
+	return f
+}

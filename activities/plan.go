@@ -1,0 +1,170 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/fsutil"
+	"github.com/kinflow/kinflow/internal/gpujob"
+	"github.com/kinflow/kinflow/internal/methods"
+)
+
+// BuildPlan plans the stage's embedding artefacts (SEED-SPEC §2.4): it maps
+// the valid sequences to seq ids, lists what the cache holds, and writes the
+// full plan and the sparse GPU work to the stage's folder. A post-check
+// (PostCheck) re-plans the same seq ids and records how many files appeared.
+func (a *Activities) BuildPlan(ctx context.Context, in PlanInput) (PlanSummary, error) {
+	rows, err := a.loadRows(in.JobID)
+	if err != nil {
+		return PlanSummary{}, err
+	}
+	if in.StageIndex >= len(rows.Stages) {
+		return PlanSummary{}, temporal.NewNonRetryableApplicationError("no such stage", ErrInvalidInput, nil)
+	}
+	sr := rows.Stages[in.StageIndex]
+	d, ok := a.Catalogue.Get(sr.MethodKey)
+	if !ok {
+		return PlanSummary{}, temporal.NewNonRetryableApplicationError("Invalid method selection: "+sr.MethodKey, ErrUnknownMethod, nil)
+	}
+	if d.Profile == methods.ProfileNone {
+		return PlanSummary{NoPlan: true}, nil
+	}
+	dir, err := a.stageDir(in.JobID, in.StageIndex)
+	if err != nil {
+		return PlanSummary{}, err
+	}
+	planFile := filepath.Join(dir, "plan.json")
+
+	var plan *embedding.Plan
+	var first embedding.Plan
+	havePrev := fsutil.ReadJSON(planFile, &first) == nil
+	if in.PostCheck && havePrev {
+		plan, err = a.Layout.BuildPlan(ctx, embedding.PlanRequest{
+			MethodKey: first.MethodKey, Target: methods.Target(first.Target), Profile: first.Profile,
+			SeqIDs: first.SeqIDs, SeqIDToSeq: first.SeqIDToSeq,
+		})
+	} else {
+		var seqs []string
+		for _, r := range sr.Rows {
+			if r.Reason == "" && r.Seq != "" {
+				seqs = append(seqs, r.Seq)
+			}
+		}
+		if len(seqs) == 0 {
+			return PlanSummary{NoSequences: true, Profile: d.Profile}, nil
+		}
+		plan, err = embedding.PlanSequences(ctx, a.Layout, a.Store, d, methods.Target(sr.Target), seqs)
+	}
+	if errors.Is(err, embedding.ErrNoCacheProfile) {
+		return PlanSummary{NoPlan: true}, nil
+	}
+	if err != nil {
+		return PlanSummary{}, temporal.NewApplicationErrorWithCause("plan_failed: "+err.Error(), "PlanFailed", err)
+	}
+
+	sum := PlanSummary{Profile: plan.Profile, Total: plan.Total, Cached: plan.CachedAlready, Need: plan.NeedComputation,
+		Complete: plan.Complete(), PlanFile: planFile}
+	work := plan.StepWork()
+	for _, sp := range plan.StepPlans {
+		if n := len(sp.MissingSeqIDs); n > 0 {
+			sum.Steps = append(sum.Steps, StepCount{StepKey: sp.StepKey, Count: n})
+		}
+	}
+	if !in.PostCheck || !havePrev {
+		if err := fsutil.WriteJSONAtomic(planFile, plan); err != nil {
+			return PlanSummary{}, err
+		}
+		if err := a.claimEphemeral(ctx, in, d, plan); err != nil {
+			return PlanSummary{}, err
+		}
+	}
+	if len(work) > 0 {
+		sum.WorkFile = filepath.Join(dir, "work.json")
+		w := gpujob.Work{MethodKey: d.Key, Target: sr.Target, Profile: plan.Profile, StepWork: work, SeqIDToSeq: plan.WorkSeqIDToSeq()}
+		if err := fsutil.WriteJSONAtomic(sum.WorkFile, w); err != nil {
+			return PlanSummary{}, err
+		}
+	}
+
+	now := time.Now().UTC()
+	a.Log.Info("embedding plan", "job_id", in.JobID, "stage", in.StageIndex, "method", d.Key, "target", sr.Target, "step", "plan",
+		"post_check", in.PostCheck, "total", plan.Total, "cached", plan.CachedAlready, "need", plan.NeedComputation, "steps", len(sum.Steps))
+	if !in.PostCheck || !havePrev {
+		a.recordCacheLookup(plan)
+		state := "done"
+		if !sum.Complete {
+			state = "running"
+		}
+		err = a.Store.UpdateStage(ctx, in.JobID, in.StageIndex, map[string]any{
+			"embedding_total": plan.Total, "embedding_cached": plan.CachedAlready, "embedding_need": plan.NeedComputation,
+			"embedding_computed": 0, "embedding_state": state, "embedding_updated_at": now,
+		})
+	} else {
+		err = a.Store.SetEmbeddingComputed(ctx, in.JobID, in.StageIndex, first.NeedComputation-plan.NeedComputation, now)
+	}
+	return sum, err
+}
+
+// claimEphemeral records the stage's claim on the ephemeral artefacts its
+// method consumes, so that another job's Cleanup never deletes them first.
+func (a *Activities) claimEphemeral(ctx context.Context, in PlanInput, d *methods.Descriptor, plan *embedding.Plan) error {
+	paths := a.ephemeralPaths(d, plan)
+	return a.Store.ClaimArtefacts(ctx, in.JobID, in.StageIndex, paths)
+}
+
+// ephemeralPaths lists the plan's expected files that belong to one of the
+// method's ephemeral families.
+func (a *Activities) ephemeralPaths(d *methods.Descriptor, plan *embedding.Plan) []string {
+	var dirs []string
+	for _, name := range d.EphemeralFamilies {
+		if f, ok := embedding.FamilyByName(name); ok {
+			dirs = append(dirs, a.Layout.FamilyDir(f)+string(filepath.Separator))
+		}
+	}
+	if len(dirs) == 0 {
+		return nil
+	}
+	var out []string
+	for _, sid := range plan.SeqIDs {
+		for _, p := range plan.ExpectedPathsBySeq[sid] {
+			for _, dir := range dirs {
+				if strings.HasPrefix(p, dir) {
+					out = append(out, p)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// recordCacheLookup counts a first plan's hits and misses per family (the
+// folder under sequence_info/) in the metrics.
+func (a *Activities) recordCacheLookup(plan *embedding.Plan) {
+	if a.Metrics == nil {
+		return
+	}
+	root := a.Layout.SequenceInfo()
+	count := func(bySeq map[string][]string) map[string]int {
+		out := map[string]int{}
+		for _, paths := range bySeq {
+			for _, p := range paths {
+				out[filepath.Dir(p)]++
+			}
+		}
+		return out
+	}
+	expected, missing := count(plan.ExpectedPathsBySeq), count(plan.MissingPathsBySeq)
+	for dir, n := range expected {
+		family, err := filepath.Rel(root, dir)
+		if err != nil {
+			family = dir
+		}
+		a.Metrics.CacheLookup(filepath.ToSlash(family), n-missing[dir], missing[dir])
+	}
+}

@@ -1,0 +1,72 @@
+package workflows
+
+import (
+	"context"
+	"fmt"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+)
+
+// Starter starts prediction jobs on Temporal; it implements the API's
+// JobStarter.
+type Starter struct {
+	Client    client.Client
+	TaskQueue string
+	// Summary, when set, reads the job's summary for the workflow's memo
+	// (shown by the Temporal UI and `temporal workflow describe`). A job
+	// whose summary cannot be read starts without a memo: it is for
+	// operators' eyes only.
+	Summary func(ctx context.Context, jobID string) (JobSummary, error)
+}
+
+// MemoSummary is the memo key of a prediction workflow's JobSummary.
+const MemoSummary = "summary"
+
+// JobSummary is what an operator reads about a job at a glance in the
+// Temporal UI: the targets, the method of each, and the rows submitted.
+type JobSummary struct {
+	// Targets are the canonical targets joined with "+" (kcat+Km).
+	Targets string `json:"targets"`
+	// Methods maps each target to its method key.
+	Methods map[string]string `json:"methods"`
+	Rows    int               `json:"rows"`
+}
+
+// StartJob starts PredictionWorkflow for jobID with the ID prediction:<jobID>.
+// The reuse policy refuses a second run of the same job id, so a repeated
+// call can never run a job twice.
+func (s Starter) StartJob(ctx context.Context, jobID string) error {
+	var memo map[string]any
+	if s.Summary != nil {
+		if sum, err := s.Summary(ctx, jobID); err == nil {
+			memo = map[string]any{MemoSummary: sum}
+		}
+	}
+	_, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		Memo:                     memo,
+		ID:                       PredictionWorkflowID(jobID),
+		TaskQueue:                s.TaskQueue,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		TypedSearchAttributes:    temporal.NewSearchAttributes(SearchAttrJobID.ValueSet(jobID), SearchAttrStage.ValueSet("queued")),
+	}, PredictionWorkflowName, PredictionInput{JobID: jobID})
+	if err != nil {
+		return fmt.Errorf("start workflow for job %s: %w", jobID, err)
+	}
+	return nil
+}
+
+// RegisterCPU registers the workflows of the CPU task queue.
+func RegisterCPU(r worker.WorkflowRegistry) {
+	r.RegisterWorkflowWithOptions(PredictionWorkflow, workflow.RegisterOptions{Name: PredictionWorkflowName})
+}
+
+// RegisterGPU registers the workflows of the GPU task queue: EmbedJob runs
+// beside its step activities, so a GPU host is complete on its own.
+func RegisterGPU(r worker.WorkflowRegistry) {
+	r.RegisterWorkflowWithOptions(EmbedJob, workflow.RegisterOptions{Name: EmbedJobWorkflowName})
+}

@@ -1,0 +1,439 @@
+package workflows
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/kinflow/kinflow/activities"
+	"github.com/kinflow/kinflow/internal/gpujob"
+)
+
+// PredictionInput is the input of PredictionWorkflow: everything else is in
+// the database and the job's folder, read by PrepareInput.
+type PredictionInput struct {
+	JobID string `json:"job_id"`
+}
+
+// PredictionResult is the workflow's result.
+type PredictionResult struct {
+	Status  string `json:"status"`
+	Message string `json:"message,omitempty"`
+}
+
+// PredictionStatus is what the status query answers.
+type PredictionStatus struct {
+	Stage      string `json:"stage"`
+	StageIndex int    `json:"stage_index"`
+	// GPUJobID is the running remote job, if any.
+	GPUJobID string `json:"gpu_job_id,omitempty"`
+}
+
+// a is the activities' receiver for method values; never dereferenced.
+var a *activities.Activities
+
+// PredictionWorkflow runs one prediction job: every (target, method) stage
+// through the precompute flow of SEED-SPEC §3.3, then the prediction, then
+// the result.
+func PredictionWorkflow(ctx workflow.Context, in PredictionInput) (PredictionResult, error) {
+	w := &prediction{in: in}
+	if err := w.setup(ctx); err != nil {
+		return PredictionResult{}, err
+	}
+	return w.run(ctx)
+}
+
+type prediction struct {
+	in     PredictionInput
+	prep   activities.PreparedJob
+	status PredictionStatus
+}
+
+func (w *prediction) setup(ctx workflow.Context) error {
+	return workflow.SetQueryHandler(ctx, StatusQuery, func() (PredictionStatus, error) { return w.status, nil })
+}
+
+// Activity options. Every retry policy is bounded: a job fails with a
+// message rather than retrying for ever.
+var (
+	// Bookkeeping and planning: quick database and file work.
+	shortRetry = &temporal.RetryPolicy{
+		InitialInterval:        time.Second,
+		BackoffCoefficient:     2,
+		MaximumInterval:        30 * time.Second,
+		MaximumAttempts:        8,
+		NonRetryableErrorTypes: []string{activities.ErrInvalidInput, activities.ErrUnknownMethod, activities.ErrJobNotFound},
+	}
+	// Long work (embedding steps, predictions): fewer attempts, each resumes
+	// from what the earlier one wrote.
+	longRetry = &temporal.RetryPolicy{
+		InitialInterval:        2 * time.Second,
+		BackoffCoefficient:     2,
+		MaximumInterval:        time.Minute,
+		MaximumAttempts:        3,
+		NonRetryableErrorTypes: []string{activities.ErrInvalidInput, activities.ErrUnknownMethod, activities.ErrPrediction},
+	}
+)
+
+// shortOptions run the short steps (PrepareInput, BuildPlan, Cleanup,
+// Finalize) as local activities: on the workflow's own worker, without a
+// round trip through the task queue. They are bounded — parsing and planning
+// 10,000 rows takes about a second — and idempotent, so a retry after a
+// crash simply runs them again; the long steps (embedding, Predict) stay
+// regular activities with heartbeats.
+func shortOptions(ctx workflow.Context) workflow.Context {
+	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		// 10 minutes covers parsing and planning 10,000 rows on slow shared storage.
+		StartToCloseTimeout: 10 * time.Minute,
+		RetryPolicy:         shortRetry,
+	})
+}
+
+func localOptions(ctx workflow.Context) workflow.Context {
+	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		// Single-row database writes.
+		StartToCloseTimeout: 30 * time.Second,
+		RetryPolicy:         shortRetry,
+	})
+}
+
+func (w *prediction) run(ctx workflow.Context) (PredictionResult, error) {
+	w.setStage(ctx, 0, "prepare")
+	if err := workflow.ExecuteLocalActivity(shortOptions(ctx), a.PrepareInput, activities.JobRef{JobID: w.in.JobID}).Get(ctx, &w.prep); err != nil {
+		return w.finalize(ctx, err)
+	}
+	if w.prep.AlreadyDone {
+		return PredictionResult{Status: "AlreadyDone"}, nil
+	}
+	keys := make([]string, 0, len(w.prep.Stages))
+	for _, st := range w.prep.Stages {
+		keys = append(keys, st.MethodKey)
+	}
+	_ = workflow.UpsertTypedSearchAttributes(ctx, SearchAttrMethod.ValueSet(strings.Join(keys, ",")))
+
+	for _, st := range w.prep.Stages {
+		if err := w.stage(ctx, st); err != nil {
+			return w.finalize(ctx, err)
+		}
+	}
+	return w.finalize(ctx, nil)
+}
+
+// stageError is a failure with a message meant for the user.
+type stageError struct{ msg string }
+
+func (e *stageError) Error() string { return e.msg }
+
+// stage runs one (target, method) stage: plan, precompute (remote or local),
+// predict, clean up.
+func (w *prediction) stage(ctx workflow.Context, st activities.StageInfo) error {
+	ref := activities.StageRef{JobID: w.in.JobID, StageIndex: st.Index}
+	w.setStage(ctx, st.Index, "plan")
+	if err := w.mark(ctx, activities.StageMark{JobID: w.in.JobID, StageIndex: st.Index, Status: "running"}); err != nil {
+		return err
+	}
+	if st.ValidRows > 0 {
+		if err := w.precompute(ctx, st); err != nil {
+			_ = w.mark(ctx, activities.StageMark{JobID: w.in.JobID, StageIndex: st.Index, Status: "failed", Message: userMessage(err), EmbeddingState: "error"})
+			return err
+		}
+	}
+	w.setStage(ctx, st.Index, "predict")
+	pctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		// A method over 10,000 rows on CPU can take hours; the heartbeat
+		// timeout finds a dead worker quickly.
+		StartToCloseTimeout: 12 * time.Hour,
+		HeartbeatTimeout:    w.heartbeat(),
+		RetryPolicy:         longRetry,
+	})
+	var pr activities.PredictResult
+	if err := workflow.ExecuteActivity(pctx, a.Predict, ref).Get(ctx, &pr); err != nil {
+		_ = w.mark(ctx, activities.StageMark{JobID: w.in.JobID, StageIndex: st.Index, Status: "failed", Message: userMessage(err)})
+		return err
+	}
+	w.setStage(ctx, st.Index, "cleanup")
+	if err := workflow.ExecuteLocalActivity(shortOptions(ctx), a.Cleanup, ref).Get(ctx, nil); err != nil {
+		return err
+	}
+	return w.mark(ctx, activities.StageMark{JobID: w.in.JobID, StageIndex: st.Index, Status: "completed"})
+}
+
+// precompute makes sure every artefact the stage's method reads exists:
+// SEED-SPEC §3.3 rules 1–9 with fail-open (default) or fail-closed.
+func (w *prediction) precompute(ctx workflow.Context, st activities.StageInfo) error {
+	pol := w.prep.Policy
+	plan, err := w.plan(ctx, st, false)
+	if err != nil {
+		return err
+	}
+	// Method J: no shared cache, no GPU, no tracker (SEED §5.2).
+	if plan.NoPlan || plan.NoSequences {
+		state := "not_required"
+		return w.mark(ctx, activities.StageMark{JobID: w.in.JobID, StageIndex: st.Index, Status: "running", EmbeddingState: state})
+	}
+	if plan.Complete {
+		return w.event(ctx, st, false, false, true, false, "cache_complete", "")
+	}
+
+	// From here files are missing: the tracker runs until the stage's
+	// embedding phase ends, whichever road computes them.
+	stopTracker := w.startTracker(ctx, st, plan)
+	defer stopTracker()
+
+	local := true
+	switch {
+	case w.prep.DisableGPU:
+		err = w.event(ctx, st, false, false, false, false, "disabled_by_request", "")
+	case !st.GPUEligible:
+		err = w.event(ctx, st, false, false, false, false, "gpu_offload_not_applicable", "")
+	case !pol.GPUConfigured:
+		err = w.event(ctx, st, false, false, false, false, "not_configured", "")
+	default:
+		local, plan, err = w.remote(ctx, st, plan)
+	}
+	if err != nil {
+		return err
+	}
+	if local && !plan.Complete {
+		if err := w.local(ctx, st, plan); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// remote runs the GPU road. It returns whether local computation must still
+// run (fail-open), and the latest plan.
+func (w *prediction) remote(ctx workflow.Context, st activities.StageInfo, plan activities.PlanSummary) (bool, activities.PlanSummary, error) {
+	pol := w.prep.Policy
+	// failOrFallback records the failure and either fails the job
+	// (fail-closed) or hands the work to local computation (fail-open).
+	failOrFallback := func(attempted, usedGPU bool, reason string) (bool, activities.PlanSummary, error) {
+		if err := w.event(ctx, st, attempted, usedGPU, false, true, reason, ""); err != nil {
+			return false, plan, err
+		}
+		if pol.FailClosed {
+			return false, plan, &stageError{fmt.Sprintf("GPU precompute for method %s (%s) failed: %s (GPU_EMBED_FAIL_CLOSED=1)", st.MethodKey, st.Target, reason)}
+		}
+		return true, plan, w.event(ctx, st, attempted, usedGPU, false, true, "fallback_local", "computing the missing embeddings on the CPU worker")
+	}
+
+	w.setStage(ctx, st.Index, "gpu-health")
+	var h activities.Health
+	hctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		// One HTTP GET with a 5 s client timeout, retried a little.
+		StartToCloseTimeout: 30 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 2},
+	})
+	if err := workflow.ExecuteActivity(hctx, a.GPUHealth).Get(ctx, &h); err != nil {
+		return failOrFallback(true, false, "unreachable: "+userMessage(err))
+	}
+	if !h.Online {
+		return failOrFallback(true, false, h.Reason)
+	}
+	if len(plan.Steps) == 0 {
+		return false, plan, w.event(ctx, st, true, false, true, false, "no_missing_gpu_steps", "")
+	}
+
+	gpuJobID := gpuJobID(w.in.JobID, st.Index, workflow.GetInfo(ctx).Attempt)
+	w.status.GPUJobID = gpuJobID
+	in := gpujob.Input{
+		HeartbeatSeconds: pol.HeartbeatSeconds,
+		GPUJobID:         gpuJobID, MethodKey: st.MethodKey, Target: st.Target, Profile: plan.Profile,
+		WorkFile: plan.WorkFile, GPUTaskQueue: pol.GPUTaskQueue, StepCounts: map[string]int{},
+	}
+	for _, s := range plan.Steps {
+		in.Steps = append(in.Steps, s.StepKey)
+		in.StepCounts[s.StepKey] = s.Count
+	}
+	if err := w.event(ctx, st, true, true, false, false, "submitted", fmt.Sprintf("GPU job %s: %d files in %d steps", gpuJobID, plan.Need, len(plan.Steps))); err != nil {
+		return false, plan, err
+	}
+	w.setStage(ctx, st.Index, "gpu")
+	cctx, cancel := workflow.WithCancel(ctx)
+	cctx = workflow.WithChildOptions(cctx, workflow.ChildWorkflowOptions{
+		WorkflowID:        gpujob.WorkflowID(gpuJobID),
+		TaskQueue:         pol.GPUTaskQueue,
+		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
+		// A remote job that outlives our wait is cancelled, never left running.
+		WaitForCancellation: false,
+	})
+	child := workflow.ExecuteChildWorkflow(cctx, gpujob.WorkflowName, in)
+	timeout := time.Duration(pol.JobTimeoutSeconds) * time.Second
+	timer := workflow.NewTimer(cctx, timeout)
+
+	var (
+		childErr error
+		timedOut bool
+		status   gpujob.Status
+	)
+	sel := workflow.NewSelector(ctx)
+	sel.AddFuture(child, func(f workflow.Future) { childErr = f.Get(ctx, &status) })
+	sel.AddFuture(timer, func(workflow.Future) { timedOut = true })
+	sel.Select(ctx)
+	cancel()
+	w.status.GPUJobID = ""
+	switch {
+	case timedOut:
+		return failOrFallback(true, true, fmt.Sprintf("gpu_request_failed: remote job did not finish within GPU_EMBED_JOB_TIMEOUT_SECONDS=%d", pol.JobTimeoutSeconds))
+	case childErr != nil:
+		return failOrFallback(true, true, "failed")
+	}
+
+	// Post-check (rule 9): trust files, not the remote job's word.
+	w.setStage(ctx, st.Index, "post-check")
+	post, err := w.plan(ctx, st, true)
+	if err != nil {
+		return failOrFallback(true, true, "postcheck_failed: "+userMessage(err))
+	}
+	plan = post
+	if !post.Complete {
+		if err := w.event(ctx, st, true, true, false, true, fmt.Sprintf("incomplete_remote_outputs:%d", post.Need), "remote job done, "+fmt.Sprint(post.Need)+" files missing"); err != nil {
+			return false, plan, err
+		}
+		if pol.FailClosed {
+			return false, plan, &stageError{fmt.Sprintf("GPU precompute for method %s (%s): remote job done but %d files are missing (GPU_EMBED_FAIL_CLOSED=1)", st.MethodKey, st.Target, post.Need)}
+		}
+		return true, plan, w.event(ctx, st, true, true, false, true, "fallback_local", "computing the missing embeddings on the CPU worker")
+	}
+	return false, plan, w.event(ctx, st, true, true, true, false, "done", "")
+}
+
+// local computes the plan's missing steps on the CPU queue with the same step
+// activities the GPU host runs, then verifies the files.
+func (w *prediction) local(ctx workflow.Context, st activities.StageInfo, plan activities.PlanSummary) error {
+	w.setStage(ctx, st.Index, "embed-local")
+	lctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue: w.prep.Policy.CPUTaskQueue,
+		// Embedding 10,000 sequences on a CPU takes hours; heartbeats (files
+		// done) find a dead worker, and the retry resumes from the files
+		// already written.
+		StartToCloseTimeout: 24 * time.Hour,
+		HeartbeatTimeout:    w.heartbeat(),
+		RetryPolicy:         longRetry,
+	})
+	for _, s := range plan.Steps {
+		in := gpujob.StepInput{GPUJobID: "local-" + w.in.JobID, StepKey: s.StepKey, WorkFile: plan.WorkFile}
+		var res gpujob.StepResult
+		if err := workflow.ExecuteActivity(lctx, s.StepKey, in).Get(ctx, &res); err != nil {
+			return err
+		}
+	}
+	post, err := w.plan(ctx, st, true)
+	if err != nil {
+		return err
+	}
+	if !post.Complete {
+		return &stageError{fmt.Sprintf("method %s (%s): %d embedding files are still missing after local computation", st.MethodKey, st.Target, post.Need)}
+	}
+	return w.event(ctx, st, false, false, true, false, "computed_locally", "")
+}
+
+// startTracker starts TrackProgress for the stage and returns a function that
+// stops it and waits for it to end.
+func (w *prediction) startTracker(ctx workflow.Context, st activities.StageInfo, plan activities.PlanSummary) func() {
+	tctx, cancel := workflow.WithCancel(ctx)
+	tctx = workflow.WithActivityOptions(tctx, workflow.ActivityOptions{
+		// The tracker runs as long as the embedding phase; heartbeats every
+		// second show it alive, and a retry resumes the same stage.
+		StartToCloseTimeout: 48 * time.Hour,
+		HeartbeatTimeout:    w.heartbeat(),
+		WaitForCancellation: true,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 0, MaximumInterval: 30 * time.Second},
+	})
+	f := workflow.ExecuteActivity(tctx, a.TrackProgress, activities.TrackInput{JobID: w.in.JobID, StageIndex: st.Index, PlanFile: plan.PlanFile})
+	return func() {
+		cancel()
+		_ = f.Get(ctx, nil)
+	}
+}
+
+func (w *prediction) plan(ctx workflow.Context, st activities.StageInfo, post bool) (activities.PlanSummary, error) {
+	var p activities.PlanSummary
+	err := workflow.ExecuteLocalActivity(shortOptions(ctx), a.BuildPlan, activities.PlanInput{JobID: w.in.JobID, StageIndex: st.Index, PostCheck: post}).Get(ctx, &p)
+	return p, err
+}
+
+func (w *prediction) event(ctx workflow.Context, st activities.StageInfo, attempted, usedGPU, completed, failed bool, reason, msg string) error {
+	ev := activities.Event{JobID: w.in.JobID, StageIndex: st.Index, Attempted: attempted, UsedGPU: usedGPU, Completed: completed, Failed: failed, Reason: reason, Message: msg}
+	return workflow.ExecuteLocalActivity(localOptions(ctx), a.RecordEvent, ev).Get(ctx, nil)
+}
+
+func (w *prediction) mark(ctx workflow.Context, m activities.StageMark) error {
+	return workflow.ExecuteLocalActivity(localOptions(ctx), a.MarkStage, m).Get(ctx, nil)
+}
+
+// finalize ends the job: Completed when cause is nil, else Failed with a
+// message meant for the user.
+func (w *prediction) finalize(ctx workflow.Context, cause error) (PredictionResult, error) {
+	w.setStage(ctx, w.status.StageIndex, "finalize")
+	in := activities.FinalizeInput{JobID: w.in.JobID}
+	if cause != nil {
+		in.Failed = true
+		in.Message = userMessage(cause)
+	}
+	// Finalize must run even when the workflow was cancelled.
+	fctx, _ := workflow.NewDisconnectedContext(ctx)
+	var res activities.FinalizeResult
+	if err := workflow.ExecuteLocalActivity(shortOptions(fctx), a.Finalize, in).Get(fctx, &res); err != nil {
+		return PredictionResult{}, err
+	}
+	w.setStage(ctx, w.status.StageIndex, strings.ToLower(res.Status))
+	return PredictionResult{Status: res.Status, Message: in.Message}, nil
+}
+
+// heartbeat is the heartbeat timeout of long activities (KINFLOW_HEARTBEAT_TIMEOUT_SECONDS).
+func (w *prediction) heartbeat() time.Duration {
+	if s := w.prep.Policy.HeartbeatSeconds; s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	return time.Minute
+}
+
+// setStage records the job's current step for the status query and the
+// Temporal UI's Stage search attribute.
+func (w *prediction) setStage(ctx workflow.Context, index int, stage string) {
+	w.status.StageIndex, w.status.Stage = index, stage
+	label := stage
+	if index < len(w.prep.Stages) && stage != "prepare" {
+		s := w.prep.Stages[index]
+		label = fmt.Sprintf("%d %s/%s %s", index, s.Target, s.MethodKey, stage)
+	}
+	_ = workflow.UpsertTypedSearchAttributes(ctx, SearchAttrStage.ValueSet(label))
+}
+
+// gpuJobID derives the remote job's 32-hex id from the job, the stage and the
+// workflow attempt: deterministic on replay, fresh for a reset run.
+func gpuJobID(jobID string, stage int, attempt int32) string {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s:%d:%d", jobID, stage, attempt)))
+	return hex.EncodeToString(sum[:16])
+}
+
+// userMessage extracts the message an activity or child failure carries,
+// without Temporal's wrapping.
+func userMessage(err error) string {
+	var se *stageError
+	if errors.As(err, &se) {
+		return se.msg
+	}
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		return appErr.Message()
+	}
+	var tErr *temporal.TimeoutError
+	if errors.As(err, &tErr) {
+		return "a step timed out (" + tErr.TimeoutType().String() + ")"
+	}
+	var cErr *temporal.CanceledError
+	if errors.As(err, &cErr) {
+		return "the job was cancelled"
+	}
+	return err.Error()
+}

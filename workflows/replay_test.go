@@ -1,0 +1,36 @@
+package workflows
+
+import (
+	"path/filepath"
+	"testing"
+
+	"go.temporal.io/sdk/worker"
+)
+
+// TestReplayRecordedHistories replays every history in testdata/ (recorded
+// from real runs on a dev server by the e2e tests with
+// KINFLOW_RECORD_HISTORIES=1) against the current workflow code. A change
+// that makes a workflow non-deterministic for running jobs fails here.
+func TestReplayRecordedHistories(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"prediction_gpu_postcheck_fallback.json": false, "embedjob_missing_outputs.json": false}
+	for _, f := range files {
+		want[filepath.Base(f)] = true
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			r := worker.NewWorkflowReplayer()
+			RegisterCPU(r)
+			RegisterGPU(r)
+			if err := r.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
+				t.Fatalf("replay: %v", err)
+			}
+		})
+	}
+	for name, found := range want {
+		if !found {
+			t.Errorf("testdata/%s is missing: record it with KINFLOW_RECORD_HISTORIES=1 go test ./internal/e2e -run TestRemoteDone", name)
+		}
+	}
+}
