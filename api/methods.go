@@ -1,0 +1,93 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/kinflow/kinflow/internal/methods"
+)
+
+// methodObject is one /methods/ entry (WIRE §1.3), keys in order.
+type methodObject struct {
+	ID               string   `json:"id"`
+	DisplayName      string   `json:"displayName"`
+	Authors          string   `json:"authors"`
+	PublicationTitle string   `json:"publicationTitle"`
+	CitationURL      string   `json:"citationUrl"`
+	RepoURL          string   `json:"repoUrl"`
+	MoreInfo         string   `json:"moreInfo"`
+	Supports         []string `json:"supports"`
+	InputFormat      string   `json:"inputFormat"`
+	MaxSeqLen        *int     `json:"maxSeqLen"`
+	RequiredColumns  []string `json:"requiredColumns"`
+	SubstrateFormat  string   `json:"substrateFormat"`
+}
+
+type methodGroups struct {
+	Kcat   []methodObject `json:"kcat"`
+	Km     []methodObject `json:"Km"`
+	KcatKm []methodObject `json:"kcat/Km"`
+}
+
+type methodsBody struct {
+	Methods             methodGroups `json:"methods"`
+	PredictionTypes     []string     `json:"predictionTypes"`
+	LongSequenceOptions struct {
+		Truncate string `json:"truncate"`
+		Skip     string `json:"skip"`
+	} `json:"longSequenceOptions"`
+	Notes struct {
+		Targets      string `json:"targets"`
+		Quota        string `json:"quota"`
+		Experimental string `json:"experimental"`
+	} `json:"notes"`
+}
+
+const (
+	substrateFormatMulti  = "Semicolon-separated SMILES or InChI strings in the Substrates and Products columns (full reaction)."
+	substrateFormatSingle = "One SMILES or InChI per row in the Substrate column; co-substrates may be joined with '.' in one cell."
+)
+
+func toMethodObject(d *methods.Descriptor) methodObject {
+	o := methodObject{ID: d.Key, DisplayName: d.DisplayName, Authors: d.Authors, PublicationTitle: d.PublicationTitle,
+		CitationURL: d.CitationURL, RepoURL: d.RepoURL, MoreInfo: d.MoreInfo, Supports: make([]string, 0, len(d.Supports)),
+		InputFormat: d.InputFormat, RequiredColumns: d.RequiredColumns(), SubstrateFormat: substrateFormatSingle}
+	for _, t := range d.Supports {
+		o.Supports = append(o.Supports, string(t))
+	}
+	if d.MaxSeqLen > 0 {
+		n := d.MaxSeqLen
+		o.MaxSeqLen = &n
+	}
+	if d.InputFormat == methods.InputMulti {
+		o.SubstrateFormat = substrateFormatMulti
+	}
+	return o
+}
+
+// buildMethodsBody renders /methods/ once: the catalogue never changes while
+// the process runs.
+func buildMethodsBody(cat *methods.Catalogue) methodsBody {
+	var b methodsBody
+	group := func(t methods.Target) []methodObject {
+		out := []methodObject{}
+		for _, d := range cat.ForTarget(t) {
+			out = append(out, toMethodObject(d))
+		}
+		return out
+	}
+	b.Methods = methodGroups{Kcat: group(methods.Kcat), Km: group(methods.Km), KcatKm: group(methods.KcatKm)}
+	for _, t := range methods.Targets() {
+		b.PredictionTypes = append(b.PredictionTypes, string(t))
+	}
+	b.LongSequenceOptions.Truncate = "Sequences longer than the selected methods' limit are shortened to their first and last halves and still predicted."
+	b.LongSequenceOptions.Skip = "Rows whose sequence is longer than the selected methods' limit are left out of the prediction."
+	b.Notes.Targets = "Choose what to predict with `targets` (a list of kcat, Km, kcat/Km) and `methods` (an object mapping each selected target to a method id listed here)."
+	b.Notes.Quota = "Each CSV row counts as one prediction against the daily quota, whatever the number of selected targets."
+	b.Notes.Experimental = "`useExperimental` is accepted but ignored in this release: no experimental values are looked up or applied."
+	return b
+}
+
+// methodsList answers /methods/.
+func (s *Server) methodsList(c *gin.Context) { c.JSON(http.StatusOK, s.methodsBody) }

@@ -1,0 +1,222 @@
+// Package api is kinflow's public HTTP API (Gin): /api/v1, the API-key
+// self-service routes under /api/api-key/, and their middleware.
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
+
+	"github.com/kinflow/kinflow/internal/config"
+	"github.com/kinflow/kinflow/internal/input"
+	"github.com/kinflow/kinflow/internal/methods"
+	"github.com/kinflow/kinflow/internal/metrics"
+	"github.com/kinflow/kinflow/internal/store"
+)
+
+// Pinger reports whether a dependency answers; the Temporal client's
+// CheckHealth is adapted to it.
+type Pinger func(ctx context.Context) error
+
+// Deps are what the API needs; cmd/kinflow wires them.
+type Deps struct {
+	Config *config.Config
+	Store  *store.Store
+	Log    *slog.Logger
+	// TemporalHealth reports Temporal reachability for /health/.
+	TemporalHealth Pinger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Catalogue is the method catalogue; nil means methods.Default().
+	Catalogue *methods.Catalogue
+	// Jobs starts the workflow of a newly submitted job.
+	Jobs JobStarter
+	// GPU reports the GPU service's cached health; nil: configured follows
+	// GPU_EMBED_SERVICE_URL and online is false.
+	GPU GPUStatus
+	// Chemistry checks substrates for /validate/; nil means the Go syntax
+	// checks only (no RDKit helper).
+	Chemistry *input.Chemistry
+	// Metrics is the process's metrics, served on /metrics; nil serves an
+	// empty registry and records nothing.
+	Metrics *metrics.Metrics
+}
+
+// JobStarter starts the workflow of a job ("prediction:<id>"); an error
+// means the job could not be queued.
+type JobStarter interface {
+	StartJob(ctx context.Context, jobID string) error
+}
+
+// Server holds the API's dependencies and its router.
+type Server struct {
+	deps        Deps
+	now         func() time.Time
+	log         *slog.Logger
+	eng         *gin.Engine
+	cat         *methods.Catalogue
+	methodsBody methodsBody
+	chem        *input.Chemistry
+	openapi     []byte
+}
+
+// New builds the router with every route and middleware.
+func New(d Deps) *Server {
+	gin.SetMode(gin.ReleaseMode)
+	s := &Server{deps: d, now: d.Now, log: d.Log}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.cat = d.Catalogue
+	if s.cat == nil {
+		s.cat = methods.Default()
+	}
+	s.methodsBody = buildMethodsBody(s.cat)
+	s.chem = d.Chemistry
+	if s.chem == nil {
+		s.chem = input.NewChemistry(nil, s.log)
+	}
+	s.openapi = openAPIJSON()
+	e := gin.New()
+	// Routes answer with and without the trailing slash (registered twice),
+	// never with a redirect that a POST client would not follow.
+	e.RedirectTrailingSlash = false
+	e.RedirectFixedPath = false
+	e.HandleMethodNotAllowed = true
+	e.ContextWithFallback = true
+	_ = e.SetTrustedProxies(nil) // the caller IP is computed by clientIP, never by Gin
+	e.Use(s.requestID, s.observe, s.recoverJSON, s.accessLog, s.cors)
+	e.NoRoute(func(c *gin.Context) { abortError(c, http.StatusNotFound, "Not found.") })
+	e.NoMethod(func(c *gin.Context) { abortError(c, http.StatusMethodNotAllowed, "Method not allowed.") })
+
+	v1 := e.Group("/api/v1")
+	anyMethod(v1, "/health", s.health)
+	anyMethod(v1, "/methods", s.methodsList)
+	handle(v1, http.MethodGet, "/gpu/status", s.gpuStatus)
+	v1.GET("/openapi.json", s.openAPI)
+
+	authed := v1.Group("", s.authenticate)
+	anyMethod(authed, "/quota", s.quota)
+	anyMethod(authed, "/validate", s.postOnly(s.validate))
+	anyMethod(authed, "/submit", s.postOnly(s.submit))
+	anyMethod(authed, "/status/:id", s.status)
+	anyMethod(authed, "/result/:id", s.result)
+
+	keys := e.Group("/api/api-key")
+	keys.GET("", s.keyStatus)
+	keys.GET("/", s.keyStatus)
+	handle(keys, http.MethodPost, "/generate", s.generateKey)
+	handle(keys, http.MethodPost, "/revoke", s.revokeKey)
+
+	// Prometheus scrapes /metrics without a key (restrict it at the proxy).
+	handle(e.Group(""), http.MethodGet, "/metrics", s.metricsHandler())
+
+	registerWeb(e) // the browser page at / and /static/ (not part of the REST API)
+	s.eng = e
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.eng.ServeHTTP(w, r) }
+
+// Engine exposes the router (route listing in tests).
+func (s *Server) Engine() *gin.Engine { return s.eng }
+
+// postOnly answers a non-POST with 405 after authentication has run, as the
+// contract orders it for /validate/ and /submit/.
+func (s *Server) postOnly(h gin.HandlerFunc) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if c.Request.Method != http.MethodPost {
+			c.Header("Allow", http.MethodPost)
+			abortError(c, http.StatusMethodNotAllowed, "Method not allowed.")
+			return
+		}
+		h(c)
+	}
+}
+
+// trustedProxies are the peers whose X-Forwarded-For is believed.
+func (s *Server) trustedProxies() []netip.Prefix {
+	if s.deps.Config == nil {
+		return nil
+	}
+	return s.deps.Config.TrustedProxies
+}
+
+// anyMethod registers h for every method on path and path + "/".
+func anyMethod(g *gin.RouterGroup, path string, h gin.HandlerFunc) {
+	g.Any(path, h)
+	g.Any(path+"/", h)
+}
+
+// handle registers h for one method on path and path + "/".
+func handle(g *gin.RouterGroup, method, path string, h gin.HandlerFunc) {
+	g.Handle(method, path, h)
+	g.Handle(method, path+"/", h)
+}
+
+// errorBody is every error's JSON body.
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+func abortError(c *gin.Context, status int, msg string) {
+	c.AbortWithStatusJSON(status, errorBody{Error: msg})
+}
+
+const requestIDKey = "request_id"
+
+func (s *Server) requestID(c *gin.Context) {
+	id := strings.TrimSpace(c.GetHeader("X-Request-ID"))
+	if id == "" || len(id) > 200 {
+		id = strings.ReplaceAll(uuid.NewString(), "-", "")
+	}
+	c.Set(requestIDKey, id)
+	c.Header("X-Request-ID", id)
+	c.Next()
+}
+
+// recoverJSON turns a panic into a logged 500 with a JSON body that names the
+// request id and nothing internal.
+func (s *Server) recoverJSON(c *gin.Context) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("panic in handler", "request_id", c.GetString(requestIDKey), "path", c.Request.URL.Path, "panic", r)
+			abortError(c, http.StatusInternalServerError, "Internal server error (request id "+c.GetString(requestIDKey)+").")
+		}
+	}()
+	c.Next()
+}
+
+func (s *Server) accessLog(c *gin.Context) {
+	start := time.Now()
+	c.Next()
+	s.log.Debug("http.request", "request_id", c.GetString(requestIDKey), "method", c.Request.Method,
+		"path", c.Request.URL.Path, "status", c.Writer.Status(), "duration_ms", time.Since(start).Milliseconds())
+}
+
+// internalError logs err with the request id and answers a generic 500.
+func (s *Server) internalError(c *gin.Context, what string, err error) {
+	rid := c.GetString(requestIDKey)
+	s.log.Error(what, "request_id", rid, "error", err)
+	abortError(c, http.StatusInternalServerError, "Internal server error (request id "+rid+").")
+}
+
+// isoformat renders t as Python's isoformat() of a UTC-aware datetime:
+// YYYY-MM-DDTHH:MM:SS[.ffffff]+00:00, the fraction omitted when zero.
+func isoformat(t time.Time) string {
+	t = t.UTC().Truncate(time.Microsecond)
+	if t.Nanosecond() == 0 {
+		return t.Format("2006-01-02T15:04:05+00:00")
+	}
+	return t.Format("2006-01-02T15:04:05.000000+00:00")
+}

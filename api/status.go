@@ -1,0 +1,337 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/kinflow/kinflow/internal/store"
+)
+
+// jobIDPattern is the contract's slug pattern for the job id path segment;
+// anything else is answered like an unknown route (JSON 404).
+var jobIDPattern = regexp.MustCompile(`^[-a-zA-Z0-9_]+$`)
+
+// gpuEventsKept is how many GPU-precompute events a status shows (§2.5: the
+// last 20 are kept).
+const gpuEventsKept = 20
+
+// ownedJob loads the path's job for the authenticated key, answering 404 for
+// a bad slug, an unknown id and another key's job alike.
+func (s *Server) ownedJob(c *gin.Context) (*store.Job, bool) {
+	id := c.Param("id")
+	if !jobIDPattern.MatchString(id) {
+		abortError(c, http.StatusNotFound, "Not found.")
+		return nil, false
+	}
+	j, err := s.deps.Store.JobOwnedBy(c.Request.Context(), id, authKey(c).ID)
+	if errors.Is(err, store.ErrNotFound) {
+		abortError(c, http.StatusNotFound, fmt.Sprintf("No job found with id '%s'.", id))
+		return nil, false
+	}
+	if err != nil {
+		s.internalError(c, "job.read_failed", err)
+		return nil, false
+	}
+	return j, true
+}
+
+// statusBody is §1.8's payload, keys in the contract's order.
+type statusBody struct {
+	JobID               string         `json:"jobId"`
+	Status              string         `json:"status"`
+	SubmittedAt         string         `json:"submittedAt"`
+	ElapsedSeconds      int64          `json:"elapsedSeconds"`
+	QueueSeconds        *int64         `json:"queueSeconds"`
+	ComputeSeconds      *int64         `json:"computeSeconds"`
+	QueuePosition       *int           `json:"queuePosition"`
+	Progress            progressBody   `json:"progress"`
+	ProgressStages      []stageBody    `json:"progressStages"`
+	ActiveStageIndex    *int           `json:"activeStageIndex"`
+	CompletedStageCount int            `json:"completedStageCount"`
+	TotalStageCount     int            `json:"totalStageCount"`
+	GPUPrecompute       *gpuPrecompute `json:"gpuPrecompute,omitempty"`
+	CompletedAt         string         `json:"completedAt,omitempty"`
+	ResultURL           string         `json:"resultUrl,omitempty"`
+	Error               string         `json:"error,omitempty"`
+	// Synthetic is kinflow's addition: set when the job runs on the
+	// synthetic backends, whose numbers are stand-ins, not predictions.
+	Synthetic bool `json:"synthetic,omitempty"`
+}
+
+type progressBody struct {
+	MoleculesTotal      int           `json:"moleculesTotal"`
+	MoleculesProcessed  int           `json:"moleculesProcessed"`
+	PredictionsTotal    int           `json:"predictionsTotal"`
+	PredictionsMade     int           `json:"predictionsMade"`
+	InvalidRows         int           `json:"invalidRows"`
+	Stages              []stageBody   `json:"stages"`
+	ActiveStageIndex    *int          `json:"activeStageIndex"`
+	CompletedStageCount int           `json:"completedStageCount"`
+	TotalStageCount     int           `json:"totalStageCount"`
+	Embedding           *jobEmbedding `json:"embedding,omitempty"`
+}
+
+// jobEmbedding is progress.embedding (§2.4), keys in order.
+type jobEmbedding struct {
+	Enabled         bool    `json:"enabled"`
+	State           string  `json:"state"`
+	MethodKey       string  `json:"methodKey"`
+	MethodKeySnake  string  `json:"method_key"`
+	Target          string  `json:"target"`
+	Total           int     `json:"total"`
+	CachedAlready   int     `json:"cachedAlready"`
+	CachedSnake     int     `json:"cached_already"`
+	NeedComputation int     `json:"needComputation"`
+	NeedSnake       int     `json:"need_computation"`
+	Computed        int     `json:"computed"`
+	Remaining       int     `json:"remaining"`
+	UpdatedAt       *string `json:"updatedAt"`
+}
+
+type stageBody struct {
+	Index          int             `json:"index"`
+	Target         string          `json:"target"`
+	MethodKeySnake string          `json:"method_key"`
+	MethodKey      string          `json:"methodKey"`
+	MethodNameSn   string          `json:"method_name"`
+	MethodName     string          `json:"methodName"`
+	Status         string          `json:"status"`
+	StartedAt      *string         `json:"started_at"`
+	CompletedAt    *string         `json:"completed_at"`
+	Message        string          `json:"message"`
+	Prediction     stagePrediction `json:"prediction"`
+	Embedding      stageEmbedding  `json:"embedding"`
+}
+
+type stagePrediction struct {
+	MoleculesTotalSn     int `json:"molecules_total"`
+	MoleculesProcessedSn int `json:"molecules_processed"`
+	InvalidRowsSn        int `json:"invalid_rows"`
+	PredictionsTotalSn   int `json:"predictions_total"`
+	PredictionsMadeSn    int `json:"predictions_made"`
+	MoleculesTotal       int `json:"moleculesTotal"`
+	MoleculesProcessed   int `json:"moleculesProcessed"`
+	InvalidRows          int `json:"invalidRows"`
+	PredictionsTotal     int `json:"predictionsTotal"`
+	PredictionsMade      int `json:"predictionsMade"`
+}
+
+type stageEmbedding struct {
+	Enabled         bool   `json:"enabled"`
+	State           string `json:"state"`
+	MethodKeySnake  string `json:"method_key"`
+	MethodKey       string `json:"methodKey"`
+	Target          string `json:"target"`
+	Total           int    `json:"total"`
+	CachedSnake     int    `json:"cached_already"`
+	NeedSnake       int    `json:"need_computation"`
+	Computed        int    `json:"computed"`
+	Remaining       int    `json:"remaining"`
+	CachedAlready   int    `json:"cachedAlready"`
+	NeedComputation int    `json:"needComputation"`
+}
+
+// gpuEvent is one §2.5 event: no job id, so it can also be shown publicly.
+type gpuEvent struct {
+	MethodKey      string  `json:"methodKey"`
+	MethodKeySnake string  `json:"method_key"`
+	Target         string  `json:"target"`
+	Attempted      bool    `json:"attempted"`
+	UsedGPU        bool    `json:"usedGpu"`
+	UsedGPUSnake   bool    `json:"used_gpu"`
+	Completed      bool    `json:"completed"`
+	Failed         bool    `json:"failed"`
+	Reason         *string `json:"reason"`
+	UpdatedAt      string  `json:"updatedAt"`
+}
+
+// gpuPrecompute is a job's aggregated GPU-precompute record (§2.5).
+type gpuPrecompute struct {
+	gpuEvent
+	Events []gpuEvent `json:"events"`
+}
+
+func toGPUEvent(e store.JobEvent) gpuEvent {
+	var reason *string
+	if e.Reason != "" {
+		r := e.Reason
+		reason = &r
+	}
+	return gpuEvent{MethodKey: e.MethodKey, MethodKeySnake: e.MethodKey, Target: e.Target,
+		Attempted: e.Attempted, UsedGPU: e.UsedGPU, UsedGPUSnake: e.UsedGPU,
+		Completed: e.Completed, Failed: e.Failed, Reason: reason, UpdatedAt: isoformat(e.CreatedAt)}
+}
+
+// aggregateGPU folds a job's events as §2.5 says: method, target, completed,
+// reason and time from the latest; attempted, usedGpu and failed OR-ed.
+func aggregateGPU(evs []store.JobEvent) *gpuPrecompute {
+	if len(evs) == 0 {
+		return nil
+	}
+	out := &gpuPrecompute{Events: make([]gpuEvent, 0, len(evs))}
+	var attempted, used, failed bool
+	for _, e := range evs {
+		out.Events = append(out.Events, toGPUEvent(e))
+		attempted = attempted || e.Attempted
+		used = used || e.UsedGPU
+		failed = failed || e.Failed
+	}
+	out.gpuEvent = out.Events[len(out.Events)-1]
+	out.Attempted, out.UsedGPU, out.UsedGPUSnake, out.Failed = attempted, used, used, failed
+	return out
+}
+
+func isoPtr(t *time.Time) *string {
+	if t == nil {
+		return nil
+	}
+	s := isoformat(*t)
+	return &s
+}
+
+func wholeSeconds(d time.Duration) int64 { return max(0, int64(d/time.Second)) }
+
+func embeddingState(st store.JobStage) string {
+	if st.EmbeddingState != "" {
+		return st.EmbeddingState
+	}
+	if !st.EmbeddingEnabled {
+		return "not_required"
+	}
+	return "pending"
+}
+
+func toStageBody(st store.JobStage) stageBody {
+	name := st.MethodName
+	if name == "" {
+		name = st.MethodKey
+	}
+	rem := st.EmbeddingNeed - st.EmbeddingComputed
+	return stageBody{
+		Index: st.Index, Target: st.Target, MethodKeySnake: st.MethodKey, MethodKey: st.MethodKey,
+		MethodNameSn: name, MethodName: name, Status: st.Status,
+		StartedAt: isoPtr(st.StartedAt), CompletedAt: isoPtr(st.CompletedAt), Message: st.Message,
+		Prediction: stagePrediction{
+			MoleculesTotalSn: st.MoleculesTotal, MoleculesProcessedSn: st.MoleculesProcessed, InvalidRowsSn: st.InvalidRows,
+			PredictionsTotalSn: st.PredictionsTotal, PredictionsMadeSn: st.PredictionsMade,
+			MoleculesTotal: st.MoleculesTotal, MoleculesProcessed: st.MoleculesProcessed, InvalidRows: st.InvalidRows,
+			PredictionsTotal: st.PredictionsTotal, PredictionsMade: st.PredictionsMade,
+		},
+		Embedding: stageEmbedding{
+			Enabled: st.EmbeddingEnabled, State: embeddingState(st), MethodKeySnake: st.MethodKey, MethodKey: st.MethodKey,
+			Target: st.Target, Total: st.EmbeddingTotal, CachedSnake: st.EmbeddingCached, NeedSnake: st.EmbeddingNeed,
+			Computed: st.EmbeddingComputed, Remaining: rem, CachedAlready: st.EmbeddingCached, NeedComputation: st.EmbeddingNeed,
+		},
+	}
+}
+
+// activeStage is §2.3's activeStageIndex: the first running stage, else the
+// first pending one, else the last; nil without stages.
+func activeStage(stages []store.JobStage) *int {
+	if len(stages) == 0 {
+		return nil
+	}
+	for _, want := range []string{"running", "pending"} {
+		for i := range stages {
+			if stages[i].Status == want {
+				return &stages[i].Index
+			}
+		}
+	}
+	return &stages[len(stages)-1].Index
+}
+
+// embeddingSource is the stage progress.embedding is read from: the running
+// stage, else the last one.
+func embeddingSource(stages []store.JobStage) *store.JobStage {
+	for i := range stages {
+		if stages[i].Status == "running" {
+			return &stages[i]
+		}
+	}
+	return &stages[len(stages)-1]
+}
+
+// status answers GET /status/{id}/ from the database alone.
+func (s *Server) status(c *gin.Context) {
+	j, ok := s.ownedJob(c)
+	if !ok {
+		return
+	}
+	ctx := c.Request.Context()
+	stages, err := s.deps.Store.JobStages(ctx, j.ID)
+	if err != nil {
+		s.internalError(c, "job.stages_failed", err)
+		return
+	}
+	evs, err := s.deps.Store.GPUPrecomputeEvents(ctx, j.ID, gpuEventsKept)
+	if err != nil {
+		s.internalError(c, "job.events_failed", err)
+		return
+	}
+	now := s.now()
+	end := now
+	if j.CompletedAt != nil {
+		end = *j.CompletedAt
+	}
+	b := statusBody{JobID: j.ID, Status: j.Status, SubmittedAt: isoformat(j.SubmittedAt),
+		ElapsedSeconds: wholeSeconds(end.Sub(j.SubmittedAt))}
+	switch {
+	case j.StartedAt != nil:
+		q := wholeSeconds(j.StartedAt.Sub(j.SubmittedAt))
+		cs := wholeSeconds(end.Sub(*j.StartedAt))
+		b.QueueSeconds, b.ComputeSeconds = &q, &cs
+	case j.Status == store.JobPending:
+		q := b.ElapsedSeconds
+		b.QueueSeconds = &q
+	}
+	if j.Status == store.JobPending {
+		pos, err := s.deps.Store.QueuePosition(ctx, j.SubmittedAt)
+		if err != nil {
+			s.internalError(c, "job.queue_failed", err)
+			return
+		}
+		b.QueuePosition = &pos
+	}
+	b.ProgressStages = make([]stageBody, 0, len(stages))
+	for _, st := range stages {
+		b.ProgressStages = append(b.ProgressStages, toStageBody(st))
+		if st.Status == "completed" {
+			b.CompletedStageCount++
+		}
+	}
+	b.ActiveStageIndex = activeStage(stages)
+	b.TotalStageCount = len(stages)
+	b.Progress = progressBody{MoleculesTotal: j.TotalMolecules, MoleculesProcessed: j.MoleculesProcessed,
+		PredictionsTotal: j.TotalPredictions, PredictionsMade: j.PredictionsMade, InvalidRows: j.InvalidRows,
+		Stages: b.ProgressStages, ActiveStageIndex: b.ActiveStageIndex,
+		CompletedStageCount: b.CompletedStageCount, TotalStageCount: b.TotalStageCount}
+	if len(stages) > 0 {
+		st := embeddingSource(stages)
+		sb := toStageBody(*st).Embedding
+		b.Progress.Embedding = &jobEmbedding{Enabled: sb.Enabled, State: sb.State, MethodKey: sb.MethodKey,
+			MethodKeySnake: sb.MethodKey, Target: sb.Target, Total: sb.Total, CachedAlready: sb.CachedAlready,
+			CachedSnake: sb.CachedAlready, NeedComputation: sb.NeedComputation, NeedSnake: sb.NeedComputation,
+			Computed: sb.Computed, Remaining: sb.Remaining, UpdatedAt: isoPtr(st.EmbeddingUpdatedAt)}
+	}
+	b.GPUPrecompute = aggregateGPU(evs)
+	b.Synthetic = j.Synthetic
+	switch j.Status {
+	case store.JobCompleted:
+		if j.CompletedAt != nil {
+			b.CompletedAt = isoformat(*j.CompletedAt)
+		}
+		b.ResultURL = "/api/v1/result/" + j.ID + "/"
+	case store.JobFailed:
+		b.Error = j.ErrorMessage
+		if b.Error == "" {
+			b.Error = "The job failed with an unknown error."
+		}
+	}
+	c.JSON(http.StatusOK, b)
+}

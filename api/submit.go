@@ -1,0 +1,337 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/kinflow/kinflow/internal/input"
+	"github.com/kinflow/kinflow/internal/store"
+)
+
+// jobIDLen is the length of a job id: 22 characters of [A-Za-z0-9] carry
+// about 131 bits, far beyond guessing (WIRE top, item 5).
+const jobIDLen = 22
+
+const idAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+// newJobID draws a job id from crypto/rand; bytes ≥ 248 are rejected so that
+// every character is equally likely.
+func newJobID() (string, error) {
+	out := make([]byte, 0, jobIDLen)
+	var buf [32]byte
+	for len(out) < jobIDLen {
+		if _, err := rand.Read(buf[:]); err != nil {
+			return "", fmt.Errorf("draw job id: %w", err)
+		}
+		for _, b := range buf {
+			if b < 248 && len(out) < jobIDLen {
+				out = append(out, idAlphabet[int(b)%len(idAlphabet)])
+			}
+		}
+	}
+	return string(out), nil
+}
+
+// multipartMemory is how much of a multipart body is held in memory; the
+// rest of an upload spills to a temporary file (a 10,000-row file of long
+// sequences is ~100 MiB).
+const multipartMemory = 16 << 20
+
+// requestBody is a /validate/ or /submit/ body, either form.
+type requestBody struct {
+	isJSON bool
+	json   *input.JSONBody
+	form   map[string][]string
+	file   *multipart.FileHeader
+}
+
+// inputError answers an *input.Error with its status and message; any other
+// error is internal.
+func (s *Server) inputError(c *gin.Context, err error) {
+	if e, ok := input.AsError(err); ok {
+		abortError(c, e.Status(), e.Msg)
+		return
+	}
+	s.internalError(c, "input.failed", err)
+}
+
+// readBody reads the body as JSON when Content-Type contains
+// application/json, else as a form (multipart or urlencoded).
+func (s *Server) readBody(c *gin.Context) (*requestBody, bool) {
+	limit := int64(128 << 20)
+	if s.deps.Config != nil && s.deps.Config.MaxUploadBytes > 0 {
+		limit = s.deps.Config.MaxUploadBytes
+	}
+	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, limit)
+	if strings.Contains(c.GetHeader("Content-Type"), "application/json") {
+		jb, err := input.ParseJSONBody(c.Request.Body, s.maxRows())
+		if err != nil {
+			s.inputError(c, err)
+			return nil, false
+		}
+		return &requestBody{isJSON: true, json: jb}, true
+	}
+	b := &requestBody{}
+	err := c.Request.ParseMultipartForm(multipartMemory)
+	switch {
+	case err == nil:
+		b.form = c.Request.MultipartForm.Value
+		if fs := c.Request.MultipartForm.File["file"]; len(fs) > 0 {
+			b.file = fs[0]
+		}
+	case errors.Is(err, http.ErrNotMultipart):
+		if err := c.Request.ParseForm(); err != nil {
+			s.formError(c, err)
+			return nil, false
+		}
+		b.form = c.Request.PostForm
+	default:
+		s.formError(c, err)
+		return nil, false
+	}
+	return b, true
+}
+
+func (s *Server) formError(c *gin.Context, err error) {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		abortError(c, http.StatusRequestEntityTooLarge, fmt.Sprintf("Request body is larger than the limit of %d bytes.", mbe.Limit))
+		return
+	}
+	abortError(c, http.StatusBadRequest, "Could not read the form body: send multipart/form-data with a .csv file, or a JSON body.")
+}
+
+func (s *Server) maxRows() int {
+	if s.deps.Config != nil && s.deps.Config.MaxRows > 0 {
+		return s.deps.Config.MaxRows
+	}
+	return input.DefaultMaxRows
+}
+
+// loadTable reads the body's table: the JSON `data`, or the uploaded .csv.
+func (s *Server) loadTable(b *requestBody) (*input.Table, error) {
+	if b.isJSON {
+		if b.json.DataErr != nil {
+			return nil, b.json.DataErr
+		}
+		return b.json.Data, nil
+	}
+	if b.file == nil {
+		return nil, &input.Error{Kind: input.KindInvalid, Msg: "No file uploaded: send the input as the multipart field 'file' (a .csv file)."}
+	}
+	if err := input.CheckUploadName(b.file.Filename); err != nil {
+		return nil, err
+	}
+	f, err := b.file.Open()
+	if err != nil {
+		return nil, fmt.Errorf("open upload: %w", err)
+	}
+	defer f.Close()
+	return input.ParseCSV(f, s.maxRows())
+}
+
+type submitBody struct {
+	JobID     string    `json:"jobId"`
+	Status    string    `json:"status"`
+	StatusURL string    `json:"statusUrl"`
+	ResultURL string    `json:"resultUrl"`
+	Quota     quotaBody `json:"quota"`
+}
+
+// submit answers POST /submit/: validate, reserve quota, store the input and
+// the job, then start its workflow.
+func (s *Server) submit(c *gin.Context) {
+	b, ok := s.readBody(c)
+	if !ok {
+		return
+	}
+	var (
+		raw input.RawOptions
+		err error
+	)
+	if b.isJSON {
+		raw, err = input.OptionsFromJSON(b.json.Fields)
+	} else {
+		raw, err = input.OptionsFromForm(b.form)
+	}
+	if err != nil {
+		s.inputError(c, err)
+		return
+	}
+	sub, err := input.ValidateSubmit(input.FromMethods(s.cat), raw, func() (*input.Table, error) { return s.loadTable(b) })
+	if err != nil {
+		s.inputError(c, err)
+		return
+	}
+	if b.file != nil {
+		// The parsed table is all that is needed from here on.
+		_ = c.Request.MultipartForm.RemoveAll()
+	}
+
+	k := authKey(c)
+	limit := c.GetInt64(ctxLimit)
+	now := s.now()
+	day := store.QuotaDay(now)
+	n := int64(len(sub.Table.Rows))
+	// Everything after the reservation must finish or be undone even if the
+	// client goes away, so it runs on a context that is not cancelled with
+	// the request.
+	ctx := context.WithoutCancel(c.Request.Context())
+	admitted, used, err := s.deps.Store.ReserveQuota(ctx, k.ID, day, n, limit)
+	if err != nil {
+		s.internalError(c, "quota.reserve_failed", err)
+		return
+	}
+	setRateHeaders(c, limit, limit-used, now)
+	if !admitted {
+		s.deps.Metrics.QuotaRejected()
+		abortError(c, http.StatusTooManyRequests, fmt.Sprintf(
+			"Daily prediction limit exceeded: %d predictions remaining today; this upload requires %d.", limit-used, n))
+		return
+	}
+	id, err := s.createJob(ctx, c, k, sub, now)
+	if err != nil {
+		if rerr := s.deps.Store.RefundQuota(ctx, k.ID, day, n); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		s.internalError(c, "job.create_failed", err)
+		return
+	}
+	if err := s.startJob(ctx, id); err != nil {
+		s.log.Error("job.start_failed", "request_id", c.GetString(requestIDKey), "job_id", id, "error", err)
+		if ferr := s.deps.Store.FailUnqueuedJob(ctx, id, "The job could not be queued.", int(n), s.now()); ferr != nil {
+			s.log.Error("job.fail_failed", "request_id", c.GetString(requestIDKey), "job_id", id, "error", ferr)
+		}
+		if rerr := s.deps.Store.RefundQuota(ctx, k.ID, day, n); rerr != nil {
+			s.log.Error("quota.refund_failed", "request_id", c.GetString(requestIDKey), "job_id", id, "error", rerr)
+		} else {
+			used -= n
+		}
+		setRateHeaders(c, limit, limit-used, now)
+		abortError(c, http.StatusServiceUnavailable, "The job could not be queued: the scheduler is unavailable. Nothing was charged; please retry shortly.")
+		return
+	}
+	s.log.Info("job.created", "request_id", c.GetString(requestIDKey), "job_public_id", id, "rows", n)
+	c.JSON(http.StatusCreated, submitBody{JobID: id, Status: store.JobPending,
+		StatusURL: "/api/v1/status/" + id + "/", ResultURL: "/api/v1/result/" + id + "/",
+		Quota: newQuotaBody(limit, used, now)})
+}
+
+func (s *Server) startJob(ctx context.Context, id string) error {
+	if s.deps.Jobs == nil {
+		return errors.New("no job starter configured")
+	}
+	return s.deps.Jobs.StartJob(ctx, id)
+}
+
+// createJob writes the job's input.csv and its job and stage rows.
+func (s *Server) createJob(ctx context.Context, c *gin.Context, k *store.AuthKey, sub *input.Submission, now time.Time) (string, error) {
+	id, err := newJobID()
+	if err != nil {
+		return "", err
+	}
+	rel := "jobs/" + id + "/input.csv"
+	if err := writeFileAtomic(s.mediaPath(rel), func(w io.Writer) error { return input.WriteCSV(w, sub.Table) }); err != nil {
+		return "", fmt.Errorf("write input of job %s: %w", id, err)
+	}
+	o := sub.Options
+	targets, _ := json.Marshal(o.Targets)
+	meths, _ := json.Marshal(o.Methods)
+	ip := s.callerIP(c)
+	job := &store.Job{ID: id, KeyID: k.ID, IPAddress: ip, Status: store.JobPending,
+		PredictionType: strings.Join(o.Targets, "+"), Targets: string(targets), Methods: string(meths),
+		KcatMethod: o.Methods[input.TargetKcat], KmMethod: o.Methods[input.TargetKm], KcatKmMethod: o.Methods[input.TargetKcatKm],
+		HandleLongSequences: o.HandleLongSequences, CanonicalizeSubstrates: o.CanonicalizeSubstrates,
+		IncludeSimilarityColumns: o.IncludeSimilarityColumns, UseExperimental: o.UseExperimental,
+		DisableGPUPrecompute: o.DisableGPUPrecompute, RequestedRows: len(sub.Table.Rows),
+		SubmittedAt: now.UTC(), InputPath: rel}
+	stages := make([]store.JobStage, 0, len(o.Targets))
+	for i, t := range o.Targets {
+		key := o.Methods[t]
+		name := key
+		if d, ok := s.cat.Get(key); ok && d.DisplayName != "" {
+			name = d.DisplayName
+		}
+		stages = append(stages, store.JobStage{JobID: id, Index: i, Target: t, MethodKey: key, MethodName: name,
+			Status: "pending", EmbeddingEnabled: true, EmbeddingState: "pending"})
+	}
+	if err := s.deps.Store.CreateJob(ctx, job, stages); err != nil {
+		_ = os.RemoveAll(filepath.Dir(s.mediaPath(rel)))
+		return "", err
+	}
+	if _, err := s.deps.Store.TouchUser(ctx, ip, now); err != nil {
+		// Bookkeeping of the caller's address only; the job stands.
+		s.log.Warn("apiuser.touch_failed", "request_id", c.GetString(requestIDKey), "error", err)
+	}
+	return id, nil
+}
+
+// writeFileAtomic writes path through a temporary file in the same folder,
+// synced and renamed, so a reader never sees a partial file.
+func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(f.Name())
+		}
+	}()
+	if err = write(f); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Chmod(f.Name(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+// validate answers POST /validate/: the §4.6 report of the table. No quota
+// is used and nothing is stored.
+func (s *Server) validate(c *gin.Context) {
+	b, ok := s.readBody(c)
+	if !ok {
+		return
+	}
+	var sim bool
+	if b.isJSON {
+		sim = input.RunSimilarityJSON(b.json.Fields)
+	} else {
+		sim = input.RunSimilarityForm(b.form)
+	}
+	t, err := s.loadTable(b)
+	if err != nil {
+		s.inputError(c, err)
+		return
+	}
+	rep, err := input.Validate(c.Request.Context(), input.FromMethods(s.cat), s.chem, t, sim)
+	if err != nil {
+		s.inputError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, rep)
+}

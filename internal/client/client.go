@@ -1,0 +1,450 @@
+// Package client is a small Go client of kinflow's REST API, used by the
+// `kinflow` command-line subcommands (key, validate, submit, status, result,
+// methods). It speaks the wire format of docs/api.md: API-key routes by
+// caller IP, everything else with `Authorization: Bearer <key>`, and every
+// error as JSON {"error": "..."}.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultBaseURL is where `make run` serves the API.
+const DefaultBaseURL = "http://127.0.0.1:8000"
+
+// errorBodyLimit caps how much of an error answer is read: an error body is
+// one short JSON object, and a misconfigured URL (some other server) must not
+// make the client buffer a large page.
+const errorBodyLimit = 64 << 10
+
+// Client calls one kinflow API. The zero HTTP client means a client with a
+// 60 s timeout per request.
+type Client struct {
+	// BaseURL is the API's origin, e.g. http://127.0.0.1:8000 (no /api suffix).
+	BaseURL string
+	// Key is the API key sent as a bearer token; the key routes ignore it.
+	Key string
+	// HTTP is the transport; nil means a default client.
+	HTTP *http.Client
+}
+
+// defaultHTTP bounds each request: uploads of the largest accepted input
+// (128 MiB) finish well within a minute on a LAN, and a hung server must
+// not hang a script forever. Waiting for a job polls with short requests.
+var defaultHTTP = &http.Client{Timeout: 60 * time.Second}
+
+// New returns a client of baseURL (DefaultBaseURL when empty) with key.
+func New(baseURL, key string) *Client {
+	if strings.TrimSpace(baseURL) == "" {
+		baseURL = DefaultBaseURL
+	}
+	return &Client{BaseURL: strings.TrimRight(strings.TrimSpace(baseURL), "/"), Key: strings.TrimSpace(key)}
+}
+
+// APIError is an answer with a non-2xx status: Message is the API's
+// {"error"} text (or a short excerpt of a body that was not JSON).
+type APIError struct {
+	Status  int
+	Message string
+}
+
+// Error implements error: the API's message and the status code.
+func (e *APIError) Error() string {
+	return fmt.Sprintf("%s (HTTP %d)", e.Message, e.Status)
+}
+
+// IsStatus reports whether err is an *APIError with the given status.
+func IsStatus(err error, status int) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Status == status
+}
+
+// ErrNoKey is returned by the authenticated calls when no key is set.
+var ErrNoKey = errors.New("no API key: pass --key or set KINFLOW_API_KEY (`kinflow key generate` makes one)")
+
+func (c *Client) httpClient() *http.Client {
+	if c.HTTP != nil {
+		return c.HTTP
+	}
+	return defaultHTTP
+}
+
+// do sends a request and returns the response when its status is 2xx; any
+// other status becomes an *APIError. The caller closes the body.
+func (c *Client) do(ctx context.Context, method, path string, body io.Reader, contentType string, auth bool) (*http.Response, error) {
+	if auth && c.Key == "" {
+		return nil, ErrNoKey
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, body)
+	if err != nil {
+		return nil, fmt.Errorf("build request %s %s: %w", method, path, err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if auth {
+		req.Header.Set("Authorization", "Bearer "+c.Key)
+	}
+	resp, err := c.httpClient().Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach kinflow at %s: %w", c.BaseURL, err)
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyLimit))
+	var eb struct {
+		Error string `json:"error"`
+	}
+	msg := ""
+	if json.Unmarshal(data, &eb) == nil && eb.Error != "" {
+		msg = eb.Error
+	} else {
+		msg = strings.TrimSpace(string(data))
+		if len(msg) > 200 {
+			msg = msg[:200] + "…"
+		}
+		if msg == "" {
+			msg = http.StatusText(resp.StatusCode)
+		}
+		msg = fmt.Sprintf("unexpected answer from %s%s: %s", c.BaseURL, path, msg)
+	}
+	return nil, &APIError{Status: resp.StatusCode, Message: msg}
+}
+
+// getJSON sends a request and decodes a 2xx JSON answer into out.
+func (c *Client) getJSON(ctx context.Context, method, path string, body io.Reader, contentType string, auth bool, out any) error {
+	resp, err := c.do(ctx, method, path, body, contentType, auth)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("decode %s %s answer: %w", method, path, err)
+	}
+	return nil
+}
+
+// KeyStatus is GET /api/api-key/.
+type KeyStatus struct {
+	HasKey    bool   `json:"hasKey"`
+	KeySuffix string `json:"keySuffix"`
+}
+
+// KeyStatus reports whether the caller's address has an active key.
+func (c *Client) KeyStatus(ctx context.Context) (KeyStatus, error) {
+	var out KeyStatus
+	err := c.getJSON(ctx, http.MethodGet, "/api/api-key/", nil, "", false, &out)
+	return out, err
+}
+
+// GeneratedKey is POST /api/api-key/generate/'s answer; Key is shown once.
+type GeneratedKey struct {
+	Key       string `json:"key"`
+	KeySuffix string `json:"keySuffix"`
+	Message   string `json:"message"`
+}
+
+// GenerateKey makes a key for the caller's address (409 when one is active).
+func (c *Client) GenerateKey(ctx context.Context) (GeneratedKey, error) {
+	var out GeneratedKey
+	err := c.getJSON(ctx, http.MethodPost, "/api/api-key/generate/", nil, "", false, &out)
+	return out, err
+}
+
+// RevokeKey revokes the caller address's active key (404 when none).
+func (c *Client) RevokeKey(ctx context.Context) error {
+	var out struct {
+		Revoked bool `json:"revoked"`
+	}
+	if err := c.getJSON(ctx, http.MethodPost, "/api/api-key/revoke/", nil, "", false, &out); err != nil {
+		return err
+	}
+	if !out.Revoked {
+		return errors.New("revoke: the API did not confirm the revocation")
+	}
+	return nil
+}
+
+// Method is one entry of GET /api/v1/methods/.
+type Method struct {
+	ID          string   `json:"id"`
+	DisplayName string   `json:"displayName"`
+	Supports    []string `json:"supports"`
+	InputFormat string   `json:"inputFormat"`
+	MaxSeqLen   *int     `json:"maxSeqLen"`
+	Required    []string `json:"requiredColumns"`
+}
+
+// Methods is GET /api/v1/methods/: methods by target, and the targets in order.
+type Methods struct {
+	Methods         map[string][]Method `json:"methods"`
+	PredictionTypes []string            `json:"predictionTypes"`
+}
+
+// Methods lists the method catalogue.
+func (c *Client) Methods(ctx context.Context) (Methods, error) {
+	var out Methods
+	err := c.getJSON(ctx, http.MethodGet, "/api/v1/methods/", nil, "", false, &out)
+	return out, err
+}
+
+// ValidateReport is the part of POST /api/v1/validate/'s report the client
+// reads; Raw is the whole answer.
+type ValidateReport struct {
+	RowCount          int `json:"rowCount"`
+	InvalidSubstrates []struct {
+		Row    int    `json:"row"`
+		Value  any    `json:"value"`
+		Reason string `json:"reason"`
+	} `json:"invalidSubstrates"`
+	InvalidProteins []struct {
+		Row          int      `json:"row"`
+		Value        string   `json:"value"`
+		InvalidChars []string `json:"invalid_chars"`
+		Reason       string   `json:"reason"`
+	} `json:"invalidProteins"`
+	LengthViolations map[string]int  `json:"lengthViolations"`
+	Raw              json.RawMessage `json:"-"`
+}
+
+// Problems counts the rows the report flags.
+func (r *ValidateReport) Problems() int {
+	return len(r.InvalidSubstrates) + len(r.InvalidProteins)
+}
+
+// Validate checks a CSV without submitting it (no quota used).
+func (c *Client) Validate(ctx context.Context, filename string, csv io.Reader) (*ValidateReport, error) {
+	body, ctype, err := multipartBody(filename, csv, nil)
+	if err != nil {
+		return nil, err
+	}
+	var raw json.RawMessage
+	if err := c.getJSON(ctx, http.MethodPost, "/api/v1/validate/", body, ctype, true, &raw); err != nil {
+		return nil, err
+	}
+	rep := &ValidateReport{Raw: raw}
+	if err := json.Unmarshal(raw, rep); err != nil {
+		return nil, fmt.Errorf("decode validation report: %w", err)
+	}
+	return rep, nil
+}
+
+// SubmitOptions are a submission's options (WIRE §1.7). Targets and
+// Methods are required; the rest keep the API's defaults when zero.
+type SubmitOptions struct {
+	// Targets are the targets to predict (kcat, Km, kcat/Km), in any order.
+	Targets []string
+	// Methods maps each target to a method id from Methods().
+	Methods map[string]string
+	// HandleLongSequences is "truncate" or "skip"; "" keeps the default.
+	HandleLongSequences string
+	// CanonicalizeSubstrates nil keeps the default (true).
+	CanonicalizeSubstrates   *bool
+	IncludeSimilarityColumns bool
+	DisableGPUPrecompute     bool
+}
+
+func (o SubmitOptions) fields() (map[string]string, error) {
+	f := map[string]string{}
+	t, err := json.Marshal(o.Targets)
+	if err != nil {
+		return nil, fmt.Errorf("encode targets: %w", err)
+	}
+	m, err := json.Marshal(o.Methods)
+	if err != nil {
+		return nil, fmt.Errorf("encode methods: %w", err)
+	}
+	f["targets"], f["methods"] = string(t), string(m)
+	if o.HandleLongSequences != "" {
+		f["handleLongSequences"] = o.HandleLongSequences
+	}
+	if o.CanonicalizeSubstrates != nil {
+		f["canonicalizeSubstrates"] = strconv.FormatBool(*o.CanonicalizeSubstrates)
+	}
+	if o.IncludeSimilarityColumns {
+		f["includeSimilarityColumns"] = "true"
+	}
+	if o.DisableGPUPrecompute {
+		f["disableGpuPrecompute"] = "true"
+	}
+	return f, nil
+}
+
+// Submitted is POST /api/v1/submit/'s 201 answer.
+type Submitted struct {
+	JobID     string `json:"jobId"`
+	Status    string `json:"status"`
+	StatusURL string `json:"statusUrl"`
+	ResultURL string `json:"resultUrl"`
+}
+
+// Submit uploads a CSV as a new job.
+func (c *Client) Submit(ctx context.Context, filename string, csv io.Reader, opts SubmitOptions) (*Submitted, error) {
+	fields, err := opts.fields()
+	if err != nil {
+		return nil, err
+	}
+	body, ctype, err := multipartBody(filename, csv, fields)
+	if err != nil {
+		return nil, err
+	}
+	var out Submitted
+	if err := c.getJSON(ctx, http.MethodPost, "/api/v1/submit/", body, ctype, true, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// multipartBody builds a multipart form with the CSV as the field "file".
+// The body is buffered: the API caps uploads at 128 MiB, and a buffered
+// body lets the transport send a Content-Length.
+func multipartBody(filename string, csv io.Reader, fields map[string]string) (io.Reader, string, error) {
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	for k, v := range fields {
+		if err := mw.WriteField(k, v); err != nil {
+			return nil, "", fmt.Errorf("build form: %w", err)
+		}
+	}
+	fw, err := mw.CreateFormFile("file", filename)
+	if err != nil {
+		return nil, "", fmt.Errorf("build form: %w", err)
+	}
+	if _, err := io.Copy(fw, csv); err != nil {
+		return nil, "", fmt.Errorf("read %s: %w", filename, err)
+	}
+	if err := mw.Close(); err != nil {
+		return nil, "", fmt.Errorf("build form: %w", err)
+	}
+	return &buf, mw.FormDataContentType(), nil
+}
+
+// Embedding is a stage's (or the job's) embedding counters (WIRE §2.4).
+type Embedding struct {
+	Enabled         bool   `json:"enabled"`
+	State           string `json:"state"`
+	MethodKey       string `json:"methodKey"`
+	Target          string `json:"target"`
+	Total           int    `json:"total"`
+	CachedAlready   int    `json:"cachedAlready"`
+	NeedComputation int    `json:"needComputation"`
+	Computed        int    `json:"computed"`
+	Remaining       int    `json:"remaining"`
+}
+
+// Stage is one entry of progressStages.
+type Stage struct {
+	Index      int    `json:"index"`
+	Target     string `json:"target"`
+	MethodKey  string `json:"methodKey"`
+	MethodName string `json:"methodName"`
+	Status     string `json:"status"`
+	Message    string `json:"message"`
+	Prediction struct {
+		PredictionsTotal int `json:"predictionsTotal"`
+		PredictionsMade  int `json:"predictionsMade"`
+	} `json:"prediction"`
+	Embedding Embedding `json:"embedding"`
+}
+
+// Status is the part of GET /api/v1/status/{id}/ the client reads; Raw is
+// the whole answer.
+type Status struct {
+	JobID          string  `json:"jobId"`
+	Status         string  `json:"status"`
+	ElapsedSeconds int64   `json:"elapsedSeconds"`
+	QueuePosition  *int    `json:"queuePosition"`
+	Stages         []Stage `json:"progressStages"`
+	Progress       struct {
+		PredictionsTotal int        `json:"predictionsTotal"`
+		PredictionsMade  int        `json:"predictionsMade"`
+		Embedding        *Embedding `json:"embedding"`
+	} `json:"progress"`
+	ActiveStageIndex    *int `json:"activeStageIndex"`
+	CompletedStageCount int  `json:"completedStageCount"`
+	TotalStageCount     int  `json:"totalStageCount"`
+	GPUPrecompute       *struct {
+		Reason  *string `json:"reason"`
+		UsedGPU bool    `json:"usedGpu"`
+		Failed  bool    `json:"failed"`
+	} `json:"gpuPrecompute"`
+	Error string          `json:"error"`
+	Raw   json.RawMessage `json:"-"`
+}
+
+// Finished reports whether the job reached a final status.
+func (s *Status) Finished() bool { return s.Status == "Completed" || s.Status == "Failed" }
+
+// Status reads a job's status.
+func (c *Client) Status(ctx context.Context, jobID string) (*Status, error) {
+	var raw json.RawMessage
+	if err := c.getJSON(ctx, http.MethodGet, "/api/v1/status/"+url.PathEscape(jobID)+"/", nil, "", true, &raw); err != nil {
+		return nil, err
+	}
+	st := &Status{Raw: raw}
+	if err := json.Unmarshal(raw, st); err != nil {
+		return nil, fmt.Errorf("decode status: %w", err)
+	}
+	return st, nil
+}
+
+// Wait polls a job's status every interval until it is Completed or Failed
+// (or ctx ends), calling onUpdate with every status read. When ctx ends it
+// returns the last status read (nil if none) with ctx's error.
+func (c *Client) Wait(ctx context.Context, jobID string, interval time.Duration, onUpdate func(*Status)) (*Status, error) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var last *Status
+	for {
+		st, err := c.Status(ctx, jobID)
+		if err != nil {
+			if ctx.Err() != nil {
+				return last, fmt.Errorf("wait for job %s: %w", jobID, ctx.Err())
+			}
+			return last, err
+		}
+		last = st
+		if onUpdate != nil {
+			onUpdate(st)
+		}
+		if st.Finished() {
+			return st, nil
+		}
+		select {
+		case <-ctx.Done():
+			return st, fmt.Errorf("wait for job %s: %w", jobID, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// Result copies a completed job's result to w: the CSV, or with asJSON the
+// JSON form. 409 until the job is Completed.
+func (c *Client) Result(ctx context.Context, jobID string, asJSON bool, w io.Writer) error {
+	path := "/api/v1/result/" + url.PathEscape(jobID) + "/"
+	if asJSON {
+		path += "?format=json"
+	}
+	resp, err := c.do(ctx, http.MethodGet, path, nil, "", true)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		return fmt.Errorf("read result of %s: %w", jobID, err)
+	}
+	return nil
+}

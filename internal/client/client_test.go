@@ -1,0 +1,237 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kinflow/kinflow/api"
+	"github.com/kinflow/kinflow/internal/client"
+	"github.com/kinflow/kinflow/internal/config"
+	"github.com/kinflow/kinflow/internal/store"
+	"github.com/kinflow/kinflow/internal/testenv"
+)
+
+// startRecorder stands in for Temporal: it records the jobs the API queued.
+// The test then plays the worker's part through the store.
+type startRecorder struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (r *startRecorder) StartJob(_ context.Context, id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ids = append(r.ids, id)
+	return nil
+}
+
+type env struct {
+	c     *client.Client
+	st    *store.Store
+	media string
+	jobs  *startRecorder
+}
+
+// newEnv serves the real API router over real HTTP on a fresh SQLite store.
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	cfg, err := config.Load(func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MediaRoot = t.TempDir()
+	st := testenv.OpenStore(t, store.SQLite)
+	rec := &startRecorder{}
+	srv := httptest.NewServer(api.New(api.Deps{Config: cfg, Store: st, Jobs: rec,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}))
+	t.Cleanup(srv.Close)
+	return &env{c: client.New(srv.URL+"/", ""), st: st, media: cfg.MediaRoot, jobs: rec}
+}
+
+const exampleCSV = "Protein Sequence,Substrate\nMKTAYIAKQRQISFVKSHFSRQ,CC(=O)O\nMSKGEELFTGVV,OC(=O)CCC(=O)O\n"
+
+func TestKeyLifecycle(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	ks, err := e.c.KeyStatus(ctx)
+	if err != nil || ks.HasKey {
+		t.Fatalf("fresh status %+v %v", ks, err)
+	}
+	k, err := e.c.GenerateKey(ctx)
+	if err != nil || !strings.HasPrefix(k.Key, "ak_") || k.KeySuffix != "…"+k.Key[len(k.Key)-6:] {
+		t.Fatalf("generate %+v %v", k, err)
+	}
+	ks, err = e.c.KeyStatus(ctx)
+	if err != nil || !ks.HasKey || ks.KeySuffix != k.KeySuffix {
+		t.Fatalf("status after generate %+v %v", ks, err)
+	}
+	_, err = e.c.GenerateKey(ctx)
+	if !client.IsStatus(err, 409) || !strings.Contains(err.Error(), "Revoke it first") {
+		t.Fatalf("second generate: %v", err)
+	}
+	if err := e.c.RevokeKey(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = e.c.RevokeKey(ctx)
+	if !client.IsStatus(err, 404) || !strings.Contains(err.Error(), "No active API key") {
+		t.Fatalf("second revoke: %v", err)
+	}
+	// A revoked key no longer authenticates, with the API's own message.
+	e.c.Key = k.Key
+	_, err = e.c.Status(ctx, "abc")
+	if !client.IsStatus(err, 401) || !strings.Contains(err.Error(), "Invalid or revoked API key.") {
+		t.Fatalf("revoked key: %v", err)
+	}
+}
+
+func TestNoKeyAndUnreachable(t *testing.T) {
+	ctx := context.Background()
+	c := client.New("http://127.0.0.1:1", "")
+	if _, err := c.Status(ctx, "x"); err != client.ErrNoKey {
+		t.Fatalf("no key: %v", err)
+	}
+	c.Key = "ak_x"
+	_, err := c.Status(ctx, "x")
+	if err == nil || !strings.Contains(err.Error(), "cannot reach kinflow at http://127.0.0.1:1") {
+		t.Fatalf("unreachable: %v", err)
+	}
+	if d := client.New("", ""); d.BaseURL != client.DefaultBaseURL {
+		t.Fatalf("default URL %q", d.BaseURL)
+	}
+}
+
+// TestNonJSONError: an answer from something that is not kinflow is named
+// as such, with a bounded excerpt.
+func TestNonJSONError(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(502)
+		_, _ = io.WriteString(w, strings.Repeat("<html>oops</html>", 100))
+	}))
+	defer srv.Close()
+	_, err := client.New(srv.URL, "").KeyStatus(context.Background())
+	var ae *client.APIError
+	if !errors.As(err, &ae) || ae.Status != 502 || !strings.Contains(ae.Message, "unexpected answer from") || len(ae.Message) > 300 {
+		t.Fatalf("%v", err)
+	}
+}
+
+func TestMethodsValidateSubmitStatusResult(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	m, err := e.c.Methods(ctx)
+	if err != nil || len(m.PredictionTypes) != 3 || len(m.Methods["kcat"]) == 0 {
+		t.Fatalf("methods %+v %v", m, err)
+	}
+	k, err := e.c.GenerateKey(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.c.Key = k.Key
+
+	rep, err := e.c.Validate(ctx, "in.csv", strings.NewReader(exampleCSV+"MKT1X,notasmiles((\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.RowCount != 3 || rep.Problems() != 2 || rep.InvalidProteins[0].Row != 3 || !json.Valid(rep.Raw) {
+		t.Fatalf("report %+v %s", rep, rep.Raw)
+	}
+	_, err = e.c.Validate(ctx, "in.txt", strings.NewReader(exampleCSV))
+	if !client.IsStatus(err, 400) {
+		t.Fatalf("non-csv name: %v", err)
+	}
+
+	_, err = e.c.Submit(ctx, "in.csv", strings.NewReader(exampleCSV), client.SubmitOptions{Targets: []string{"kcat"}, Methods: map[string]string{"kcat": "nope"}})
+	if !client.IsStatus(err, 400) || !strings.Contains(err.Error(), "nope") {
+		t.Fatalf("unknown method: %v", err)
+	}
+	no := false
+	job, err := e.c.Submit(ctx, "in.csv", strings.NewReader(exampleCSV), client.SubmitOptions{
+		Targets: []string{"kcat", "Km"}, Methods: map[string]string{"kcat": "B", "Km": "C"},
+		HandleLongSequences: "skip", CanonicalizeSubstrates: &no, DisableGPUPrecompute: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(job.JobID) != 22 || job.Status != "Pending" || len(e.jobs.ids) != 1 || e.jobs.ids[0] != job.JobID {
+		t.Fatalf("submit %+v, queued %v", job, e.jobs.ids)
+	}
+	st, err := e.c.Status(ctx, job.JobID)
+	if err != nil || st.Status != "Pending" || len(st.Stages) != 2 || st.Stages[1].Target != "Km" || st.Finished() {
+		t.Fatalf("status %+v %v", st, err)
+	}
+	err = e.c.Result(ctx, job.JobID, false, io.Discard)
+	if !client.IsStatus(err, 409) || !strings.Contains(err.Error(), "is not completed") {
+		t.Fatalf("early result: %v", err)
+	}
+	_, err = e.c.Status(ctx, "NoSuchJob")
+	if !client.IsStatus(err, 404) || !strings.Contains(err.Error(), "No job found with id 'NoSuchJob'.") {
+		t.Fatalf("unknown job: %v", err)
+	}
+
+	// Play the worker: start, count embeddings, finish with an output file,
+	// while Wait polls; Wait must see the progress and the end.
+	go func() {
+		now := time.Now()
+		_ = e.st.StartJob(ctx, job.JobID, now)
+		_ = e.st.UpdateStage(ctx, job.JobID, 0, map[string]any{"status": "running", "embedding_total": 2, "embedding_need": 2, "embedding_state": "running"})
+		time.Sleep(60 * time.Millisecond)
+		_ = e.st.SetEmbeddingComputed(ctx, job.JobID, 0, 2, now)
+		time.Sleep(60 * time.Millisecond)
+		out := filepath.Join("jobs", job.JobID, "output.csv")
+		_ = os.MkdirAll(filepath.Join(e.media, "jobs", job.JobID), 0o755)
+		_ = os.WriteFile(filepath.Join(e.media, out), []byte("Protein Sequence,kcat (1/s)\nMKT,1.5\nMSK,\n"), 0o644)
+		_, _ = e.st.FinishJob(ctx, job.JobID, store.JobCompleted, "", 0, true, out, time.Now())
+	}()
+	var seen []string
+	final, err := e.c.Wait(ctx, job.JobID, 20*time.Millisecond, func(s *client.Status) {
+		line := s.Status
+		if s.Progress.Embedding != nil {
+			line += "/" + strconv.Itoa(s.Progress.Embedding.Computed)
+		}
+		if len(seen) == 0 || seen[len(seen)-1] != line {
+			seen = append(seen, line)
+		}
+	})
+	if err != nil || final.Status != "Completed" {
+		t.Fatalf("wait: %+v %v", final, err)
+	}
+	if len(seen) < 2 || seen[len(seen)-1] != "Completed/2" {
+		t.Fatalf("progress seen %v", seen)
+	}
+	var csv, js bytes.Buffer
+	if err := e.c.Result(ctx, job.JobID, false, &csv); err != nil || csv.String() != "Protein Sequence,kcat (1/s)\nMKT,1.5\nMSK,\n" {
+		t.Fatalf("csv %q %v", csv.String(), err)
+	}
+	if err := e.c.Result(ctx, job.JobID, true, &js); err != nil || !strings.Contains(js.String(), `"kcat (1/s)":null`) {
+		t.Fatalf("json %s %v", js.String(), err)
+	}
+}
+
+func TestWaitHonoursContext(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	k, _ := e.c.GenerateKey(ctx)
+	e.c.Key = k.Key
+	job, err := e.c.Submit(ctx, "in.csv", strings.NewReader(exampleCSV), client.SubmitOptions{Targets: []string{"kcat"}, Methods: map[string]string{"kcat": "B"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+	defer cancel()
+	st, err := e.c.Wait(cctx, job.JobID, 30*time.Millisecond, nil)
+	if err == nil || st == nil || st.Status != "Pending" {
+		t.Fatalf("wait on a job nobody runs: %+v %v", st, err)
+	}
+}

@@ -1,0 +1,315 @@
+// Package metrics holds kinflow's Prometheus metrics (official Go client).
+// Each process builds one Metrics with its own registry and hands it to its
+// parts through their dependencies; nothing registers on the client's global
+// default registry. Every method is safe on a nil *Metrics, so a part built
+// without metrics (tests, tools) records nothing.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/interceptor"
+)
+
+// Namespace prefixes every kinflow metric.
+const Namespace = "kinflow"
+
+// Metrics are one process's metrics.
+type Metrics struct {
+	// Registry holds every metric of the process.
+	Registry *prometheus.Registry
+
+	stepDuration   *prometheus.HistogramVec
+	cacheFiles     *prometheus.CounterVec
+	gpuEvents      *prometheus.CounterVec
+	gpuFallbacks   prometheus.Counter
+	quotaRejected  prometheus.Counter
+	httpDuration   *prometheus.HistogramVec
+	trackerFound   *prometheus.CounterVec
+	trackerLatency prometheus.Histogram
+}
+
+// New builds the metrics of one process, with the Go runtime and process
+// collectors, on a registry of its own.
+func New() *Metrics {
+	reg := prometheus.NewRegistry()
+	m := &Metrics{
+		Registry: reg,
+		stepDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "step_duration_seconds",
+			Help: "Duration of one activity execution, by activity type (the step: PrepareInput, BuildPlan, Predict, a GPU step key…) and outcome.",
+			// Steps run from milliseconds (bookkeeping) to hours (embedding
+			// 10,000 sequences on a CPU).
+			Buckets: []float64{.01, .05, .25, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600},
+		}, []string{"step", "outcome"}),
+		cacheFiles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "cache_files_total",
+			Help: "Expected cache artefacts found (hit) or missing (miss) when a stage is planned, by family.",
+		}, []string{"family", "result"}),
+		gpuEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "gpu_precompute_events_total",
+			Help: "gpuPrecompute events recorded, by reason (the text before any ':').",
+		}, []string{"reason"}),
+		gpuFallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "gpu_fallbacks_total",
+			Help: "Stages whose missing embeddings were handed from the GPU road to local computation (fail-open).",
+		}),
+		quotaRejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "quota_rejections_total",
+			Help: "Submissions refused because the key's daily quota was exhausted.",
+		}),
+		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "http_request_duration_seconds",
+			Help:    "HTTP request latency by server, method, route pattern and status code.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"server", "method", "route", "code"}),
+		trackerFound: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "progress_files_found_total",
+			Help: "Expected embedding files the progress tracker counted, by how it found them (notify, reconcile, overflow).",
+		}, []string{"source"}),
+		trackerLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "progress_store_duration_seconds",
+			Help:    "Duration of one stored progress count (a database write).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		}),
+	}
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.stepDuration, m.cacheFiles, m.gpuEvents, m.gpuFallbacks, m.quotaRejected,
+		m.httpDuration, m.trackerFound, m.trackerLatency,
+	)
+	return m
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	if m == nil {
+		return http.NotFoundHandler()
+	}
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+}
+
+// StepDone records one activity execution.
+func (m *Metrics) StepDone(step string, d time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	outcome := "ok"
+	switch {
+	case errors.Is(err, context.Canceled):
+		outcome = "cancelled"
+	case err != nil:
+		outcome = "error"
+	}
+	m.stepDuration.WithLabelValues(step, outcome).Observe(d.Seconds())
+}
+
+// CacheLookup records a stage plan's hits and misses in one family.
+func (m *Metrics) CacheLookup(family string, hits, misses int) {
+	if m == nil {
+		return
+	}
+	if hits > 0 {
+		m.cacheFiles.WithLabelValues(family, "hit").Add(float64(hits))
+	}
+	if misses > 0 {
+		m.cacheFiles.WithLabelValues(family, "miss").Add(float64(misses))
+	}
+}
+
+// GPUEvent records one gpuPrecompute event; "fallback_local" also counts as
+// a GPU fallback.
+func (m *Metrics) GPUEvent(reason string) {
+	if m == nil {
+		return
+	}
+	// Reasons carry details after ':' (exception texts, file counts); the
+	// label keeps the vocabulary word only, so its values stay few.
+	key := reason
+	if i := strings.IndexByte(key, ':'); i >= 0 {
+		key = key[:i]
+	}
+	m.gpuEvents.WithLabelValues(key).Inc()
+	if reason == "fallback_local" {
+		m.gpuFallbacks.Inc()
+	}
+}
+
+// QuotaRejected records one submission refused for quota.
+func (m *Metrics) QuotaRejected() {
+	if m == nil {
+		return
+	}
+	m.quotaRejected.Inc()
+}
+
+// HTTPRequest records one HTTP request. route is the route pattern, never
+// the raw path (job ids would make every path a new series).
+func (m *Metrics) HTTPRequest(server, method, route string, code int, d time.Duration) {
+	if m == nil {
+		return
+	}
+	if route == "" {
+		route = "unmatched"
+	}
+	m.httpDuration.WithLabelValues(server, method, route, strconv.Itoa(code)).Observe(d.Seconds())
+}
+
+// TrackerFound records files the progress tracker counted; its signature
+// matches progress.Options.OnFound once the source is converted.
+func (m *Metrics) TrackerFound(source string, n int) {
+	if m == nil {
+		return
+	}
+	m.trackerFound.WithLabelValues(source).Add(float64(n))
+}
+
+// ProgressStored records the duration of one stored progress count.
+func (m *Metrics) ProgressStored(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.trackerLatency.Observe(d.Seconds())
+}
+
+// JobCounter counts jobs by status (Pending, Processing, Completed, Failed).
+type JobCounter func(ctx context.Context) (map[string]int64, error)
+
+// jobStatuses are always exported, at zero when no job has them, so a
+// dashboard's series exist from the start.
+var jobStatuses = []string{"Pending", "Processing", "Completed", "Failed"}
+
+// jobsScrapeTimeout bounds the database query behind one scrape: a slow
+// database must not hang the scraper (Prometheus's default timeout is 10 s).
+const jobsScrapeTimeout = 5 * time.Second
+
+type jobsCollector struct {
+	count JobCounter
+	desc  *prometheus.Desc
+	log   *slog.Logger
+}
+
+func (c jobsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c jobsCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), jobsScrapeTimeout)
+	defer cancel()
+	counts, err := c.count(ctx)
+	if err != nil {
+		c.log.Warn("metrics: count jobs by state", "error", err)
+		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		return
+	}
+	seen := map[string]bool{}
+	for _, s := range jobStatuses {
+		seen[s] = true
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[s]), s)
+	}
+	for s, n := range counts {
+		if !seen[s] {
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), s)
+		}
+	}
+}
+
+// RegisterJobs exports kinflow_jobs{state}, read from the database at each
+// scrape, so every API replica reports the same truth.
+func (m *Metrics) RegisterJobs(count JobCounter, log *slog.Logger) error {
+	if m == nil {
+		return nil
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	c := jobsCollector{count: count, log: log, desc: prometheus.NewDesc(
+		prometheus.BuildFQName(Namespace, "", "jobs"), "Jobs by state, read from the database at scrape time.", []string{"state"}, nil)}
+	if err := m.Registry.Register(c); err != nil {
+		return fmt.Errorf("register jobs collector: %w", err)
+	}
+	return nil
+}
+
+// WorkerInterceptor times every activity the Temporal worker runs.
+func (m *Metrics) WorkerInterceptor() interceptor.WorkerInterceptor {
+	return &workerInterceptor{m: m}
+}
+
+type workerInterceptor struct {
+	interceptor.WorkerInterceptorBase
+	m *Metrics
+}
+
+func (w *workerInterceptor) InterceptActivity(ctx context.Context, next interceptor.ActivityInboundInterceptor) interceptor.ActivityInboundInterceptor {
+	i := &activityInterceptor{m: w.m}
+	i.Next = next
+	return i
+}
+
+type activityInterceptor struct {
+	interceptor.ActivityInboundInterceptorBase
+	m *Metrics
+}
+
+func (a *activityInterceptor) ExecuteActivity(ctx context.Context, in *interceptor.ExecuteActivityInput) (any, error) {
+	start := time.Now()
+	res, err := a.Next.ExecuteActivity(ctx, in)
+	a.m.StepDone(activityType(ctx), time.Since(start), err)
+	return res, err
+}
+
+// Serve serves /metrics on addr until ctx ends: the small listener of the
+// worker and gpu-worker processes.
+func Serve(ctx context.Context, addr string, m *Metrics, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics listen on %s: %w", addr, err)
+	}
+	return ServeListener(ctx, ln, m, log)
+}
+
+// ServeListener is Serve on an open listener.
+func ServeListener(ctx context.Context, ln net.Listener, m *Metrics, log *slog.Logger) error {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	srv := &http.Server{
+		Handler: mux,
+		// A scrape is one small GET; these bound misbehaving clients.
+		ReadHeaderTimeout: 5 * time.Second,
+		WriteTimeout:      30 * time.Second,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	if log != nil {
+		log.Info("metrics listening", "addr", ln.Addr().String())
+	}
+	select {
+	case err := <-errc:
+		return fmt.Errorf("metrics server: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}
+
+// activityType is the running activity's type name (a step key for the
+// embedding steps, so durations read per step).
+func activityType(ctx context.Context) string {
+	if !activity.IsActivity(ctx) {
+		return "unknown"
+	}
+	return activity.GetInfo(ctx).ActivityType.Name
+}
