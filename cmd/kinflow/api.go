@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/kinflow/kinflow/activities"
+	"github.com/kinflow/kinflow/api"
+	"github.com/kinflow/kinflow/internal/config"
+	"github.com/kinflow/kinflow/internal/input"
+	"github.com/kinflow/kinflow/internal/methods"
+	"github.com/kinflow/kinflow/internal/metrics"
+	"github.com/kinflow/kinflow/internal/store"
+	"github.com/kinflow/kinflow/workflows"
+)
+
+func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("api", stderr)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, stderr, "api")
+	st, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	tc, err := lazyTemporal(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	srv, err := newAPIServer(cfg, st, tc, log, metrics.New())
+	if err != nil {
+		return err
+	}
+	return serveHTTP(ctx, cfg.APIListen, srv, log, nil)
+}
+
+// newAPIServer wires the API's dependencies; m is served on /metrics, with
+// the jobs-by-state gauge read from st.
+func newAPIServer(cfg *config.Config, st *store.Store, tc client.Client, log *slog.Logger, m *metrics.Metrics) (*api.Server, error) {
+	cat, err := methods.Load(cfg.MethodsFile)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.RegisterJobs(st.JobCountsByStatus, log); err != nil {
+		return nil, err
+	}
+	return api.New(api.Deps{
+		Config:    cfg,
+		Store:     st,
+		Log:       log,
+		Catalogue: cat,
+		Jobs:      workflows.Starter{Client: tc, TaskQueue: cfg.CPUTaskQueue, Summary: jobSummary(st)},
+		GPU:       activities.NewHealthChecker(cfg),
+		Chemistry: newChemistry(log),
+		Metrics:   m,
+		TemporalHealth: func(ctx context.Context) error {
+			_, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{})
+			return err
+		},
+	}), nil
+}
+
+// jobSummary reads a job's memo summary (targets, method per target, rows)
+// from its row.
+func jobSummary(st *store.Store) func(ctx context.Context, id string) (workflows.JobSummary, error) {
+	return func(ctx context.Context, id string) (workflows.JobSummary, error) {
+		job, err := st.Job(ctx, id)
+		if err != nil {
+			return workflows.JobSummary{}, err
+		}
+		var targets []string
+		if err := json.Unmarshal([]byte(job.Targets), &targets); err != nil {
+			return workflows.JobSummary{}, fmt.Errorf("targets of job %s: %w", id, err)
+		}
+		sum := workflows.JobSummary{Targets: job.PredictionType, Methods: map[string]string{}, Rows: job.RequestedRows}
+		for _, t := range targets {
+			switch methods.Target(t) {
+			case methods.Kcat:
+				sum.Methods[t] = job.KcatMethod
+			case methods.Km:
+				sum.Methods[t] = job.KmMethod
+			case methods.KcatKm:
+				sum.Methods[t] = job.KcatKmMethod
+			}
+		}
+		return sum, nil
+	}
+}
+
+// newChemistry is the substrate checker: the Go syntax checks, plus RDKit
+// through a long-lived /usr/bin/python3 helper when python3-rdkit is
+// installed (it starts on first use; without RDKit the Go checks decide).
+func newChemistry(log *slog.Logger) *input.Chemistry {
+	return input.NewChemistry(input.NewRDKit(input.RDKitOptions{Log: log}), log)
+}
+
+func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("migrate", stderr)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	st, err := storeFromEnv(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	fmt.Fprintf(stdout, "%s database is up to date\n", st.Dialect)
+	return nil
+}

@@ -1,0 +1,502 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/kinflow/kinflow/internal/client"
+	"github.com/kinflow/kinflow/internal/fsutil"
+)
+
+// Client subcommands: they talk to a running API over HTTP, never to the
+// database. The base URL and the key come from --url/--key, else from
+// KINFLOW_URL and KINFLOW_API_KEY.
+
+const (
+	envURL = "KINFLOW_URL"
+	envKey = "KINFLOW_API_KEY"
+)
+
+// pollInterval is how often --wait reads the job status: the API reads the
+// database only, so once a second is cheap and keeps the bar lively.
+const pollInterval = time.Second
+
+// clientFlags adds --url and --key to fs.
+func clientFlags(fs *flag.FlagSet) (baseURL, key *string) {
+	baseURL = fs.String("url", "", "API base URL (default $"+envURL+", else "+client.DefaultBaseURL+")")
+	key = fs.String("key", "", "API key (default $"+envKey+")")
+	return
+}
+
+func newClient(baseURL, key string) *client.Client {
+	if baseURL == "" {
+		baseURL = os.Getenv(envURL)
+	}
+	if key == "" {
+		key = os.Getenv(envKey)
+	}
+	return client.New(baseURL, key)
+}
+
+// runKey is `kinflow key status|generate|revoke`.
+func runKey(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("key", stderr)
+	baseURL, _ := clientFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: kinflow key status|generate|revoke [--url URL]")
+		fmt.Fprintln(stderr, "  Keys belong to the caller's IP address: one active key per address.")
+		fmt.Fprintln(stderr, "  generate prints the full key once, alone on stdout (KEY=$(kinflow key generate)).")
+		fs.PrintDefaults()
+	}
+	pos, err := parseWithPositionals(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageError{"want one of: status, generate, revoke"}
+	}
+	c := newClient(*baseURL, "")
+	switch pos[0] {
+	case "status":
+		st, err := c.KeyStatus(ctx)
+		if err != nil {
+			return err
+		}
+		if st.HasKey {
+			fmt.Fprintf(stdout, "active key %s\n", st.KeySuffix)
+		} else {
+			fmt.Fprintln(stdout, "no active key for this address")
+		}
+		return nil
+	case "generate":
+		k, err := c.GenerateKey(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, k.Key)
+		fmt.Fprintln(stderr, k.Message)
+		return nil
+	case "revoke":
+		if err := c.RevokeKey(ctx); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "revoked")
+		return nil
+	default:
+		return usageError{fmt.Sprintf("unknown key action %q: want status, generate or revoke", pos[0])}
+	}
+}
+
+// runMethods is `kinflow methods`: the catalogue by target.
+func runMethods(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("methods", stderr)
+	baseURL, _ := clientFlags(fs)
+	asJSON := fs.Bool("json", false, "print the catalogue as JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return usageError{"no arguments expected"}
+	}
+	m, err := newClient(*baseURL, "").Methods(ctx)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(stdout, m)
+	}
+	for _, t := range m.PredictionTypes {
+		fmt.Fprintf(stdout, "%s:\n", t)
+		for _, d := range m.Methods[t] {
+			limit := "no length limit"
+			if d.MaxSeqLen != nil {
+				limit = fmt.Sprintf("max %d residues", *d.MaxSeqLen)
+			}
+			fmt.Fprintf(stdout, "  %-5s %-24s columns: %s; %s\n", d.ID, d.DisplayName, strings.Join(d.Required, ", "), limit)
+		}
+	}
+	return nil
+}
+
+// readInput opens FILE ("-" is stdin) for upload.
+func readInput(path string, stdin io.Reader) (name string, data []byte, err error) {
+	if path == "-" {
+		data, err = io.ReadAll(stdin)
+		if err != nil {
+			return "", nil, fmt.Errorf("read stdin: %w", err)
+		}
+		return "input.csv", data, nil
+	}
+	data, err = os.ReadFile(path)
+	if err != nil {
+		return "", nil, fmt.Errorf("read input: %w", err)
+	}
+	return filepath.Base(path), data, nil
+}
+
+// runValidate is `kinflow validate FILE`: exit 1 when any row is flagged.
+func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("validate", stderr)
+	baseURL, key := clientFlags(fs)
+	asJSON := fs.Bool("json", false, "print the API's report as JSON")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: kinflow validate [--json] FILE   (a .csv; - reads stdin)")
+		fmt.Fprintln(stderr, "  Checks every row without submitting (no quota used); exit 1 when a row is flagged.")
+		fs.PrintDefaults()
+	}
+	arg, err := oneArg(fs, args, "FILE")
+	if err != nil {
+		return err
+	}
+	name, data, err := readInput(arg, os.Stdin)
+	if err != nil {
+		return err
+	}
+	rep, err := newClient(*baseURL, *key).Validate(ctx, name, bytes.NewReader(data))
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		var v any
+		_ = json.Unmarshal(rep.Raw, &v)
+		if err := writeJSON(stdout, v); err != nil {
+			return err
+		}
+	} else {
+		printReport(stdout, rep)
+	}
+	if n := rep.Problems(); n > 0 {
+		return fmt.Errorf("%d row problem(s) in %s", n, name)
+	}
+	return nil
+}
+
+func printReport(w io.Writer, rep *client.ValidateReport) {
+	fmt.Fprintf(w, "%d rows\n", rep.RowCount)
+	for _, p := range rep.InvalidProteins {
+		extra := ""
+		if len(p.InvalidChars) > 0 {
+			extra = " (" + strings.Join(p.InvalidChars, " ") + ")"
+		}
+		fmt.Fprintf(w, "row %d: protein: %s%s\n", p.Row, p.Reason, extra)
+	}
+	for _, s := range rep.InvalidSubstrates {
+		fmt.Fprintf(w, "row %d: substrate: %s: %v\n", s.Row, s.Reason, s.Value)
+	}
+	var keys []string
+	for k, n := range rep.LengthViolations {
+		if n > 0 {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(w, "method %s: %d sequence(s) longer than its limit\n", k, rep.LengthViolations[k])
+	}
+	if rep.Problems() == 0 {
+		fmt.Fprintln(w, "no row problems")
+	}
+}
+
+// listFlag collects a repeated flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+// selection turns --target/--method pairs and --methods into targets and a
+// target→method map. Pairs match by position; --methods is
+// "target=method,target=method".
+func selection(targets, methodsList []string, methodsSpec string) ([]string, map[string]string, error) {
+	sel := map[string]string{}
+	var order []string
+	add := func(t, m string) error {
+		t, m = strings.TrimSpace(t), strings.TrimSpace(m)
+		if t == "" || m == "" {
+			return usageError{"empty target or method"}
+		}
+		if _, dup := sel[t]; dup {
+			return usageError{fmt.Sprintf("target %q given twice", t)}
+		}
+		sel[t] = m
+		order = append(order, t)
+		return nil
+	}
+	if len(targets) != len(methodsList) {
+		return nil, nil, usageError{fmt.Sprintf("%d --target but %d --method: give them in pairs (--target kcat --method B)", len(targets), len(methodsList))}
+	}
+	for i := range targets {
+		if err := add(targets[i], methodsList[i]); err != nil {
+			return nil, nil, err
+		}
+	}
+	if methodsSpec != "" {
+		for _, part := range strings.Split(methodsSpec, ",") {
+			t, m, ok := strings.Cut(part, "=")
+			if !ok {
+				return nil, nil, usageError{fmt.Sprintf("--methods %q: want target=method pairs such as kcat=B,Km=C", methodsSpec)}
+			}
+			if err := add(t, m); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	if len(order) == 0 {
+		return nil, nil, usageError{"choose what to predict: --target kcat --method B (repeatable), or --methods kcat=B,Km=C (`kinflow methods` lists them)"}
+	}
+	return order, sel, nil
+}
+
+// runSubmit is `kinflow submit FILE --target T --method M [--wait]`.
+func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("submit", stderr)
+	baseURL, key := clientFlags(fs)
+	var targets, methodsList listFlag
+	fs.Var(&targets, "target", "target to predict: kcat, Km or kcat/Km (repeatable; paired in order with --method)")
+	fs.Var(&methodsList, "method", "method id for the --target at the same position (repeatable)")
+	methodsSpec := fs.String("methods", "", "targets and methods at once: kcat=B,Km=C")
+	wait := fs.Bool("wait", false, "wait for the job to finish, with a progress bar on stderr; exit 1 when it fails")
+	out := fs.String("o", "", "with --wait: write the result CSV to this file")
+	long := fs.String("long", "", "sequences longer than a method's limit: truncate (API default) or skip")
+	canon := fs.String("canonicalize", "", "canonicalize substrates: true (API default) or false")
+	similarity := fs.Bool("similarity", false, "include similarity columns (includeSimilarityColumns)")
+	noGPU := fs.Bool("no-gpu", false, "skip the GPU precompute; embeddings are computed on the CPU worker (disableGpuPrecompute)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: kinflow submit FILE --target T --method M [--target T2 --method M2] [--wait [-o OUT]]")
+		fmt.Fprintln(stderr, "       kinflow submit FILE --methods kcat=B,Km=C [--wait]")
+		fmt.Fprintln(stderr, "  Prints the job id on stdout. FILE is a .csv (- reads stdin).")
+		fs.PrintDefaults()
+	}
+	arg, err := oneArg(fs, args, "FILE")
+	if err != nil {
+		return err
+	}
+	if *out != "" && !*wait {
+		return usageError{"-o needs --wait"}
+	}
+	order, sel, err := selection(targets, methodsList, *methodsSpec)
+	if err != nil {
+		return err
+	}
+	opts := client.SubmitOptions{Targets: order, Methods: sel, IncludeSimilarityColumns: *similarity, DisableGPUPrecompute: *noGPU}
+	switch *long {
+	case "", "truncate", "skip":
+		opts.HandleLongSequences = *long
+	default:
+		return usageError{fmt.Sprintf("--long %q: want truncate or skip", *long)}
+	}
+	switch *canon {
+	case "":
+	case "true", "false":
+		b := *canon == "true"
+		opts.CanonicalizeSubstrates = &b
+	default:
+		return usageError{fmt.Sprintf("--canonicalize %q: want true or false", *canon)}
+	}
+	name, data, err := readInput(arg, os.Stdin)
+	if err != nil {
+		return err
+	}
+	c := newClient(*baseURL, *key)
+	job, err := c.Submit(ctx, name, bytes.NewReader(data), opts)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, job.JobID)
+	if !*wait {
+		return nil
+	}
+	bar := newProgressBar(stderr)
+	st, err := c.Wait(ctx, job.JobID, pollInterval, bar.update)
+	bar.finish()
+	if err != nil {
+		return err
+	}
+	if st.Status == "Failed" {
+		return fmt.Errorf("job %s failed: %s", st.JobID, st.Error)
+	}
+	if *out != "" {
+		return writeResult(ctx, c, job.JobID, false, *out, stderr)
+	}
+	return nil
+}
+
+// runStatus is `kinflow status JOB`.
+func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("status", stderr)
+	baseURL, key := clientFlags(fs)
+	asJSON := fs.Bool("json", false, "print the API's status payload as JSON")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: kinflow status [--json] JOB")
+		fs.PrintDefaults()
+	}
+	arg, err := oneArg(fs, args, "JOB id")
+	if err != nil {
+		return err
+	}
+	st, err := newClient(*baseURL, *key).Status(ctx, arg)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		var v any
+		_ = json.Unmarshal(st.Raw, &v)
+		return writeJSON(stdout, v)
+	}
+	fmt.Fprintf(stdout, "job %s: %s (%ds)\n", st.JobID, st.Status, st.ElapsedSeconds)
+	if st.QueuePosition != nil && st.Status == "Pending" {
+		fmt.Fprintf(stdout, "queue position %d\n", *st.QueuePosition)
+	}
+	for _, s := range st.Stages {
+		e := s.Embedding
+		fmt.Fprintf(stdout, "stage %d %s·%s: %s; embeddings %d/%d (cached %d, computed %d, remaining %d); predictions %d/%d\n",
+			s.Index+1, s.Target, s.MethodKey, s.Status, e.CachedAlready+e.Computed, e.Total, e.CachedAlready, e.Computed,
+			e.Remaining, s.Prediction.PredictionsMade, s.Prediction.PredictionsTotal)
+	}
+	if g := st.GPUPrecompute; g != nil && g.Reason != nil {
+		fmt.Fprintf(stdout, "GPU precompute: %s\n", *g.Reason)
+	}
+	if st.Error != "" {
+		fmt.Fprintf(stdout, "error: %s\n", st.Error)
+	}
+	return nil
+}
+
+// runResult is `kinflow result JOB [-o FILE] [--json]`.
+func runResult(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("result", stderr)
+	baseURL, key := clientFlags(fs)
+	asJSON := fs.Bool("json", false, "the JSON form instead of CSV")
+	out := fs.String("o", "", "write to this file (atomically) instead of stdout")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: kinflow result JOB [-o FILE] [--json]")
+		fmt.Fprintln(stderr, "  Fails (HTTP 409) until the job is Completed.")
+		fs.PrintDefaults()
+	}
+	arg, err := oneArg(fs, args, "JOB id")
+	if err != nil {
+		return err
+	}
+	c := newClient(*baseURL, *key)
+	if *out == "" {
+		var buf bytes.Buffer
+		if err := c.Result(ctx, arg, *asJSON, &buf); err != nil {
+			return err
+		}
+		warnSynthetic(stderr, buf.Bytes())
+		_, err := stdout.Write(buf.Bytes())
+		return err
+	}
+	return writeResult(ctx, c, arg, *asJSON, *out, stderr)
+}
+
+// writeResult downloads a result into path atomically, so that a failed
+// download never leaves a partial file behind.
+func writeResult(ctx context.Context, c *client.Client, jobID string, asJSON bool, path string, stderr io.Writer) error {
+	var buf bytes.Buffer
+	if err := c.Result(ctx, jobID, asJSON, &buf); err != nil {
+		return err
+	}
+	warnSynthetic(stderr, buf.Bytes())
+	if err := fsutil.WriteFileAtomic(path, buf.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// syntheticMarker is how the synthetic prediction backend labels every
+// number it makes (the Source column of each target).
+var syntheticMarker = []byte("Synthetic placeholder")
+
+// warnSynthetic tells the user on stderr when a result holds synthetic
+// stand-in numbers, so that they are never mistaken for predictions.
+func warnSynthetic(stderr io.Writer, result []byte) {
+	if bytes.Contains(result, syntheticMarker) {
+		fmt.Fprintln(stderr, "note: this result comes from kinflow's synthetic backend: its numbers are stand-ins, not predictions (see the Source columns)")
+	}
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("write JSON: %w", err)
+	}
+	return nil
+}
+
+// progressBar draws a job's progress on stderr: redrawn in place on a
+// terminal, one line per change otherwise (logs, CI).
+type progressBar struct {
+	w    io.Writer
+	tty  bool
+	last string
+}
+
+func newProgressBar(w io.Writer) *progressBar {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			tty = true
+		}
+	}
+	return &progressBar{w: w, tty: tty}
+}
+
+// barWidth fits the bar and its counters in 80 columns.
+const barWidth = 24
+
+// progressLine renders one status: the running stage's embedding files when
+// it has any, else its predictions.
+func progressLine(st *client.Status) string {
+	done, total, what := 0, 0, "predictions"
+	if e := st.Progress.Embedding; e != nil && e.Total > 0 && (st.Status != "Completed" || e.Remaining == 0) {
+		done, total, what = e.CachedAlready+e.Computed, e.Total, "embeddings"
+	} else {
+		done, total = st.Progress.PredictionsMade, st.Progress.PredictionsTotal
+	}
+	if st.Status == "Completed" && total > 0 {
+		done = total
+	}
+	frac := 0.0
+	if total > 0 {
+		frac = min(1, float64(done)/float64(total))
+	}
+	n := int(frac * barWidth)
+	bar := strings.Repeat("#", n) + strings.Repeat("-", barWidth-n)
+	stage := ""
+	if st.ActiveStageIndex != nil && *st.ActiveStageIndex < len(st.Stages) {
+		s := st.Stages[*st.ActiveStageIndex]
+		stage = fmt.Sprintf("  stage %d/%d %s·%s", s.Index+1, st.TotalStageCount, s.Target, s.MethodKey)
+	}
+	return fmt.Sprintf("%-9s [%s] %d/%d %s%s", st.Status, bar, done, total, what, stage)
+}
+
+func (b *progressBar) update(st *client.Status) {
+	line := progressLine(st)
+	if line == b.last {
+		return
+	}
+	b.last = line
+	if b.tty {
+		fmt.Fprintf(b.w, "\r%s\x1b[K", line)
+		return
+	}
+	fmt.Fprintln(b.w, line)
+}
+
+func (b *progressBar) finish() {
+	if b.tty && b.last != "" {
+		fmt.Fprintln(b.w)
+	}
+}

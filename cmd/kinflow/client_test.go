@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/kinflow/kinflow/internal/client"
+)
+
+func TestSelection(t *testing.T) {
+	order, sel, err := selection([]string{"Km", "kcat"}, []string{"C", "B"}, "kcat/Km=D")
+	if err != nil || !reflect.DeepEqual(order, []string{"Km", "kcat", "kcat/Km"}) ||
+		!reflect.DeepEqual(sel, map[string]string{"Km": "C", "kcat": "B", "kcat/Km": "D"}) {
+		t.Fatalf("%v %v %v", order, sel, err)
+	}
+	for _, c := range []struct {
+		targets, methods []string
+		spec, want       string
+	}{
+		{nil, nil, "", "choose what to predict"},
+		{[]string{"kcat"}, nil, "", "1 --target but 0 --method"},
+		{nil, nil, "kcat", "want target=method pairs"},
+		{nil, nil, "kcat=B,kcat=C", `target "kcat" given twice`},
+		{nil, nil, "kcat=", "empty target or method"},
+	} {
+		_, _, err := selection(c.targets, c.methods, c.spec)
+		if !errors.As(err, new(usageError)) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v", c, err)
+		}
+	}
+}
+
+func statusFrom(t *testing.T, js string) *client.Status {
+	t.Helper()
+	var st client.Status
+	if err := json.Unmarshal([]byte(js), &st); err != nil {
+		t.Fatal(err)
+	}
+	return &st
+}
+
+func TestProgressLine(t *testing.T) {
+	running := statusFrom(t, `{"status":"Processing","activeStageIndex":0,"totalStageCount":2,
+		"progress":{"predictionsTotal":3,"embedding":{"total":4,"cachedAlready":1,"computed":1,"remaining":2}},
+		"progressStages":[{"index":0,"target":"kcat","methodKey":"B"},{"index":1,"target":"Km","methodKey":"C"}]}`)
+	if got, want := progressLine(running), "Processing [############------------] 2/4 embeddings  stage 1/2 kcat·B"; got != want {
+		t.Fatalf("got  %q\nwant %q", got, want)
+	}
+	noEmb := statusFrom(t, `{"status":"Completed","progress":{"predictionsTotal":3,"predictionsMade":3},"progressStages":[]}`)
+	if got := progressLine(noEmb); !strings.Contains(got, "[########################] 3/3 predictions") {
+		t.Fatalf("%q", got)
+	}
+	// Off a terminal, one line per change.
+	var buf bytes.Buffer
+	bar := newProgressBar(&buf)
+	bar.update(running)
+	bar.update(running)
+	bar.update(noEmb)
+	bar.finish()
+	if n := strings.Count(buf.String(), "\n"); n != 2 || strings.Contains(buf.String(), "\r") {
+		t.Fatalf("%q", buf.String())
+	}
+}
+
+// TestClientUsage: usage mistakes exit 2 before any request is sent.
+func TestClientUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"key"}, {"key", "rotate"}, {"validate"}, {"submit", "x.csv"}, {"submit", "x.csv", "--methods", "kcat=B", "--long", "x"},
+		{"submit", "x.csv", "--methods", "kcat=B", "--canonicalize", "maybe"}, {"status"}, {"result"}, {"methods", "extra"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), append(args, "--url", "http://127.0.0.1:1"), &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, stderr %s", args, code, errb.String())
+		}
+	}
+}

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/kinflow/kinflow/internal/metrics"
+)
+
+// runDev runs every role in one process on the embedded defaults: a Temporal
+// dev server (child process, from bin/temporal), SQLite, ./media, the API,
+// the CPU worker and the GPU host with its synthetic executor.
+func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("dev", stderr)
+	temporalCLI := fs.String("temporal-cli", "bin/temporal", "Temporal CLI that serves the dev server; empty: use KINFLOW_TEMPORAL_ADDRESS as it is")
+	dataDir := fs.String("data-dir", ".data", "folder of the Temporal dev server's SQLite file")
+	uiPort := fs.Int("temporal-ui-port", 8233, "port of the Temporal web UI")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	// In dev the GPU host runs in this process; point the backend at it unless
+	// the operator chose another service (or "" through the environment).
+	if _, set := os.LookupEnv("GPU_EMBED_SERVICE_URL"); !set {
+		listen := os.Getenv("KINFLOW_GPU_LISTEN")
+		if listen == "" {
+			listen = "127.0.0.1:8080"
+		}
+		_ = os.Setenv("GPU_EMBED_SERVICE_URL", "http://"+listen)
+	}
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, stderr, "dev")
+
+	uiURL := ""
+	if *temporalCLI != "" {
+		stop, err := startTemporalDevServer(ctx, *temporalCLI, cfg.TemporalAddress, *dataDir, *uiPort, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		uiURL = fmt.Sprintf("http://127.0.0.1:%d", *uiPort)
+	}
+
+	st, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	tc, err := dialTemporal(wctx, cfg, log)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+
+	// One process, one registry: the API's /metrics shows every role.
+	m := metrics.New()
+	srv, err := newAPIServer(cfg, st, tc, log, m)
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	apiReady := make(chan net.Addr, 1)
+	g.Go(func() error {
+		return serveHTTP(gctx, cfg.APIListen, srv, log, func(a net.Addr) { apiReady <- a })
+	})
+	g.Go(func() error { return runCPUWorker(gctx, cfg, st, tc, log, m) })
+	g.Go(func() error { return runGPUHost(gctx, cfg, tc, log, m) })
+
+	select {
+	case a := <-apiReady:
+		printBanner(stdout, "http://"+a.String(), uiURL)
+	case <-gctx.Done():
+	}
+	err = g.Wait()
+	if errors.Is(err, context.Canceled) || ctx.Err() != nil {
+		fmt.Fprintln(stdout, "kinflow dev: stopped")
+		return nil
+	}
+	return err
+}
+
+func printBanner(w io.Writer, apiURL, uiURL string) {
+	fmt.Fprintf(w, "\nkinflow is running (synthetic backends: every number it returns is flagged synthetic, not a prediction).\n\n")
+	fmt.Fprintf(w, "  Web page     %s/\n", apiURL)
+	fmt.Fprintf(w, "  API          %s/api/v1/\n", apiURL)
+	fmt.Fprintf(w, "  Health       %s/api/v1/health/\n", apiURL)
+	if uiURL != "" {
+		fmt.Fprintf(w, "  Temporal UI  %s\n", uiURL)
+	}
+	fmt.Fprintf(w, "\nFirst request:\n  curl -s %s/api/v1/health/\n", apiURL)
+	fmt.Fprintf(w, "  KEY=$(curl -s -X POST %s/api/api-key/generate/ | sed -E 's/.*\"key\": ?\"([^\"]+)\".*/\\1/')\n", apiURL)
+	fmt.Fprintf(w, "  curl -s -H \"Authorization: Bearer $KEY\" -F file=@docs/example.csv -F 'targets=[\"kcat\"]' -F 'methods={\"kcat\": \"B\"}' %s/api/v1/submit/\n", apiURL)
+	fmt.Fprintf(w, "\nCtrl-C stops everything.\n")
+}
+
+// startTemporalDevServer starts `temporal server start-dev` as a child that
+// dies with this process (Pdeathsig), waits until it answers and returns a
+// function that stops it.
+func startTemporalDevServer(ctx context.Context, cli, address, dataDir string, uiPort int, log *slog.Logger) (func(), error) {
+	host, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, fmt.Errorf("KINFLOW_TEMPORAL_ADDRESS %q: %w", address, err)
+	}
+	if host == "" || host == "localhost" {
+		host = "127.0.0.1"
+	}
+	if c, err := net.DialTimeout("tcp", net.JoinHostPort(host, port), 300*time.Millisecond); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("port %s is already in use: is another kinflow dev or Temporal server running? (stop it, or run `kinflow dev --temporal-cli=` to use it)", port)
+	}
+	if _, err := os.Stat(cli); err != nil {
+		return nil, fmt.Errorf("the Temporal CLI was not found at %s (run `make bin/temporal`): %w", cli, err)
+	}
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", dataDir, err)
+	}
+	logFile, err := os.OpenFile(filepath.Join(dataDir, "temporal.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(cli, "server", "start-dev",
+		"--ip", host, "--port", port,
+		"--ui-port", strconv.Itoa(uiPort),
+		"--db-filename", filepath.Join(dataDir, "temporal.db"),
+		"--log-level", "warn",
+		"--search-attribute", "JobId=Keyword",
+		"--search-attribute", "Method=Keyword",
+		"--search-attribute", "Stage=Keyword",
+	)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// Pdeathsig: the dev server dies with us even if we are killed -9, so
+	// Ctrl-C or a crash never leaves a Temporal process behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start Temporal dev server: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait(); logFile.Close() }()
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}
+	// Wait until the frontend answers a health check.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		hc, err := client.Dial(client.Options{HostPort: net.JoinHostPort(host, port), Logger: quietLogger{}})
+		if err == nil {
+			_, err = hc.CheckHealth(ctx, &client.CheckHealthRequest{})
+			hc.Close()
+			if err == nil {
+				log.Info("Temporal dev server ready", "address", net.JoinHostPort(host, port), "ui_port", uiPort)
+				return stop, nil
+			}
+		}
+		select {
+		case e := <-exited:
+			return nil, fmt.Errorf("the Temporal dev server exited at start (%v); see %s", e, filepath.Join(dataDir, "temporal.log"))
+		case <-ctx.Done():
+			stop()
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, fmt.Errorf("the Temporal dev server did not answer within 60 s; see %s", filepath.Join(dataDir, "temporal.log"))
+		}
+	}
+}
+
+// quietLogger discards the SDK's logs while polling for readiness.
+type quietLogger struct{}
+
+func (quietLogger) Debug(string, ...interface{}) {}
+func (quietLogger) Info(string, ...interface{})  {}
+func (quietLogger) Warn(string, ...interface{})  {}
+func (quietLogger) Error(string, ...interface{}) {}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"go.temporal.io/sdk/client"
+
+	gpuworker "github.com/kinflow/kinflow/gpu-worker"
+	"github.com/kinflow/kinflow/internal/config"
+	"github.com/kinflow/kinflow/internal/metrics"
+	"github.com/kinflow/kinflow/workflows"
+)
+
+// runGPUWorker is `kinflow gpu-worker`: the GPU task queue's worker and the
+// GPU service HTTP API in one process (docs/gpu-host.md).
+func runGPUWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("gpu-worker", stderr)
+	envFile := fs.String("env-file", os.Getenv("KINFLOW_GPU_ENV_FILE"), "the GPU host's environment file (KINFLOW_GPU_ENV_FILE)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	// The env file may set any configuration key too; the process
+	// environment wins over it.
+	file, err := gpuworker.LoadEnvFile(*envFile)
+	if err != nil {
+		return err
+	}
+	look := gpuworker.LayeredLookup(file)
+	cfg, err := config.Load(func(k string) (string, bool) {
+		if k == "KINFLOW_GPU_ENV_FILE" {
+			return *envFile, true
+		}
+		return look(k)
+	})
+	if err != nil {
+		return err
+	}
+	st, err := gpuworker.LoadSettings(look, file, cfg.MediaRoot)
+	if err != nil {
+		return fmt.Errorf("GPU env file: %w", err)
+	}
+	log := newLogger(cfg, stderr, "gpu-worker")
+	tc, err := dialTemporal(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	m := metrics.New()
+	return serveMetricsBeside(ctx, cfg, m, log, func(ctx context.Context) error {
+		return gpuworker.Run(ctx, gpuDeps(cfg, tc, log, st, m))
+	})
+}
+
+// runGPUHost runs the GPU host inside `kinflow dev`'s process, on the
+// configuration and Temporal client dev already has.
+func runGPUHost(ctx context.Context, cfg *config.Config, tc client.Client, log *slog.Logger, m *metrics.Metrics) error {
+	return gpuworker.Run(ctx, gpuDeps(cfg, tc, log, nil, m))
+}
+
+// gpuDeps wires a GPU host: EmbedJob runs on the GPU task queue beside its
+// step activities, so a GPU host serves POST /embed/jobs on its own.
+func gpuDeps(cfg *config.Config, tc client.Client, log *slog.Logger, st *gpuworker.Settings, m *metrics.Metrics) gpuworker.Deps {
+	return gpuworker.Deps{
+		Config: cfg, Client: tc, Log: log, Settings: st, Metrics: m,
+		WorkflowTaskQueue: cfg.GPUTaskQueue,
+		RegisterWorkflows: workflows.RegisterGPU,
+	}
+}

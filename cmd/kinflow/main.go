@@ -1,0 +1,122 @@
+// Command kinflow is the one binary of the service: server roles (api, worker,
+// gpu-worker, dev), operator tools and the command-line client.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// command is one subcommand.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+// commands lists every subcommand, in help order.
+func commands() []command {
+	return []command{
+		{"api", "serve the public REST API", runAPI},
+		{"worker", "run workflows and CPU activities on the CPU task queue", runWorker},
+		{"gpu-worker", "serve the GPU task queue and the GPU service HTTP API", runGPUWorker},
+		{"dev", "run every role in one process on the embedded defaults", runDev},
+		{"migrate", "apply database migrations and exit", runMigrate},
+		{"config", "print the configuration keys (--markdown for the README table)", runConfig},
+		{"seqid", "print seq_id<TAB>length per sequence of a FASTA or CSV file", runSeqID},
+		{"seqmap", "seqmap import FILE: take over a reference seqmap.sqlite3, keeping its ids", runSeqmap},
+		{"plan", "show the embedding plan of a method over a FASTA or CSV file", runPlan},
+		{"key", "key status|generate|revoke: this address's API key (client)", runKey},
+		{"methods", "list the methods by target (client)", runMethods},
+		{"validate", "validate FILE: check a CSV's rows without submitting (client)", runValidate},
+		{"submit", "submit FILE --target T --method M [--wait]: start a job (client)", runSubmit},
+		{"status", "status JOB: a job's status and progress (client)", runStatus},
+		{"result", "result JOB [-o FILE] [--json]: a completed job's result (client)", runResult},
+	}
+}
+
+// usageError is a mistake in the command line: exit code 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stdout)
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, args[1:], stdout, stderr)
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.As(err, new(usageError)):
+			fmt.Fprintf(stderr, "kinflow %s: %v\n", c.name, err)
+			return 2
+		default:
+			fmt.Fprintf(stderr, "kinflow %s: %v\n", c.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "kinflow: unknown command %q\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: kinflow <command> [flags]")
+	fmt.Fprintln(w)
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Configuration comes from the environment: `kinflow config` lists every key.")
+}
+
+// newFlags makes a FlagSet that reports errors instead of exiting.
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("kinflow "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// parseFlags parses args, mapping flag errors to usage errors.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	return nil
+}
+
+// oneArg parses args (flags may follow the argument) and returns the single
+// positional argument; what names it in the usage error.
+func oneArg(fs *flag.FlagSet, args []string, what string) (string, error) {
+	pos, err := parseWithPositionals(fs, args)
+	if err != nil {
+		return "", err
+	}
+	if len(pos) != 1 {
+		return "", usageError{"want exactly one " + what}
+	}
+	return pos[0], nil
+}
