@@ -1,0 +1,414 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	cdpbrowser "github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/chromedp"
+
+	"github.com/kinflow/kinflow/internal/testenv"
+)
+
+// screenshotDir is where the browser test keeps its screenshots:
+// $KINFLOW_E2E_SCREENSHOTS/<test>, else <tmp>/kinflow-e2e-screenshots/<test>
+// (kept after the run, overwritten by the next one).
+func screenshotDir(t *testing.T) string {
+	root := os.Getenv("KINFLOW_E2E_SCREENSHOTS")
+	if root == "" {
+		root = filepath.Join(os.TempDir(), "kinflow-e2e-screenshots")
+	}
+	dir := filepath.Join(root, regexp.MustCompile(`[^A-Za-z0-9_-]+`).ReplaceAllString(t.Name(), "_"))
+	_ = os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// chromium finds Debian's chromium (or another Chrome) for the browser test.
+func chromium(t *testing.T) string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	testenv.Unavailable(t, "no chromium binary (Debian: apt-get install chromium; scripts/test-deps.sh installs it)")
+	return ""
+}
+
+// browser starts a fresh headless Chromium and returns a tab context; page
+// errors (exceptions, console errors, browser log errors such as CSP
+// violations) are collected.
+type browser struct {
+	ctx    context.Context
+	mu     sync.Mutex
+	errors []string
+}
+
+func newBrowser(t *testing.T) *browser {
+	exe := chromium(t)
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(exe),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900),
+	}
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelB := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancelB(); cancelA() })
+	b := &browser{ctx: ctx}
+	// The first call starts the browser (a few seconds); it must not carry a
+	// deadline, which would stop the whole browser when it expires.
+	if _, err := chromedp.Call(ctx, log.Enable, cdp.Empty{}); err != nil {
+		t.Fatalf("start chromium %s: %v", exe, err)
+	}
+	msgs := chromedp.Console(ctx)
+	go func() {
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			if m.IsException() || m.Type == chromedp.ConsoleError {
+				b.mu.Lock()
+				b.errors = append(b.errors, m.String()+" "+m.URL)
+				b.mu.Unlock()
+			}
+		}
+	}()
+	return b
+}
+
+func (b *browser) pageErrors() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.errors...)
+}
+
+// run runs steps with a deadline; a step of the page that never happens
+// fails the test instead of hanging it.
+func (b *browser) run(t *testing.T, what string, timeout time.Duration, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, timeout)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatalf("%s: %v (page errors: %v)", what, err, b.pageErrors())
+	}
+}
+
+// get runs one action that returns a value, with a deadline.
+func get[T any](t *testing.T, b *browser, what string, a chromedp.Action[T]) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		t.Fatalf("%s: %v (page errors: %v)", what, err, b.pageErrors())
+	}
+	return v
+}
+
+// eval evaluates a JavaScript expression into T (promises awaited).
+func eval[T any](t *testing.T, b *browser, expr string) T {
+	t.Helper()
+	return get(t, b, "evaluate "+expr, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
+}
+
+func (b *browser) shot(t *testing.T, dir, name string) {
+	t.Helper()
+	png := get(t, b, "screenshot "+name, chromedp.FullScreenshot(100))
+	p := filepath.Join(dir, name+".png")
+	if err := os.WriteFile(p, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", p)
+}
+
+// waitJS polls a JavaScript expression until it is true.
+func waitJS(expr string) chromedp.Action[chromedp.Void] {
+	poll := chromedp.Poll[bool](expr, chromedp.WithPollingInterval(50*time.Millisecond))
+	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		_, err := poll(ctx, tg)
+		return chromedp.Void{}, err
+	}
+}
+
+// jobView is what the job panel shows.
+type jobView struct {
+	Summary   string `json:"summary"`
+	Done      int    `json:"done"`
+	Total     int    `json:"total"`
+	Cached    string `json:"cached"`
+	Computed  string `json:"computed"`
+	Remaining string `json:"remaining"`
+	Progress  struct {
+		Value float64 `json:"value"`
+		Max   float64 `json:"max"`
+	} `json:"progress"`
+	Stages     []string `json:"stages"`
+	GPU        []string `json:"gpu"`
+	ResultOpen bool     `json:"resultOpen"`
+	Error      string   `json:"error"`
+}
+
+const readJobView = `(() => {
+  const t = (id) => document.getElementById(id).textContent;
+  const p = document.getElementById("emb-progress");
+  return {
+    summary: t("job-summary"), done: +t("emb-done"), total: +t("emb-total"),
+    cached: t("emb-cached"), computed: t("emb-computed"), remaining: t("emb-remaining"),
+    progress: {value: p.value, max: p.max},
+    stages: [...document.querySelectorAll("#job-stages li")].map((li) => li.textContent),
+    gpu: [...document.querySelectorAll("#gpu-events li")].map((li) => li.textContent),
+    resultOpen: !document.getElementById("result-wrap").hidden,
+    error: document.getElementById("job-error").hidden ? "" : t("job-error"),
+  };
+})()`
+
+// keyWorks reports the status of an authenticated API call with key.
+func keyWorks(t *testing.T, base, key string) int {
+	req, _ := http.NewRequest("GET", base+"/api/v1/quota/", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestBrowserKeySubmitProgressResult drives the web page in a real headless
+// Chromium against a real stack: revoke the address's existing key and
+// generate a new one (kept in localStorage), see validation row errors,
+// submit docs/example.csv, watch the embedding progress reach its total
+// without reloading, read the result table and download, then revoke the
+// key. Screenshots of each step are kept (paths in the log).
+func TestBrowserKeySubmitProgressResult(t *testing.T) {
+	b := newBrowser(t)
+	dir := screenshotDir(t)
+	// 1.5 s per sequence on the GPU host: the three sequences of the
+	// example take several 1 s polls, so intermediate progress is visible.
+	slow := envFile(t, "GPU_EMBED_SYNTHETIC_DELAY_MS=1500")
+	s := newStack(t, nil, map[string]map[string]string{"gpu-worker": {"KINFLOW_GPU_ENV_FILE": slow}})
+	example := filepath.Join(testenv.RepoRoot(), "docs", "example.csv")
+	const step = 30 * time.Second
+	id := func(s string) chromedp.ID { return chromedp.ID(s) }
+
+	// The stack holds this address's key already: the page shows its suffix.
+	suffix := "…" + s.key[len(s.key)-6:]
+	b.run(t, "open page", step,
+		chromedp.Navigate(s.base+"/"),
+		waitJS(`document.getElementById("key-state").textContent.includes(`+jsString("active key ending "+suffix)+`)`),
+		waitJS(`document.querySelectorAll("#method-kcat option").length > 0`),
+	)
+	b.shot(t, dir, "01-existing-key")
+
+	// Revoke (two clicks: arm, confirm), then generate.
+	b.run(t, "revoke existing key", step,
+		chromedp.Click(id("key-revoke")),
+		waitJS(`document.getElementById("key-revoke").textContent.startsWith("Confirm")`),
+		chromedp.Click(id("key-revoke")),
+		waitJS(`document.getElementById("key-state").textContent.includes("no active key")`),
+	)
+	if code := keyWorks(t, s.base, s.key); code != 401 {
+		t.Fatalf("the revoked stack key answers %d", code)
+	}
+	b.run(t, "generate key", step,
+		chromedp.Click(id("key-generate")),
+		chromedp.WaitVisible(id("key-new")),
+		waitJS(`document.getElementById("key-state").textContent.includes("kept in this browser")`),
+	)
+	key := get(t, b, "key field", chromedp.Value(id("key-full")))
+	stored := eval[string](t, b, `localStorage.getItem("kinflow.apiKey") || ""`)
+	if !strings.HasPrefix(key, "ak_") || len(key) != 67 || stored != key {
+		t.Fatalf("shown key %q, stored %q", key, stored)
+	}
+	if code := keyWorks(t, s.base, key); code != 200 {
+		t.Fatalf("the generated key answers %d", code)
+	}
+	s.key = key // the stack's own requests (resultCSV) use the page's key from now on
+	if focused := eval[string](t, b, `document.activeElement.id`); focused != "key-full" {
+		t.Errorf("focus after generate on %q, want the key field", focused)
+	}
+	b.shot(t, dir, "02-key-generated")
+
+	// Every control has a label, the ones built from /methods/ included.
+	unlabelled := eval[[]string](t, b, `[...document.querySelectorAll("input, select, textarea")]
+		.filter((e) => e.type !== "hidden" && e.labels.length === 0 && !e.getAttribute("aria-label")).map((e) => e.id || e.outerHTML)`)
+	if len(unlabelled) > 0 {
+		t.Errorf("controls without a label: %v", unlabelled)
+	}
+
+	// Validation row errors for pasted text.
+	b.run(t, "validate pasted rows", step,
+		chromedp.SetValue(id("csv-text"), "Protein Sequence,Substrate\nMKTAYIAKQRQ,CCO\nMK1TZ,CCO\n"),
+		chromedp.Click(id("validate-btn")),
+		chromedp.WaitVisible(id("validate-table")),
+	)
+	rowsText := eval[string](t, b, `document.querySelector("#validate-table tbody").textContent`)
+	if !strings.Contains(rowsText, "Invalid characters in sequence") || !strings.HasPrefix(rowsText, "2Protein Sequence") {
+		t.Fatalf("validation rows %q", rowsText)
+	}
+	b.shot(t, dir, "03-validation-errors")
+
+	// Submit the example file (a chosen file wins over pasted text; clear
+	// it anyway), method B for kcat.
+	if sel := eval[string](t, b, `(() => {
+		document.getElementById("csv-text").value = "";
+		const m = document.getElementById("method-kcat");
+		m.value = "B";
+		m.dispatchEvent(new Event("change"));
+		return m.value;
+	})()`); sel != "B" {
+		t.Fatalf("method B not selectable: %q", sel)
+	}
+	b.run(t, "submit example", step,
+		chromedp.SetUploadFiles(id("csv-file"), []string{example}),
+		chromedp.Click(id("submit-btn")),
+		waitJS(`location.hash.startsWith("#job=")`),
+	)
+	jobID := strings.TrimPrefix(eval[string](t, b, `location.hash`), "#job=")
+	if validated := eval[string](t, b, `document.getElementById("validate-summary").textContent`); validated != "3 row(s) read. No row problems." {
+		t.Errorf("validation before submit: %q", validated)
+	}
+
+	// Progress: read the panel every 200 ms until the embedding count
+	// reaches its total and the result is shown, without reloading.
+	var seen []jobView
+	intermediate := false
+	deadline := time.Now().Add(120 * time.Second)
+	for {
+		v := eval[jobView](t, b, readJobView)
+		if len(seen) == 0 || fmt.Sprint(v) != fmt.Sprint(seen[len(seen)-1]) {
+			seen = append(seen, v)
+		}
+		if v.Error != "" {
+			t.Fatalf("job error on the page: %s", v.Error)
+		}
+		if v.Total > 0 && v.Done < v.Total && !intermediate {
+			intermediate = true
+			b.shot(t, dir, "04-progress")
+		}
+		if v.ResultOpen {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no result after 120 s; views %+v", seen)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	final := seen[len(seen)-1]
+	for _, v := range seen {
+		t.Logf("view: %s | %d/%d | stages %q", v.Summary, v.Done, v.Total, v.Stages)
+	}
+	if !intermediate {
+		t.Errorf("never saw the embedding count below its total: %+v", seen)
+	}
+	if final.Total != 3 || final.Done != 3 || final.Progress.Value != 3 || final.Progress.Max != 3 ||
+		final.Computed != "3" || final.Remaining != "0" || !strings.HasPrefix(final.Summary, "Completed") {
+		t.Fatalf("final view %+v", final)
+	}
+	if len(final.Stages) != 1 || !strings.Contains(final.Stages[0], "kcat") || !strings.Contains(final.Stages[0], "embeddings 3/3") {
+		t.Fatalf("stages %q", final.Stages)
+	}
+	if len(final.GPU) == 0 || !strings.Contains(strings.Join(final.GPU, " "), "done") {
+		t.Fatalf("GPU events %q", final.GPU)
+	}
+
+	// The result table, the synthetic banner and the download link.
+	type resultView struct {
+		Headers  []string `json:"headers"`
+		Rows     int      `json:"rows"`
+		Text     string   `json:"text"`
+		Banner   bool     `json:"banner"`
+		Href     string   `json:"href"`
+		Download string   `json:"download"`
+		Count    string   `json:"count"`
+	}
+	table := eval[resultView](t, b, `(() => {
+		const a = document.getElementById("result-download");
+		return {
+			headers: [...document.querySelectorAll("#result-table thead th")].map((th) => th.textContent),
+			rows: document.querySelectorAll("#result-table tbody tr").length,
+			text: document.querySelector("#result-table tbody").textContent,
+			banner: !document.getElementById("synthetic-banner").hidden,
+			href: a.href, download: a.download, count: document.getElementById("result-count").textContent,
+		};
+	})()`)
+	if table.Rows != 3 || !strings.Contains(table.Text, "Synthetic placeholder") || !table.Banner ||
+		!strings.HasPrefix(table.Href, "blob:") || table.Download != "kinflow-"+jobID+"-results.csv" || table.Count != "3 row(s)" {
+		t.Fatalf("result view %+v", table)
+	}
+	// Click the download link as a user would; the browser saves the file.
+	downloads := t.TempDir()
+	if _, err := chromedp.CallBrowser(b.ctx, cdpbrowser.SetDownloadBehavior, cdpbrowser.SetDownloadBehaviorParams{
+		Behavior: cdpbrowser.SetDownloadBehaviorBehaviorAllow, DownloadPath: downloads}); err != nil {
+		t.Fatal(err)
+	}
+	b.run(t, "download", step, chromedp.Click(id("result-download")))
+	saved := filepath.Join(downloads, "kinflow-"+jobID+"-results.csv")
+	var downloaded []byte
+	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if data, err := os.ReadFile(saved); err == nil && len(data) > 0 {
+			downloaded = data
+			break
+		}
+	}
+	if string(downloaded) != s.resultCSV(jobID) {
+		t.Fatalf("downloaded CSV %s differs from the API's:\n%s", saved, downloaded)
+	}
+	b.shot(t, dir, "05-results")
+
+	// Readable on a phone: no horizontal scrolling of the page itself.
+	b.run(t, "phone", step, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2)))
+	if overflow := eval[int](t, b, `document.documentElement.scrollWidth - document.documentElement.clientWidth`); overflow > 0 {
+		t.Errorf("page overflows a 390 px phone screen by %d px", overflow)
+	}
+	b.shot(t, dir, "06-phone")
+
+	// Revoke the generated key from the page.
+	b.run(t, "revoke", step,
+		chromedp.EmulateViewport(1280, 900),
+		chromedp.Click(id("key-revoke")),
+		waitJS(`document.getElementById("key-revoke").textContent.startsWith("Confirm")`),
+		chromedp.Click(id("key-revoke")),
+		waitJS(`document.getElementById("key-state").textContent.includes("no active key")`),
+	)
+	if stored := eval[string](t, b, `localStorage.getItem("kinflow.apiKey") || ""`); stored != "" {
+		t.Errorf("key still in localStorage after revoke")
+	}
+	if code := keyWorks(t, s.base, key); code != 401 {
+		t.Fatalf("revoked key answers %d", code)
+	}
+	eval[bool](t, b, `(window.scrollTo(0, 0), true)`)
+	b.shot(t, dir, "07-revoked")
+
+	if errs := b.pageErrors(); len(errs) > 0 {
+		t.Fatalf("page errors (CSP violations, exceptions, console errors):\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// jsString quotes s as a JavaScript string literal.
+func jsString(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+	return `"` + r.Replace(s) + `"`
+}
