@@ -226,38 +226,25 @@ var progressLine = regexp.MustCompile(`^Progress: (\d+)/(\d+)`)
 // key names an engine file (WIRE §4.7).
 var unsafeFileChars = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
 
-// predictCommand runs the method's own program with the generic engine's
-// file contract (WIRE §4.7): a JSON input of the valid rows, a JSON output of
-// predictions, `Progress: x/y` lines on stdout, stdout and stderr kept in the
-// stage's engine.log. It is killed on cancellation or timeout.
+// predictCommand runs the method's own program with its file contract
+// (WIRE §4.7 for the generic engine, §7.3 for the dedicated ones): an input
+// file of the valid rows, an output file of predictions, `Progress: x/y`
+// lines on stdout, stdout and stderr kept in the stage's engine.log. It is
+// killed on cancellation or timeout.
 func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonicalize bool, d *methods.Descriptor, sr stageRows, valid []int, dir string) ([]*float64, map[int]string, error) {
 	if d.Command == nil {
 		return nil, nil, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("%s has no command configured (KINFLOW_PREDICTION_ENGINE=command needs one in KINFLOW_METHODS_FILE)", d.DisplayName), ErrPrediction, nil)
 	}
-	safeKey := unsafeFileChars.ReplaceAllString(d.Key, "_")
-	inFile := filepath.Join(dir, fmt.Sprintf("%s_input_%s.json", safeKey, ref.JobID))
-	outFile := filepath.Join(dir, fmt.Sprintf("%s_output_%s.json", safeKey, ref.JobID))
-	in := engineInput{Method: d.Key, Target: sr.Target, PublicID: ref.JobID, Params: map[string]any{"canonicalize_substrates": canonicalize}}
-	for k, v := range d.TargetKwargs[methods.Target(sr.Target)] {
-		in.Params[k] = v
+	run, err := a.writeEngineInput(ctx, ref.JobID, canonicalize, d, sr, valid, dir)
+	if err != nil {
+		return nil, nil, err
 	}
-	for _, i := range valid {
-		r := sr.Rows[i]
-		row := map[string]string{"sequence": r.Seq}
-		for k, v := range r.Kwargs {
-			row[k] = v
-		}
-		in.Rows = append(in.Rows, row)
-	}
-	if err := fsutil.WriteJSONAtomic(inFile, in); err != nil {
-		return nil, nil, temporal.NewNonRetryableApplicationError(d.DisplayName+" could not write its input file", ErrPrediction, err)
-	}
-	defer os.Remove(inFile)
-	defer os.Remove(outFile)
+	defer os.Remove(run.in)
+	defer os.Remove(run.out)
 
 	vars := map[string]string{
-		"python": d.Command.Python, "script": d.Command.Script, "input": inFile, "output": outFile,
+		"python": d.Command.Python, "script": d.Command.Script, "input": run.in, "output": run.out,
 		"target": sr.Target, "job_id": ref.JobID, "media": a.Config.MediaRoot,
 		"sequence_info":           filepath.Join(a.Config.MediaRoot, "sequence_info"),
 		"methode_checkpoint_root": a.Config.MethodECheckpointRoot,
@@ -267,18 +254,32 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 		// under another job.
 		"methodf_delete_embeddings": "0",
 	}
-	if kt, ok := in.Params["kinetics_type"].(string); ok {
+	if kt := d.TargetKwargs[methods.Target(sr.Target)]["kinetics_type"]; kt != "" {
 		vars["kinetics_type"] = kt
 	}
-	argv := d.Command.Render(vars)
+	for k, v := range run.vars {
+		vars[k] = v
+	}
+	for k, v := range d.Command.Paths {
+		vars[k] = v
+	}
+	argv := d.Command.Render(d.FileContract, vars)
 	if len(argv) == 0 {
 		return nil, nil, temporal.NewNonRetryableApplicationError(d.DisplayName+" has an empty command", ErrPrediction, nil)
 	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = d.Command.WorkDir
 	cmd.Env = os.Environ()
+	var unset []string
 	for _, ev := range d.EnvPaths {
-		cmd.Env = append(cmd.Env, ev.Name+"="+renderVars(ev.Value, vars))
+		v := renderVars(ev.Value, vars)
+		if m := unfilledPlaceholder.FindString(v); m != "" {
+			// A path the operator did not configure: leave the variable
+			// unset rather than hand the program a literal "{model_dir}".
+			unset = append(unset, fmt.Sprintf("%s not set: %s has no value (set it in command.paths)", ev.Name, m))
+			continue
+		}
+		cmd.Env = append(cmd.Env, ev.Name+"="+v)
 	}
 	for k, v := range d.Command.ExtraEnv {
 		cmd.Env = append(cmd.Env, k+"="+v)
@@ -301,6 +302,9 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 	}
 	stdout, _ := cmd.StdoutPipe()
 	stderr, _ := cmd.StderrPipe()
+	for _, n := range append(run.notes, unset...) {
+		logLine("kinflow", n)
+	}
 	logLine("kinflow", "$ "+strings.Join(argv, " "))
 	if err := cmd.Start(); err != nil {
 		return nil, nil, temporal.NewNonRetryableApplicationError(d.DisplayName+" could not be started: "+filepath.Base(argv[0]), ErrPrediction, err)
@@ -365,8 +369,11 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 		}
 		return nil, nil, temporal.NewNonRetryableApplicationError(d.DisplayName+" prediction failed with an internal error (see the job's engine log).", ErrPrediction, err)
 	}
-	return readEngineOutput(outFile, len(valid), d.DisplayName)
+	return readEngineResult(run, len(valid), d.DisplayName)
 }
+
+// unfilledPlaceholder finds a {name} left in a rendered env value.
+var unfilledPlaceholder = regexp.MustCompile(`\{[a-z0-9_]+\}`)
 
 // readEngineOutput parses the generic engine's output (WIRE §4.7): a bare list
 // or {"predictions", "invalid_indices", "invalid_reasons"}.
@@ -423,15 +430,7 @@ func parsePrediction(raw json.RawMessage) *float64 {
 	case float64:
 		f = x
 	case string:
-		s := strings.TrimSpace(strings.ToLower(x))
-		if s == "" || s == "none" || s == "nan" {
-			return nil
-		}
-		p, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return nil
-		}
-		f = p
+		return parseCell(x)
 	default:
 		return nil
 	}

@@ -296,7 +296,8 @@ func builtin() []*Descriptor {
 		}
 		return biblio(&Descriptor{
 			Key: label, Supports: supports, InputFormat: InputSingle, OutputCols: cols, MaxSeqLen: 1500,
-			ColToKwarg: single, TargetKwargs: tk, Engine: EngineDedicated, Profile: ProfileMethodAFull,
+			ColToKwarg: single, TargetKwargs: tk, Engine: EngineDedicated, FileContract: ContractMethodA,
+			Profile:        ProfileMethodAFull,
 			GPUEligible:    true,
 			StepKeys:       []string{StepMethodAT5Full, StepMethodAESM2Layers, StepMethodAESMCLayers},
 			EmbeddingsUsed: []string{"prot_t5", "esm2", "esmc", "binding_sites"},
@@ -319,7 +320,7 @@ func builtin() []*Descriptor {
 		}, "B"),
 		biblio(&Descriptor{
 			Key: "C", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, MaxSeqLen: 1000,
-			ColToKwarg: single, TargetKwargs: kt(Kcat, Km), Engine: EngineDedicated,
+			ColToKwarg: single, TargetKwargs: kt(Kcat, Km), Engine: EngineDedicated, FileContract: ContractSubstrateCSV,
 			Profile: ProfileProtT5Mean, GPUEligible: true, StepKeys: []string{StepProtT5Mean},
 			EmbeddingsUsed: []string{"prot_t5_mean"},
 			EnvPaths:       env("METHODC_MEDIA_PATH", "{media}", "METHODC_TOOLS_PATH", "{tools}"),
@@ -328,7 +329,7 @@ func builtin() []*Descriptor {
 			Key: "D", Supports: []Target{Kcat}, InputFormat: InputMulti,
 			OutputCols: map[Target]string{Kcat: ColumnKcat}, MaxSeqLen: 1024,
 			ColToKwarg: []ColumnKwarg{{Column: "Substrates", Kwarg: "substrates"}, {Column: "Products", Kwarg: "products"}},
-			Engine:     EngineDedicated, Profile: ProfileMethodDESM1b, GPUEligible: true,
+			Engine:     EngineDedicated, FileContract: ContractReactionCSV, Profile: ProfileMethodDESM1b, GPUEligible: true,
 			StepKeys: []string{StepMethodDESM1b}, EmbeddingsUsed: []string{"esm1b_methodd"},
 			EnvPaths: env("METHODD_MEDIA_PATH", "{media}", "METHODD_TOOLS_PATH", "{tools}"),
 		}, "D"),
@@ -343,7 +344,7 @@ func builtin() []*Descriptor {
 		}, "E"),
 		biblio(&Descriptor{
 			Key: "F", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, MaxSeqLen: 1024,
-			ColToKwarg: single, TargetKwargs: kt(Kcat, Km), Engine: EngineBatchScript,
+			ColToKwarg: single, TargetKwargs: kt(Kcat, Km), Engine: EngineBatchScript, FileContract: ContractSubstrateCSV,
 			Profile: ProfileMethodFESM1v, GPUEligible: true, StepKeys: []string{StepMethodFESM1v},
 			EmbeddingsUsed: []string{"esm1v"}, EphemeralFamilies: []string{"esm1v"},
 			EnvPaths: env("METHODF_MEDIA_PATH", "{media}", "METHODF_TOOLS_PATH", "{tools}",

@@ -58,6 +58,63 @@ func (k EngineKind) valid() bool {
 	return k == EngineDedicated || k == EngineGeneric || k == EngineBatchScript
 }
 
+// FileContract names the files a method's prediction process reads and
+// writes under the command engine, and its default command line.
+type FileContract string
+
+// File contracts (WIRE §4.7 and §7.3).
+const (
+	// ContractJSON is the generic engine's JSON in and out (WIRE §4.7):
+	// `{python} {script} <extra_args…> --input {input} --output {output}`.
+	// The default, and the built-in contract of B, E, G, H, I and J.
+	ContractJSON FileContract = "json"
+	// ContractSubstrateCSV is methods C and F: `input_<id>.csv` with the
+	// columns `Substrate SMILES`, `Protein Sequence`; command
+	// `{python} {script} <extra_args…> {input} {output} {kinetics_type}`;
+	// output column `Predicted Value`, one row per input row.
+	ContractSubstrateCSV FileContract = "substrate_csv"
+	// ContractReactionCSV is method D: `input_<id>.csv` with the columns
+	// `Substrates`, `Products`, `Protein Sequence`; command
+	// `{python} {script} <extra_args…> {input} {output}`; output column
+	// `kcat [s^(-1)]`.
+	ContractReactionCSV FileContract = "reaction_csv"
+	// ContractMethodA is methods A-H and A-L: `input_<id>.csv` holding a
+	// JSON list of {"smiles", "sequence", "Sequence"}; command
+	// `{python} {script} <extra_args…> --mode predict --task {task}
+	// --model_config {model_config} --save_results {output} --data_path
+	// {input}`; output column `y_pred`, rows matched by (sequence, smiles)
+	// when the output has those columns, else by position.
+	ContractMethodA FileContract = "methoda"
+)
+
+// FileContracts lists the contracts in documentation order.
+func FileContracts() []FileContract {
+	return []FileContract{ContractJSON, ContractSubstrateCSV, ContractReactionCSV, ContractMethodA}
+}
+
+// OrJSON returns c, or ContractJSON when c is empty.
+func (c FileContract) OrJSON() FileContract {
+	if c == "" {
+		return ContractJSON
+	}
+	return c
+}
+
+// defaultArgv is c's command template before extra_args are placed.
+func (c FileContract) defaultArgv(inFlag, outFlag string, extra []string) []string {
+	head := append([]string{"{python}", "{script}"}, extra...)
+	switch c {
+	case ContractSubstrateCSV:
+		return append(head, "{input}", "{output}", "{kinetics_type}")
+	case ContractReactionCSV:
+		return append(head, "{input}", "{output}")
+	case ContractMethodA:
+		return append(head, "--mode", "predict", "--task", "{task}", "--model_config", "{model_config}",
+			"--save_results", "{output}", "--data_path", "{input}")
+	}
+	return append(head, inFlag, "{input}", outFlag, "{output}")
+}
+
 // Input formats of a descriptor (WIRE §4.1).
 const (
 	// InputSingle reads `Substrate` (one SMILES/InChI, co-substrates dot-joined).
@@ -110,26 +167,28 @@ type EnvVar struct {
 func EnvPlaceholders() map[string]string {
 	return map[string]string{
 		"{media}":                     "the media root (KINFLOW_MEDIA_ROOT)",
-		"{tools}":                     "the tools folder of the method's installation",
+		"{tools}":                     "command.paths.tools: the tools folder of the method's installation",
 		"{sequence_info}":             "<media root>/sequence_info, the shared embedding cache",
-		"{model_dir}":                 "the method's model directory",
-		"{data_dir}":                  "the method's data directory",
+		"{model_dir}":                 "command.paths.model_dir: the method's model directory",
+		"{data_dir}":                  "command.paths.data_dir: the method's data directory",
 		"{methode_checkpoint_root}":   "METHODE_CHECKPOINT_ROOT",
 		"{methodj_cache_dir}":         "METHODJ_CACHE_DIR",
 		"{methodf_delete_embeddings}": "1, or 0 when another method F stage of the same job follows",
-		"{esm_python}":                "interpreter of the ESM2 environment",
-		"{esmc_python}":               "interpreter of the ESMC environment",
-		"{t5_python}":                 "interpreter of the ProtT5 environment",
-		"{pseq2sites_python}":         "interpreter of the binding-site predictor environment",
+		"{esm_python}":                "command.paths.esm_python: interpreter of the ESM2 environment",
+		"{esmc_python}":               "command.paths.esmc_python: interpreter of the ESMC environment",
+		"{t5_python}":                 "command.paths.t5_python: interpreter of the ProtT5 environment",
+		"{pseq2sites_python}":         "command.paths.pseq2sites_python: interpreter of the binding-site predictor environment",
 	}
 }
 
 // Command is the command template of a method's prediction process for the
 // command engine. Each token of Argv may contain placeholders, replaced
 // inside the token: {python}, {script}, {input}, {output}, {target},
-// {kinetics_type}, {job_id}, {media}, {tools}. When Argv is empty the
-// generic-engine default is used: `{python} {script} <extra_args…>
-// <input_flag> {input} <output_flag> {output}` (WIRE §4.7).
+// {kinetics_type}, {task}, {model_config}, {job_id}, {media}, and every
+// key of Paths. When Argv is empty the default of the method's file
+// contract is used (FileContract; for the generic engine `{python}
+// {script} <extra_args…> <input_flag> {input} <output_flag> {output}`,
+// WIRE §4.7).
 type Command struct {
 	Argv       []string `json:"argv,omitempty" yaml:"argv,omitempty"`
 	Python     string   `json:"python,omitempty" yaml:"python,omitempty"`
@@ -141,6 +200,16 @@ type Command struct {
 	ExtraEnv map[string]string `json:"extra_env,omitempty" yaml:"extra_env,omitempty"`
 	// WorkDir is the process's working directory; empty: inherited.
 	WorkDir string `json:"workdir,omitempty" yaml:"workdir,omitempty"`
+	// Paths is the method's path map (the reference's DATA_PATHS entries):
+	// tools, model_dir, data_dir and the interpreters esm_python,
+	// esmc_python, t5_python, pseq2sites_python. Each fills the placeholder
+	// of its name in EnvPaths and Argv.
+	Paths map[string]string `json:"paths,omitempty" yaml:"paths,omitempty"`
+}
+
+// PathKeys are the keys Command.Paths accepts.
+func PathKeys() []string {
+	return []string{"tools", "model_dir", "data_dir", "esm_python", "esmc_python", "t5_python", "pseq2sites_python"}
 }
 
 // Default flag names of the generic engine (WIRE §4.7).
@@ -149,11 +218,15 @@ const (
 	DefaultOutputFlag = "--output"
 )
 
-// Render returns the argv of c with every placeholder of vars ({name} →
-// value) replaced inside each token. Placeholders without a value stay as
+// Render returns the argv of c (or of contract's default command line) with
+// every placeholder of vars and of c.Paths ({name} → value) replaced inside
+// each token. Placeholders without a value stay as
 // they are, so a typo shows up in the process's own error.
-func (c *Command) Render(vars map[string]string) []string {
+func (c *Command) Render(contract FileContract, vars map[string]string) []string {
 	vals := map[string]string{"python": c.Python, "script": c.Script}
+	for k, v := range c.Paths {
+		vals[k] = v
+	}
 	for k, v := range vars {
 		vals[k] = v
 	}
@@ -166,8 +239,7 @@ func (c *Command) Render(vars map[string]string) []string {
 		if out == "" {
 			out = DefaultOutputFlag
 		}
-		tmpl = append([]string{"{python}", "{script}"}, c.ExtraArgs...)
-		tmpl = append(tmpl, in, "{input}", out, "{output}")
+		tmpl = contract.OrJSON().defaultArgv(in, out, c.ExtraArgs)
 	}
 	pairs := make([]string, 0, 2*len(vals))
 	keys := make([]string, 0, len(vals))
@@ -234,6 +306,8 @@ type Descriptor struct {
 	// Command is the command-engine process; nil: no command configured
 	// (the synthetic engine still runs).
 	Command *Command `json:"command,omitempty" yaml:"command,omitempty"`
+	// FileContract is the files the command reads and writes; empty: json.
+	FileContract FileContract `json:"file_contract,omitempty" yaml:"file_contract,omitempty"`
 }
 
 // Supported reports whether d predicts t.
@@ -307,6 +381,12 @@ func (d *Descriptor) Clone() *Descriptor {
 				cmd.ExtraEnv[k] = v
 			}
 		}
+		if d.Command.Paths != nil {
+			cmd.Paths = make(map[string]string, len(d.Command.Paths))
+			for k, v := range d.Command.Paths {
+				cmd.Paths[k] = v
+			}
+		}
 		c.Command = &cmd
 	}
 	return &c
@@ -347,6 +427,19 @@ func (d *Descriptor) Validate() error {
 	}
 	if !d.Engine.valid() {
 		return fmt.Errorf("method %q: engine %q (want dedicated, generic or batch_script)", d.Key, d.Engine)
+	}
+	if d.FileContract != "" && !slices.Contains(FileContracts(), d.FileContract) {
+		return fmt.Errorf("method %q: file_contract %q (want json, substrate_csv, reaction_csv or methoda)", d.Key, d.FileContract)
+	}
+	if d.FileContract == ContractReactionCSV && d.InputFormat != InputMulti {
+		return fmt.Errorf("method %q: file_contract reaction_csv needs input_format multi", d.Key)
+	}
+	if d.Command != nil {
+		for k := range d.Command.Paths {
+			if !slices.Contains(PathKeys(), k) {
+				return fmt.Errorf("method %q: command.paths key %q (want one of %s)", d.Key, k, strings.Join(PathKeys(), ", "))
+			}
+		}
 	}
 	if d.Profile != ProfileNone && !slices.Contains(Profiles(), d.Profile) {
 		return fmt.Errorf("method %q: unknown profile %q", d.Key, d.Profile)

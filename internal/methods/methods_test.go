@@ -188,7 +188,7 @@ methods:
 	if b.DisplayName != "Method B" || b.MaxSeqLen != 1000 {
 		t.Errorf("override lost other fields: %+v", b)
 	}
-	argv := b.Command.Render(map[string]string{"input": "in.json", "output": "out.json"})
+	argv := b.Command.Render(b.FileContract, map[string]string{"input": "in.json", "output": "out.json"})
 	if want := []string{"/opt/b/bin/python", "/opt/b/predict.py", "--fast", "--input", "in.json", "--output", "out.json"}; !reflect.DeepEqual(argv, want) {
 		t.Errorf("B argv %v", argv)
 	}
@@ -199,11 +199,44 @@ methods:
 	if k.InputFormat != "single" || k.Engine != EngineGeneric || k.MaxSeqLen != 0 {
 		t.Errorf("K defaults %+v", k)
 	}
-	if got := k.Command.Render(map[string]string{"input": "i", "output": "o", "target": "Km"}); !reflect.DeepEqual(got, []string{"/opt/k/run", "i", "o", "Km"}) {
+	if got := k.Command.Render(k.FileContract, map[string]string{"input": "i", "output": "o", "target": "Km"}); !reflect.DeepEqual(got, []string{"/opt/k/run", "i", "o", "Km"}) {
 		t.Errorf("K argv %v", got)
 	}
 	if got := c.ValidKeys(Km); !reflect.DeepEqual(got, []string{"A-high", "B", "C", "E", "F", "G", "H", "K"}) {
 		t.Errorf("Km keys %v", got)
+	}
+}
+
+func TestFileContracts(t *testing.T) {
+	c := Default()
+	want := map[string]FileContract{"A-H": ContractMethodA, "A-L": ContractMethodA, "C": ContractSubstrateCSV,
+		"F": ContractSubstrateCSV, "D": ContractReactionCSV}
+	for _, d := range c.All() {
+		if got := d.FileContract.OrJSON(); got != want[d.Key].OrJSON() {
+			t.Errorf("%s: contract %q", d.Key, got)
+		}
+	}
+	cmd := &Command{Python: "py", Script: "s.py", ExtraArgs: []string{"-q"}, Paths: map[string]string{"model_dir": "/m"}}
+	vars := map[string]string{"input": "in", "output": "out", "kinetics_type": "KM", "task": "KM", "model_config": "A-H"}
+	for contract, argv := range map[FileContract]string{
+		"":                   "py s.py -q --input in --output out",
+		ContractJSON:         "py s.py -q --input in --output out",
+		ContractSubstrateCSV: "py s.py -q in out KM",
+		ContractReactionCSV:  "py s.py -q in out",
+		ContractMethodA:      "py s.py -q --mode predict --task KM --model_config A-H --save_results out --data_path in",
+	} {
+		if got := strings.Join(cmd.Render(contract, vars), " "); got != argv {
+			t.Errorf("%q: argv %q, want %q", contract, got, argv)
+		}
+	}
+	cmd.Argv = []string{"{python}", "{script}", "--model", "{model_dir}", "{input}"}
+	if got := strings.Join(cmd.Render(ContractMethodA, vars), " "); got != "py s.py --model /m in" {
+		t.Errorf("explicit argv %q", got)
+	}
+	d := &Descriptor{Command: cmd}
+	d.Clone().Command.Paths["model_dir"] = "/x"
+	if cmd.Paths["model_dir"] != "/m" {
+		t.Error("Clone shares command.paths")
 	}
 }
 
@@ -240,6 +273,9 @@ func TestOperatorFileJSONAndErrors(t *testing.T) {
 		"bad base":           `{"base": "other"}`,
 		"no key":             `{"methods": [{"display_name": "x"}]}`,
 		"not yaml":           "methods: [\n",
+		"bad contract":       `{"methods": [{"key": "B", "file_contract": "xml"}]}`,
+		"reaction on single": `{"methods": [{"key": "C", "file_contract": "reaction_csv"}]}`,
+		"bad path key":       `{"methods": [{"key": "B", "command": {"script": "b.py", "paths": {"model": "/m"}}}]}`,
 	}
 	for name, body := range bad {
 		if _, err := Parse([]byte(body)); err == nil {

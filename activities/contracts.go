@@ -1,0 +1,310 @@
+package activities
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/kinflow/kinflow/internal/fsutil"
+	"github.com/kinflow/kinflow/internal/input"
+	"github.com/kinflow/kinflow/internal/methods"
+)
+
+// Output columns of the dedicated engines (WIRE §7.3).
+const (
+	colPredictedValue = "Predicted Value"
+	colMethodDKcat    = "kcat [s^(-1)]"
+	colMethodAPred    = "y_pred"
+)
+
+// engineRun is one run of a method's command: its files and what the
+// command line needs from them.
+type engineRun struct {
+	contract methods.FileContract
+	in, out  string
+	// vars are the contract's own placeholders ({task}, {model_config}).
+	vars map[string]string
+	// keys are the (sequence, substrate) pairs of the rows, in order, for
+	// method A's matching of output rows.
+	keys [][2]string
+	// notes go to the stage's engine log before the command runs.
+	notes []string
+}
+
+// writeEngineInput writes the input file of d's file contract for the
+// valid rows of sr into dir (WIRE §4.7, §7.3), converting substrates as
+// canonicalizeSubstrates asks for the dedicated contracts (WIRE §4.5).
+func (a *Activities) writeEngineInput(ctx context.Context, jobID string, canonicalize bool, d *methods.Descriptor, sr stageRows, valid []int, dir string) (*engineRun, error) {
+	run := &engineRun{contract: d.FileContract.OrJSON(), vars: map[string]string{}}
+	fail := func(err error) (*engineRun, error) {
+		return nil, temporal.NewNonRetryableApplicationError(d.DisplayName+" could not write its input file", ErrPrediction, err)
+	}
+	if run.contract == methods.ContractJSON {
+		safeKey := unsafeFileChars.ReplaceAllString(d.Key, "_")
+		run.in = filepath.Join(dir, fmt.Sprintf("%s_input_%s.json", safeKey, jobID))
+		run.out = filepath.Join(dir, fmt.Sprintf("%s_output_%s.json", safeKey, jobID))
+		in := engineInput{Method: d.Key, Target: sr.Target, PublicID: jobID, Params: map[string]any{"canonicalize_substrates": canonicalize}}
+		for k, v := range d.TargetKwargs[methods.Target(sr.Target)] {
+			in.Params[k] = v
+		}
+		for _, i := range valid {
+			r := sr.Rows[i]
+			row := map[string]string{"sequence": r.Seq}
+			for k, v := range r.Kwargs {
+				row[k] = v
+			}
+			in.Rows = append(in.Rows, row)
+		}
+		if err := fsutil.WriteJSONAtomic(run.in, in); err != nil {
+			return fail(err)
+		}
+		return run, nil
+	}
+
+	run.in = filepath.Join(dir, fmt.Sprintf("input_%s.csv", jobID))
+	run.out = filepath.Join(dir, fmt.Sprintf("output_%s.csv", jobID))
+	kwarg := func(n int) string {
+		if n < len(d.ColToKwarg) {
+			return d.ColToKwarg[n].Kwarg
+		}
+		return ""
+	}
+	seqs := make([]string, len(valid))
+	for k, i := range valid {
+		seqs[k] = sr.Rows[i].Seq
+	}
+	var buf bytes.Buffer
+	switch run.contract {
+	case methods.ContractSubstrateCSV, methods.ContractMethodA:
+		form := input.FormSMILES
+		if canonicalize {
+			form = input.FormCanonicalSMILES
+		}
+		subs := make([]string, len(valid))
+		for k, i := range valid {
+			subs[k] = sr.Rows[i].Kwargs[kwarg(0)]
+		}
+		conv, byRDKit, err := a.Chem.Convert(ctx, form, subs)
+		if err != nil {
+			return nil, err
+		}
+		run.notes = append(run.notes, conversionNote(string(form), byRDKit))
+		if run.contract == methods.ContractSubstrateCSV {
+			w := csv.NewWriter(&buf)
+			_ = w.Write([]string{"Substrate SMILES", methods.ProteinSequenceColumn})
+			for k := range valid {
+				_ = w.Write([]string{conv[k], seqs[k]})
+			}
+			w.Flush()
+			break
+		}
+		// Method A's "CSV" is a JSON list (WIRE §7.3).
+		type row struct {
+			SMILES   string `json:"smiles"`
+			Sequence string `json:"sequence"`
+			SeqAlias string `json:"Sequence"`
+		}
+		list := make([]row, len(valid))
+		run.keys = make([][2]string, len(valid))
+		for k := range valid {
+			list[k] = row{SMILES: conv[k], Sequence: seqs[k], SeqAlias: seqs[k]}
+			run.keys[k] = [2]string{seqs[k], conv[k]}
+		}
+		if err := json.NewEncoder(&buf).Encode(list); err != nil {
+			return fail(err)
+		}
+		kw := d.TargetKwargs[methods.Target(sr.Target)]
+		run.vars["task"] = methodATask(sr.Target)
+		if v := kw["model_variant"]; v != "" {
+			run.vars["model_config"] = "A-" + v
+		} else {
+			run.vars["model_config"] = d.Key
+		}
+	case methods.ContractReactionCSV:
+		subs, err := a.reactionCells(ctx, valid, sr, kwarg(0), canonicalize, &run.notes)
+		if err != nil {
+			return nil, err
+		}
+		prods, err := a.reactionCells(ctx, valid, sr, kwarg(1), canonicalize, nil)
+		if err != nil {
+			return nil, err
+		}
+		w := csv.NewWriter(&buf)
+		_ = w.Write([]string{"Substrates", "Products", methods.ProteinSequenceColumn})
+		for k := range valid {
+			_ = w.Write([]string{subs[k], prods[k], seqs[k]})
+		}
+		w.Flush()
+	default:
+		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: unknown file contract %q", d.DisplayName, run.contract), ErrPrediction, nil)
+	}
+	if err := fsutil.WriteFileAtomic(run.in, buf.Bytes(), 0o644); err != nil {
+		return fail(err)
+	}
+	return run, nil
+}
+
+// methodATask is method A's --task value for a target.
+func methodATask(target string) string {
+	if target == string(methods.Km) {
+		return "KM"
+	}
+	return target
+}
+
+// reactionCells returns method D's cells of one column: the `;` tokens of
+// each row, converted to standard InChI when canonicalize is set, re-joined
+// with `;` (WIRE §4.5).
+func (a *Activities) reactionCells(ctx context.Context, valid []int, sr stageRows, kwarg string, canonicalize bool, notes *[]string) ([]string, error) {
+	tokens := make([][]string, len(valid))
+	var flat []string
+	for k, i := range valid {
+		for _, t := range strings.Split(sr.Rows[i].Kwargs[kwarg], ";") {
+			if t = strings.TrimSpace(t); t != "" {
+				tokens[k] = append(tokens[k], t)
+				flat = append(flat, t)
+			}
+		}
+	}
+	if canonicalize {
+		conv, byRDKit, err := a.Chem.Convert(ctx, input.FormInChI, flat)
+		if err != nil {
+			return nil, err
+		}
+		if notes != nil {
+			*notes = append(*notes, conversionNote(string(input.FormInChI), byRDKit))
+		}
+		n := 0
+		for k := range tokens {
+			for j := range tokens[k] {
+				tokens[k][j] = conv[n]
+				n++
+			}
+		}
+	}
+	out := make([]string, len(valid))
+	for k := range tokens {
+		out[k] = strings.Join(tokens[k], ";")
+	}
+	return out, nil
+}
+
+// conversionNote says in the engine log how substrates were handed over.
+func conversionNote(form string, byRDKit bool) string {
+	if byRDKit {
+		return "substrates converted by RDKit to the " + form + " form"
+	}
+	return "substrates passed as given: RDKit could not convert them to the " + form + " form here"
+}
+
+// readEngineResult reads the output of run's contract for n valid rows.
+func readEngineResult(run *engineRun, n int, name string) ([]*float64, map[int]string, error) {
+	switch run.contract {
+	case methods.ContractJSON:
+		return readEngineOutput(run.out, n, name)
+	case methods.ContractSubstrateCSV:
+		vals, err := readOutputColumn(run.out, colPredictedValue, n, nil, name)
+		return vals, nil, err
+	case methods.ContractReactionCSV:
+		vals, err := readOutputColumn(run.out, colMethodDKcat, n, nil, name)
+		return vals, nil, err
+	case methods.ContractMethodA:
+		vals, err := readOutputColumn(run.out, colMethodAPred, n, run.keys, name)
+		return vals, nil, err
+	}
+	return nil, nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: unknown file contract %q", name, run.contract), ErrPrediction, nil)
+}
+
+// readOutputColumn reads column col of a dedicated engine's output CSV:
+// by position (exactly n rows), or, when keys is given and the output has
+// `sequence` and `smiles` columns, by matching each input row's (sequence,
+// smiles) pair; an input row without a matching output row gets no value.
+func readOutputColumn(path, col string, n int, keys [][2]string, name string) ([]*float64, error) {
+	bad := func(msg string, err error) ([]*float64, error) {
+		return nil, temporal.NewNonRetryableApplicationError(name+" "+msg, ErrPrediction, err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return bad("output file could not be read.", err)
+	}
+	defer f.Close()
+	r := csv.NewReader(f)
+	r.FieldsPerRecord = -1
+	header, err := r.Read()
+	if err != nil {
+		return bad("output file could not be read.", err)
+	}
+	colIdx := map[string]int{}
+	for i, h := range header {
+		h = strings.TrimSpace(strings.TrimPrefix(h, "\ufeff"))
+		if _, dup := colIdx[h]; !dup {
+			colIdx[h] = i
+		}
+	}
+	vi, ok := colIdx[col]
+	if !ok {
+		return bad(fmt.Sprintf("output has no %q column.", col), nil)
+	}
+	si, hasSeq := colIdx["sequence"]
+	mi, hasSmiles := colIdx["smiles"]
+	byKey := keys != nil && hasSeq && hasSmiles
+	cell := func(rec []string, i int) string {
+		if i < len(rec) {
+			return rec[i]
+		}
+		return ""
+	}
+	var vals []*float64
+	matched := map[[2]string]*float64{}
+	for {
+		rec, err := r.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return bad("output format is invalid.", err)
+		}
+		v := parseCell(cell(rec, vi))
+		if byKey {
+			matched[[2]string{cell(rec, si), cell(rec, mi)}] = v
+			continue
+		}
+		vals = append(vals, v)
+	}
+	if byKey {
+		vals = make([]*float64, n)
+		for k, key := range keys {
+			vals[k] = matched[key]
+		}
+		return vals, nil
+	}
+	if len(vals) != n {
+		return bad(fmt.Sprintf("produced %d prediction(s) for %d valid input row(s).", len(vals), n), nil)
+	}
+	return vals, nil
+}
+
+// parseCell reads one output cell; empty, "none", "nan", "null" and values
+// that are not finite numbers count as missing.
+func parseCell(s string) *float64 {
+	s = strings.TrimSpace(s)
+	switch strings.ToLower(s) {
+	case "", "none", "nan", "null":
+		return nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return nil
+	}
+	return &f
+}
