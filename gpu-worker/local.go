@@ -1,7 +1,6 @@
 package gpuworker
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 
@@ -11,7 +10,7 @@ import (
 // LocalActivities builds the step activities for the CPU worker's local
 // computation (fail-open): the same activities, executor and layout as a GPU
 // host, registered on the CPU task queue.
-func LocalActivities(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Activities, error) {
+func LocalActivities(cfg *config.Config, log *slog.Logger) (*Activities, error) {
 	st, err := settingsFromConfig(cfg)
 	if err != nil {
 		return nil, err

@@ -83,7 +83,7 @@ func runCPUWorker(ctx context.Context, cfg *config.Config, st *store.Store, tc c
 	if err != nil {
 		return err
 	}
-	steps, err := gpuworker.LocalActivities(ctx, cfg, log)
+	steps, err := gpuworker.LocalActivities(cfg, log)
 	if err != nil {
 		return err
 	}
