@@ -24,6 +24,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/methods"
 )
@@ -269,7 +270,7 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = d.Command.WorkDir
-	cmd.Env = os.Environ()
+	cmd.Env = config.ChildEnv(os.Environ())
 	var unset []string
 	for _, ev := range d.EnvPaths {
 		v := renderVars(ev.Value, vars)

@@ -117,7 +117,9 @@ func TestLoadSettings(t *testing.T) {
 		"GPU_EMBED_MAX_RESIDUES_METHODF_ESM1V":  "0",
 		"METHODE_CHECKPOINT_ROOT":               "/ckpt",
 		"KINFLOW_TEST_ONLY_IN_FILE":             "from-file",
+		"GPU_EMBED_SERVICE_TOKEN":               "file-secret",
 	}
+	t.Setenv("KINFLOW_DATABASE_URL", "postgres://kinflow:env-secret@db/kinflow")
 	s, err := LoadSettings(LayeredLookup(file), file, "/media")
 	if err != nil {
 		t.Fatal(err)
@@ -136,6 +138,11 @@ func TestLoadSettings(t *testing.T) {
 	}
 	if !slices.Contains(s.ProgramEnv, "KINFLOW_TEST_ONLY_IN_FILE=from-file") {
 		t.Error("env file entries must reach step programs")
+	}
+	for _, kv := range s.ProgramEnv {
+		if strings.Contains(kv, "secret") {
+			t.Errorf("step programs would get %q", kv)
+		}
 	}
 
 	for name, bad := range map[string]map[string]string{

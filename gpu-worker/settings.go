@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kinflow/kinflow/internal/config"
 )
 
 // Environment-file keys (docs/gpu-host.md lists them with their meaning).
@@ -214,7 +216,7 @@ func LoadSettings(look Lookup, file map[string]string, mediaRoot string) (*Setti
 	for _, k := range fileKeys {
 		env = append(env, k+"="+file[k])
 	}
-	s.ProgramEnv = env
+	s.ProgramEnv = config.ChildEnv(env)
 	return s, nil
 }
 

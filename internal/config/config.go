@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -401,4 +402,23 @@ func setEnum(dst *string, v string, allowed ...string) error {
 		}
 	}
 	return errInvalid
+}
+
+// secretKeys are the keys whose values no child program gets: the database
+// URL may hold a password, and the GPU token guards the GPU service.
+var secretKeys = []string{"KINFLOW_DATABASE_URL", "GPU_EMBED_SERVICE_TOKEN", "PGPASSWORD"}
+
+// ChildEnv returns environ (KEY=value entries) without the secrets of
+// kinflow's own configuration, for the method and step programs kinflow
+// runs: they need PATH, CUDA and their own variables, never the database
+// password or the service token.
+func ChildEnv(environ []string) []string {
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(secretKeys, k) {
+			out = append(out, kv)
+		}
+	}
+	return out
 }

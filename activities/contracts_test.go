@@ -1,0 +1,46 @@
+package activities
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// FuzzEngineOutputs feeds arbitrary bytes to the readers of every engine
+// output (WIRE §4.7 JSON, the dedicated engines' CSVs): they return values
+// or an error, never panic, and never more or fewer values than rows.
+func FuzzEngineOutputs(f *testing.F) {
+	f.Add([]byte(`{"predictions":[1,"2",null,"nan"],"invalid_indices":[9,-1],"invalid_reasons":{"1":"x","z":"y"}}`), uint8(4))
+	f.Add([]byte("[1.5, \"none\", 1e999]"), uint8(3))
+	f.Add([]byte("smiles,sequence,y_pred\nCCO,MK,1\n\"a,b\",MK,nan\n"), uint8(2))
+	f.Add([]byte("Predicted Value\n1\n2\n"), uint8(2))
+	f.Add([]byte("\ufeffkcat [s^(-1)],x\n3\n\"unterminated\n"), uint8(1))
+	f.Fuzz(func(t *testing.T, data []byte, n uint8) {
+		path := filepath.Join(t.TempDir(), "out")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		rows := int(n % 16)
+		keys := make([][2]string, rows)
+		for i := range keys {
+			keys[i] = [2]string{"MK", "CCO"}
+		}
+		if vals, reasons, err := readEngineOutput(path, rows, "M"); err == nil {
+			if len(vals) != rows {
+				t.Fatalf("json: %d values for %d rows", len(vals), rows)
+			}
+			for i := range reasons {
+				if i < 0 || i >= rows {
+					t.Fatalf("json: reason for row %d of %d", i, rows)
+				}
+			}
+		}
+		for _, col := range []string{colPredictedValue, colMethodDKcat, colMethodAPred} {
+			for _, k := range [][][2]string{nil, keys} {
+				if vals, err := readOutputColumn(path, col, rows, k, "M"); err == nil && len(vals) != rows {
+					t.Fatalf("csv %q: %d values for %d rows", col, len(vals), rows)
+				}
+			}
+		}
+	})
+}
