@@ -33,7 +33,7 @@ args = sys.argv[1:]
 inp, out = args[args.index("--input") + 1], args[args.index("--output") + 1]
 shutil.copy(inp, os.path.join(os.environ["KEEP_DIR"], os.path.basename(inp)))
 job = json.load(open(inp))
-env = {k: os.environ.get(k) for k in ("METHODB_MEDIA_PATH", "METHODB_TOOLS_PATH", "METHODB_MODEL_ROOT")}
+env = {k: os.environ.get(k) for k in ("METHODB_MEDIA_PATH", "METHODB_TOOLS_PATH", "METHODB_MODEL_ROOT", "KINFLOW_DATABASE_URL", "GPU_EMBED_SERVICE_TOKEN", "PATH")}
 json.dump(env, open(os.path.join(os.environ["KEEP_DIR"], "env.json"), "w"))
 mult = 2 if job["params"].get("kinetics_type") == "KM" else 1
 preds, reasons = [], {}
@@ -272,6 +272,9 @@ MKTAYI,C1=CC=CC=C1
 
 func TestPredictGenericJSONContract(t *testing.T) {
 	testenv.EachDialect(t, func(t *testing.T, s *store.Store) {
+		// The worker's secrets never reach a method's program.
+		t.Setenv("KINFLOW_DATABASE_URL", "postgres://kinflow:secret@db/kinflow")
+		t.Setenv("GPU_EMBED_SERVICE_TOKEN", "secret")
 		h := newPredictHarness(t, s, nil, "")
 		h.submit("jobjson01", map[string]string{"kcat": "B", "Km": "B"}, true, fourRows+"MKTAYIAK,not a smiles ((\n")
 		p, err := h.predict("jobjson01", 1) // Km: kinetics_type KM doubles
@@ -294,7 +297,8 @@ func TestPredictGenericJSONContract(t *testing.T) {
 		var env map[string]*string
 		_ = json.Unmarshal([]byte(h.kept("env.json")), &env)
 		if env["METHODB_MODEL_ROOT"] == nil || *env["METHODB_MODEL_ROOT"] != "/models/b" || env["METHODB_TOOLS_PATH"] != nil ||
-			env["METHODB_MEDIA_PATH"] == nil || *env["METHODB_MEDIA_PATH"] != h.a.Config.MediaRoot {
+			env["METHODB_MEDIA_PATH"] == nil || *env["METHODB_MEDIA_PATH"] != h.a.Config.MediaRoot ||
+			env["KINFLOW_DATABASE_URL"] != nil || env["GPU_EMBED_SERVICE_TOKEN"] != nil || env["PATH"] == nil {
 			t.Errorf("engine env %v", env)
 		}
 		dir, _ := h.a.stageDir("jobjson01", 1)
