@@ -1,7 +1,6 @@
 package activities
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -27,6 +26,7 @@ import (
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/methods"
+	"github.com/kinflow/kinflow/internal/procio"
 )
 
 // stagePredictions is MEDIA/jobs/<id>/work/stage-<i>/pred.json: one value
@@ -301,8 +301,26 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 		defer logMu.Unlock()
 		fmt.Fprintf(logf, "%s [%s] %s\n", time.Now().UTC().Format("2006-01-02T15:04:05.000000Z"), stream, line)
 	}
-	stdout, _ := cmd.StdoutPipe()
-	stderr, _ := cmd.StderrPipe()
+	// Writers, not pipes we read: Wait then returns when the program exits
+	// (plus at most WaitDelay), even if something it started holds its
+	// output open, and a line of any length cannot stall the program.
+	last := 0
+	var lastWrite time.Time
+	stdout := &procio.LineWriter{Line: func(line string) {
+		logLine("stdout", line)
+		if m := progressLine.FindStringSubmatch(line); m != nil {
+			done, _ := strconv.Atoi(m[1])
+			activity.RecordHeartbeat(ctx, done)
+			// Progress is stored at most every half second, and only
+			// when it moves forward.
+			if done > last && time.Since(lastWrite) > 500*time.Millisecond {
+				last, lastWrite = done, time.Now()
+				_ = a.Store.UpdateStage(context.WithoutCancel(ctx), ref.JobID, ref.StageIndex, map[string]any{"predictions_made": done})
+			}
+		}
+	}}
+	stderr := &procio.LineWriter{Line: func(line string) { logLine("stderr", line) }}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
 	for _, n := range append(run.notes, unset...) {
 		logLine("kinflow", n)
 	}
@@ -310,37 +328,6 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 	if err := cmd.Start(); err != nil {
 		return nil, nil, temporal.NewNonRetryableApplicationError(d.DisplayName+" could not be started: "+filepath.Base(argv[0]), ErrPrediction, err)
 	}
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 64*1024), 1<<20)
-		last := 0
-		var lastWrite time.Time
-		for sc.Scan() {
-			line := sc.Text()
-			logLine("stdout", line)
-			if m := progressLine.FindStringSubmatch(line); m != nil {
-				done, _ := strconv.Atoi(m[1])
-				activity.RecordHeartbeat(ctx, done)
-				// Progress is stored at most every half second, and only
-				// when it moves forward.
-				if done > last && time.Since(lastWrite) > 500*time.Millisecond {
-					last, lastWrite = done, time.Now()
-					_ = a.Store.UpdateStage(context.WithoutCancel(ctx), ref.JobID, ref.StageIndex, map[string]any{"predictions_made": done})
-				}
-			}
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64*1024), 1<<20)
-		for sc.Scan() {
-			logLine("stderr", sc.Text())
-		}
-	}()
 	// Heartbeat while the program runs even if it prints nothing.
 	stopBeat := make(chan struct{})
 	go func() {
@@ -355,9 +342,16 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 			}
 		}
 	}()
-	wg.Wait()
 	err = cmd.Wait()
 	close(stopBeat)
+	stdout.Flush()
+	stderr.Flush()
+	if errors.Is(err, exec.ErrWaitDelay) {
+		// The program exited cleanly; a process it left behind kept its
+		// output open and was cut off.
+		logLine("kinflow", "the program exited; output of processes it left behind was cut off")
+		err = nil
+	}
 	if ctx.Err() != nil {
 		return nil, nil, ctx.Err()
 	}

@@ -10,12 +10,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
 
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/input"
@@ -448,5 +450,115 @@ func TestPredictCommandFailures(t *testing.T) {
 	log, _ := os.ReadFile(filepath.Join(gdir, "engine.log"))
 	if !strings.Contains(string(log), "[stderr] CUDA out of patience") {
 		t.Errorf("engine.log lacks the program's stderr:\n%s", log)
+	}
+}
+
+// sleepyEngine starts a grandchild and waits for ever, recording both pids.
+const sleepyEngine = `import os, subprocess, sys, time
+child = subprocess.Popen(["sleep", "300"])
+open(os.path.join(os.environ["KEEP_DIR"], "pids"), "w").write("%d %d" % (os.getpid(), child.pid))
+print("Progress: 0/4", flush=True)
+time.sleep(300)
+`
+
+func TestPredictCancelKillsTheProgramTree(t *testing.T) {
+	dir := t.TempDir()
+	sleepy := filepath.Join(dir, "sleepy.py")
+	_ = os.WriteFile(sleepy, []byte(sleepyEngine), 0o644)
+	s := testenv.OpenStore(t, store.SQLite)
+	h := newPredictHarness(t, s, nil, fmt.Sprintf(`  - key: G
+    command: {python: %s, script: %s, extra_env: {KEEP_DIR: %s}}
+`, input.DefaultPython, sleepy, dir))
+	h.submit("jobsleep01", map[string]string{"kcat": "G"}, true, fourRows)
+	// The worker's background context is the activity's parent: ending it
+	// is what cancellation or a timeout does to a running Predict.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var ts testsuite.WorkflowTestSuite
+	ts.SetLogger(tlog.NewStructuredLogger(slog.New(slog.DiscardHandler)))
+	h.env = ts.NewTestActivityEnvironment()
+	h.env.SetWorkerOptions(worker.Options{BackgroundActivityContext: ctx})
+	h.env.RegisterActivity(h.a)
+	start := time.Now()
+	_, err := h.predict("jobsleep01", 0)
+	if err == nil {
+		t.Fatal("a program that never ends finished")
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("Predict returned after %v", took)
+	}
+	raw, rerr := os.ReadFile(filepath.Join(dir, "pids"))
+	if rerr != nil {
+		t.Fatalf("the program never started: %v (Predict: %v)", rerr, err)
+	}
+	var pid, child int
+	if _, err := fmt.Sscanf(string(raw), "%d %d", &pid, &child); err != nil {
+		t.Fatal(err)
+	}
+	// Both the program and its own child are gone (killed as a group;
+	// reaped or zombie-free within a moment).
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range []int{pid, child} {
+		for alive(p) {
+			if time.Now().After(deadline) {
+				t.Fatalf("process %d still runs after Predict was cancelled", p)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// alive reports a running (not zombie) process.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b))
+	return len(f) > 2 && f[2] != "Z"
+}
+
+// leavingEngine answers, then exits leaving a process in its own session
+// that holds stdout open, out of reach of the group kill.
+const leavingEngine = `import json, os, subprocess, sys
+a = sys.argv[1:]
+inp, out = a[a.index("--input") + 1], a[a.index("--output") + 1]
+rows = json.load(open(inp))["rows"]
+child = subprocess.Popen(["sleep", "120"], start_new_session=True)
+open(os.path.join(os.environ["KEEP_DIR"], "pids"), "w").write("%d" % child.pid)
+json.dump([7] * len(rows), open(out, "w"))
+print("x" * (3 << 20))  # one 3 MiB line: it must not stall the program
+`
+
+func TestPredictDoesNotWaitForLeftoverProcesses(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "leaving.py")
+	_ = os.WriteFile(script, []byte(leavingEngine), 0o644)
+	s := testenv.OpenStore(t, store.SQLite)
+	h := newPredictHarness(t, s, nil, fmt.Sprintf(`  - key: H
+    command: {python: %s, script: %s, extra_env: {KEEP_DIR: %s}}
+`, input.DefaultPython, script, dir))
+	t.Cleanup(func() {
+		if raw, err := os.ReadFile(filepath.Join(dir, "pids")); err == nil {
+			var pid int
+			if _, err := fmt.Sscanf(string(raw), "%d", &pid); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	h.submit("jobleave01", map[string]string{"kcat": "H"}, true, fourRows)
+	start := time.Now()
+	p, err := h.predict("jobleave01", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 60*time.Second {
+		t.Errorf("Predict waited %v for a process the program left behind", took)
+	}
+	wantValues(t, p, "7", "7", "7", "7")
+	sdir, _ := h.a.stageDir("jobleave01", 0)
+	log, _ := os.ReadFile(filepath.Join(sdir, "engine.log"))
+	if !strings.Contains(string(log), "[stdout] "+strings.Repeat("x", 100)) || !strings.Contains(string(log), "cut off") {
+		t.Errorf("engine.log lacks the long line or the cut-off note (%d bytes)", len(log))
 	}
 }

@@ -1,21 +1,20 @@
 package gpuworker
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/kinflow/kinflow/internal/procio"
 )
 
 // ExitOutOfMemory is the exit code by which a step program says the batch did
@@ -116,37 +115,33 @@ func (r *CommandRunner) RunBatch(ctx context.Context, b BatchJob) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
 	cmd.WaitDelay = killGrace
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return fmt.Errorf("stdout pipe: %w", err)
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return fmt.Errorf("stderr pipe: %w", err)
-	}
+	// Writers, not pipes we read: Wait returns when the program exits (plus
+	// at most WaitDelay) even if a process it started holds its output open.
+	var oom atomic.Bool
+	stdout := &procio.LineWriter{Line: func(line string) { b.Log.Printf("[stdout] %s", line) }}
+	stderr := &procio.LineWriter{Line: func(line string) {
+		b.Log.Printf("[stderr] %s", line)
+		if strings.TrimSpace(line) == OOMMarker {
+			oom.Store(true)
+		}
+		for _, t := range oomTexts {
+			if strings.Contains(line, t) {
+				oom.Store(true)
+			}
+		}
+	}}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
 	b.Log.Printf("$ %s", quoteArgv(argv))
 	if err := cmd.Start(); err != nil {
 		return &ConfigError{Msg: fmt.Sprintf("start step program for %s: %v", b.StepKey, err)}
 	}
-	var oom atomic.Bool
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); copyLines(stdout, b.Log, "[stdout] ", nil) }()
-	go func() {
-		defer wg.Done()
-		copyLines(stderr, b.Log, "[stderr] ", func(line string) {
-			if strings.TrimSpace(line) == OOMMarker {
-				oom.Store(true)
-			}
-			for _, t := range oomTexts {
-				if strings.Contains(line, t) {
-					oom.Store(true)
-				}
-			}
-		})
-	}()
-	wg.Wait()
 	err = cmd.Wait()
+	stdout.Flush()
+	stderr.Flush()
+	if errors.Is(err, exec.ErrWaitDelay) {
+		b.Log.Printf("the step program exited; output of processes it left behind was cut off")
+		err = nil
+	}
 	if ctx.Err() != nil {
 		// Kill whatever the program left behind in its group.
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
@@ -174,29 +169,6 @@ func (r *CommandRunner) RunBatch(ctx context.Context, b BatchJob) error {
 type ConfigError struct{ Msg string }
 
 func (e *ConfigError) Error() string { return e.Msg }
-
-// copyLines copies r into log line by line with prefix, calling see on each.
-func copyLines(r io.Reader, log *JobLog, prefix string, see func(string)) {
-	br := bufio.NewReaderSize(r, 64*1024)
-	for {
-		line, err := br.ReadString('\n')
-		if line != "" {
-			line = strings.TrimRight(line, "\r\n")
-			// A progress bar can print megabytes without a newline; keep the
-			// log readable.
-			if len(line) > 8192 {
-				line = line[:8192] + "…"
-			}
-			log.Printf("%s%s", prefix, line)
-			if see != nil {
-				see(line)
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
 
 func hasEnv(env []string, key string) bool {
 	for _, kv := range env {
