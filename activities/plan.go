@@ -20,14 +20,10 @@ import (
 // full plan and the sparse GPU work to the stage's folder. A post-check
 // (PostCheck) re-plans the same seq ids and records how many files appeared.
 func (a *Activities) BuildPlan(ctx context.Context, in PlanInput) (PlanSummary, error) {
-	rows, err := a.loadRows(in.JobID)
+	sr, err := a.loadStageRows(in.JobID, in.StageIndex)
 	if err != nil {
 		return PlanSummary{}, err
 	}
-	if in.StageIndex >= len(rows.Stages) {
-		return PlanSummary{}, temporal.NewNonRetryableApplicationError("no such stage", ErrInvalidInput, nil)
-	}
-	sr := rows.Stages[in.StageIndex]
 	d, ok := a.Catalogue.Get(sr.MethodKey)
 	if !ok {
 		return PlanSummary{}, temporal.NewNonRetryableApplicationError("Invalid method selection: "+sr.MethodKey, ErrUnknownMethod, nil)

@@ -45,14 +45,10 @@ const reasonNoPrediction = "Prediction could not be made"
 // Predict runs the stage's method over its valid rows with the configured
 // engine and stores one value or skip reason per row.
 func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, error) {
-	rows, err := a.loadRows(ref.JobID)
+	sr, err := a.loadStageRows(ref.JobID, ref.StageIndex)
 	if err != nil {
 		return PredictResult{}, err
 	}
-	if ref.StageIndex >= len(rows.Stages) {
-		return PredictResult{}, temporal.NewNonRetryableApplicationError("no such stage", ErrInvalidInput, nil)
-	}
-	sr := rows.Stages[ref.StageIndex]
 	d, ok := a.Catalogue.Get(sr.MethodKey)
 	if !ok {
 		return PredictResult{}, temporal.NewNonRetryableApplicationError("Invalid method selection: "+sr.MethodKey, ErrUnknownMethod, nil)

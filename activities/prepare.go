@@ -17,12 +17,9 @@ import (
 	"github.com/kinflow/kinflow/internal/store"
 )
 
-// preparedRows is MEDIA/jobs/<id>/work/rows.json: for every stage, every
-// input row with the sequence the method gets and, for a skipped row, why.
-type preparedRows struct {
-	Stages []stageRows `json:"stages"`
-}
-
+// stageRows is MEDIA/jobs/<id>/work/stage-<i>/rows.json: every input row
+// as the stage's method gets it and, for a skipped row, why. One file per
+// stage, so BuildPlan and Predict read only their own stage's rows.
 type stageRows struct {
 	Index     int           `json:"index"`
 	Target    string        `json:"target"`
@@ -107,7 +104,7 @@ func (a *Activities) PrepareInput(ctx context.Context, ref JobRef) (PreparedJob,
 			seqs[r], longSkip[r] = input.LongSequence(row.Cells[seqCol], limit, job.HandleLongSequences)
 		}
 	}
-	out := preparedRows{}
+	var out []stageRows
 	res := PreparedJob{Rows: len(table.Rows), DisableGPU: job.DisableGPUPrecompute, Policy: a.policy()}
 	for i, t := range targets {
 		d := descs[i]
@@ -134,7 +131,7 @@ func (a *Activities) PrepareInput(ctx context.Context, ref JobRef) (PreparedJob,
 			}
 			sr.Rows[r] = pr
 		}
-		out.Stages = append(out.Stages, sr)
+		out = append(out, sr)
 		res.Stages = append(res.Stages, StageInfo{Index: i, Target: t, MethodKey: d.Key, Profile: d.Profile, GPUEligible: d.GPUEligible, ValidRows: valid})
 		n := len(table.Rows)
 		if err := a.Store.UpdateStage(ctx, job.ID, i, map[string]any{
@@ -143,8 +140,14 @@ func (a *Activities) PrepareInput(ctx context.Context, ref JobRef) (PreparedJob,
 			return PreparedJob{}, err
 		}
 	}
-	if err := fsutil.WriteJSONAtomic(filepath.Join(dir, "work", "rows.json"), out); err != nil {
-		return PreparedJob{}, err
+	for i, sr := range out {
+		sdir, err := a.stageDir(job.ID, i)
+		if err != nil {
+			return PreparedJob{}, err
+		}
+		if err := fsutil.WriteJSONAtomic(filepath.Join(sdir, "rows.json"), sr); err != nil {
+			return PreparedJob{}, err
+		}
 	}
 	if err := a.Store.UpdateJob(ctx, job.ID, map[string]any{"total_molecules": len(table.Rows), "molecules_processed": len(table.Rows),
 		"synthetic": a.Config.PredictionEngine == "synthetic"}); err != nil {
@@ -165,14 +168,21 @@ func (a *Activities) policy() Policy {
 	}
 }
 
-func (a *Activities) loadRows(jobID string) (*preparedRows, error) {
-	dir, err := a.jobDir(jobID)
+// loadStageRows reads the rows PrepareInput wrote for one stage; a stage
+// without them (one the job does not have) is a non-retryable error.
+func (a *Activities) loadStageRows(jobID string, index int) (stageRows, error) {
+	dir, err := a.stageDir(jobID, index)
 	if err != nil {
-		return nil, err
+		return stageRows{}, err
 	}
-	var pr preparedRows
-	if err := fsutil.ReadJSON(filepath.Join(dir, "work", "rows.json"), &pr); err != nil {
-		return nil, fmt.Errorf("read prepared rows of job %s: %w", jobID, err)
+	var sr stageRows
+	if err := fsutil.ReadJSON(filepath.Join(dir, "rows.json"), &sr); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			// Only PrepareInput writes it: retrying cannot help.
+			return stageRows{}, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("stage %d of job %s has no prepared rows", index, jobID), ErrInvalidInput, err)
+		}
+		return stageRows{}, fmt.Errorf("read prepared rows of job %s stage %d: %w", jobID, index, err)
 	}
-	return &pr, nil
+	return sr, nil
 }
