@@ -95,3 +95,13 @@ func TestREADMEConfigTable(t *testing.T) {
 		t.Fatalf("README.md's configuration table is out of date; replace it with `kinflow config --markdown`:\n%s", Markdown())
 	}
 }
+
+func TestChildEnvDropsSecrets(t *testing.T) {
+	in := []string{"PATH=/usr/bin", "KINFLOW_DATABASE_URL=postgres://u:pw@h/db", "GPU_EMBED_SERVICE_TOKEN=t",
+		"PGPASSWORD=pw", "KINFLOW_MEDIA_ROOT=/m", "CUDA_VISIBLE_DEVICES=0", "KINFLOW_DATABASE_URL_EXTRA=kept"}
+	got := ChildEnv(in)
+	want := []string{"PATH=/usr/bin", "KINFLOW_MEDIA_ROOT=/m", "CUDA_VISIBLE_DEVICES=0", "KINFLOW_DATABASE_URL_EXTRA=kept"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("ChildEnv = %q, want %q", got, want)
+	}
+}
