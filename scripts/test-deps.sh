@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs and starts what the test suite needs on a fresh Debian machine:
-# PostgreSQL (started if stopped, installed if absent), Python's numpy, torch
-# and RDKit from Debian (for interop tests and the RDKit helper), Chromium
+# PostgreSQL (started if stopped, installed if absent), Python's numpy, torch,
+# RDKit and Open Babel from Debian (for interop tests and the RDKit helper,
+# which reads and writes InChI through Open Babel), Chromium
 # (browser test of the web page), and the OpenAPI linter from the npm
 # registry. Idempotent: a second run takes seconds.
 set -euo pipefail
@@ -42,6 +43,7 @@ need=()
 /usr/bin/python3 -c 'import numpy' 2>/dev/null || need+=(python3-numpy)
 /usr/bin/python3 -c 'import torch' 2>/dev/null || need+=(python3-torch)
 /usr/bin/python3 -c 'import rdkit' 2>/dev/null || need+=(python3-rdkit)
+/usr/bin/python3 -c 'from openbabel import pybel' 2>/dev/null || need+=(python3-openbabel)
 if [ ${#need[@]} -gt 0 ]; then
   echo "test-deps: installing ${need[*]}"
   apt_install "${need[@]}"

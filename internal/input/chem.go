@@ -35,9 +35,13 @@ type Checks struct {
 	RDKit bool `json:"rdkit"`
 	// RDKitVersion is the helper's RDKit version, when RDKit is true.
 	RDKitVersion string `json:"rdkitVersion,omitempty"`
-	// InChI is true when RDKit can also parse InChI and write standard InChI
-	// (not in Debian's build); otherwise InChI gets the Go shape check only.
+	// InChI is true when the helper can also parse InChI and write standard
+	// InChI: with RDKit's own InChI support (not in Debian's build), or else
+	// through Open Babel (Debian's python3-openbabel). Otherwise InChI gets
+	// the Go shape check only.
 	InChI bool `json:"inchi"`
+	// InChIVia is "rdkit" or "openbabel" when InChI is true.
+	InChIVia string `json:"inchiVia,omitempty"`
 	// Reason says why RDKit is off, when it is.
 	Reason string `json:"reason,omitempty"`
 }
@@ -54,7 +58,7 @@ func (c *Chemistry) Checks(ctx context.Context) Checks {
 		ch.Reason = err.Error()
 		return ch
 	}
-	ch.RDKit, ch.RDKitVersion, ch.InChI = true, info.Version, info.InChI
+	ch.RDKit, ch.RDKitVersion, ch.InChI, ch.InChIVia = true, info.Version, info.InChI, info.InChIVia
 	return ch
 }
 
@@ -100,7 +104,7 @@ func (c *Chemistry) ValidMany(ctx context.Context, texts []string) (map[string]b
 	if err != nil {
 		return verdict, c.fallback(ctx, err)
 	}
-	if !info.InChI { // RDKit cannot read InChI: the shape check stands
+	if !info.InChI { // neither RDKit nor Open Babel reads InChI: the shape check stands
 		kept := ask[:0]
 		for _, t := range ask {
 			if !strings.HasPrefix(strings.TrimSpace(t), "InChI=") {
@@ -181,9 +185,10 @@ const (
 )
 
 // Convert returns each text in the given form. A text RDKit cannot convert,
-// or any text when RDKit (or its InChI support, for FormInChI and InChI
-// input) is unavailable, is returned trimmed but otherwise unchanged; the
-// second result says whether RDKit did the conversion.
+// or any text when RDKit (or InChI support, RDKit's or Open Babel's, for
+// FormInChI and InChI input) is unavailable, is returned trimmed but
+// otherwise unchanged; the second result says whether the helper did the
+// conversion.
 func (c *Chemistry) Convert(ctx context.Context, form Form, texts []string) ([]string, bool, error) {
 	out := make([]string, len(texts))
 	for i, t := range texts {

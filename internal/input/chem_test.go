@@ -3,6 +3,7 @@ package input
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os/exec"
 	"strings"
 	"sync"
@@ -67,7 +68,7 @@ func TestChemistryWithoutRDKit(t *testing.T) {
 	rd := NewRDKit(RDKitOptions{Python: "/nonexistent/python3"})
 	chem := NewChemistry(rd, nil)
 	ch := chem.Checks(ctx)
-	if !ch.GoSyntax || ch.RDKit || ch.Reason == "" {
+	if !ch.GoSyntax || ch.RDKit || ch.InChI || ch.InChIVia != "" || ch.Reason == "" {
 		t.Fatalf("checks %+v", ch)
 	}
 	if _, err := rd.Probe(ctx); !errors.Is(err, ErrRDKitUnavailable) {
@@ -114,22 +115,25 @@ func TestChemistryWithRDKit(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, s := range all {
-		if res[i].OK && CheckSMILES(s) != nil {
+		if res[i].OK && !GoValid(s) { // InChI too, when the helper reads it
 			t.Errorf("Go rejects %q, which RDKit accepts", s)
 		}
 		if res[i].OK != smilesCorpus[s] && !strings.HasPrefix(s, "InChI=") {
 			t.Errorf("corpus says %q valid=%v, RDKit says %v", s, smilesCorpus[s], res[i].OK)
 		}
 	}
-	v, err := chem.ValidMany(ctx, []string{"CCO", "C(C)(C)(C)(C)C", "c1cccc1", "N(=O)=O", "InChI=1S/H2O/h1H2", "None"})
+	v, err := chem.ValidMany(ctx, []string{"CCO", "C(C)(C)(C)(C)C", "c1cccc1", "N(=O)=O", "InChI=1S/H2O/h1H2", "InChI=1S/garbage", "None"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !v["CCO"] || v["C(C)(C)(C)(C)C"] || v["c1cccc1"] || v["N(=O)=O"] || v["None"] {
 		t.Fatalf("RDKit verdicts %v", v)
 	}
-	if v["InChI=1S/H2O/h1H2"] != true { // RDKit without InChI: the shape check stands
-		t.Fatalf("InChI verdict %v (inchi support %v)", v, ch.InChI)
+	// Water is valid either way: parsed (InChI through RDKit or Open Babel)
+	// or, without InChI support, by the shape check that then stands, which
+	// also lets a well-shaped non-molecule through.
+	if !v["InChI=1S/H2O/h1H2"] || v["InChI=1S/garbage"] != !ch.InChI {
+		t.Fatalf("InChI verdicts %v (inchi support %v via %q)", v, ch.InChI, ch.InChIVia)
 	}
 	out, used, err := chem.Convert(ctx, FormCanonicalSMILES, []string{"OCC", " C(=O)(O)C ", "C1CC"})
 	if err != nil || !used || out[0] != "CCO" || out[1] != "CC(=O)O" || out[2] != "C1CC" {
@@ -138,6 +142,143 @@ func TestChemistryWithRDKit(t *testing.T) {
 	out, _, _ = chem.Convert(ctx, FormSMILES, []string{"OCC"})
 	if out[0] != "OCC" {
 		t.Fatalf("raw SMILES kept: %q", out)
+	}
+}
+
+// needInChI is needRDKit plus InChI support; via is what the helper must
+// report using: "rdkit" when the RDKit build has InChI, else "openbabel".
+func needInChI(t *testing.T) (rd *RDKit, via string) {
+	t.Helper()
+	rd = needRDKit(t)
+	if exec.Command(DefaultPython, "-c", "from rdkit.Chem import inchi, MolFromInchi; assert inchi.INCHI_AVAILABLE").Run() == nil {
+		return rd, "rdkit"
+	}
+	if err := exec.Command(DefaultPython, "-c", "from openbabel import pybel; assert 'inchi' in pybel.informats and 'inchi' in pybel.outformats").Run(); err != nil {
+		testenv.Unavailable(t, "InChI: RDKit lacks it and Open Babel (Debian python3-openbabel) is not installed for %s", DefaultPython)
+	}
+	return rd, "openbabel"
+}
+
+func TestChemistryInChI(t *testing.T) {
+	rd, via := needInChI(t)
+	ctx := context.Background()
+	chem := NewChemistry(rd, nil)
+	ch := chem.Checks(ctx)
+	if !ch.RDKit || !ch.InChI || ch.InChIVia != via {
+		t.Fatalf("checks %+v, want InChI via %q", ch, via)
+	}
+	const (
+		water   = "InChI=1S/H2O/h1H2"
+		ethanol = "InChI=1S/C2H6O/c1-2-3/h3H,2H2,1H3"
+		methane = "InChI=1S/CH4/h1H4"
+		benzene = "InChI=1S/C6H6/c1-2-4-6-5-3-1/h1-6H"
+		alanine = "InChI=1S/C3H7NO2/c1-2(4)3(5)6/h2H,4H2,1H3,(H,5,6)/t2-/m0/s1" // L
+		butene  = "InChI=1S/C4H8/c1-3-4-2/h3-4H,1-2H3/b4-3+"                    // trans
+	)
+	// Well shaped (the Go check passes them on) but no molecule: not an
+	// InChI at all, a truncated hydrogen layer, a bond to a missing atom.
+	broken := []string{"InChI=1S/garbage", "InChI=1S/C2H6O/c1-2-3/h3H,2H2,1", "InChI=1S/C2H6O/c1-2-9/h3H,2H2,1H3"}
+	for _, s := range broken {
+		if CheckInChI(s) != nil {
+			t.Fatalf("%q must pass the shape check: %v", s, CheckInChI(s))
+		}
+	}
+	good := []string{water, " " + ethanol + " ", "InChI=1/CH4/h1H4", alanine}
+	v, err := chem.ValidMany(ctx, append(append([]string{}, good...), broken...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range good {
+		if !v[s] {
+			t.Errorf("%q invalid", s)
+		}
+	}
+	for _, s := range broken {
+		if v[s] {
+			t.Errorf("%q valid", s)
+		}
+	}
+
+	// The helper itself reads only a whole text as one InChI (Open Babel
+	// would take the first InChI found anywhere in its input).
+	res, err := rd.call(ctx, "check", []string{water + " " + methane, "x" + water, water})
+	if err != nil || len(res) != 3 || res[0].OK || res[1].OK || !res[2].OK {
+		t.Fatalf("helper check of InChI with extra text: %+v %v", res, err)
+	}
+
+	out, used, err := chem.Convert(ctx, FormInChI, []string{"CCO", methane, "OCC"})
+	if err != nil || !used || len(out) != 3 || out[0] != ethanol || out[1] != methane || out[2] != ethanol {
+		t.Fatalf("to InChI: %q %v %v", out, used, err)
+	}
+	// Aromatic and stereo SMILES, a non-standard InChI, and texts with no
+	// standard InChI (kept as given).
+	in := []string{"c1ccccc1", "C[C@H](N)C(=O)O", "C/C=C/C", " InChI=1/CH4/h1H4", "InChI=1S/garbage", "*"}
+	want := []string{benzene, alanine, butene, methane, "InChI=1S/garbage", "*"}
+	out, used, err = chem.Convert(ctx, FormInChI, in)
+	if err != nil || !used || strings.Join(out, " ") != strings.Join(want, " ") {
+		t.Fatalf("to InChI:\n got %q %v %v\nwant %q", out, used, err, want)
+	}
+
+	out, used, err = chem.Convert(ctx, FormCanonicalSMILES, []string{ethanol})
+	if err != nil || !used || len(out) != 1 || out[0] != "CCO" {
+		t.Fatalf("InChI to canonical SMILES: %q %v %v", out, used, err)
+	}
+	in = []string{benzene, alanine, butene, water, "InChI=1S/garbage"}
+	want = []string{"c1ccccc1", "C[C@H](N)C(=O)O", "C/C=C/C", "O", "InChI=1S/garbage"}
+	out, used, err = chem.Convert(ctx, FormCanonicalSMILES, in)
+	if err != nil || !used || strings.Join(out, " ") != strings.Join(want, " ") {
+		t.Fatalf("InChI to canonical SMILES:\n got %q %v %v\nwant %q", out, used, err, want)
+	}
+	// FormSMILES: a SMILES from an InChI, the raw text from a SMILES.
+	out, _, err = chem.Convert(ctx, FormSMILES, []string{water, "OCC"})
+	if err != nil || out[0] != "O" || out[1] != "OCC" {
+		t.Fatalf("to SMILES: %q %v", out, err)
+	}
+}
+
+func TestRDKitMemoryLimit(t *testing.T) {
+	needRDKit(t)
+	ctx := context.Background()
+	pid := func(rd *RDKit) int {
+		rd.mu.Lock()
+		defer rd.mu.Unlock()
+		if rd.proc == nil {
+			return 0
+		}
+		return rd.proc.cmd.Process.Pid
+	}
+	// Past its limit (1 MiB: at once) the helper answers, then is replaced.
+	tight := NewRDKit(RDKitOptions{MaxRSSMiB: 1, Log: slog.New(slog.DiscardHandler)})
+	defer tight.Close()
+	var pids []int
+	for i := 0; i < 2; i++ {
+		if _, err := tight.Probe(ctx); err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, pid(tight))
+		res, err := tight.call(ctx, "canonical", []string{"OCC"})
+		if err != nil || len(res) != 1 || !res[0].OK || res[0].Value == nil || *res[0].Value != "CCO" {
+			t.Fatalf("answer before the restart: %+v %v", res, err)
+		}
+		if p := pid(tight); p != 0 {
+			t.Fatalf("helper %d still running past its memory limit", p)
+		}
+	}
+	if pids[0] == 0 || pids[0] == pids[1] {
+		t.Fatalf("helper pids %v: want two different helpers", pids)
+	}
+	// Within the default limit it stays.
+	rd := NewRDKit(RDKitOptions{})
+	defer rd.Close()
+	if _, err := rd.call(ctx, "check", []string{"CCO"}); err != nil {
+		t.Fatal(err)
+	}
+	first := pid(rd)
+	if _, err := rd.call(ctx, "check", []string{"CCO"}); err != nil {
+		t.Fatal(err)
+	}
+	if first == 0 || pid(rd) != first {
+		t.Fatalf("helper replaced within its memory limit: %d then %d", first, pid(rd))
 	}
 }
 
