@@ -200,11 +200,11 @@ func (a *Activities) reactionCells(ctx context.Context, valid []int, sr stageRow
 }
 
 // conversionNote says in the engine log how substrates were handed over.
-func conversionNote(form string, byRDKit bool) string {
-	if byRDKit {
-		return "substrates converted by RDKit to the " + form + " form"
+func conversionNote(form string, converted bool) string {
+	if converted {
+		return "substrates converted to the " + form + " form by the chemistry helper (RDKit; InChI through Open Babel when RDKit lacks it)"
 	}
-	return "substrates passed as given: RDKit could not convert them to the " + form + " form here"
+	return "substrates passed as given: the chemistry helper could not convert them to the " + form + " form here"
 }
 
 // readEngineResult reads the output of run's contract for n valid rows.

@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -412,6 +414,21 @@ func TestPredictCanonicalisesWithRDKit(t *testing.T) {
 	want := "Substrate SMILES,Protein Sequence\nCCO,MKTAYIAK\nc1ccccc1,MKTAY\n"
 	if got := h.kept("input_jobcanon1.csv"); got != want {
 		t.Errorf("canonical input\n%s\nwant\n%s", got, want)
+	}
+
+	// Method D: each `;` token becomes standard InChI (WIRE §4.5).
+	if ch := chem.Checks(context.Background()); !ch.InChI {
+		testenv.Unavailable(t, "InChI support (RDKit's own or Debian's python3-openbabel): %+v", ch)
+	}
+	h.submit("jobcanon2", map[string]string{"kcat": "D"}, true, "Protein Sequence,Substrates,Products\nMKTAYIAK,OCC; O,CC=O\n")
+	if _, err := h.predict("jobcanon2", 0); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := csv.NewReader(strings.NewReader(h.kept("input_jobcanon2.csv"))).ReadAll()
+	wantRecs := [][]string{{"Substrates", "Products", "Protein Sequence"},
+		{"InChI=1S/C2H6O/c1-2-3/h3H,2H2,1H3;InChI=1S/H2O/h1H2", "InChI=1S/C2H4O/c1-2-3/h2H,1H3", "MKTAYIAK"}}
+	if err != nil || !reflect.DeepEqual(recs, wantRecs) {
+		t.Errorf("method D input %q (%v), want %q", recs, err, wantRecs)
 	}
 }
 
