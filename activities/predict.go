@@ -239,6 +239,11 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 	}
 	defer os.Remove(run.in)
 	defer os.Remove(run.out)
+	// An output left by an attempt that died before reading it must not
+	// pass for this run's.
+	if err := os.Remove(run.out); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, err
+	}
 
 	vars := map[string]string{
 		"python": d.Command.Python, "script": d.Command.Script, "input": run.in, "output": run.out,
