@@ -100,7 +100,7 @@ func (c FileContract) OrJSON() FileContract {
 	return c
 }
 
-// defaultArgv is c's command template before extra_args are placed.
+// defaultArgv is c's default command template, extra args after the script.
 func (c FileContract) defaultArgv(inFlag, outFlag string, extra []string) []string {
 	head := append([]string{"{python}", "{script}"}, extra...)
 	switch c {
