@@ -478,14 +478,23 @@ print("Progress: 0/4", flush=True)
 time.sleep(300)
 `
 
-func TestPredictCancelKillsTheProgramTree(t *testing.T) {
+// oneProgramHarness is a harness on SQLite whose method key runs body (a
+// Python program) with KEEP_DIR set to the returned folder.
+func oneProgramHarness(t *testing.T, key, body string) (*predictHarness, string) {
+	t.Helper()
 	dir := t.TempDir()
-	sleepy := filepath.Join(dir, "sleepy.py")
-	_ = os.WriteFile(sleepy, []byte(sleepyEngine), 0o644)
+	script := filepath.Join(dir, "program.py")
+	if err := os.WriteFile(script, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	s := testenv.OpenStore(t, store.SQLite)
-	h := newPredictHarness(t, s, nil, fmt.Sprintf(`  - key: G
+	return newPredictHarness(t, s, nil, fmt.Sprintf(`  - key: %s
     command: {python: %s, script: %s, extra_env: {KEEP_DIR: %s}}
-`, input.DefaultPython, sleepy, dir))
+`, key, input.DefaultPython, script, dir)), dir
+}
+
+func TestPredictCancelKillsTheProgramTree(t *testing.T) {
+	h, dir := oneProgramHarness(t, "G", sleepyEngine)
 	h.submit("jobsleep01", map[string]string{"kcat": "G"}, true, fourRows)
 	// The worker's background context is the activity's parent: ending it
 	// is what cancellation or a timeout does to a running Predict.
@@ -548,13 +557,7 @@ print("x" * (3 << 20))  # one 3 MiB line: it must not stall the program
 `
 
 func TestPredictDoesNotWaitForLeftoverProcesses(t *testing.T) {
-	dir := t.TempDir()
-	script := filepath.Join(dir, "leaving.py")
-	_ = os.WriteFile(script, []byte(leavingEngine), 0o644)
-	s := testenv.OpenStore(t, store.SQLite)
-	h := newPredictHarness(t, s, nil, fmt.Sprintf(`  - key: H
-    command: {python: %s, script: %s, extra_env: {KEEP_DIR: %s}}
-`, input.DefaultPython, script, dir))
+	h, dir := oneProgramHarness(t, "H", leavingEngine)
 	t.Cleanup(func() {
 		if raw, err := os.ReadFile(filepath.Join(dir, "pids")); err == nil {
 			var pid int
