@@ -93,7 +93,7 @@ type PlanSummary struct {
 	// no step work: a method A id can miss only its binding-site row).
 	Complete bool        `json:"complete"`
 	Steps    []StepCount `json:"steps"`
-	// WorkFile is the sparse gpujob.Work of the missing steps (empty when
+	// WorkFile is the sparse embedjob.Work of the missing steps (empty when
 	// nothing is missing).
 	WorkFile string `json:"work_file"`
 	// PlanFile is the full plan (JSON) on shared storage.

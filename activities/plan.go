@@ -10,8 +10,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/embedjob"
 	"github.com/kinflow/kinflow/internal/fsutil"
-	"github.com/kinflow/kinflow/internal/gpujob"
 	"github.com/kinflow/kinflow/internal/methods"
 )
 
@@ -82,7 +82,7 @@ func (a *Activities) BuildPlan(ctx context.Context, in PlanInput) (PlanSummary, 
 	}
 	if len(work) > 0 {
 		sum.WorkFile = filepath.Join(dir, "work.json")
-		w := gpujob.Work{MethodKey: d.Key, Target: sr.Target, Profile: plan.Profile, StepWork: work, SeqIDToSeq: plan.WorkSeqIDToSeq()}
+		w := embedjob.Work{MethodKey: d.Key, Target: sr.Target, Profile: plan.Profile, StepWork: work, SeqIDToSeq: plan.WorkSeqIDToSeq()}
 		if err := fsutil.WriteJSONAtomic(sum.WorkFile, w); err != nil {
 			return PlanSummary{}, err
 		}

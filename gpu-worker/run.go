@@ -7,17 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/kinflow/kinflow/internal/config"
-	"github.com/kinflow/kinflow/internal/embedding"
-	"github.com/kinflow/kinflow/internal/lease"
+	"github.com/kinflow/kinflow/internal/embedjob"
 	"github.com/kinflow/kinflow/internal/metrics"
 )
 
@@ -29,19 +25,14 @@ type Deps struct {
 	Client client.Client
 	Log    *slog.Logger
 	// Settings are the env file's settings; nil loads Config.GPUEnvFile.
-	Settings *Settings
+	Settings *embedjob.Settings
 	// Runner overrides the executor chosen by Config.StepExecutor.
-	Runner BatchRunner
-	// Layout overrides the artefact layout (TableLayout on the media root).
-	Layout Layout
+	Runner embedjob.BatchRunner
 	// WorkflowTaskQueue runs EmbedJob workflows submitted over HTTP; empty
 	// means Config.CPUTaskQueue.
 	WorkflowTaskQueue string
 	// Listener overrides listening on Config.GPUListen.
 	Listener net.Listener
-	// RegisterWorkflows, when set, registers workflows on the GPU queue's
-	// worker too (tests; a host that runs EmbedJob itself).
-	RegisterWorkflows func(worker.WorkflowRegistry)
 	// Metrics records step durations and the HTTP API's latency; nil
 	// records nothing.
 	Metrics *metrics.Metrics
@@ -49,7 +40,7 @@ type Deps struct {
 
 // Host is one GPU host: its worker and its HTTP API.
 type Host struct {
-	Activities *Activities
+	Activities *embedjob.Activities
 	Server     *Server
 	Worker     worker.Worker
 	deps       Deps
@@ -69,11 +60,14 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 	st := d.Settings
 	if st == nil {
 		var err error
-		if st, err = settingsFromConfig(cfg); err != nil {
+		if st, err = embedjob.SettingsFromConfig(cfg); err != nil {
 			return nil, err
 		}
 	}
-	acts := newActivities(cfg, st, d.Runner, d.Layout, log)
+	acts, err := embedjob.NewActivities(cfg, st, d.Runner, log)
+	if err != nil {
+		return nil, err
+	}
 	layout, logs, known, runner := acts.Layout, acts.Logs, acts.Known, acts.Engine.Runner
 	wq := d.WorkflowTaskQueue
 	if wq == "" {
@@ -89,14 +83,14 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 			d.Metrics.HTTPRequest("gpu", method, route, code, took)
 		},
 	})
-	wo := WorkerOptions{TaskQueue: cfg.GPUTaskQueue, Slots: cfg.GPUSlots}
+	wo := embedjob.WorkerOptions{TaskQueue: cfg.GPUTaskQueue, Slots: cfg.GPUSlots}
 	if d.Metrics != nil {
 		wo.Interceptors = append(wo.Interceptors, d.Metrics.WorkerInterceptor())
 	}
-	w := NewWorker(d.Client, wo, acts)
-	if d.RegisterWorkflows != nil {
-		d.RegisterWorkflows(w)
-	}
+	w := embedjob.NewWorker(d.Client, wo, acts)
+	// EmbedJob runs beside its step activities, so a GPU host serves POST
+	// /embed/jobs on its own.
+	embedjob.RegisterWorkflows(w)
 	return &Host{Activities: acts, Server: srv, Worker: w, deps: d}, nil
 }
 
@@ -154,47 +148,4 @@ func Run(ctx context.Context, d Deps) error {
 		return err
 	}
 	return h.Run(ctx)
-}
-
-// newActivities builds the step activities: runner and layout default to the
-// configured executor (StepExecutor) and the media root's table layout.
-func newActivities(cfg *config.Config, st *Settings, runner BatchRunner, layout Layout, log *slog.Logger) *Activities {
-	var el *embedding.Layout
-	if layout == nil {
-		var err error
-		if el, err = embedding.LayoutFromConfig(cfg); err == nil {
-			layout = EmbeddingLayout{L: el}
-		} else {
-			log.Warn("embedding layout; using the GPU host's own table", "error", err)
-		}
-	}
-	if runner == nil {
-		switch cfg.StepExecutor {
-		case "command":
-			runner = &CommandRunner{Settings: st, MediaRoot: cfg.MediaRoot}
-			var unset []string
-			for _, k := range ActiveSteps {
-				if _, ok := st.Commands[k]; !ok {
-					unset = append(unset, k)
-				}
-			}
-			if len(unset) > 0 {
-				log.Warn("command executor: steps without a command fail when asked", "steps", strings.Join(unset, ","))
-			}
-		default:
-			runner = &SyntheticRunner{Layout: el, Delay: st.SyntheticDelay}
-		}
-	}
-	if layout == nil {
-		layout = TableLayout{MediaRoot: cfg.MediaRoot, MethodECheckpointRoot: st.MethodECheckpointRoot}
-	}
-	host, _ := os.Hostname()
-	leases := &lease.Leases{
-		Dir: filepath.Join(cfg.MediaRoot, "sequence_info", ".leases"), TTL: leaseTTL,
-		Owner: fmt.Sprintf("%s/%d", host, os.Getpid()),
-	}
-	return &Activities{
-		Engine: &Engine{Runner: runner, Settings: st, Log: log, Leases: leases},
-		Layout: layout, Logs: &JobLogs{Dir: st.JobLogDir}, Log: log, Known: NewRegistry(),
-	}
 }

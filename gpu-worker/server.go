@@ -24,7 +24,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/kinflow/kinflow/internal/gpujob"
+	"github.com/kinflow/kinflow/internal/embedjob"
+	"github.com/kinflow/kinflow/internal/fsutil"
 )
 
 // temporalCallTimeout bounds each Temporal call an HTTP handler makes: the
@@ -34,9 +35,9 @@ const temporalCallTimeout = 4 * time.Second
 // Server is the GPU service HTTP API (SEED-SPEC §4.2, WIRE-CONTRACT §10).
 type Server struct {
 	client        client.Client
-	logs          *JobLogs
-	known         *Registry
-	layout        Layout
+	logs          *embedjob.JobLogs
+	known         *embedjob.Registry
+	layout        embedjob.Layout
 	mediaRoot     string
 	workflowQueue string
 	gpuQueue      string
@@ -47,16 +48,16 @@ type Server struct {
 	// base outlives requests: the goroutines that write JOB_DONE/JOB_FAILED.
 	base    context.Context
 	observe func(method, route string, code int, took time.Duration)
-	inputs  sync.Map // job id → *gpujob.Input (a workflow's input never changes)
+	inputs  sync.Map // job id → *embedjob.Input (a workflow's input never changes)
 	mux     *http.ServeMux
 }
 
 // ServerOptions configure a Server.
 type ServerOptions struct {
 	Client client.Client
-	Logs   *JobLogs
-	Known  *Registry
-	Layout Layout
+	Logs   *embedjob.JobLogs
+	Known  *embedjob.Registry
+	Layout embedjob.Layout
 	// MediaRoot holds gpu_jobs/<job_id>/work.json.
 	MediaRoot string
 	// WorkflowTaskQueue runs the EmbedJob workflow (the CPU task queue,
@@ -91,7 +92,7 @@ func NewServer(o ServerOptions) *Server {
 		s.base = context.Background()
 	}
 	if s.known == nil {
-		s.known = NewRegistry()
+		s.known = embedjob.NewRegistry()
 	}
 	m := http.NewServeMux()
 	m.HandleFunc("/health", s.method(http.MethodGet, s.handleHealth))
@@ -198,7 +199,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 // closed ones are forgotten.
 func (s *Server) countJobs(ctx context.Context) (active, queued int) {
 	for _, id := range s.known.List() {
-		d, err := s.client.DescribeWorkflowExecution(ctx, gpujob.WorkflowID(id), "")
+		d, err := s.client.DescribeWorkflowExecution(ctx, embedjob.WorkflowID(id), "")
 		if err != nil {
 			var nf *serviceerror.NotFound
 			if errors.As(err, &nf) {
@@ -227,12 +228,12 @@ func (s *Server) countJobs(ctx context.Context) (active, queued int) {
 	return active, queued
 }
 
-func (s *Server) queryStatus(ctx context.Context, id string) (*gpujob.Status, error) {
-	v, err := s.client.QueryWorkflow(ctx, gpujob.WorkflowID(id), "", gpujob.StatusQuery)
+func (s *Server) queryStatus(ctx context.Context, id string) (*embedjob.Status, error) {
+	v, err := s.client.QueryWorkflow(ctx, embedjob.WorkflowID(id), "", embedjob.StatusQuery)
 	if err != nil {
 		return nil, err
 	}
-	var st gpujob.Status
+	var st embedjob.Status
 	if err := v.Get(&st); err != nil {
 		return nil, err
 	}
@@ -271,7 +272,7 @@ func invalid(format string, args ...any) error {
 // well-formed already (a request for work that is done is the caller's
 // planning error, not a job). Entries of seq_id_to_seq that no step lists are
 // ignored and not kept.
-func ValidateSubmit(body []byte, layout Layout) (*gpujob.Work, []string, error) {
+func ValidateSubmit(body []byte, layout embedjob.Layout) (*embedjob.Work, []string, error) {
 	var b submitBody
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&b); err != nil {
@@ -286,7 +287,7 @@ func ValidateSubmit(body []byte, layout Layout) (*gpujob.Work, []string, error) 
 	if b.Target == nil || strings.TrimSpace(*b.Target) == "" {
 		return nil, nil, invalid("target is required")
 	}
-	w := &gpujob.Work{MethodKey: *b.MethodKey, Target: *b.Target, StepWork: map[string][]string{}, SeqIDToSeq: map[string]string{}}
+	w := &embedjob.Work{MethodKey: *b.MethodKey, Target: *b.Target, StepWork: map[string][]string{}, SeqIDToSeq: map[string]string{}}
 	if b.Profile != nil {
 		w.Profile = *b.Profile
 	}
@@ -302,13 +303,13 @@ func ValidateSubmit(body []byte, layout Layout) (*gpujob.Work, []string, error) 
 	}
 	var order []string
 	for i, key := range keys {
-		step, ok := CanonicalStep(key)
+		step, ok := embedjob.CanonicalStep(key)
 		if !ok {
 			return nil, nil, invalid("unknown step key %q in step_work", key)
 		}
 		seen := map[string]bool{}
 		for _, id := range lists[i] {
-			if err := CheckSeqID(id); err != nil {
+			if err := embedjob.CheckSeqID(id); err != nil {
 				return nil, nil, invalid("step_work[%s]: %v", key, err)
 			}
 			if seen[id] {
@@ -319,7 +320,7 @@ func ValidateSubmit(body []byte, layout Layout) (*gpujob.Work, []string, error) 
 			if !ok {
 				return nil, nil, invalid("seq_id %s of step_work[%s] has no sequence in seq_id_to_seq", id, key)
 			}
-			if err := CheckSequence(seq); err != nil {
+			if err := embedjob.CheckSequence(seq); err != nil {
 				return nil, nil, invalid("bad sequence for seq_id %s: %v", id, err)
 			}
 			if containsString(w.StepWork[step], id) {
@@ -329,7 +330,7 @@ func ValidateSubmit(body []byte, layout Layout) (*gpujob.Work, []string, error) 
 			if err != nil {
 				return nil, nil, invalid("step %s cannot run on this host: %v", step, err)
 			}
-			if len(missingOutputs(paths)) == 0 {
+			if len(embedjob.MissingOutputs(paths)) == 0 {
 				return nil, nil, invalid("step_work is not sparse: step_work[%s] lists seq_id %s whose %d expected file(s) all exist", key, id, len(paths))
 			}
 			if len(w.StepWork[step]) == 0 {
@@ -422,20 +423,20 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 
 // Submit writes the job's work file and starts its EmbedJob workflow, the
 // same workflow the backend starts as a child.
-func (s *Server) Submit(ctx context.Context, id string, work *gpujob.Work, order []string) (*gpujob.Input, error) {
+func (s *Server) Submit(ctx context.Context, id string, work *embedjob.Work, order []string) (*embedjob.Input, error) {
 	path := WorkFilePath(s.mediaRoot, id)
 	data, err := json.Marshal(work)
 	if err != nil {
 		return nil, fmt.Errorf("encode work file: %w", err)
 	}
-	if err := writeAtomic(path, data); err != nil {
+	if err := fsutil.WriteFileAtomic(path, data, 0o644); err != nil {
 		return nil, err
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("work file path: %w", err)
 	}
-	in := &gpujob.Input{
+	in := &embedjob.Input{
 		GPUJobID: id, MethodKey: work.MethodKey, Target: work.Target, Profile: work.Profile,
 		Steps: order, StepCounts: map[string]int{}, WorkFile: abs, GPUTaskQueue: s.gpuQueue,
 	}
@@ -448,10 +449,10 @@ func (s *Server) Submit(ctx context.Context, id string, work *gpujob.Work, order
 	sctx, cancel := context.WithTimeout(ctx, temporalCallTimeout)
 	defer cancel()
 	run, err := s.client.ExecuteWorkflow(sctx, client.StartWorkflowOptions{
-		ID:                    gpujob.WorkflowID(id),
+		ID:                    embedjob.WorkflowID(id),
 		TaskQueue:             s.workflowQueue,
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-	}, gpujob.WorkflowName, in)
+	}, embedjob.WorkflowName, in)
 	if err != nil {
 		_ = os.RemoveAll(filepath.Dir(path))
 		return nil, fmt.Errorf("start EmbedJob workflow: %w", err)
@@ -517,10 +518,10 @@ func unixFloat(t time.Time) *float64 {
 // jobView builds a job's view from its workflow: describe (existence, state,
 // times), the status query (state, counts, error) and the start input.
 func (s *Server) jobView(ctx context.Context, id string) (*JobView, error) {
-	if CheckJobID(id) != nil {
+	if embedjob.CheckJobID(id) != nil {
 		return nil, errJobNotFound
 	}
-	wfID := gpujob.WorkflowID(id)
+	wfID := embedjob.WorkflowID(id)
 	d, err := s.client.DescribeWorkflowExecution(ctx, wfID, "")
 	if err != nil {
 		var nf *serviceerror.NotFound
@@ -537,7 +538,7 @@ func (s *Server) jobView(ctx context.Context, id string) (*JobView, error) {
 			p := in.Profile
 			v.Profile = &p
 		}
-		if wk, err := ReadWorkFile(in.WorkFile); err == nil {
+		if wk, err := embedjob.ReadWorkFile(in.WorkFile); err == nil {
 			v.StepWork = wk.StepWork
 		}
 	}
@@ -588,7 +589,7 @@ func (s *Server) jobView(ctx context.Context, id string) (*JobView, error) {
 	}
 	if v.Status == "failed" && v.Error != nil {
 		if tail, err := s.logs.Tail(id, 20); err == nil && len(tail) > 0 {
-			e := *v.Error + "\n--- worker log tail ---\n" + joinLines(tail)
+			e := *v.Error + "\n--- worker log tail ---\n" + strings.Join(tail, "\n")
 			v.Error = &e
 		}
 	}
@@ -596,11 +597,11 @@ func (s *Server) jobView(ctx context.Context, id string) (*JobView, error) {
 }
 
 // jobInput reads the workflow's start input (first history event), cached.
-func (s *Server) jobInput(ctx context.Context, id string) (*gpujob.Input, error) {
+func (s *Server) jobInput(ctx context.Context, id string) (*embedjob.Input, error) {
 	if v, ok := s.inputs.Load(id); ok {
-		return v.(*gpujob.Input), nil
+		return v.(*embedjob.Input), nil
 	}
-	it := s.client.GetWorkflowHistory(ctx, gpujob.WorkflowID(id), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	it := s.client.GetWorkflowHistory(ctx, embedjob.WorkflowID(id), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	if !it.HasNext() {
 		return nil, errors.New("empty history")
 	}
@@ -612,7 +613,7 @@ func (s *Server) jobInput(ctx context.Context, id string) (*gpujob.Input, error)
 	if attrs == nil {
 		return nil, errors.New("first event is not WorkflowExecutionStarted")
 	}
-	var in gpujob.Input
+	var in embedjob.Input
 	if err := converter.GetDefaultDataConverter().FromPayloads(attrs.GetInput(), &in); err != nil {
 		return nil, fmt.Errorf("decode input: %w", err)
 	}
@@ -652,13 +653,13 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 		}
 		n = v
 	}
-	if CheckJobID(id) != nil {
+	if embedjob.CheckJobID(id) != nil {
 		writeDetail(w, http.StatusNotFound, "job not found")
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), temporalCallTimeout)
 	defer cancel()
-	if _, err := s.client.DescribeWorkflowExecution(ctx, gpujob.WorkflowID(id), ""); err != nil {
+	if _, err := s.client.DescribeWorkflowExecution(ctx, embedjob.WorkflowID(id), ""); err != nil {
 		var nf *serviceerror.NotFound
 		if errors.As(err, &nf) {
 			writeDetail(w, http.StatusNotFound, "job not found")
@@ -676,5 +677,5 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 		writeDetail(w, http.StatusInternalServerError, "could not read the worker log")
 		return
 	}
-	writeJSON200(w, map[string]any{"job_id": id, "tail_lines": n, "log_tail": joinLines(lines)})
+	writeJSON200(w, map[string]any{"job_id": id, "tail_lines": n, "log_tail": strings.Join(lines, "\n")})
 }

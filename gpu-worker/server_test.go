@@ -16,8 +16,9 @@ import (
 	"time"
 
 	"github.com/kinflow/kinflow/internal/config"
+	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/embedjob"
 	"github.com/kinflow/kinflow/internal/testenv"
-	"github.com/kinflow/kinflow/workflows"
 )
 
 const testToken = "s3cret-token"
@@ -30,7 +31,7 @@ type testHost struct {
 
 // startHost runs a real GPU host (worker with the real EmbedJob workflow on
 // its queue, HTTP API through httptest) against the dev server.
-func startHost(t *testing.T, token string, runner func(*Settings, string) BatchRunner, mutate func(*Settings)) *testHost {
+func startHost(t *testing.T, token string, runner func(*embedjob.Settings, string) embedjob.BatchRunner, mutate func(*embedjob.Settings)) *testHost {
 	t.Helper()
 	tmp := testenv.MustTemporal(t)
 	dir := t.TempDir()
@@ -45,15 +46,15 @@ func startHost(t *testing.T, token string, runner func(*Settings, string) BatchR
 	if err != nil {
 		t.Fatal(err)
 	}
-	file := map[string]string{EnvJobLogDir: filepath.Join(dir, "logs"), EnvScratchDir: filepath.Join(dir, "scratch")}
-	st, err := LoadSettings(func(k string) (string, bool) { v, ok := file[k]; return v, ok }, file, cfg.MediaRoot)
+	file := map[string]string{embedjob.EnvJobLogDir: filepath.Join(dir, "logs"), embedjob.EnvScratchDir: filepath.Join(dir, "scratch")}
+	st, err := embedjob.LoadSettings(func(k string) (string, bool) { v, ok := file[k]; return v, ok }, file, cfg.MediaRoot)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if mutate != nil {
 		mutate(st)
 	}
-	var r BatchRunner
+	var r embedjob.BatchRunner
 	if runner != nil {
 		r = runner(st, cfg.MediaRoot)
 	}
@@ -62,7 +63,7 @@ func startHost(t *testing.T, token string, runner func(*Settings, string) BatchR
 	h, err := New(ctx, Deps{
 		Config: cfg, Client: tmp.Client, Settings: st, Runner: r,
 		Log:               slog.New(slog.NewTextHandler(io.Discard, nil)),
-		WorkflowTaskQueue: queue, RegisterWorkflows: workflows.RegisterGPU,
+		WorkflowTaskQueue: queue,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +193,7 @@ func TestSubmitPollDone(t *testing.T) {
 		t.Fatalf("submit: %d %v", code, resp)
 	}
 	id, _ := resp["job_id"].(string)
-	if CheckJobID(id) != nil {
+	if embedjob.CheckJobID(id) != nil {
 		t.Fatalf("job id %q", id)
 	}
 	v := waitStatus(t, h.url+"/embed/jobs/"+id, auth, "done", "failed")
@@ -222,7 +223,7 @@ func TestSubmitPollDone(t *testing.T) {
 		"sequence_info/prot_t5_last/weighted_vecs/bbbbbbbbbbbb.npy",
 		"sequence_info/prot_t5_layer_19/mean_vecs/bbbbbbbbbbbb.npy",
 	} {
-		if err := CheckArtefact(filepath.Join(h.media, p)); err != nil {
+		if err := embedding.CheckFile(filepath.Join(h.media, p)); err != nil {
 			t.Errorf("%s: %v", p, err)
 		}
 	}
@@ -269,7 +270,9 @@ func TestSubmitPollDone(t *testing.T) {
 func TestFailedJobReportsError(t *testing.T) {
 	// The command executor with no command for the step: a non-retryable
 	// StepConfig failure, so the job fails at once.
-	h := startHost(t, "", func(st *Settings, media string) BatchRunner { return &CommandRunner{Settings: st, MediaRoot: media} }, nil)
+	h := startHost(t, "", func(st *embedjob.Settings, media string) embedjob.BatchRunner {
+		return &embedjob.CommandRunner{Settings: st, MediaRoot: media}
+	}, nil)
 	code, resp := do(t, "POST", h.url+"/embed/jobs", "", submitBodyFor(map[string][]string{"prot_t5_mean": {"dddddddddddd"}}, map[string]string{"dddddddddddd": "MKV"}))
 	if code != 200 {
 		t.Fatalf("submit: %d %v", code, resp)
@@ -303,4 +306,20 @@ func TestJobNotFoundAndBadTail(t *testing.T) {
 func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.StopTemporal()
+	os.Exit(code)
+}
+
+// seqOfLen is a valid sequence of n residues, distinct per tag.
+func seqOfLen(n int, tag int) string {
+	const aa = "ACDEFGHIKLMNPQRSTVWY"
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		b.WriteByte(aa[(i*7+tag)%len(aa)])
+	}
+	return b.String()
 }

@@ -9,18 +9,23 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/embedjob"
+	"github.com/kinflow/kinflow/internal/fsutil"
 )
 
 func TestSubmitValidationErrors(t *testing.T) {
 	media := t.TempDir()
-	layout := TableLayout{MediaRoot: media}
+	layout := testLayout(t, media, "")
 	// s_done's methodd_esm1b file exists already.
 	done, _ := layout.ExpectedPaths("methodd_esm1b", "donedonedone")
-	if err := writeAtomic(done[0], syntheticNPY("d", 0, 4)); err != nil {
+	body, _ := embedding.EncodeNPY(embedding.Tensor{Shape: []int{4}, Data: make([]float32, 4)})
+	if err := fsutil.WriteFileAtomic(done[0], body, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// Validation never reaches Temporal: a server without a client.
-	srv := httptest.NewServer(NewServer(ServerOptions{Layout: layout, MediaRoot: media, Logs: &JobLogs{Dir: t.TempDir()},
+	srv := httptest.NewServer(NewServer(ServerOptions{Layout: layout, MediaRoot: media, Logs: &embedjob.JobLogs{Dir: t.TempDir()},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Health: &HealthProbe{}}))
 	defer srv.Close()
 	ok := `"seq_id_to_seq":{"aaaaaaaaaaaa":"MKV","donedonedone":"MKVL"}`
@@ -44,9 +49,8 @@ func TestSubmitValidationErrors(t *testing.T) {
 		{"bad residue", `{"method_key":"C","target":"kcat","step_work":{"prot_t5_mean":["aaaaaaaaaaaa"]},"seq_id_to_seq":{"aaaaaaaaaaaa":"MKX"}}`, "bad sequence for seq_id aaaaaaaaaaaa: character 'X' at position 3"},
 		{"lower case", `{"method_key":"C","target":"kcat","step_work":{"prot_t5_mean":["aaaaaaaaaaaa"]},"seq_id_to_seq":{"aaaaaaaaaaaa":"mkv"}}`, "bad sequence for seq_id aaaaaaaaaaaa"},
 		{"empty sequence", `{"method_key":"C","target":"kcat","step_work":{"prot_t5_mean":["aaaaaaaaaaaa"]},"seq_id_to_seq":{"aaaaaaaaaaaa":""}}`, "empty sequence"},
-		{"too long", `{"method_key":"C","target":"kcat","step_work":{"prot_t5_mean":["aaaaaaaaaaaa"]},"seq_id_to_seq":{"aaaaaaaaaaaa":"` + strings.Repeat("M", MaxSequenceLength+1) + `"}}`, "longer than 10000"},
+		{"too long", `{"method_key":"C","target":"kcat","step_work":{"prot_t5_mean":["aaaaaaaaaaaa"]},"seq_id_to_seq":{"aaaaaaaaaaaa":"` + strings.Repeat("M", embedjob.MaxSequenceLength+1) + `"}}`, "longer than 10000"},
 		{"not sparse", `{"method_key":"D","target":"kcat","step_work":{"methodd_esm1b":["aaaaaaaaaaaa","donedonedone"]},` + ok + `}`, "step_work is not sparse: step_work[methodd_esm1b] lists seq_id donedonedone"},
-		{"method E without checkpoints", `{"method_key":"E","target":"kcat","step_work":{"methode_embed_kcat":["aaaaaaaaaaaa"]},` + ok + `}`, "METHODE_CHECKPOINT_ROOT"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -60,7 +64,7 @@ func TestSubmitValidationErrors(t *testing.T) {
 }
 
 func TestValidateSubmitMapsDeprecatedKeysAndKeepsOrder(t *testing.T) {
-	layout := TableLayout{MediaRoot: t.TempDir()}
+	layout := testLayout(t, t.TempDir(), "")
 	body := `{"method_key":"A-H","target":"kcat","profile":"methoda_full","step_work":{
 		"methoda_esmc_layers":["s2"],
 		"methoda_bindsites":["s1"],
@@ -90,7 +94,7 @@ func TestMethodELayout(t *testing.T) {
 		_ = os.MkdirAll(filepath.Dir(full), 0o755)
 		_ = os.WriteFile(full, []byte("x"), 0o644)
 	}
-	l := TableLayout{MediaRoot: "/m", MethodECheckpointRoot: root}
+	l := testLayout(t, "/m", root)
 	got, err := l.ExpectedPaths("methode_embed_kcat", "abc")
 	if err != nil {
 		t.Fatal(err)
@@ -102,6 +106,17 @@ func TestMethodELayout(t *testing.T) {
 	if _, err := l.ExpectedPaths("methoda_t5_full", "a/b"); err == nil {
 		t.Fatal("path-building seq id accepted")
 	}
+}
+
+// testLayout is the artefact layout on media with method E's checkpoints
+// under root ("" for none).
+func testLayout(t *testing.T, media, root string) embedjob.EmbeddingLayout {
+	t.Helper()
+	l, err := embedding.NewLayout(media, "", root, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return embedjob.EmbeddingLayout{L: l}
 }
 
 func TestParseNvidiaSMIAndProbe(t *testing.T) {

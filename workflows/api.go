@@ -1,19 +1,17 @@
-// Package workflows holds kinflow's Temporal workflows: PredictionWorkflow (one
-// job) and EmbedJob (one remote GPU embedding job), with the names, IDs and
-// payload types other packages use.
+// Package workflows holds PredictionWorkflow (one prediction job) with the
+// names, IDs and payload types other packages use. The GPU embedding job it
+// starts as a child is internal/embedjob's EmbedJob.
 package workflows
 
 import (
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/kinflow/kinflow/internal/gpujob"
+	"github.com/kinflow/kinflow/internal/embedjob"
 )
 
-// Workflow type names, stable across releases: histories refer to them.
-const (
-	PredictionWorkflowName = "PredictionWorkflow"
-	EmbedJobWorkflowName   = gpujob.WorkflowName
-)
+// PredictionWorkflowName is the workflow type of a prediction job, stable
+// across releases: histories refer to it.
+const PredictionWorkflowName = "PredictionWorkflow"
 
 // Search attributes kept current for the Temporal UI.
 var (
@@ -23,25 +21,7 @@ var (
 )
 
 // StatusQuery is the query name both workflows answer with their status.
-const StatusQuery = gpujob.StatusQuery
+const StatusQuery = embedjob.StatusQuery
 
 // PredictionWorkflowID is the workflow ID of a prediction job.
 func PredictionWorkflowID(jobID string) string { return "prediction:" + jobID }
-
-// EmbedJobWorkflowID is the workflow ID of a GPU embedding job.
-func EmbedJobWorkflowID(gpuJobID string) string { return gpujob.WorkflowID(gpuJobID) }
-
-// Aliases of the GPU job contract, kept here for the packages that name them
-// through workflows.
-type (
-	// EmbedJobInput is gpujob.Input.
-	EmbedJobInput = gpujob.Input
-	// EmbedWork is gpujob.Work.
-	EmbedWork = gpujob.Work
-	// StepInput is gpujob.StepInput.
-	StepInput = gpujob.StepInput
-	// StepResult is gpujob.StepResult.
-	StepResult = gpujob.StepResult
-	// EmbedJobStatus is gpujob.Status.
-	EmbedJobStatus = gpujob.Status
-)

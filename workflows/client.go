@@ -64,9 +64,3 @@ func (s Starter) StartJob(ctx context.Context, jobID string) error {
 func RegisterCPU(r worker.WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(PredictionWorkflow, workflow.RegisterOptions{Name: PredictionWorkflowName})
 }
-
-// RegisterGPU registers the workflows of the GPU task queue: EmbedJob runs
-// beside its step activities, so a GPU host is complete on its own.
-func RegisterGPU(r worker.WorkflowRegistry) {
-	r.RegisterWorkflowWithOptions(EmbedJob, workflow.RegisterOptions{Name: EmbedJobWorkflowName})
-}

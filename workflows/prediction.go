@@ -13,7 +13,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/kinflow/kinflow/activities"
-	"github.com/kinflow/kinflow/internal/gpujob"
+	"github.com/kinflow/kinflow/internal/embedjob"
 )
 
 // PredictionInput is the input of PredictionWorkflow: everything else is in
@@ -244,7 +244,7 @@ func (w *prediction) remote(ctx workflow.Context, st activities.StageInfo, plan 
 
 	gpuJobID := gpuJobID(w.in.JobID, st.Index, workflow.GetInfo(ctx).Attempt)
 	w.status.GPUJobID = gpuJobID
-	in := gpujob.Input{
+	in := embedjob.Input{
 		HeartbeatSeconds: pol.HeartbeatSeconds,
 		GPUJobID:         gpuJobID, MethodKey: st.MethodKey, Target: st.Target, Profile: plan.Profile,
 		WorkFile: plan.WorkFile, GPUTaskQueue: pol.GPUTaskQueue, StepCounts: map[string]int{},
@@ -259,20 +259,20 @@ func (w *prediction) remote(ctx workflow.Context, st activities.StageInfo, plan 
 	w.setStage(ctx, st.Index, "gpu")
 	cctx, cancel := workflow.WithCancel(ctx)
 	cctx = workflow.WithChildOptions(cctx, workflow.ChildWorkflowOptions{
-		WorkflowID:        gpujob.WorkflowID(gpuJobID),
+		WorkflowID:        embedjob.WorkflowID(gpuJobID),
 		TaskQueue:         pol.GPUTaskQueue,
 		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
 		// A remote job that outlives our wait is cancelled, never left running.
 		WaitForCancellation: false,
 	})
-	child := workflow.ExecuteChildWorkflow(cctx, gpujob.WorkflowName, in)
+	child := workflow.ExecuteChildWorkflow(cctx, embedjob.WorkflowName, in)
 	timeout := time.Duration(pol.JobTimeoutSeconds) * time.Second
 	timer := workflow.NewTimer(cctx, timeout)
 
 	var (
 		childErr error
 		timedOut bool
-		status   gpujob.Status
+		status   embedjob.Status
 	)
 	sel := workflow.NewSelector(ctx)
 	sel.AddFuture(child, func(f workflow.Future) { childErr = f.Get(ctx, &status) })
@@ -320,8 +320,8 @@ func (w *prediction) local(ctx workflow.Context, st activities.StageInfo, plan a
 		RetryPolicy:         longRetry,
 	})
 	for _, s := range plan.Steps {
-		in := gpujob.StepInput{GPUJobID: "local-" + w.in.JobID, StepKey: s.StepKey, WorkFile: plan.WorkFile}
-		var res gpujob.StepResult
+		in := embedjob.StepInput{GPUJobID: "local-" + w.in.JobID, StepKey: s.StepKey, WorkFile: plan.WorkFile}
+		var res embedjob.StepResult
 		if err := workflow.ExecuteActivity(lctx, s.StepKey, in).Get(ctx, &res); err != nil {
 			return err
 		}
@@ -423,17 +423,5 @@ func userMessage(err error) string {
 	if errors.As(err, &se) {
 		return se.msg
 	}
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) {
-		return appErr.Message()
-	}
-	var tErr *temporal.TimeoutError
-	if errors.As(err, &tErr) {
-		return "a step timed out (" + tErr.TimeoutType().String() + ")"
-	}
-	var cErr *temporal.CanceledError
-	if errors.As(err, &cErr) {
-		return "the job was cancelled"
-	}
-	return err.Error()
+	return embedjob.ErrorText(err)
 }

@@ -18,7 +18,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/kinflow/kinflow/activities"
-	"github.com/kinflow/kinflow/internal/gpujob"
+	"github.com/kinflow/kinflow/internal/embedjob"
 )
 
 // harness runs PredictionWorkflow with every activity mocked and records the
@@ -32,7 +32,7 @@ type harness struct {
 	mu        sync.Mutex
 	log       []string
 	events    []activities.Event
-	childIn   *gpujob.Input
+	childIn   *embedjob.Input
 	finalized activities.FinalizeInput
 	localRuns []string
 	childFn   func(ctx workflow.Context) error
@@ -48,17 +48,17 @@ func newHarness(t *testing.T, policy activities.Policy, stage activities.StageIn
 	env.RegisterWorkflowWithOptions(PredictionWorkflow, workflow.RegisterOptions{Name: PredictionWorkflowName})
 	env.RegisterActivity(&activities.Activities{})
 	for _, step := range []string{"prot_t5_mean", "methoda_t5_full", "methoda_esm2_layers"} {
-		env.RegisterActivityWithOptions(func(_ context.Context, in gpujob.StepInput) (gpujob.StepResult, error) {
+		env.RegisterActivityWithOptions(func(_ context.Context, in embedjob.StepInput) (embedjob.StepResult, error) {
 			h.note("local:" + in.StepKey)
 			h.localRuns = append(h.localRuns, in.StepKey)
-			return gpujob.StepResult{StepKey: in.StepKey}, nil
+			return embedjob.StepResult{StepKey: in.StepKey}, nil
 		}, activity.RegisterOptions{Name: step})
 	}
-	env.RegisterWorkflowWithOptions(func(ctx workflow.Context, in gpujob.Input) (gpujob.Status, error) {
+	env.RegisterWorkflowWithOptions(func(ctx workflow.Context, in embedjob.Input) (embedjob.Status, error) {
 		h.childIn = &in
 		h.note("child-start")
-		return gpujob.Status{State: "done"}, h.childFn(ctx)
-	}, workflow.RegisterOptions{Name: gpujob.WorkflowName})
+		return embedjob.Status{State: "done"}, h.childFn(ctx)
+	}, workflow.RegisterOptions{Name: embedjob.WorkflowName})
 	env.OnActivity(a.PrepareInput, mock.Anything, mock.Anything).Return(activities.PreparedJob{
 		Rows: 3, Stages: []activities.StageInfo{stage}, Policy: policy,
 	}, nil)

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"go.temporal.io/sdk/worker"
+
+	"github.com/kinflow/kinflow/internal/embedjob"
 )
 
 // TestReplayRecordedHistories replays every history in testdata/ (recorded
@@ -22,7 +24,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
 			RegisterCPU(r)
-			RegisterGPU(r)
+			embedjob.RegisterWorkflows(r)
 			if err := r.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
 				t.Fatalf("replay: %v", err)
 			}

@@ -11,8 +11,8 @@ import (
 
 	gpuworker "github.com/kinflow/kinflow/gpu-worker"
 	"github.com/kinflow/kinflow/internal/config"
+	"github.com/kinflow/kinflow/internal/embedjob"
 	"github.com/kinflow/kinflow/internal/metrics"
-	"github.com/kinflow/kinflow/workflows"
 )
 
 // runGPUWorker is `kinflow gpu-worker`: the GPU task queue's worker and the
@@ -28,11 +28,11 @@ func runGPUWorker(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	// The env file may set any configuration key too; the process
 	// environment wins over it.
-	file, err := gpuworker.LoadEnvFile(*envFile)
+	file, err := embedjob.LoadEnvFile(*envFile)
 	if err != nil {
 		return err
 	}
-	look := gpuworker.LayeredLookup(file)
+	look := embedjob.LayeredLookup(file)
 	cfg, err := config.Load(func(k string) (string, bool) {
 		if k == "KINFLOW_GPU_ENV_FILE" {
 			return *envFile, true
@@ -42,7 +42,7 @@ func runGPUWorker(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	st, err := gpuworker.LoadSettings(look, file, cfg.MediaRoot)
+	st, err := embedjob.LoadSettings(look, file, cfg.MediaRoot)
 	if err != nil {
 		return fmt.Errorf("GPU env file: %w", err)
 	}
@@ -66,10 +66,9 @@ func runGPUHost(ctx context.Context, cfg *config.Config, tc client.Client, log *
 
 // gpuDeps wires a GPU host: EmbedJob runs on the GPU task queue beside its
 // step activities, so a GPU host serves POST /embed/jobs on its own.
-func gpuDeps(cfg *config.Config, tc client.Client, log *slog.Logger, st *gpuworker.Settings, m *metrics.Metrics) gpuworker.Deps {
+func gpuDeps(cfg *config.Config, tc client.Client, log *slog.Logger, st *embedjob.Settings, m *metrics.Metrics) gpuworker.Deps {
 	return gpuworker.Deps{
 		Config: cfg, Client: tc, Log: log, Settings: st, Metrics: m,
 		WorkflowTaskQueue: cfg.GPUTaskQueue,
-		RegisterWorkflows: workflows.RegisterGPU,
 	}
 }

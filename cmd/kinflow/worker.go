@@ -12,9 +12,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kinflow/kinflow/activities"
-	gpuworker "github.com/kinflow/kinflow/gpu-worker"
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/embedjob"
 	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/metrics"
 	"github.com/kinflow/kinflow/internal/store"
@@ -83,7 +83,7 @@ func runCPUWorker(ctx context.Context, cfg *config.Config, st *store.Store, tc c
 	if err != nil {
 		return err
 	}
-	steps, err := gpuworker.LocalActivities(cfg, log)
+	steps, err := embedjob.LocalActivities(cfg, log)
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/kinflow/kinflow/internal/gpujob"
+	"github.com/kinflow/kinflow/internal/embedjob"
 )
 
 // envFile writes a GPU host environment file and returns its path.
@@ -179,7 +179,7 @@ func TestConcurrentJobsComputeEachArtefactOnce(t *testing.T) {
 	}
 	written := 0
 	for _, e := range resp.Executions {
-		var st gpujob.Status
+		var st embedjob.Status
 		if err := s.tc.GetWorkflow(ctx, e.Execution.WorkflowId, e.Execution.RunId).Get(ctx, &st); err != nil {
 			t.Fatalf("EmbedJob %s: %v", e.Execution.WorkflowId, err)
 		}

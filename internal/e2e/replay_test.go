@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/worker"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/kinflow/kinflow/internal/embedjob"
 	"github.com/kinflow/kinflow/internal/testenv"
 	"github.com/kinflow/kinflow/workflows"
 )
@@ -36,7 +37,7 @@ func (s *stack) replay(workflowID, name string) {
 	}
 	r := worker.NewWorkflowReplayer()
 	workflows.RegisterCPU(r)
-	workflows.RegisterGPU(r)
+	embedjob.RegisterWorkflows(r)
 	if err := r.ReplayWorkflowHistory(nil, hist); err != nil {
 		s.t.Fatalf("replay %s: %v", workflowID, err)
 	}

@@ -88,53 +88,81 @@ var (
 // largest real artefact ([10000, 1280]) is 12.8 Mi.
 const maxNPYElements = 256 << 20
 
-// DecodeNPY reads a .npy file (format 1.x, 2.x or 3.x) holding
-// little-endian float32 in C order.
-func DecodeNPY(r io.Reader) (Tensor, error) {
+// npyHeader is a parsed NPY header.
+type npyHeader struct {
+	descr   string // numpy's dtype string, e.g. "<f4"
+	fortran bool
+	shape   []int
+	// size is the header's own length, preamble included: where data starts.
+	size int64
+}
+
+// itemSize is the byte width of one element of descr ("<f4" → 4), 0 when
+// descr does not end in a width.
+func (h npyHeader) itemSize() int64 {
+	i := len(h.descr)
+	for i > 0 && h.descr[i-1] >= '0' && h.descr[i-1] <= '9' {
+		i--
+	}
+	n, err := strconv.ParseInt(h.descr[i:], 10, 64)
+	if err != nil || n <= 0 || n > 64 {
+		return 0
+	}
+	return n
+}
+
+// readNPYHeader reads and parses the header of an NPY file (format 1.x, 2.x
+// or 3.x) from r, leaving r at the first data byte. The shape's element count
+// is bounded by maxNPYElements.
+func readNPYHeader(r io.Reader) (npyHeader, error) {
 	var pre [8]byte
 	if _, err := io.ReadFull(r, pre[:]); err != nil {
-		return Tensor{}, fmt.Errorf("npy: %w", err)
+		return npyHeader{}, fmt.Errorf("npy: %w", err)
 	}
 	if !bytes.Equal(pre[:6], npyMagic) {
-		return Tensor{}, errors.New("npy: bad magic")
+		return npyHeader{}, errors.New("npy: bad magic")
 	}
-	var hlen int
+	var hlen, start int
 	switch pre[6] {
 	case 1:
 		var b [2]byte
 		if _, err := io.ReadFull(r, b[:]); err != nil {
-			return Tensor{}, fmt.Errorf("npy: %w", err)
+			return npyHeader{}, fmt.Errorf("npy: %w", err)
 		}
-		hlen = int(binary.LittleEndian.Uint16(b[:]))
+		hlen, start = int(binary.LittleEndian.Uint16(b[:])), 10
 	case 2, 3:
 		var b [4]byte
 		if _, err := io.ReadFull(r, b[:]); err != nil {
-			return Tensor{}, fmt.Errorf("npy: %w", err)
+			return npyHeader{}, fmt.Errorf("npy: %w", err)
 		}
-		hlen = int(binary.LittleEndian.Uint32(b[:]))
+		hlen, start = int(binary.LittleEndian.Uint32(b[:])), 12
 		if hlen > 1<<20 {
-			return Tensor{}, errors.New("npy: header too long")
+			return npyHeader{}, errors.New("npy: header too long")
 		}
 	default:
-		return Tensor{}, fmt.Errorf("npy: unsupported version %d.%d", pre[6], pre[7])
+		return npyHeader{}, fmt.Errorf("npy: unsupported version %d.%d", pre[6], pre[7])
 	}
 	hb := make([]byte, hlen)
 	if _, err := io.ReadFull(r, hb); err != nil {
-		return Tensor{}, fmt.Errorf("npy header: %w", err)
+		return npyHeader{}, fmt.Errorf("npy header: %w", err)
 	}
 	h := string(hb)
+	out := npyHeader{size: int64(start + hlen)}
 	m := npyDescr.FindStringSubmatch(h)
-	if m == nil || (m[1] != "<f4" && m[1] != "=f4") {
-		return Tensor{}, fmt.Errorf("npy: dtype %v, want '<f4'", m)
+	if m == nil {
+		return npyHeader{}, errors.New("npy: header lacks descr")
 	}
-	if m := npyFortran.FindStringSubmatch(h); m == nil || m[1] != "False" {
-		return Tensor{}, errors.New("npy: Fortran order is not supported")
+	out.descr = m[1]
+	fm := npyFortran.FindStringSubmatch(h)
+	if fm == nil {
+		return npyHeader{}, errors.New("npy: header lacks fortran_order")
 	}
+	out.fortran = fm[1] == "True"
 	sm := npyShape.FindStringSubmatch(h)
 	if sm == nil {
-		return Tensor{}, errors.New("npy: no shape")
+		return npyHeader{}, errors.New("npy: no shape")
 	}
-	var shape []int
+	n := 1
 	for _, p := range strings.Split(sm[1], ",") {
 		p = strings.TrimSpace(p)
 		if p == "" {
@@ -142,17 +170,32 @@ func DecodeNPY(r io.Reader) (Tensor, error) {
 		}
 		d, err := strconv.Atoi(strings.TrimSuffix(p, "L"))
 		if err != nil || d < 0 {
-			return Tensor{}, fmt.Errorf("npy: bad shape %q", sm[1])
+			return npyHeader{}, fmt.Errorf("npy: bad shape %q", sm[1])
 		}
-		shape = append(shape, d)
-	}
-	n := 1
-	for _, d := range shape {
 		if d != 0 && n > maxNPYElements/d {
-			return Tensor{}, fmt.Errorf("npy: shape %v too large", shape)
+			return npyHeader{}, fmt.Errorf("npy: shape %q too large", sm[1])
 		}
 		n *= d
+		out.shape = append(out.shape, d)
 	}
+	return out, nil
+}
+
+// DecodeNPY reads a .npy file (format 1.x, 2.x or 3.x) holding
+// little-endian float32 in C order.
+func DecodeNPY(r io.Reader) (Tensor, error) {
+	h, err := readNPYHeader(r)
+	if err != nil {
+		return Tensor{}, err
+	}
+	if h.descr != "<f4" && h.descr != "=f4" {
+		return Tensor{}, fmt.Errorf("npy: dtype %q, want '<f4'", h.descr)
+	}
+	if h.fortran {
+		return Tensor{}, errors.New("npy: Fortran order is not supported")
+	}
+	shape := h.shape
+	n := NumElements(shape)
 	raw := make([]byte, 4*n)
 	if _, err := io.ReadFull(r, raw); err != nil {
 		return Tensor{}, fmt.Errorf("npy data: %w", err)

@@ -1,11 +1,45 @@
-// Package gpujob is the contract of one GPU embedding job: the EmbedJob
-// workflow's input, the work file that carries SEED-SPEC §4.2's submit payload
-// by reference, the step activities' input and result, and the status the
-// GPU service API reports. The backend, the workflows and the GPU host all use
-// it; it depends on nothing.
-package gpujob
+// Package embedjob is the embed-job domain: one GPU embedding job (SEED-SPEC
+// §4.2) from its contract to its computation, in the shape of a domain
+// package of temporalio/reference-app-orders-go:
+//
+//   - api.go: the types and names other packages use (workflow name and ID,
+//     queries, input and result payloads, error types, the work file and the
+//     step-program manifest);
+//   - workflows.go: the EmbedJob workflow;
+//   - activities.go: the step activities, one per step key (§5.3);
+//   - worker.go: the GPU task queue's worker and the CPU worker's local
+//     steps (fail-open) — the same activities on either queue;
+//   - engine.go, batch.go, dedupe.go: skipping what exists, token-budget
+//     batches, out-of-memory splits, file checks, leases;
+//   - command.go, synthetic.go: the executors that compute a batch;
+//   - settings.go, envfile.go, joblog.go: the GPU host's env file and step logs.
+//
+// Both ways a GPU job starts — the backend's PredictionWorkflow starting
+// EmbedJob as a child, and POST /embed/jobs on a GPU host (gpu-worker/, a thin
+// HTTP layer on top of this package) — run the same workflow and activities.
+package embedjob
 
 import "time"
+
+// Application error types of the embed job (the workflows and the Temporal
+// UI show them).
+const (
+	// ErrTypeInvalidStepInput: the work file or step input is wrong; not retried.
+	ErrTypeInvalidStepInput = "InvalidStepInput"
+	// ErrTypeStepConfig: this host cannot run the step as configured; not retried.
+	ErrTypeStepConfig = "StepConfig"
+	// ErrTypeStepFailed: the step program failed; retried (written files are kept).
+	ErrTypeStepFailed = "StepFailed"
+	// ErrTypeEmbedStepFailed: EmbedJob's own failure, naming the step that
+	// failed after its retries.
+	ErrTypeEmbedStepFailed = "EmbedStepFailed"
+)
+
+// MissingSampleSize bounds StepResult.MissingSample: results and error
+// details travel through the workflow history, where Temporal rejects a
+// payload over 2 MB; 10,000 missing paths would be about 1 MB of "seq_id:
+// path" strings, and a failure of a larger step would break the history.
+const MissingSampleSize = 20
 
 // WorkflowName is the EmbedJob workflow type.
 const WorkflowName = "EmbedJob"
@@ -66,8 +100,15 @@ type StepResult struct {
 	// Written counts files written by this run; Existing those already there.
 	Written  int `json:"written"`
 	Existing int `json:"existing"`
-	// Missing lists expected files that are absent after the step (seq_id: path).
-	Missing []string `json:"missing,omitempty"`
+	// MissingSeqs counts the sequences with an expected file absent after
+	// the step; MissingFiles the absent files.
+	MissingSeqs  int `json:"missing_seqs"`
+	MissingFiles int `json:"missing_files"`
+	// MissingSample is the first MissingSampleSize absent files ("seq_id:
+	// path"); MissingList, when files are missing, is the file on shared
+	// storage listing every one ("seq_id: path: reason" per line).
+	MissingSample []string `json:"missing_sample,omitempty"`
+	MissingList   string   `json:"missing_list,omitempty"`
 }
 
 // Status is what EmbedJob's status query answers: the GPU service's

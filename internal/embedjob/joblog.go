@@ -1,4 +1,4 @@
-package gpuworker
+package embedjob
 
 import (
 	"bytes"
@@ -24,6 +24,12 @@ type JobLogs struct {
 
 // Path is the log file of jobID.
 func (l *JobLogs) Path(jobID string) string { return filepath.Join(l.Dir, jobID+".log") }
+
+// MissingPath is the file listing every file a step of jobID left missing
+// (StepResult.MissingList).
+func (l *JobLogs) MissingPath(jobID, step string) string {
+	return filepath.Join(l.Dir, jobID+"."+step+".missing")
+}
 
 // Open opens jobID's log for appending. jobID is a GPU job id, or the
 // "local-<job id>" the CPU worker's local steps use: any id that is a safe

@@ -1,13 +1,11 @@
-package workflows
+package embedjob
 
 import (
-	"strings"
+	"errors"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
-
-	"github.com/kinflow/kinflow/internal/gpujob"
 )
 
 // EmbedJob is one GPU embedding job: the steps of its work, in order, each an
@@ -15,12 +13,12 @@ import (
 // starts it as a child of PredictionWorkflow; the GPU service's POST
 // /embed/jobs starts the very same workflow. Its status query serves GET
 // /embed/jobs/{job_id}.
-func EmbedJob(ctx workflow.Context, in gpujob.Input) (gpujob.Status, error) {
-	st := gpujob.Status{State: "queued", Steps: map[string]int{}, StepTotals: map[string]int{}, Written: map[string]int{}}
+func EmbedJob(ctx workflow.Context, in Input) (Status, error) {
+	st := Status{State: "queued", Steps: map[string]int{}, StepTotals: map[string]int{}, Written: map[string]int{}}
 	for _, s := range in.Steps {
 		st.StepTotals[s] = in.StepCounts[s]
 	}
-	if err := workflow.SetQueryHandler(ctx, gpujob.StatusQuery, func() (gpujob.Status, error) { return st, nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, StatusQuery, func() (Status, error) { return st, nil }); err != nil {
 		return st, err
 	}
 	started := workflow.Now(ctx)
@@ -43,19 +41,19 @@ func EmbedJob(ctx workflow.Context, in gpujob.Input) (gpujob.Status, error) {
 			BackoffCoefficient:     2,
 			MaximumInterval:        time.Minute,
 			MaximumAttempts:        3,
-			NonRetryableErrorTypes: []string{"InvalidStepInput"},
+			NonRetryableErrorTypes: []string{ErrTypeInvalidStepInput, ErrTypeStepConfig},
 		},
 	})
 	for _, step := range in.Steps {
-		var res gpujob.StepResult
-		err := workflow.ExecuteActivity(actx, step, gpujob.StepInput{GPUJobID: in.GPUJobID, StepKey: step, WorkFile: in.WorkFile}).Get(ctx, &res)
+		var res StepResult
+		err := workflow.ExecuteActivity(actx, step, StepInput{GPUJobID: in.GPUJobID, StepKey: step, WorkFile: in.WorkFile}).Get(ctx, &res)
 		if err != nil {
 			finished := workflow.Now(ctx)
-			st.State, st.FinishedAt, st.Error = "failed", &finished, "step "+step+": "+userMessage(err)
-			return st, temporal.NewApplicationError(st.Error, "EmbedStepFailed")
+			st.State, st.FinishedAt, st.Error = "failed", &finished, "step "+step+": "+ErrorText(err)
+			return st, temporal.NewApplicationError(st.Error, ErrTypeEmbedStepFailed)
 		}
 		// Done counts sequences, like StepTotals: those with no file missing.
-		st.Steps[step] = res.Requested - seqsMissing(res.Missing)
+		st.Steps[step] = res.Requested - res.MissingSeqs
 		st.Written[step] = res.Written
 	}
 	finished := workflow.Now(ctx)
@@ -63,12 +61,22 @@ func EmbedJob(ctx workflow.Context, in gpujob.Input) (gpujob.Status, error) {
 	return st, nil
 }
 
-// seqsMissing counts the distinct seq ids of StepResult.Missing ("seq_id: path").
-func seqsMissing(missing []string) int {
-	ids := map[string]bool{}
-	for _, m := range missing {
-		id, _, _ := strings.Cut(m, ":")
-		ids[id] = true
+// ErrorText is the readable text of an error returned to workflow code: an
+// application error's own message (not the SDK's wrapping of it), a timeout
+// or cancellation in words. Both workflows use it for the messages users and
+// operators read.
+func ErrorText(err error) string {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		return appErr.Message()
 	}
-	return len(ids)
+	var tErr *temporal.TimeoutError
+	if errors.As(err, &tErr) {
+		return "a step timed out (" + tErr.TimeoutType().String() + ")"
+	}
+	var cErr *temporal.CanceledError
+	if errors.As(err, &cErr) {
+		return "the job was cancelled"
+	}
+	return err.Error()
 }

@@ -1,4 +1,4 @@
-package gpuworker
+package embedjob
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/kinflow/kinflow/internal/embedding"
 	"github.com/kinflow/kinflow/internal/lease"
 )
 
@@ -104,7 +105,7 @@ func (e *Engine) RunStep(ctx context.Context, req StepRequest) (StepOutcome, err
 	total := 0
 	for _, it := range req.Seqs {
 		total += len(it.Outputs)
-		it.MissingOutputs = missingOutputs(it.Outputs)
+		it.MissingOutputs = MissingOutputs(it.Outputs)
 		out.Existing += len(it.Outputs) - len(it.MissingOutputs)
 		if len(it.MissingOutputs) == 0 {
 			out.Skipped++
@@ -130,7 +131,7 @@ func (e *Engine) RunStep(ctx context.Context, req StepRequest) (StepOutcome, err
 		// Recheck: after a split, or a retry, some items may be complete.
 		var items []SeqItem
 		for _, it := range b {
-			it.MissingOutputs = missingOutputs(it.Outputs)
+			it.MissingOutputs = MissingOutputs(it.Outputs)
 			if len(it.MissingOutputs) > 0 {
 				items = append(items, it)
 			}
@@ -147,7 +148,7 @@ func (e *Engine) RunStep(ctx context.Context, req StepRequest) (StepOutcome, err
 		var absent []MissingFile
 		for _, it := range items {
 			for _, p := range it.MissingOutputs {
-				if cerr := CheckArtefact(p); cerr == nil {
+				if cerr := embedding.CheckFile(p); cerr == nil {
 					out.Written++
 					done++
 					delete(missing, p)
@@ -254,11 +255,11 @@ func (e *Engine) RunStep(ctx context.Context, req StepRequest) (StepOutcome, err
 	return out, nil
 }
 
-// missingOutputs lists the outputs that are absent or malformed.
-func missingOutputs(paths []string) []string {
+// MissingOutputs lists the outputs that are absent or malformed.
+func MissingOutputs(paths []string) []string {
 	var out []string
 	for _, p := range paths {
-		if CheckArtefact(p) != nil {
+		if embedding.CheckFile(p) != nil {
 			out = append(out, p)
 		}
 	}
@@ -266,7 +267,7 @@ func missingOutputs(paths []string) []string {
 }
 
 // FormatMissing renders missing files as "seq_id: path" lines (the form of
-// gpujob.StepResult.Missing).
+// StepResult.Missing).
 func FormatMissing(ms []MissingFile) []string {
 	out := make([]string, 0, len(ms))
 	for _, m := range ms {

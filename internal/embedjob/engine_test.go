@@ -1,4 +1,4 @@
-package gpuworker
+package embedjob
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kinflow/kinflow/internal/embedding"
 )
 
 const testStep = "methodd_esm1b"
@@ -29,7 +31,7 @@ func seqOfLen(n int, tag int) string {
 type fixture struct {
 	media    string
 	settings *Settings
-	layout   TableLayout
+	layout   EmbeddingLayout
 	record   string
 }
 
@@ -37,7 +39,7 @@ func newFixture(t *testing.T, budget int, fakeArgs ...string) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	f := &fixture{media: filepath.Join(dir, "media"), record: filepath.Join(dir, "batches.txt")}
-	f.layout = TableLayout{MediaRoot: f.media}
+	f.layout = testLayout(t, f.media)
 	argv := append([]string{os.Args[0], "{manifest_file}", "record=" + f.record}, fakeArgs...)
 	f.settings = &Settings{
 		Commands:          map[string][]string{testStep: argv},
@@ -50,6 +52,16 @@ func newFixture(t *testing.T, budget int, fakeArgs ...string) *fixture {
 		ProgramEnv:        append(os.Environ(), stepProgramEnv+"=1"),
 	}
 	return f
+}
+
+// testLayout is the artefact layout on media.
+func testLayout(t *testing.T, media string) EmbeddingLayout {
+	t.Helper()
+	l, err := embedding.NewLayout(media, "", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return EmbeddingLayout{L: l}
 }
 
 func (f *fixture) engine() *Engine {
@@ -109,7 +121,7 @@ func missingIDs(ms []MissingFile) []string {
 func TestCommandWritesAllFilesAndSkipsExisting(t *testing.T) {
 	f := newFixture(t, 100000)
 	items := f.items(t, 50, 60, 70, 80)
-	if err := writeAtomic(f.path("s01"), syntheticNPY("x", 0, 4)); err != nil {
+	if err := writeNPY(f.path("s01"), 4); err != nil {
 		t.Fatal(err)
 	}
 	out := f.run(t, items)
@@ -120,7 +132,7 @@ func TestCommandWritesAllFilesAndSkipsExisting(t *testing.T) {
 		t.Fatalf("outcome %+v", out)
 	}
 	for _, id := range []string{"s00", "s01", "s02", "s03"} {
-		if err := CheckArtefact(f.path(id)); err != nil {
+		if err := embedding.CheckFile(f.path(id)); err != nil {
 			t.Errorf("%s: %v", id, err)
 		}
 	}
@@ -163,7 +175,7 @@ func TestCommandCrashReportsExactlyTheUnwrittenFiles(t *testing.T) {
 	if got := missingIDs(out.Missing); !slices.Equal(got, []string{"s00", "s01", "s02"}) {
 		t.Fatalf("missing %v", got)
 	}
-	if out.Written != 1 || CheckArtefact(f.path("s03")) != nil {
+	if out.Written != 1 || embedding.CheckFile(f.path("s03")) != nil {
 		t.Fatalf("the file committed before the crash must count: %+v", out)
 	}
 	for _, m := range out.Missing {
@@ -396,9 +408,9 @@ func TestCommandMissingForStepWithoutCommand(t *testing.T) {
 
 func TestSyntheticRunnerWritesWellFormedFiles(t *testing.T) {
 	media := t.TempDir()
-	l := TableLayout{MediaRoot: media}
+	l := testLayout(t, media)
 	st := &Settings{ToksPerBatch: DefaultToksPerBatch, MaxResidues: map[string]int{}}
-	e := &Engine{Runner: &SyntheticRunner{}, Settings: st}
+	e := &Engine{Runner: &SyntheticRunner{Layout: l.L}, Settings: st}
 	for _, step := range []string{"methoda_t5_full", "methodg_esm2", "methodf_esm1v", "prot_t5_mean"} {
 		paths, err := l.ExpectedPaths(step, "abc123")
 		if err != nil {

@@ -1,4 +1,4 @@
-package gpuworker
+package embedjob
 
 import (
 	"encoding/json"
@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/testenv"
 )
 
@@ -99,14 +101,15 @@ func fakeStepProgram(args []string) int {
 			continue
 		}
 		for _, p := range s.MissingOutputs {
-			body := syntheticNPY(p, 0, 8)
+			t := embedding.Tensor{Shape: []int{8}, Data: make([]float32, 8)}
+			body, _ := embedding.EncodeNPY(t)
 			if strings.HasSuffix(p, ".pt") {
-				body = syntheticPT(p)
+				body, _ = embedding.EncodePT(t)
 			}
 			if s.SeqID == opts["malformed"] {
 				body = []byte("not an array")
 			}
-			if err := writeAtomic(p, body); err != nil {
+			if err := fsutil.WriteFileAtomic(p, body, 0o644); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}
@@ -117,4 +120,13 @@ func fakeStepProgram(args []string) int {
 		}
 	}
 	return 0
+}
+
+// writeNPY writes a float32 vector of dim zeros as a well-formed artefact.
+func writeNPY(path string, dim int) error {
+	body, err := embedding.EncodeNPY(embedding.Tensor{Shape: []int{dim}, Data: make([]float32, dim)})
+	if err != nil {
+		return err
+	}
+	return fsutil.WriteFileAtomic(path, body, 0o644)
 }

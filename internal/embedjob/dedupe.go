@@ -1,4 +1,4 @@
-package gpuworker
+package embedjob
 
 import (
 	"context"
@@ -101,7 +101,7 @@ func (h *heldLeases) await(ctx context.Context, step string, waiting []SeqItem, 
 	for len(waiting) > 0 {
 		var still, takeover []SeqItem
 		for _, it := range waiting {
-			miss := missingOutputs(it.Outputs)
+			miss := MissingOutputs(it.Outputs)
 			if len(miss) == 0 {
 				found(len(it.MissingOutputs))
 				continue

@@ -1,33 +1,19 @@
-package gpuworker
+package embedjob
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kinflow/kinflow/internal/fsutil"
 	"log/slog"
 	"os"
 	"strings"
 	"time"
 
 	"go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
-
-	"github.com/kinflow/kinflow/internal/gpujob"
-)
-
-// Application error types the step activities return (the EmbedJob workflow
-// and the Temporal UI show them).
-const (
-	// ErrTypeInvalidStepInput: the work file or step input is wrong; not retried.
-	ErrTypeInvalidStepInput = "InvalidStepInput"
-	// ErrTypeStepConfig: this host cannot run the step as configured; not retried.
-	ErrTypeStepConfig = "StepConfig"
-	// ErrTypeStepFailed: the step program failed; retried (written files are kept).
-	ErrTypeStepFailed = "StepFailed"
 )
 
 // heartbeatEvery is how often a running step heartbeats even without new
@@ -76,20 +62,20 @@ func (a *Activities) Register(r worker.ActivityRegistry) {
 // every batch ran to completion are reported in StepResult.Missing with a nil
 // error; a crashed program is a retryable StepFailed error (a retry redoes
 // only the missing files).
-func (a *Activities) RunStep(ctx context.Context, in gpujob.StepInput) (gpujob.StepResult, error) {
+func (a *Activities) RunStep(ctx context.Context, in StepInput) (StepResult, error) {
 	info := activity.GetInfo(ctx)
 	step, ok := CanonicalStep(info.ActivityType.Name)
 	if !ok {
-		return gpujob.StepResult{}, temporal.NewNonRetryableApplicationError(
+		return StepResult{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("activity type %q is not a step key", info.ActivityType.Name), ErrTypeInvalidStepInput, nil)
 	}
 	if in.StepKey != "" {
 		if c, _ := CanonicalStep(in.StepKey); c != step {
-			return gpujob.StepResult{}, temporal.NewNonRetryableApplicationError(
+			return StepResult{}, temporal.NewNonRetryableApplicationError(
 				fmt.Sprintf("step input names %q but the activity is %q", in.StepKey, step), ErrTypeInvalidStepInput, nil)
 		}
 	}
-	res := gpujob.StepResult{StepKey: step}
+	res := StepResult{StepKey: step}
 	// A GPU job id (32 hex) or the CPU worker's "local-<job id>": it names
 	// the step log file, so it must be a safe file name.
 	if err := CheckSeqID(in.GPUJobID); err != nil {
@@ -162,7 +148,7 @@ func (a *Activities) RunStep(ctx context.Context, in gpujob.StepInput) (gpujob.S
 	stopHB()
 	<-hbDone
 	res.Existing, res.Written = out.Existing, out.Written
-	res.Missing = FormatMissing(out.Missing)
+	a.summarizeMissing(&res, in.GPUJobID, out.Missing, log)
 	if err != nil {
 		jl.Printf("STEP_FAILED job_id=%s step=%s error=%v", in.GPUJobID, step, err)
 		log.Warn("step stopped", "error", err)
@@ -182,9 +168,35 @@ func (a *Activities) RunStep(ctx context.Context, in gpujob.StepInput) (gpujob.S
 		}
 		return res, temporal.NewApplicationErrorWithCause(msg, ErrTypeStepFailed, out.Failure, res)
 	}
-	jl.Printf("STEP_DONE job_id=%s step=%s written=%d existing=%d missing=%d batches=%d", in.GPUJobID, step, res.Written, res.Existing, len(res.Missing), out.Batches)
-	log.Info("step done", "written", res.Written, "existing", res.Existing, "missing", len(res.Missing), "batches", out.Batches)
+	jl.Printf("STEP_DONE job_id=%s step=%s written=%d existing=%d missing=%d batches=%d", in.GPUJobID, step, res.Written, res.Existing, res.MissingFiles, out.Batches)
+	log.Info("step done", "written", res.Written, "existing", res.Existing, "missing", res.MissingFiles, "batches", out.Batches)
 	return res, nil
+}
+
+// summarizeMissing fills res's bounded account of the missing files: counts,
+// a sample, and the full list in a file beside the job's log (the history
+// carries only what is bounded, MissingSampleSize).
+func (a *Activities) summarizeMissing(res *StepResult, jobID string, ms []MissingFile, log *slog.Logger) {
+	res.MissingFiles = len(ms)
+	seqs := map[string]bool{}
+	for _, m := range ms {
+		seqs[m.SeqID] = true
+	}
+	res.MissingSeqs = len(seqs)
+	res.MissingSample = FormatMissing(ms[:min(len(ms), MissingSampleSize)])
+	if len(ms) == 0 {
+		return
+	}
+	var b strings.Builder
+	for _, m := range ms {
+		fmt.Fprintf(&b, "%s: %s: %s\n", m.SeqID, m.Path, m.Reason)
+	}
+	p := a.Logs.MissingPath(jobID, res.StepKey)
+	if err := fsutil.WriteFileAtomic(p, []byte(b.String()), 0o644); err != nil {
+		log.Warn("write the missing-file list", "error", err)
+		return
+	}
+	res.MissingList = p
 }
 
 // stepSeqs reads the work file and returns step's sequences (from step_work
@@ -223,8 +235,8 @@ func (a *Activities) stepSeqs(workFile, step string) (_ []SeqItem, method string
 	return out, method, nil
 }
 
-// ReadWorkFile reads a gpujob.Work JSON file.
-func ReadWorkFile(path string) (*gpujob.Work, error) {
+// ReadWorkFile reads a Work JSON file.
+func ReadWorkFile(path string) (*Work, error) {
 	if path == "" {
 		return nil, errors.New("no work file")
 	}
@@ -232,42 +244,9 @@ func ReadWorkFile(path string) (*gpujob.Work, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read work file: %w", err)
 	}
-	var w gpujob.Work
+	var w Work
 	if err := json.Unmarshal(data, &w); err != nil {
 		return nil, fmt.Errorf("parse work file %s: %w", path, err)
 	}
 	return &w, nil
 }
-
-// WorkerOptions are the GPU task queue worker's settings.
-type WorkerOptions struct {
-	// TaskQueue is the GPU task queue (config GPUTaskQueue).
-	TaskQueue string
-	// Slots is how many steps run at once (config GPUSlots); below 1 means 1.
-	Slots int
-	// Interceptors wrap every activity (step-duration metrics).
-	Interceptors []interceptor.WorkerInterceptor
-}
-
-// NewWorker makes the GPU task queue's worker with the step activities
-// registered. Its activity slots are Slots (default 1), never the SDK's
-// default of 1,000: each step holds a GPU's memory.
-func NewWorker(c client.Client, o WorkerOptions, a *Activities) worker.Worker {
-	slots := max(o.Slots, 1)
-	w := worker.New(c, o.TaskQueue, worker.Options{
-		MaxConcurrentActivityExecutionSize: slots,
-		// A GPU host takes work only when it has a free slot, so a second
-		// host on the same queue gets the next step instead of this one.
-		MaxConcurrentActivityTaskPollers: 1,
-		// Step activities run to completion on a shutdown only if the
-		// workflow's heartbeat timeout allows; give them time to stop their
-		// program cleanly.
-		WorkerStopTimeout: killGrace + 5*time.Second,
-		Interceptors:      o.Interceptors,
-	})
-	a.Register(w)
-	return w
-}
-
-// joinLines joins lines with newlines (log tails in errors).
-func joinLines(lines []string) string { return strings.Join(lines, "\n") }

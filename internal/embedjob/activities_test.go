@@ -1,8 +1,9 @@
-package gpuworker
+package embedjob
 
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -11,10 +12,9 @@ import (
 	"strings"
 	"testing"
 
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
-
-	"github.com/kinflow/kinflow/internal/gpujob"
 )
 
 // activityEnv registers a's RunStep under testStep (and every other key).
@@ -34,7 +34,7 @@ func activityEnv(t *testing.T, f *fixture, heartbeat any) (*testsuite.TestActivi
 
 func (f *fixture) workFile(t *testing.T, stepWork map[string][]string, lengths map[string]int) string {
 	t.Helper()
-	w := gpujob.Work{MethodKey: "D", Target: "kcat", StepWork: stepWork, SeqIDToSeq: map[string]string{}}
+	w := Work{MethodKey: "D", Target: "kcat", StepWork: stepWork, SeqIDToSeq: map[string]string{}}
 	i := 0
 	for id, n := range lengths {
 		w.SeqIDToSeq[id] = seqOfLen(n, i)
@@ -54,17 +54,21 @@ func TestRunStepReportsMissingFiles(t *testing.T) {
 	f := newFixture(t, 100000, "omit=s01")
 	env, a := activityEnv(t, f, nil)
 	wf := f.workFile(t, map[string][]string{testStep: {"s00", "s01", "s02"}}, map[string]int{"s00": 30, "s01": 40, "s02": 50})
-	v, err := env.ExecuteActivity(testStep, gpujob.StepInput{GPUJobID: jobA, StepKey: testStep, WorkFile: wf})
+	v, err := env.ExecuteActivity(testStep, StepInput{GPUJobID: jobA, StepKey: testStep, WorkFile: wf})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res gpujob.StepResult
+	var res StepResult
 	if err := v.Get(&res); err != nil {
 		t.Fatal(err)
 	}
 	if res.StepKey != testStep || res.Requested != 3 || res.Written != 2 || res.Existing != 0 ||
-		!slices.Equal(res.Missing, []string{"s01: " + f.path("s01")}) {
+		!slices.Equal(res.MissingSample, []string{"s01: " + f.path("s01")}) || res.MissingSeqs != 1 || res.MissingFiles != 1 {
 		t.Fatalf("result %+v", res)
+	}
+	list, err := os.ReadFile(res.MissingList)
+	if err != nil || string(list) != "s01: "+f.path("s01")+": not written by the step program\n" {
+		t.Fatalf("missing list %q %v", list, err)
 	}
 	if !slices.Contains(a.Known.List(), jobA) {
 		t.Fatal("the job is not known to the host")
@@ -83,7 +87,7 @@ func TestRunStepCrashIsRetryableWithDetails(t *testing.T) {
 	f := newFixture(t, 100000, "crash")
 	env, _ := activityEnv(t, f, nil)
 	wf := f.workFile(t, map[string][]string{testStep: {"s00", "s01"}}, map[string]int{"s00": 30, "s01": 40})
-	_, err := env.ExecuteActivity(testStep, gpujob.StepInput{GPUJobID: jobA, WorkFile: wf})
+	_, err := env.ExecuteActivity(testStep, StepInput{GPUJobID: jobA, WorkFile: wf})
 	var ae *temporal.ApplicationError
 	if !errors.As(err, &ae) || ae.Type() != ErrTypeStepFailed || ae.NonRetryable() {
 		t.Fatalf("err %v", err)
@@ -91,8 +95,8 @@ func TestRunStepCrashIsRetryableWithDetails(t *testing.T) {
 	if !strings.Contains(ae.Error(), "exit 3") || !strings.Contains(ae.Error(), "s00: "+f.path("s00")) {
 		t.Fatalf("message %q", ae.Error())
 	}
-	var res gpujob.StepResult
-	if err := ae.Details(&res); err != nil || !slices.Equal(res.Missing, []string{"s00: " + f.path("s00")}) || res.Written != 1 {
+	var res StepResult
+	if err := ae.Details(&res); err != nil || !slices.Equal(res.MissingSample, []string{"s00: " + f.path("s00")}) || res.Written != 1 {
 		t.Fatalf("details %+v %v", res, err)
 	}
 }
@@ -100,18 +104,18 @@ func TestRunStepCrashIsRetryableWithDetails(t *testing.T) {
 func TestRunStepResumesAfterRetry(t *testing.T) {
 	f := newFixture(t, 100000)
 	// The first attempt wrote s00 before its host died.
-	if err := writeAtomic(f.path("s00"), syntheticNPY("x", 0, 4)); err != nil {
+	if err := writeNPY(f.path("s00"), 4); err != nil {
 		t.Fatal(err)
 	}
 	env, a := activityEnv(t, f, StepProgress{FilesDone: 1, FilesTotal: 2})
 	wf := f.workFile(t, map[string][]string{testStep: {"s00", "s01"}}, map[string]int{"s00": 30, "s01": 40})
-	v, err := env.ExecuteActivity(testStep, gpujob.StepInput{GPUJobID: jobA, WorkFile: wf})
+	v, err := env.ExecuteActivity(testStep, StepInput{GPUJobID: jobA, WorkFile: wf})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res gpujob.StepResult
+	var res StepResult
 	_ = v.Get(&res)
-	if res.Existing != 1 || res.Written != 1 || len(res.Missing) != 0 {
+	if res.Existing != 1 || res.Written != 1 || res.MissingFiles != 0 {
 		t.Fatalf("result %+v", res)
 	}
 	if b := f.batches(t); len(b) != 1 || !slices.Equal(b[0], []string{"s01:40"}) {
@@ -127,7 +131,7 @@ func TestRunStepRejectsBadInput(t *testing.T) {
 	f := newFixture(t, 100000)
 	env, _ := activityEnv(t, f, nil)
 	wf := f.workFile(t, map[string][]string{testStep: {"s00", "nosequence"}}, map[string]int{"s00": 30})
-	for name, in := range map[string]gpujob.StepInput{
+	for name, in := range map[string]StepInput{
 		"no sequence":                    {GPUJobID: jobA, WorkFile: wf},
 		"no work file":                   {GPUJobID: jobA, WorkFile: filepath.Join(t.TempDir(), "absent.json")},
 		"bad job id":                     {GPUJobID: "../x", WorkFile: wf},
@@ -148,9 +152,51 @@ func TestRegisterCoversEveryActiveStep(t *testing.T) {
 	for _, k := range ActiveSteps {
 		// Every key is registered: an unregistered one fails with "unable to
 		// find activityType" rather than a step error.
-		_, err := env.ExecuteActivity(k, gpujob.StepInput{GPUJobID: jobA, WorkFile: filepath.Join(t.TempDir(), "x.json")})
+		_, err := env.ExecuteActivity(k, StepInput{GPUJobID: jobA, WorkFile: filepath.Join(t.TempDir(), "x.json")})
 		if err == nil || strings.Contains(err.Error(), "unable to find") {
 			t.Errorf("%s: %v", k, err)
 		}
+	}
+}
+
+// TestLargeFailureStaysUnderThePayloadLimit: a step of 10,000 sequences whose
+// program crashes after the first leaves 9,999 files missing; what travels
+// through the history (the result in the error's details, and its message)
+// stays far under Temporal's 2 MB payload limit, and the full list is in the
+// missing-file list.
+func TestLargeFailureStaysUnderThePayloadLimit(t *testing.T) {
+	f := newFixture(t, 1<<30, "crash")
+	env, _ := activityEnv(t, f, nil)
+	const n = 10000
+	ids := make([]string, n)
+	lengths := map[string]int{}
+	for i := range ids {
+		ids[i] = fmt.Sprintf("q%05d", i)
+		lengths[ids[i]] = 20
+	}
+	wf := f.workFile(t, map[string][]string{testStep: ids}, lengths)
+	_, err := env.ExecuteActivity(testStep, StepInput{GPUJobID: jobA, WorkFile: wf})
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != ErrTypeStepFailed {
+		t.Fatalf("err %v", err)
+	}
+	var res StepResult
+	if err := ae.Details(&res); err != nil {
+		t.Fatal(err)
+	}
+	if res.MissingFiles != n-1 || res.MissingSeqs != n-1 || len(res.MissingSample) != MissingSampleSize {
+		t.Fatalf("result counts %d/%d, sample %d", res.MissingFiles, res.MissingSeqs, len(res.MissingSample))
+	}
+	p, err := converter.GetDefaultDataConverter().ToPayload(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const limit = 2 << 20
+	if size := p.Size() + len(ae.Error()); size > limit/100 {
+		t.Fatalf("result and message take %d bytes; want under 1%% of the %d-byte payload limit", size, limit)
+	}
+	list, err := os.ReadFile(res.MissingList)
+	if err != nil || strings.Count(string(list), "\n") != n-1 {
+		t.Fatalf("missing list has %d lines, %v", strings.Count(string(list), "\n"), err)
 	}
 }

@@ -1,17 +1,7 @@
-// Package gpuworker is kinflow's GPU host: the Temporal worker on the GPU task
-// queue (one activity per step key, SEED-SPEC §5.3), the GPU service HTTP API
-// (§4.2, WIRE-CONTRACT §10) and the step executors (command and synthetic).
-//
-// Both ways a GPU job starts — the backend's PredictionWorkflow starting the
-// EmbedJob child workflow, and POST /embed/jobs on this host — run the same
-// EmbedJob workflow, whose steps are the activities registered here.
-package gpuworker
+package embedjob
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
-	"sort"
 	"strings"
 
 	"github.com/kinflow/kinflow/internal/embedding"
@@ -46,8 +36,8 @@ type Layout interface {
 	ExpectedPaths(step, seqID string) ([]string, error)
 }
 
-// EmbeddingLayout is internal/embedding's artefact layout seen as a Layout
-// (the default). Method A's binding-site rows (methoda_t5_full) are not files
+// EmbeddingLayout is internal/embedding's artefact layout seen as a Layout:
+// the one table of SEED-SPEC §2.5. Method A's binding-site rows (methoda_t5_full) are not files
 // and not counted here; the planner checks them.
 type EmbeddingLayout struct{ L *embedding.Layout }
 
@@ -69,95 +59,6 @@ func (e EmbeddingLayout) ExpectedPaths(step, seqID string) ([]string, error) {
 		out = append(out, p)
 	}
 	return out, nil
-}
-
-// TableLayout is the artefact table of SEED-SPEC §2.5 / WIRE-CONTRACT §9.2,
-// keyed by step: the GPU host's own copy, kept as a cross-check of
-// EmbeddingLayout (layout_test.go).
-type TableLayout struct {
-	// MediaRoot holds sequence_info/.
-	MediaRoot string
-	// MethodECheckpointRoot is METHODE_CHECKPOINT_ROOT: method E writes one
-	// file per model.pt found under <root>/<kcat|km>/.
-	MethodECheckpointRoot string
-}
-
-var methodaRoots = map[string][]string{
-	"methoda_t5_full":     {"prot_t5_layer_19", "prot_t5_last"},
-	"methoda_esm2_layers": {"esm2_layer_26", "esm2_layer_29"},
-	"methoda_esmc_layers": {"esmc_layer_24", "esmc_layer_32"},
-}
-
-var singleFile = map[string]string{
-	"prot_t5_mean":             "prot_t5_last/mean_vecs/%s.npy",
-	"methodd_esm1b":            "esm1b_methodd/%s.npy",
-	"methodf_esm1v":            "esm1v/%s.npy",
-	"methodg_esm2":             "methodg_esm2/%s.pt",
-	"methodh_esm2_last_mean":   "esm2_layer_last_mean/%s.npy",
-	"methodi_prot_t5_residues": "methodi_prot_t5_residues/%s.npy",
-}
-
-// ExpectedPaths implements Layout.
-func (l TableLayout) ExpectedPaths(step, seqID string) ([]string, error) {
-	if err := CheckSeqID(seqID); err != nil {
-		return nil, err
-	}
-	base := filepath.Join(l.MediaRoot, "sequence_info")
-	if roots, ok := methodaRoots[step]; ok {
-		var out []string
-		for _, r := range roots {
-			for _, kind := range []string{"mean_vecs", "weighted_vecs"} {
-				out = append(out, filepath.Join(base, r, kind, seqID+".npy"))
-			}
-		}
-		return out, nil
-	}
-	if f, ok := singleFile[step]; ok {
-		return []string{filepath.Join(base, fmt.Sprintf(f, seqID))}, nil
-	}
-	if param, ok := strings.CutPrefix(step, "methode_embed_"); ok && (param == "kcat" || param == "km") {
-		keys, err := MethodEModelKeys(l.MethodECheckpointRoot, param)
-		if err != nil {
-			return nil, err
-		}
-		out := make([]string, 0, len(keys))
-		for _, k := range keys {
-			out = append(out, filepath.Join(base, "methode_esm2", param, k, seqID+".pt"))
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("unknown step key %q", step)
-}
-
-// MethodEModelKeys lists method E's model keys for param (kcat or km):
-// <grandparent dir>__<parent dir> of each model.pt under <root>/<param>/,
-// sorted (WIRE-CONTRACT §9.2). No checkpoint is an error: the step would have
-// nothing to write.
-func MethodEModelKeys(root, param string) ([]string, error) {
-	if root == "" {
-		return nil, fmt.Errorf("method E step needs METHODE_CHECKPOINT_ROOT in the GPU host's env file")
-	}
-	dir := filepath.Join(root, param)
-	var keys []string
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() || d.Name() != "model.pt" {
-			return nil
-		}
-		parent := filepath.Dir(p)
-		keys = append(keys, filepath.Base(filepath.Dir(parent))+"__"+filepath.Base(parent))
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list method E checkpoints under %s: %w", dir, err)
-	}
-	if len(keys) == 0 {
-		return nil, fmt.Errorf("no method E checkpoints (model.pt) under %s", dir)
-	}
-	sort.Strings(keys)
-	return keys, nil
 }
 
 // CheckSeqID accepts the seq ids a GPU host will turn into file names and

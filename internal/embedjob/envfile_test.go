@@ -1,4 +1,4 @@
-package gpuworker
+package embedjob
 
 import (
 	"os"
@@ -175,48 +175,4 @@ func TestLoadEnvFileFromDisk(t *testing.T) {
 	if _, err := LoadEnvFile(p + ".missing"); err == nil {
 		t.Fatal("missing file accepted")
 	}
-}
-
-func TestArtefactChecks(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name string, b []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	good := syntheticNPY("k", 3, 5)
-	if err := CheckArtefact(write("ok.npy", good)); err != nil {
-		t.Errorf("good npy: %v", err)
-	}
-	if err := CheckArtefact(write("short.npy", good[:len(good)-4])); err == nil {
-		t.Error("truncated npy accepted")
-	}
-	if err := CheckArtefact(write("junk.npy", []byte("hello world, not numpy"))); err == nil {
-		t.Error("junk npy accepted")
-	}
-	if err := CheckArtefact(write("empty.npy", nil)); err == nil {
-		t.Error("empty file accepted")
-	}
-	if err := CheckArtefact(write("ok.pt", syntheticPT("k"))); err != nil {
-		t.Errorf("good pt: %v", err)
-	}
-	if err := CheckArtefact(write("legacy.pt", append(append([]byte{}, legacyTorchMagic...), 1, 2, 3))); err != nil {
-		t.Errorf("legacy pt: %v", err)
-	}
-	if err := CheckArtefact(write("junk.pt", []byte("PK not really"))); err == nil {
-		t.Error("junk pt accepted")
-	}
-}
-
-func FuzzNPYHeader(f *testing.F) {
-	f.Add(syntheticNPY("a", 2, 3))
-	f.Add([]byte("\x93NUMPY\x01\x00\x10\x00{'descr': '<f4'"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		n, err := parseNPYHeader(b)
-		if err == nil && n < 10 {
-			t.Fatalf("header of %d bytes accepted", n)
-		}
-	})
 }

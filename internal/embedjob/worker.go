@@ -1,0 +1,114 @@
+package embedjob
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/kinflow/kinflow/internal/config"
+	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/lease"
+)
+
+// RegisterWorkflows registers EmbedJob. The GPU task queue's worker runs it
+// beside its step activities, so a GPU host is complete on its own.
+func RegisterWorkflows(r worker.WorkflowRegistry) {
+	r.RegisterWorkflowWithOptions(EmbedJob, workflow.RegisterOptions{Name: WorkflowName})
+}
+
+// WorkerOptions are the GPU task queue worker's settings.
+type WorkerOptions struct {
+	// TaskQueue is the GPU task queue (config GPUTaskQueue).
+	TaskQueue string
+	// Slots is how many steps run at once (config GPUSlots); below 1 means 1.
+	Slots int
+	// Interceptors wrap every activity (step-duration metrics).
+	Interceptors []interceptor.WorkerInterceptor
+}
+
+// NewWorker makes the GPU task queue's worker with the step activities
+// registered. Its activity slots are Slots (default 1), never the SDK's
+// default of 1,000: each step holds a GPU's memory.
+func NewWorker(c client.Client, o WorkerOptions, a *Activities) worker.Worker {
+	slots := max(o.Slots, 1)
+	w := worker.New(c, o.TaskQueue, worker.Options{
+		MaxConcurrentActivityExecutionSize: slots,
+		// A GPU host takes work only when it has a free slot, so a second
+		// host on the same queue gets the next step instead of this one.
+		MaxConcurrentActivityTaskPollers: 1,
+		// Step activities run to completion on a shutdown only if the
+		// workflow's heartbeat timeout allows; give them time to stop their
+		// program cleanly.
+		WorkerStopTimeout: killGrace + 5*time.Second,
+		Interceptors:      o.Interceptors,
+	})
+	a.Register(w)
+	return w
+}
+
+// LocalActivities builds the step activities for the CPU worker's local
+// computation (fail-open): the same activities, executor and layout as a GPU
+// host, registered on the CPU task queue.
+func LocalActivities(cfg *config.Config, log *slog.Logger) (*Activities, error) {
+	st, err := SettingsFromConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return NewActivities(cfg, st, nil, log.With("role", "local-steps"))
+}
+
+// SettingsFromConfig loads the GPU host's env file named by the configuration.
+func SettingsFromConfig(cfg *config.Config) (*Settings, error) {
+	file, err := LoadEnvFile(cfg.GPUEnvFile)
+	if err != nil {
+		return nil, err
+	}
+	st, err := LoadSettings(LayeredLookup(file), file, cfg.MediaRoot)
+	if err != nil {
+		return nil, fmt.Errorf("GPU env file: %w", err)
+	}
+	return st, nil
+}
+
+// NewActivities builds the step activities on the media root's artefact
+// layout; runner nil means the configured executor (StepExecutor).
+func NewActivities(cfg *config.Config, st *Settings, runner BatchRunner, log *slog.Logger) (*Activities, error) {
+	el, err := embedding.LayoutFromConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("artefact layout: %w", err)
+	}
+	if runner == nil {
+		switch cfg.StepExecutor {
+		case "command":
+			runner = &CommandRunner{Settings: st, MediaRoot: cfg.MediaRoot}
+			var unset []string
+			for _, k := range ActiveSteps {
+				if _, ok := st.Commands[k]; !ok {
+					unset = append(unset, k)
+				}
+			}
+			if len(unset) > 0 {
+				log.Warn("command executor: steps without a command fail when asked", "steps", strings.Join(unset, ","))
+			}
+		default:
+			runner = &SyntheticRunner{Layout: el, Delay: st.SyntheticDelay}
+		}
+	}
+	host, _ := os.Hostname()
+	leases := &lease.Leases{
+		Dir: filepath.Join(cfg.MediaRoot, "sequence_info", ".leases"), TTL: leaseTTL,
+		Owner: fmt.Sprintf("%s/%d", host, os.Getpid()),
+	}
+	return &Activities{
+		Engine: &Engine{Runner: runner, Settings: st, Log: log, Leases: leases},
+		Layout: EmbeddingLayout{L: el}, Logs: &JobLogs{Dir: st.JobLogDir}, Log: log, Known: NewRegistry(),
+	}, nil
+}
