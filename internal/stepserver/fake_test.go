@@ -43,7 +43,7 @@ func TestMain(m *testing.M) {
 // FAKE_LOAD (a duration before ready), FAKE_START=exit|never,
 // FAKE_CHILD=1 (start a `sleep` that stays in its group), FAKE_IGNORE_TERM=1,
 // FAKE_IGNORE_EOF=1. Each batch line's "act" chooses the answer: done, oom,
-// error, crash, garbage, wrongbatch, hang, wait (for the file named by
+// error, longerror, crash, garbage, wrongbatch, hang, wait (for the file named by
 // "file").
 func fakeServer() {
 	if os.Getenv("FAKE_IGNORE_TERM") == "1" {
@@ -106,6 +106,8 @@ func fakeServer() {
 			out.WriteString("{\"batch\": 1}\n")
 			out.WriteString("{not json\n")
 			say(map[string]any{"batch": m.Batch, "status": "done"})
+		case "longerror":
+			say(map[string]any{"batch": m.Batch, "status": "error", "message": strings.Repeat("x", 20000)})
 		case "wrongbatch":
 			say(map[string]any{"batch": m.Batch + 1, "status": "done"})
 		case "hang":

@@ -139,6 +139,30 @@ func TestErrorAnswer(t *testing.T) {
 	}
 }
 
+// An error answer longer than a log line is still an answer.
+func TestLongErrorAnswer(t *testing.T) {
+	p := newPool(t, Options{})
+	a, _, err := do(t, p, fakeSpec("k"), 1, "longerror")
+	if err != nil || a.Status != StatusError || len(a.Message) != 20000 {
+		t.Fatalf("Do = %v, %v (message of %d bytes)", a.Status, err, len(a.Message))
+	}
+}
+
+// A changed command (new env file) replaces the running server.
+func TestChangedSpecRestarts(t *testing.T) {
+	p := newPool(t, Options{})
+	if _, _, err := do(t, p, fakeSpec("k"), 1, "done"); err != nil {
+		t.Fatal(err)
+	}
+	old := statusOf(p, "k").PID
+	if _, _, err := do(t, p, fakeSpec("k", "MODEL=v2"), 2, "done"); err != nil {
+		t.Fatal(err)
+	}
+	if pid := statusOf(p, "k").PID; pid == old || alive(old) {
+		t.Errorf("server not replaced: pid %d then %d (old alive: %v)", old, pid, alive(old))
+	}
+}
+
 func TestCrashMidBatchThenRestart(t *testing.T) {
 	p := newPool(t, Options{})
 	spec := wrappedSpec("k", "FAKE_CHILD=1")

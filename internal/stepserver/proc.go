@@ -28,6 +28,11 @@ const tailLines = 20
 // process stuck longer than this is reported and left to the kernel.
 const groupGoneWait = 10 * time.Second
 
+// maxProtocolLine is the longest stdout line read as a ready line or an
+// answer: an error answer may carry a whole traceback, well over a log
+// line's procio.MaxLine; longer lines are cut (and so are log text).
+const maxProtocolLine = 1 << 20
+
 // answer is one parsed answer line, or the protocol violation it was.
 type answer struct {
 	a   Answer
@@ -102,7 +107,7 @@ func spawn(spec Spec, grace time.Duration, logLine func(string), idleLog func(st
 		return nil, fmt.Errorf("stdin pipe: %w", err)
 	}
 	pr.stdin = stdin
-	pr.stdout = &procio.LineWriter{Line: pr.onStdout}
+	pr.stdout = &procio.LineWriter{Line: pr.onStdout, Max: maxProtocolLine}
 	pr.stderr = &procio.LineWriter{Line: pr.onStderr}
 	cmd.Stdout, cmd.Stderr = pr.stdout, pr.stderr
 	pr.cmd = cmd
@@ -129,7 +134,6 @@ func spawn(spec Spec, grace time.Duration, logLine func(string), idleLog func(st
 	wd.Stdin = lr
 	wd.Env = []string{}
 	wd.SysProcAttr = watchdogSysProcAttr(pr.pid)
-	pr.wdExited = make(chan struct{})
 	// The server is reaped (by wait) only once the watchdog is in its
 	// group: a server that exits at once stays a zombie until then, and the
 	// group it leads exists for the watchdog to join.
@@ -142,6 +146,7 @@ func spawn(spec Spec, grace time.Duration, logLine func(string), idleLog func(st
 		return nil, fmt.Errorf("start watchdog: %w", err)
 	}
 	pr.watchdog = wd
+	pr.wdExited = make(chan struct{})
 	go func() {
 		_ = wd.Wait()
 		close(pr.wdExited)
@@ -242,6 +247,9 @@ func (pr *proc) setLog(f func(string)) {
 // logLocked passes one output line on; pr.mu is held so that no line reaches
 // a Do's logLine after that Do has returned.
 func (pr *proc) logLocked(stream, line string) {
+	if len(line) > procio.MaxLine {
+		line = line[:procio.MaxLine] + "…"
+	}
 	if pr.logLine != nil {
 		pr.logLine("[" + stream + "] " + line)
 		return
