@@ -157,6 +157,9 @@ func (p *Pool) Do(ctx context.Context, spec Spec, batch int, line []byte, logLin
 	if logLine == nil {
 		logLine = func(string) {}
 	}
+	if err := ctx.Err(); err != nil {
+		return Answer{}, err
+	}
 	e, err := p.acquire(ctx, spec.Key)
 	if err != nil {
 		return Answer{}, err
@@ -435,6 +438,14 @@ func (p *Pool) run(ctx context.Context, e *entry, pr *proc, batch int, msg []byt
 			p.forget(e, pr, "")
 			return Answer{}, p.fail(e, &ServerError{Key: e.key, Op: "batch", Reason: fmt.Sprintf("the server %s during batch %d", pr.exitReason(), batch), StderrTail: pr.stderrTail()}, logLine)
 		case <-ctx.Done():
+			select {
+			case a := <-pr.answers:
+				// The answer came in time: the server is in a known state.
+				if a.err == nil {
+					return served(a.a)
+				}
+			default:
+			}
 			p.setState(e, StateStopping)
 			p.note(e.key, logLine, "cancelled during a batch: stopping the step server", "pid", pr.pid, "batch", batch)
 			pr.kill(p.o.KillGrace)

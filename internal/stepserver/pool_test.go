@@ -251,6 +251,20 @@ func TestProgramNotFound(t *testing.T) {
 	}
 }
 
+// The server gets Spec.Env and nothing of the gpu-worker's environment.
+func TestEnvIsOnlySpecEnv(t *testing.T) {
+	t.Setenv("KINFLOW_DATABASE_URL", "postgres://secret")
+	p := newPool(t, Options{})
+	_, g, err := do(t, p, Spec{Key: "k", Argv: []string{"/usr/bin/env"}, Env: []string{"A=1"}}, 1, "done")
+	if err == nil || !strings.Contains(err.Error(), "before it was ready") {
+		t.Fatalf("Do = %v", err)
+	}
+	log := g.text()
+	if !strings.Contains(log, "[stdout] A=1") || !strings.Contains(log, "[stdout] PYTHONUNBUFFERED=1") || strings.Contains(log, "secret") {
+		t.Errorf("environment seen by the server:\n%s", log)
+	}
+}
+
 func TestGarbageLinesAreLog(t *testing.T) {
 	p := newPool(t, Options{})
 	a, g, err := do(t, p, fakeSpec("k"), 1, "garbage")
