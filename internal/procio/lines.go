@@ -19,6 +19,9 @@ const MaxLine = 8192
 // Wait for a last line without a newline. Safe for concurrent use.
 type LineWriter struct {
 	Line func(line string)
+	// Max, when positive, replaces MaxLine as the longest line passed on
+	// (a protocol line may be longer than a log line should be).
+	Max int
 
 	mu  sync.Mutex
 	buf []byte
@@ -38,7 +41,7 @@ func (w *LineWriter) Write(p []byte) (int, error) {
 			chunk = p[:i]
 		}
 		if !w.skipping {
-			room := MaxLine - len(w.buf)
+			room := w.max() - len(w.buf)
 			if len(chunk) > room {
 				w.buf = append(w.buf, chunk[:room]...)
 				w.emit(true)
@@ -67,6 +70,13 @@ func (w *LineWriter) Flush() {
 		w.emit(false)
 	}
 	w.skipping = false
+}
+
+func (w *LineWriter) max() int {
+	if w.Max > 0 {
+		return w.Max
+	}
+	return MaxLine
 }
 
 func (w *LineWriter) emit(cut bool) {

@@ -31,6 +31,15 @@ func TestLineWriterSplitsAndCuts(t *testing.T) {
 	}
 }
 
+func TestLineWriterMax(t *testing.T) {
+	w, got := collect()
+	w.Max = 3
+	_, _ = w.Write([]byte("abcdef\nxy\n"))
+	if want := []string{"abc…", "xy"}; !reflect.DeepEqual(*got, want) {
+		t.Errorf("lines %q", *got)
+	}
+}
+
 // A program that exits while a process it started keeps stdout open: Wait
 // returns after WaitDelay instead of waiting for that process.
 func TestLineWriterDoesNotWaitForLeftoverHolders(t *testing.T) {

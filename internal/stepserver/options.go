@@ -1,0 +1,113 @@
+package stepserver
+
+import (
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Environment keys that tune a Pool (GPU host env file or process
+// environment).
+const (
+	EnvServersMax   = "KINFLOW_STEP_SERVERS_MAX"
+	EnvIdleSeconds  = "KINFLOW_STEP_SERVER_IDLE_SECONDS"
+	EnvStartSeconds = "KINFLOW_STEP_SERVER_START_SECONDS"
+)
+
+// Defaults of Options.
+const (
+	// DefaultMax is how many step servers may be resident on one host. Each
+	// holds its model's weights (ESM-2 650M: 2.5 GB; ProtT5-XL in half
+	// precision: 2.4 GB; ESM-1v's five-model ensemble: about 13 GB), a CUDA
+	// context (about 0.5 GB) and, because PyTorch's caching allocator keeps
+	// what it once reserved, the peak activations of its largest batch. Two
+	// keep the step that runs now and the one before it warm (a job's steps
+	// run one after another, so method A's three steps, or two jobs of two
+	// methods taking turns, reload at most one model per step) while staying
+	// within a 24 GB card for every model of the catalogue. Hosts with a large
+	// GPU raise it.
+	DefaultMax = 2
+	// DefaultIdle is how long an unused server stays up: long enough that
+	// the jobs of one working session (and the retry of a failed one) find
+	// the model warm, short enough that a host shared with other work gets
+	// its GPU memory back within minutes.
+	DefaultIdle = 600 * time.Second
+	// DefaultStartTimeout bounds loading a model: a 13 GB ensemble read from
+	// a network disk at 50 MB/s takes over four minutes; a program silent
+	// for ten is stuck.
+	DefaultStartTimeout = 600 * time.Second
+	// DefaultKillGrace is what a stopped server gets, after stdin is closed
+	// and again after SIGTERM, to commit the file it is writing: the same 20 s
+	// the one-shot runner gives a cancelled program.
+	DefaultKillGrace = 20 * time.Second
+)
+
+// Options configure a Pool. Zero fields take the defaults above.
+type Options struct {
+	// Max is the most servers that run at once; starting one more first
+	// stops the least recently used idle one.
+	Max int
+	// Idle is how long a server may go without a batch before it is asked
+	// to exit.
+	Idle time.Duration
+	// StartTimeout bounds the time from start to the ready line.
+	StartTimeout time.Duration
+	// KillGrace is the time given after closing stdin and after SIGTERM.
+	KillGrace time.Duration
+	// Log receives the pool's own events and the output servers write
+	// between batches (nil: slog.Default()).
+	Log *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.Max <= 0 {
+		o.Max = DefaultMax
+	}
+	if o.Idle <= 0 {
+		o.Idle = DefaultIdle
+	}
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = DefaultStartTimeout
+	}
+	if o.KillGrace <= 0 {
+		o.KillGrace = DefaultKillGrace
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	return o
+}
+
+// OptionsFromEnv reads Max, Idle and StartTimeout from getenv (for example
+// os.Getenv, or a lookup in the GPU host's env file). Unset keys keep the
+// defaults; a value that is not a positive integer is an error.
+func OptionsFromEnv(getenv func(string) string) (Options, error) {
+	var o Options
+	num := func(key string) (int, error) {
+		v := strings.TrimSpace(getenv(key))
+		if v == "" {
+			return 0, nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return 0, fmt.Errorf("%s=%q: want a positive integer", key, v)
+		}
+		return n, nil
+	}
+	var err error
+	if o.Max, err = num(EnvServersMax); err != nil {
+		return o, err
+	}
+	n, err := num(EnvIdleSeconds)
+	if err != nil {
+		return o, err
+	}
+	o.Idle = time.Duration(n) * time.Second
+	if n, err = num(EnvStartSeconds); err != nil {
+		return o, err
+	}
+	o.StartTimeout = time.Duration(n) * time.Second
+	return o.withDefaults(), nil
+}
