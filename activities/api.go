@@ -41,6 +41,9 @@ type Policy struct {
 	CPUTaskQueue      string `json:"cpu_task_queue"`
 	// HeartbeatSeconds is the heartbeat timeout of long activities.
 	HeartbeatSeconds int `json:"heartbeat_seconds"`
+	// ShardSeqs is KINFLOW_STEP_SHARD_SEQS (0 in histories from before it:
+	// embedjob.DefaultShardSeqs).
+	ShardSeqs int `json:"shard_seqs,omitempty"`
 }
 
 // StageInfo describes one (target, method) stage.

@@ -165,6 +165,7 @@ func (a *Activities) policy() Policy {
 		GPUTaskQueue:      a.Config.GPUTaskQueue,
 		CPUTaskQueue:      a.Config.CPUTaskQueue,
 		HeartbeatSeconds:  int(a.Config.HeartbeatTimeout / time.Second),
+		ShardSeqs:         a.Config.StepShardSeqs,
 	}
 }
 

@@ -76,9 +76,9 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 	srv := NewServer(ServerOptions{
 		Client: d.Client, Logs: logs, Known: known, Layout: layout, MediaRoot: cfg.MediaRoot,
 		WorkflowTaskQueue: wq, GPUTaskQueue: cfg.GPUTaskQueue, Token: cfg.GPUEmbedServiceToken,
-		MaxBodyBytes: cfg.MaxUploadBytes,
-		Health:       &HealthProbe{Executor: runner.Name(), FallbackName: st.GPUName},
-		Log:          log, Base: ctx,
+		MaxBodyBytes: cfg.MaxUploadBytes, ShardSeqs: cfg.StepShardSeqs,
+		Health: &HealthProbe{Executor: runner.Name(), FallbackName: st.GPUName},
+		Log:    log, Base: ctx,
 		Observe: func(method, route string, code int, took time.Duration) {
 			d.Metrics.HTTPRequest("gpu", method, route, code, took)
 		},

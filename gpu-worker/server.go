@@ -41,6 +41,7 @@ type Server struct {
 	mediaRoot     string
 	workflowQueue string
 	gpuQueue      string
+	shardSeqs     int
 	token         string
 	maxBody       int64
 	health        *HealthProbe
@@ -69,8 +70,11 @@ type ServerOptions struct {
 	Token string
 	// MaxBodyBytes caps a submit body.
 	MaxBodyBytes int64
-	Health       *HealthProbe
-	Log          *slog.Logger
+	// ShardSeqs is the shard size of the jobs submitted here
+	// (KINFLOW_STEP_SHARD_SEQS).
+	ShardSeqs int
+	Health    *HealthProbe
+	Log       *slog.Logger
 	// Base is the server's lifetime context.
 	Base context.Context
 	// Observe, when set, is told every request's method, route pattern,
@@ -82,7 +86,7 @@ type ServerOptions struct {
 func NewServer(o ServerOptions) *Server {
 	s := &Server{
 		client: o.Client, logs: o.Logs, known: o.Known, layout: o.Layout, mediaRoot: o.MediaRoot,
-		workflowQueue: o.WorkflowTaskQueue, gpuQueue: o.GPUTaskQueue, token: strings.TrimSpace(o.Token),
+		workflowQueue: o.WorkflowTaskQueue, gpuQueue: o.GPUTaskQueue, shardSeqs: o.ShardSeqs, token: strings.TrimSpace(o.Token),
 		maxBody: o.MaxBodyBytes, health: o.Health, log: o.Log, base: o.Base, observe: o.Observe,
 	}
 	if s.maxBody <= 0 {
@@ -438,7 +442,7 @@ func (s *Server) Submit(ctx context.Context, id string, work *embedjob.Work, ord
 	}
 	in := &embedjob.Input{
 		GPUJobID: id, MethodKey: work.MethodKey, Target: work.Target, Profile: work.Profile,
-		Steps: order, StepCounts: map[string]int{}, WorkFile: abs, GPUTaskQueue: s.gpuQueue,
+		Steps: order, StepCounts: map[string]int{}, WorkFile: abs, GPUTaskQueue: s.gpuQueue, ShardSeqs: s.shardSeqs,
 	}
 	for _, k := range order {
 		in.StepCounts[k] = len(work.StepWork[k])

@@ -160,6 +160,9 @@ func (w *prediction) stage(ctx workflow.Context, st activities.StageInfo) error 
 	}
 	w.setStage(ctx, st.Index, "cleanup")
 	if err := workflow.ExecuteLocalActivity(shortOptions(ctx), a.Cleanup, ref).Get(ctx, nil); err != nil {
+		if workflow.GetVersion(ctx, cleanupMarkVersion, workflow.DefaultVersion, 1) >= 1 {
+			_ = w.mark(ctx, activities.StageMark{JobID: w.in.JobID, StageIndex: st.Index, Status: "failed", Message: userMessage(err)})
+		}
 		return err
 	}
 	return w.mark(ctx, activities.StageMark{JobID: w.in.JobID, StageIndex: st.Index, Status: "completed"})
@@ -248,6 +251,7 @@ func (w *prediction) remote(ctx workflow.Context, st activities.StageInfo, plan 
 		HeartbeatSeconds: pol.HeartbeatSeconds,
 		GPUJobID:         gpuJobID, MethodKey: st.MethodKey, Target: st.Target, Profile: plan.Profile,
 		WorkFile: plan.WorkFile, GPUTaskQueue: pol.GPUTaskQueue, StepCounts: map[string]int{},
+		ShardSeqs: pol.ShardSeqs,
 	}
 	for _, s := range plan.Steps {
 		in.Steps = append(in.Steps, s.StepKey)
@@ -284,7 +288,7 @@ func (w *prediction) remote(ctx workflow.Context, st activities.StageInfo, plan 
 	case timedOut:
 		return failOrFallback(true, true, fmt.Sprintf("gpu_request_failed: remote job did not finish within GPU_EMBED_JOB_TIMEOUT_SECONDS=%d", pol.JobTimeoutSeconds))
 	case childErr != nil:
-		return failOrFallback(true, true, "failed")
+		return failOrFallback(true, true, "failed: "+shortReason(userMessage(childErr)))
 	}
 
 	// Post-check (rule 9): trust files, not the remote job's word.
@@ -319,12 +323,13 @@ func (w *prediction) local(ctx workflow.Context, st activities.StageInfo, plan a
 		HeartbeatTimeout:    w.heartbeat(),
 		RetryPolicy:         longRetry,
 	})
+	run := embedjob.StepsRun{JobID: "local-" + w.in.JobID, WorkFile: plan.WorkFile, Counts: map[string]int{}, ShardSeqs: w.prep.Policy.ShardSeqs}
 	for _, s := range plan.Steps {
-		in := embedjob.StepInput{GPUJobID: "local-" + w.in.JobID, StepKey: s.StepKey, WorkFile: plan.WorkFile}
-		var res embedjob.StepResult
-		if err := workflow.ExecuteActivity(lctx, s.StepKey, in).Get(ctx, &res); err != nil {
-			return err
-		}
+		run.Steps = append(run.Steps, s.StepKey)
+		run.Counts[s.StepKey] = s.Count
+	}
+	if err := embedjob.RunSteps(ctx, lctx, run, func(string, embedjob.StepResult) {}); err != nil {
+		return err
 	}
 	post, err := w.plan(ctx, st, true)
 	if err != nil {
@@ -346,7 +351,10 @@ func (w *prediction) startTracker(ctx workflow.Context, st activities.StageInfo,
 		StartToCloseTimeout: 48 * time.Hour,
 		HeartbeatTimeout:    w.heartbeat(),
 		WaitForCancellation: true,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 0, MaximumInterval: 30 * time.Second},
+		// Bounded like every policy: 20 attempts 30 s apart outlast any
+		// worker restart; a tracker that still fails only loses live
+		// progress, never the job (its error is ignored below).
+		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 20, MaximumInterval: 30 * time.Second},
 	})
 	f := workflow.ExecuteActivity(tctx, a.TrackProgress, activities.TrackInput{JobID: w.in.JobID, StageIndex: st.Index, PlanFile: plan.PlanFile})
 	return func() {
@@ -414,6 +422,22 @@ func (w *prediction) setStage(ctx workflow.Context, index int, stage string) {
 func gpuJobID(jobID string, stage int, attempt int32) string {
 	sum := sha256.Sum256([]byte(fmt.Sprintf("%s:%d:%d", jobID, stage, attempt)))
 	return hex.EncodeToString(sum[:16])
+}
+
+// cleanupMarkVersion names the change that marks a stage failed when its
+// Cleanup fails (docs/workflows.md).
+const cleanupMarkVersion = "cleanup-marks-stage"
+
+// shortReason is the first clause of a remote failure, at most 200
+// characters, for the job's gpuPrecompute reason: the rest (missing-file
+// lists, log paths) is the GPU host's detail, in its job log.
+func shortReason(msg string) string {
+	msg, _, _ = strings.Cut(msg, "; ")
+	msg, _, _ = strings.Cut(msg, "\n")
+	if len(msg) > 200 {
+		msg = msg[:200] + "…"
+	}
+	return msg
 }
 
 // userMessage extracts the message an activity or child failure carries,

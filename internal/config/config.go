@@ -79,6 +79,9 @@ type Config struct {
 	PredictionEngine string
 	// GPUSlots is how many steps one GPU host runs at once.
 	GPUSlots int
+	// StepShardSeqs is the most sequences one shard of a step holds: a
+	// larger step is cut into shards that several GPU hosts run at once.
+	StepShardSeqs int
 	// GPUEnvFile is the GPU host's environment file (step command overrides).
 	GPUEnvFile string
 	// HeartbeatTimeout is the heartbeat timeout of long activities.
@@ -266,6 +269,15 @@ var Keys = []Key{
 		Allowed: "want a whole number from 1 to 64",
 		set: func(c *Config, v string) error {
 			if err := setPositiveInt(&c.GPUSlots, v); err != nil || c.GPUSlots > 64 {
+				return errInvalid
+			}
+			return nil
+		}},
+	{Name: "KINFLOW_STEP_SHARD_SEQS", Default: "500",
+		Meaning: "Most sequences in one shard of an embedding step. A larger step is cut into shards, each its own activity, so that several GPU hosts (or CPU workers, locally) share one large job. 500 sequences of 400 residues are about 50 batches: long enough that a shard's overhead (tens of ms) is noise, short enough that two hosts share a 1,000-sequence job.",
+		Allowed: "want a whole number from 1 to 1000000",
+		set: func(c *Config, v string) error {
+			if err := setPositiveInt(&c.StepShardSeqs, v); err != nil || c.StepShardSeqs > 1000000 {
 				return errInvalid
 			}
 			return nil

@@ -8,6 +8,7 @@ import (
 	"github.com/kinflow/kinflow/internal/fsutil"
 	"log/slog"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -85,8 +86,15 @@ func (a *Activities) RunStep(ctx context.Context, in StepInput) (StepResult, err
 	if a.Known != nil {
 		a.Known.Add(in.GPUJobID)
 	}
-	seqs, method, err := a.stepSeqs(in.WorkFile, step)
+	if in.Shards > 1 && (in.Shard < 0 || in.Shard >= in.Shards) {
+		return res, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("shard %d of %d does not exist", in.Shard, in.Shards), ErrTypeInvalidStepInput, nil)
+	}
+	seqs, method, err := a.stepSeqs(in.WorkFile, step, in.Shard, in.Shards)
 	log = log.With("method", method)
+	if in.Shards > 1 {
+		log = log.With("shard", fmt.Sprintf("%d/%d", in.Shard+1, in.Shards))
+	}
 	if err != nil {
 		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidStepInput, nil)
 	}
@@ -200,15 +208,16 @@ func (a *Activities) summarizeMissing(res *StepResult, jobID string, ms []Missin
 }
 
 // stepSeqs reads the work file and returns step's sequences (from step_work
-// entries whose key maps to step) with their expected outputs.
-func (a *Activities) stepSeqs(workFile, step string) (_ []SeqItem, method string, err error) {
+// entries whose key maps to step) with their expected outputs: all of them,
+// or shard of shards (ShardOf over the seq ids in sorted order).
+func (a *Activities) stepSeqs(workFile, step string, shard, shards int) (_ []SeqItem, method string, err error) {
 	w, err := ReadWorkFile(workFile)
 	if err != nil {
 		return nil, "", err
 	}
 	method = w.MethodKey
 	seen := map[string]bool{}
-	var out []SeqItem
+	var all []string
 	for key, ids := range w.StepWork {
 		if c, _ := CanonicalStep(key); c != step {
 			continue
@@ -218,19 +227,24 @@ func (a *Activities) stepSeqs(workFile, step string) (_ []SeqItem, method string
 				continue
 			}
 			seen[id] = true
-			seq, ok := w.SeqIDToSeq[id]
-			if !ok {
+			if _, ok := w.SeqIDToSeq[id]; !ok {
 				return nil, method, fmt.Errorf("work file %s: seq_id %s of step %s has no sequence", workFile, id, key)
 			}
-			if err := CheckSequence(seq); err != nil {
-				return nil, method, fmt.Errorf("work file %s: seq_id %s: %w", workFile, id, err)
-			}
-			paths, err := a.Layout.ExpectedPaths(step, id)
-			if err != nil {
-				return nil, method, fmt.Errorf("expected files of %s for %s: %w", step, id, err)
-			}
-			out = append(out, SeqItem{SeqID: id, Sequence: seq, Outputs: paths})
+			all = append(all, id)
 		}
+	}
+	sort.Strings(all)
+	var out []SeqItem
+	for _, id := range ShardOf(all, shard, shards) {
+		seq := w.SeqIDToSeq[id]
+		if err := CheckSequence(seq); err != nil {
+			return nil, method, fmt.Errorf("work file %s: seq_id %s: %w", workFile, id, err)
+		}
+		paths, err := a.Layout.ExpectedPaths(step, id)
+		if err != nil {
+			return nil, method, fmt.Errorf("expected files of %s for %s: %w", step, id, err)
+		}
+		out = append(out, SeqItem{SeqID: id, Sequence: seq, Outputs: paths})
 	}
 	return out, method, nil
 }

@@ -200,3 +200,27 @@ func TestLargeFailureStaysUnderThePayloadLimit(t *testing.T) {
 		t.Fatalf("missing list has %d lines, %v", strings.Count(string(list), "\n"), err)
 	}
 }
+
+// TestRunStepRunsOnlyItsShard: shard 1 of 2 computes the second half of the
+// step's seq ids in sorted order, and nothing else.
+func TestRunStepRunsOnlyItsShard(t *testing.T) {
+	f := newFixture(t, 100000)
+	env, _ := activityEnv(t, f, nil)
+	wf := f.workFile(t, map[string][]string{testStep: {"s03", "s01", "s00", "s02"}}, map[string]int{"s00": 30, "s01": 40, "s02": 50, "s03": 60})
+	v, err := env.ExecuteActivity(testStep, StepInput{GPUJobID: jobA, WorkFile: wf, Shard: 1, Shards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res StepResult
+	if err := v.Get(&res); err != nil || res.Requested != 2 || res.Written != 2 {
+		t.Fatalf("result %+v %v", res, err)
+	}
+	for id, want := range map[string]bool{"s00": false, "s01": false, "s02": true, "s03": true} {
+		if _, err := os.Stat(f.path(id)); (err == nil) != want {
+			t.Errorf("%s written: %v, want %v", id, err == nil, want)
+		}
+	}
+	if _, err := env.ExecuteActivity(testStep, StepInput{GPUJobID: jobA, WorkFile: wf, Shard: 2, Shards: 2}); err == nil {
+		t.Fatal("shard 2 of 2 accepted")
+	}
+}

@@ -70,7 +70,19 @@ type Input struct {
 	HeartbeatSeconds int `json:"heartbeat_seconds,omitempty"`
 	// GPUTaskQueue is the queue the step activities run on.
 	GPUTaskQueue string `json:"gpu_task_queue"`
+	// ShardSeqs is the most sequences one shard of a step holds
+	// (KINFLOW_STEP_SHARD_SEQS); 0 means DefaultShardSeqs.
+	ShardSeqs int `json:"shard_seqs,omitempty"`
 }
+
+// DefaultShardSeqs is the shard size when none is given (config's
+// KINFLOW_STEP_SHARD_SEQS explains the figure).
+const DefaultShardSeqs = 500
+
+// MaxConcurrentShards bounds the shards of one step in flight at once: the
+// GPU hosts' slots bound the work itself, this bounds the pending
+// activities in one workflow's history and mutable state.
+const MaxConcurrentShards = 16
 
 // Work is the content of Input.WorkFile: exactly §4.2's submit
 // payload.
@@ -90,6 +102,28 @@ type StepInput struct {
 	// WorkFile is the Work file; the step reads its own seq ids and
 	// sequences from it.
 	WorkFile string `json:"work_file"`
+	// Shard and Shards cut the step: this activity runs shard Shard
+	// (0-based) of Shards, its share of the step's seq ids in sorted order
+	// (ShardOf). Shards 0 or 1 means the whole step.
+	Shard  int `json:"shard,omitempty"`
+	Shards int `json:"shards,omitempty"`
+}
+
+// ShardCount is how many shards a step of count sequences is cut into.
+func ShardCount(count, shardSeqs int) int {
+	if shardSeqs <= 0 {
+		shardSeqs = DefaultShardSeqs
+	}
+	return max(1, (count+shardSeqs-1)/shardSeqs)
+}
+
+// ShardOf returns shard i of n of ids (sorted by the caller): an even split,
+// so every id is in exactly one shard whatever the count.
+func ShardOf[T any](ids []T, i, n int) []T {
+	if n <= 1 {
+		return ids
+	}
+	return ids[i*len(ids)/n : (i+1)*len(ids)/n]
 }
 
 // StepResult reports one step's outcome.

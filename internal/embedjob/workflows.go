@@ -2,6 +2,7 @@ package embedjob
 
 import (
 	"errors"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -44,21 +45,96 @@ func EmbedJob(ctx workflow.Context, in Input) (Status, error) {
 			NonRetryableErrorTypes: []string{ErrTypeInvalidStepInput, ErrTypeStepConfig},
 		},
 	})
-	for _, step := range in.Steps {
-		var res StepResult
-		err := workflow.ExecuteActivity(actx, step, StepInput{GPUJobID: in.GPUJobID, StepKey: step, WorkFile: in.WorkFile}).Get(ctx, &res)
-		if err != nil {
-			finished := workflow.Now(ctx)
-			st.State, st.FinishedAt, st.Error = "failed", &finished, "step "+step+": "+ErrorText(err)
-			return st, temporal.NewApplicationError(st.Error, ErrTypeEmbedStepFailed)
-		}
-		// Done counts sequences, like StepTotals: those with no file missing.
-		st.Steps[step] = res.Requested - res.MissingSeqs
-		st.Written[step] = res.Written
+	err := RunSteps(ctx, actx, StepsRun{JobID: in.GPUJobID, WorkFile: in.WorkFile, Steps: in.Steps, Counts: in.StepCounts, ShardSeqs: in.ShardSeqs},
+		func(step string, res StepResult) {
+			// Done counts sequences, like StepTotals: those with no file missing.
+			st.Steps[step] += res.Requested - res.MissingSeqs
+			st.Written[step] += res.Written
+		})
+	if err != nil {
+		finished := workflow.Now(ctx)
+		st.State, st.FinishedAt, st.Error = "failed", &finished, err.Error()
+		return st, temporal.NewApplicationError(st.Error, ErrTypeEmbedStepFailed)
 	}
 	finished := workflow.Now(ctx)
 	st.State, st.FinishedAt = "done", &finished
 	return st, nil
+}
+
+// ShardsVersion names the workflow change that cut large steps into shards
+// (docs/workflows.md): histories from before it run each step as one
+// activity, and replay the same way.
+const ShardsVersion = "step-shards"
+
+// StepsRun is what RunSteps runs.
+type StepsRun struct {
+	// JobID names the job in the step activities' input ("local-<job id>"
+	// for the CPU worker's local steps).
+	JobID    string
+	WorkFile string
+	// Steps are run in this order: a step may need an earlier one's files
+	// (method A's weighted vectors need methoda_t5_full's binding sites).
+	Steps []string
+	// Counts are each step's sequences; ShardSeqs the shard size (0:
+	// DefaultShardSeqs).
+	Counts    map[string]int
+	ShardSeqs int
+}
+
+// RunSteps runs the steps of r in order with actx's activity options. A step
+// of more than ShardSeqs sequences is cut into shards (ShardCount), each its
+// own activity, at most MaxConcurrentShards in flight, so that every GPU host
+// on the queue takes a share; the next step starts once every shard of the
+// one before has ended. done is called with each shard's result. The first
+// failure stops the launch of further shards; those in flight are awaited,
+// then the failure is returned as "step <key>: <reason>".
+func RunSteps(ctx, actx workflow.Context, r StepsRun, done func(step string, res StepResult)) error {
+	sharded := workflow.GetVersion(ctx, ShardsVersion, workflow.DefaultVersion, 1) >= 1
+	for _, step := range r.Steps {
+		n := 1
+		if sharded {
+			n = ShardCount(r.Counts[step], r.ShardSeqs)
+		}
+		var firstErr error
+		pending, next := 0, 0
+		sel := workflow.NewSelector(ctx)
+		launch := func() {
+			in := StepInput{GPUJobID: r.JobID, StepKey: step, WorkFile: r.WorkFile}
+			if n > 1 {
+				in.Shard, in.Shards = next, n
+			}
+			next++
+			pending++
+			sel.AddFuture(workflow.ExecuteActivity(actx, step, in), func(f workflow.Future) {
+				pending--
+				var res StepResult
+				if err := f.Get(ctx, &res); err != nil {
+					if firstErr == nil {
+						firstErr = err
+					}
+					return
+				}
+				done(step, res)
+			})
+		}
+		for next < n && pending < MaxConcurrentShards {
+			launch()
+		}
+		for pending > 0 {
+			sel.Select(ctx)
+			if firstErr == nil && next < n {
+				launch()
+			}
+		}
+		if firstErr != nil {
+			msg := ErrorText(firstErr)
+			if !strings.HasPrefix(msg, "step "+step+":") {
+				msg = "step " + step + ": " + msg
+			}
+			return errors.New(msg)
+		}
+	}
+	return nil
 }
 
 // ErrorText is the readable text of an error returned to workflow code: an
