@@ -76,7 +76,7 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 	srv := NewServer(ServerOptions{
 		Client: d.Client, Logs: logs, Known: known, Layout: layout, MediaRoot: cfg.MediaRoot,
 		WorkflowTaskQueue: wq, GPUTaskQueue: cfg.GPUTaskQueue, Token: cfg.GPUEmbedServiceToken,
-		MaxBodyBytes: cfg.MaxUploadBytes, ShardSeqs: cfg.StepShardSeqs,
+		MaxBodyBytes: cfg.MaxUploadBytes, ShardSeqs: cfg.StepShardSeqs, Servers: acts.Servers.Status,
 		Health: &HealthProbe{Executor: runner.Name(), FallbackName: st.GPUName},
 		Log:    log, Base: ctx,
 		Observe: func(method, route string, code int, took time.Duration) {
@@ -114,6 +114,7 @@ func (h *Host) Run(ctx context.Context) error {
 		ln.Close()
 		return fmt.Errorf("start GPU worker on %s: %w", cfg.GPUTaskQueue, err)
 	}
+	defer h.Activities.Close()
 	defer h.Worker.Stop()
 	hs := &http.Server{
 		Handler:           h.Server,

@@ -26,6 +26,7 @@ import (
 
 	"github.com/kinflow/kinflow/internal/embedjob"
 	"github.com/kinflow/kinflow/internal/fsutil"
+	"github.com/kinflow/kinflow/internal/stepserver"
 )
 
 // temporalCallTimeout bounds each Temporal call an HTTP handler makes: the
@@ -42,6 +43,7 @@ type Server struct {
 	workflowQueue string
 	gpuQueue      string
 	shardSeqs     int
+	servers       func() []stepserver.ServerStatus
 	token         string
 	maxBody       int64
 	health        *HealthProbe
@@ -70,6 +72,8 @@ type ServerOptions struct {
 	Token string
 	// MaxBodyBytes caps a submit body.
 	MaxBodyBytes int64
+	// Servers reports the resident step servers for /health (nil: none).
+	Servers func() []stepserver.ServerStatus
 	// ShardSeqs is the shard size of the jobs submitted here
 	// (KINFLOW_STEP_SHARD_SEQS).
 	ShardSeqs int
@@ -86,7 +90,7 @@ type ServerOptions struct {
 func NewServer(o ServerOptions) *Server {
 	s := &Server{
 		client: o.Client, logs: o.Logs, known: o.Known, layout: o.Layout, mediaRoot: o.MediaRoot,
-		workflowQueue: o.WorkflowTaskQueue, gpuQueue: o.GPUTaskQueue, shardSeqs: o.ShardSeqs, token: strings.TrimSpace(o.Token),
+		workflowQueue: o.WorkflowTaskQueue, gpuQueue: o.GPUTaskQueue, shardSeqs: o.ShardSeqs, servers: o.Servers, token: strings.TrimSpace(o.Token),
 		maxBody: o.MaxBodyBytes, health: o.Health, log: o.Log, base: o.Base, observe: o.Observe,
 	}
 	if s.maxBody <= 0 {
@@ -196,11 +200,21 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		"active_jobs":   active,
 		"queued_jobs":   queued,
 		"executor":      s.health.Executor,
+		"step_servers":  s.stepServers(),
 	})
 }
 
 // countJobs counts the known jobs that run (active) or wait (queued);
 // closed ones are forgotten.
+// stepServers lists the resident step servers (an empty list, never null).
+func (s *Server) stepServers() []stepserver.ServerStatus {
+	out := []stepserver.ServerStatus{}
+	if s.servers != nil {
+		out = append(out, s.servers()...)
+	}
+	return out
+}
+
 func (s *Server) countJobs(ctx context.Context) (active, queued int) {
 	for _, id := range s.known.List() {
 		d, err := s.client.DescribeWorkflowExecution(ctx, embedjob.WorkflowID(id), "")

@@ -309,6 +309,7 @@ func mustJSON(v any) string {
 }
 
 func TestMain(m *testing.M) {
+	embedjob.MainIfStepServer()
 	code := m.Run()
 	testenv.StopTemporal()
 	os.Exit(code)

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/kinflow/kinflow/internal/embedjob"
 )
 
 // command is one subcommand.
@@ -27,6 +29,7 @@ func commands() []command {
 		{"worker", "run workflows and CPU activities on the CPU task queue", runWorker},
 		{"gpu-worker", "serve the GPU task queue and the GPU service HTTP API", runGPUWorker},
 		{"dev", "run every role in one process on the embedded defaults", runDev},
+		{"step-server", "step-server --synthetic: a resident step server writing synthetic artefacts (started by the GPU host)", runStepServer},
 		{"migrate", "apply database migrations and exit", runMigrate},
 		{"config", "print the configuration keys (--markdown for the README table)", runConfig},
 		{"seqid", "print seq_id<TAB>length per sequence of a FASTA or CSV file", runSeqID},
@@ -119,4 +122,17 @@ func oneArg(fs *flag.FlagSet, args []string, what string) (string, error) {
 		return "", usageError{"want exactly one " + what}
 	}
 	return pos[0], nil
+}
+
+// runStepServer is `kinflow step-server --synthetic`: the synthetic
+// executor's resident step server. The GPU host starts it and talks to it over
+// stdin and stdout (docs/gpu-host.md).
+func runStepServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if code := embedjob.StepServerMain(ctx, args, os.Stdin, stdout, stderr); code != 0 {
+		if code == 2 {
+			return usageError{"want --synthetic"}
+		}
+		return fmt.Errorf("step server exited %d", code)
+	}
+	return nil
 }

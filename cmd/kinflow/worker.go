@@ -87,6 +87,7 @@ func runCPUWorker(ctx context.Context, cfg *config.Config, st *store.Store, tc c
 	if err != nil {
 		return err
 	}
+	defer steps.Close()
 	w := worker.New(tc, cfg.CPUTaskQueue, worker.Options{
 		// Local embedding steps and predictions are CPU-heavy: a few at a
 		// time per worker process; scale by adding workers.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/kinflow/kinflow/internal/fsutil"
+	"github.com/kinflow/kinflow/internal/stepserver"
 	"log/slog"
 	"os"
 	"sort"
@@ -47,6 +48,16 @@ type Activities struct {
 	// Known records the jobs this host has worked on (for /health counts);
 	// may be nil.
 	Known *Registry
+	// Servers are the resident step servers (nil when none can run).
+	Servers *stepserver.Pool
+}
+
+// Close stops the resident step servers (stdin closed, then SIGTERM, then
+// SIGKILL to their process groups).
+func (a *Activities) Close() {
+	if a.Servers != nil {
+		a.Servers.Close()
+	}
 }
 
 // Register registers RunStep under every active step key.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kinflow/kinflow/internal/procio"
+	"github.com/kinflow/kinflow/internal/stepserver"
 )
 
 // ExitOutOfMemory is the exit code by which a step program says the batch did
@@ -45,11 +46,14 @@ type Manifest struct {
 	Seqs      []SeqItem `json:"seqs"`
 }
 
-// CommandRunner runs each batch as the step's configured program
-// (GPU_EMBED_STEP_CMD_<STEP>), without a shell.
+// CommandRunner runs each batch on the step's resident server
+// (GPU_EMBED_STEP_SERVER_<STEP>, through Pool) or, for a step without one, as
+// the step's one-shot program (GPU_EMBED_STEP_CMD_<STEP>), without a shell.
 type CommandRunner struct {
 	Settings  *Settings
 	MediaRoot string
+	// Pool keeps the resident servers; nil runs every step one-shot.
+	Pool *stepserver.Pool
 }
 
 // Name implements BatchRunner.
@@ -57,9 +61,12 @@ func (r *CommandRunner) Name() string { return "command" }
 
 // RunBatch implements BatchRunner.
 func (r *CommandRunner) RunBatch(ctx context.Context, b BatchJob) error {
+	if tmpl, ok := r.Settings.Servers[b.StepKey]; ok && r.Pool != nil {
+		return r.runResident(ctx, b, tmpl)
+	}
 	tmpl, ok := r.Settings.Commands[b.StepKey]
 	if !ok {
-		return &ConfigError{Msg: fmt.Sprintf("no command for step %s: set %s%s in the GPU host's env file", b.StepKey, EnvStepCmdPrefix, strings.ToUpper(b.StepKey))}
+		return &ConfigError{Msg: fmt.Sprintf("no program for step %s: set %s%s (resident) or %s%s (one-shot) in the GPU host's env file", b.StepKey, EnvStepServerPrefix, strings.ToUpper(b.StepKey), EnvStepCmdPrefix, strings.ToUpper(b.StepKey))}
 	}
 	if err := os.MkdirAll(r.Settings.ScratchDir, 0o755); err != nil {
 		return fmt.Errorf("create scratch dir: %w", err)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/stepserver"
 )
 
 const testStep = "methodd_esm1b"
@@ -406,11 +407,20 @@ func TestCommandMissingForStepWithoutCommand(t *testing.T) {
 	}
 }
 
-func TestSyntheticRunnerWritesWellFormedFiles(t *testing.T) {
+// TestSyntheticServerWritesWellFormedFiles runs the synthetic executor as
+// the production path does: a resident step server (this test binary, as
+// `step-server --synthetic`) started by the pool, one per step.
+func TestSyntheticServerWritesWellFormedFiles(t *testing.T) {
 	media := t.TempDir()
 	l := testLayout(t, media)
-	st := &Settings{ToksPerBatch: DefaultToksPerBatch, MaxResidues: map[string]int{}}
-	e := &Engine{Runner: &SyntheticRunner{Layout: l.L}, Settings: st}
+	st := &Settings{ToksPerBatch: DefaultToksPerBatch, MaxResidues: map[string]int{}, ProgramEnv: os.Environ()}
+	pool := stepserver.NewPool(stepserver.Options{Max: 2})
+	defer pool.Close()
+	runner, err := newSyntheticServerRunner(st, media, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Engine{Runner: runner, Settings: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	for _, step := range []string{"methoda_t5_full", "methodg_esm2", "methodf_esm1v", "prot_t5_mean"} {
 		paths, err := l.ExpectedPaths(step, "abc123")
 		if err != nil {
@@ -421,6 +431,26 @@ func TestSyntheticRunnerWritesWellFormedFiles(t *testing.T) {
 		if err != nil || len(out.Missing) != 0 || out.Written+out.Existing != len(paths) {
 			t.Fatalf("%s: %v %+v", step, err, out)
 		}
+		for _, p := range paths {
+			if err := embedding.CheckFile(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Four steps through a pool of two: servers were evicted and started
+	// again, and each says it is synthetic.
+	running := 0
+	for _, s := range pool.Status() {
+		if s.PID == 0 {
+			continue
+		}
+		running++
+		if s.Ready["synthetic"] != true {
+			t.Fatalf("server %+v does not say it is synthetic", s)
+		}
+	}
+	if running != 2 {
+		t.Fatalf("%d servers running, want the pool's maximum of 2: %+v", running, pool.Status())
 	}
 }
 

@@ -1,6 +1,7 @@
 package embedjob
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -20,12 +21,57 @@ import (
 const stepProgramEnv = "KINFLOW_TEST_FAKE_STEP_PROGRAM"
 
 func TestMain(m *testing.M) {
+	MainIfStepServer()
 	if os.Getenv(stepProgramEnv) == "1" {
+		if len(os.Args) > 1 && os.Args[1] == "--serve" {
+			os.Exit(fakeStepServer(os.Args[2:]))
+		}
 		os.Exit(fakeStepProgram(os.Args[1:]))
 	}
 	code := m.Run()
 	testenv.StopTemporal()
 	os.Exit(code)
+}
+
+// fakeStepServer is fakeStepProgram as a resident step server
+// (docs/gpu-host.md's protocol): it answers ready, then runs each batch line
+// as fakeStepProgram would run that manifest, with the same options, and
+// answers done (exit 0), oom (exit 75 or KINFLOW_OOM) or error; "crash"
+// kills the whole server mid-batch. pids=FILE appends its pid per batch.
+func fakeStepServer(opts []string) int {
+	fmt.Println(`{"ready": true, "model": "fake"}`)
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 1<<20), 64<<20)
+	for in.Scan() {
+		var m Manifest
+		if err := json.Unmarshal(in.Bytes(), &m); err != nil {
+			fmt.Printf(`{"batch": 0, "status": "error", "message": %q}`+"\n", err.Error())
+			continue
+		}
+		for _, o := range opts {
+			if f, ok := strings.CutPrefix(o, "pids="); ok {
+				fh, _ := os.OpenFile(f, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+				fmt.Fprintln(fh, os.Getpid())
+				fh.Close()
+			}
+		}
+		tmp, _ := os.CreateTemp("", "fake-manifest-*.json")
+		_, _ = tmp.Write(in.Bytes())
+		tmp.Close()
+		code := fakeStepProgram(append([]string{tmp.Name()}, opts...))
+		os.Remove(tmp.Name())
+		switch code {
+		case 0:
+			fmt.Printf(`{"batch": %d, "status": "done"}`+"\n", m.Batch)
+		case ExitOutOfMemory, 1:
+			fmt.Printf(`{"batch": %d, "status": "oom"}`+"\n", m.Batch)
+		case 3:
+			return 3 // crashed mid-batch
+		default:
+			fmt.Printf(`{"batch": %d, "status": "error", "message": "exit %d"}`+"\n", m.Batch, code)
+		}
+	}
+	return 0
 }
 
 // fakeStepProgram follows the step-program contract of docs/gpu-host.md. Its

@@ -10,12 +10,16 @@ import (
 	"time"
 
 	"github.com/kinflow/kinflow/internal/config"
+	"github.com/kinflow/kinflow/internal/stepserver"
 )
 
 // Environment-file keys (docs/gpu-host.md lists them with their meaning).
 const (
 	// EnvStepCmdPrefix + upper-cased step key holds a step's command template.
 	EnvStepCmdPrefix = "GPU_EMBED_STEP_CMD_"
+	// EnvStepServerPrefix + upper-cased step key holds a step's resident
+	// server template (docs/gpu-host.md); it wins over the command.
+	EnvStepServerPrefix = "GPU_EMBED_STEP_SERVER_"
 	// EnvToksPerBatch is the token budget of one batch (all steps).
 	EnvToksPerBatch = "GPU_EMBED_TOKS_PER_BATCH"
 	// EnvToksPerBatchPrefix + STEP overrides the budget for one step.
@@ -47,6 +51,10 @@ const DefaultToksPerBatch = 4096
 type Settings struct {
 	// Commands holds each step's tokenised command template, by step key.
 	Commands map[string][]string
+	// Servers holds each step's tokenised resident server template.
+	Servers map[string][]string
+	// Pool tunes the resident servers (KINFLOW_STEP_SERVERS_MAX, …).
+	Pool stepserver.Options
 	// ToksPerBatch is the default token budget of one batch.
 	ToksPerBatch int
 	// StepToksPerBatch overrides ToksPerBatch per step.
@@ -95,6 +103,7 @@ func LayeredLookup(file map[string]string) Lookup {
 func LoadSettings(look Lookup, file map[string]string, mediaRoot string) (*Settings, error) {
 	s := &Settings{
 		Commands:          map[string][]string{},
+		Servers:           map[string][]string{},
 		ToksPerBatch:      DefaultToksPerBatch,
 		StepToksPerBatch:  map[string]int{},
 		MaxResidues:       map[string]int{},
@@ -168,6 +177,26 @@ func LoadSettings(look Lookup, file map[string]string, mediaRoot string) (*Setti
 				s.Commands[step] = argv
 				return nil
 			})
+		case strings.HasPrefix(k, EnvStepServerPrefix):
+			err = s.setStep(k, EnvStepServerPrefix, get(k), func(step, v string) error {
+				if v == "" {
+					return nil
+				}
+				argv, err := SplitCommand(v)
+				if err != nil {
+					return err
+				}
+				if len(argv) == 0 {
+					return fmt.Errorf("empty command")
+				}
+				for _, a := range argv {
+					if p := batchPlaceholder(a); p != "" {
+						return fmt.Errorf("%s names one batch; a resident server gets its batches on stdin ({step_key} and {media_root} are the placeholders it may use)", p)
+					}
+				}
+				s.Servers[step] = argv
+				return nil
+			})
 		case strings.HasPrefix(k, EnvToksPerBatchPrefix):
 			err = s.setStep(k, EnvToksPerBatchPrefix, get(k), func(step, v string) error {
 				n, err := strconv.Atoi(v)
@@ -202,6 +231,11 @@ func LoadSettings(look Lookup, file map[string]string, mediaRoot string) (*Setti
 	if s.ScratchDir == "" {
 		s.ScratchDir = filepath.Join(os.TempDir(), "kinflow-gpu-embed", "scratch")
 	}
+	pool, err := stepserver.OptionsFromEnv(func(k string) string { return get(k) })
+	if err != nil {
+		return nil, err
+	}
+	s.Pool = pool
 	s.GPUName = get(EnvGPUName)
 	s.MethodECheckpointRoot = get(EnvMethodECheckpointRoot)
 
@@ -240,4 +274,14 @@ func (s *Settings) TokenBudget(step string) int {
 		return n
 	}
 	return s.ToksPerBatch
+}
+
+// batchPlaceholder returns the one-shot placeholder word holds, if any.
+func batchPlaceholder(word string) string {
+	for _, p := range []string{"{manifest_file}", "{seq_id_to_seq_file}", "{seq_ids}", "{seq_count}", "{job_id}"} {
+		if strings.Contains(word, p) {
+			return p
+		}
+	}
+	return ""
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/embedding"
 	"github.com/kinflow/kinflow/internal/lease"
+	"github.com/kinflow/kinflow/internal/stepserver"
 )
 
 // RegisterWorkflows registers EmbedJob. The GPU task queue's worker runs it
@@ -85,21 +86,28 @@ func NewActivities(cfg *config.Config, st *Settings, runner BatchRunner, log *sl
 	if err != nil {
 		return nil, fmt.Errorf("artefact layout: %w", err)
 	}
+	po := st.Pool
+	po.Log = log.With("component", "step-servers")
+	pool := stepserver.NewPool(po)
 	if runner == nil {
 		switch cfg.StepExecutor {
 		case "command":
-			runner = &CommandRunner{Settings: st, MediaRoot: cfg.MediaRoot}
+			runner = &CommandRunner{Settings: st, MediaRoot: cfg.MediaRoot, Pool: pool}
 			var unset []string
 			for _, k := range ActiveSteps {
-				if _, ok := st.Commands[k]; !ok {
+				_, cmd := st.Commands[k]
+				_, srv := st.Servers[k]
+				if !cmd && !srv {
 					unset = append(unset, k)
 				}
 			}
 			if len(unset) > 0 {
-				log.Warn("command executor: steps without a command fail when asked", "steps", strings.Join(unset, ","))
+				log.Warn("command executor: steps without a program fail when asked", "steps", strings.Join(unset, ","))
 			}
 		default:
-			runner = &SyntheticRunner{Layout: el, Delay: st.SyntheticDelay}
+			if runner, err = newSyntheticServerRunner(st, cfg.MediaRoot, pool); err != nil {
+				return nil, err
+			}
 		}
 	}
 	host, _ := os.Hostname()
@@ -110,5 +118,6 @@ func NewActivities(cfg *config.Config, st *Settings, runner BatchRunner, log *sl
 	return &Activities{
 		Engine: &Engine{Runner: runner, Settings: st, Log: log, Leases: leases},
 		Layout: EmbeddingLayout{L: el}, Logs: &JobLogs{Dir: st.JobLogDir}, Log: log, Known: NewRegistry(),
+		Servers: pool,
 	}, nil
 }
