@@ -4,6 +4,7 @@ SHELL          := /bin/bash
 GO             ?= go
 TEMPORAL_CLI   := github.com/temporalio/cli/cmd/temporal@v1.5.1
 STATICCHECK    := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+WORKFLOWCHECK  := go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0
 GO_TEST_FLAGS  ?= -count=1 -timeout 45m
 BENCH          ?= .
 BENCHTIME      ?= 1s
@@ -37,10 +38,11 @@ test: test-deps ## run every test, unit and integration, against real Temporal, 
 bench: bin/temporal ## run the Go benchmarks (figures go to docs/BENCHMARKS.md)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) ./...
 
-lint: ## gofmt, go vet and staticcheck
+lint: ## gofmt, go vet, staticcheck and workflowcheck (determinism of workflow code)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	$(GO) run $(WORKFLOWCHECK) ./...
 
 fmt: ## format the Go code
 	gofmt -w $$(git ls-files '*.go')
