@@ -1,6 +1,6 @@
 // Package stepserver keeps GPU step programs resident: a step's server
 // loads its model once and then answers batch after batch over JSON Lines on
-// its stdin and stdout (docs/step-server-protocol.md). A Pool starts servers
+// its stdin and stdout (docs/gpu-host.md, "Resident step servers"). A Pool starts servers
 // on demand, serializes the batches of each, stops idle and least recently
 // used ones, restarts dead ones, and makes sure none outlives the process
 // that started it.
