@@ -7,6 +7,7 @@ STATICCHECK    := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GO_TEST_FLAGS  ?= -count=1 -timeout 45m
 BENCH          ?= .
 BENCHTIME      ?= 1s
+STEPS_PY       := .venv-steps/bin/python
 
 .DEFAULT_GOAL := help
 
@@ -33,14 +34,18 @@ test-deps: bin/temporal ## install and start what the tests need (Postgres, Pyth
 test: test-deps ## run every test, unit and integration, against real Temporal, Postgres, HTTP and files
 	$(GO) vet ./...
 	$(GO) test $(GO_TEST_FLAGS) ./...
+	$(STEPS_PY) -m pytest steps -q
 
 bench: bin/temporal ## run the Go benchmarks (figures go to docs/BENCHMARKS.md)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) ./...
 
-lint: ## gofmt, go vet and staticcheck
+lint: ## gofmt, go vet, staticcheck; ruff (check + format) on steps/
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	bash scripts/steps-venv.sh
+	.venv-steps/bin/ruff check steps
+	.venv-steps/bin/ruff format --check steps
 
 fmt: ## format the Go code
 	gofmt -w $$(git ls-files '*.go')

@@ -35,8 +35,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kinflow_steps", description=__doc__.split("\n\n")[0])
     ap.add_argument("--step", required=True, help="step key (SEED-SPEC §5.3)")
     ap.add_argument("--manifest", help="one-shot: run this batch manifest and exit")
-    ap.add_argument("--check", metavar="SEQUENCE", nargs="?", const="MKTAYIAKQRQISFVKSHFSRQ",
-                    help="load the model, embed one sequence in memory, print a report and exit")
+    ap.add_argument(
+        "--check",
+        metavar="SEQUENCE",
+        nargs="?",
+        const="MKTAYIAKQRQISFVKSHFSRQ",
+        help="load the model, embed one sequence in memory, print a report and exit",
+    )
     args = ap.parse_args(argv)
 
     # Nothing is downloaded at run time: weights come from local paths only.
@@ -139,8 +144,18 @@ def check(step, sequence: str, out) -> int:
         layers = sorted({v[0] for v in getattr(step, "spec", {}).values()}, key=str) or ["last"]
         reps = model.embed([sequence], layers)
         shapes = {str(k): list(v[0].shape) for k, v in reps.items()}
-        out.write(json.dumps({"step": step.key, "ok": True, "device": str(step.device), "shapes": shapes,
-                              "seconds": round(time.monotonic() - t, 3)}) + "\n")
+        out.write(
+            json.dumps(
+                {
+                    "step": step.key,
+                    "ok": True,
+                    "device": str(step.device),
+                    "shapes": shapes,
+                    "seconds": round(time.monotonic() - t, 3),
+                }
+            )
+            + "\n"
+        )
         out.flush()
         return 0
     except Exception as exc:

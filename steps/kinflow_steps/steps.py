@@ -22,7 +22,7 @@ import numpy as np
 
 from kinflow_steps import cache_io
 from kinflow_steps.errors import BatchError, ConfigError
-from kinflow_steps.models import LAST, ESMC, FairESM, ProtT5, pick_device, pick_dtype, require_path
+from kinflow_steps.models import ESMC, LAST, FairESM, ProtT5, pick_device, pick_dtype, require_path
 
 SEQUENCE_INFO = "sequence_info"
 AMINO = set("ACDEFGHIKLMNPQRSTVWYXUZOB")
@@ -62,7 +62,9 @@ def parse_manifest(doc: Any) -> Batch:
     if not isinstance(doc, dict):
         raise BatchError("manifest is not a JSON object")
     try:
-        b = Batch(batch=int(doc.get("batch", 0)), step_key=str(doc.get("step_key", "")), media_root=str(doc["media_root"]))
+        b = Batch(
+            batch=int(doc.get("batch", 0)), step_key=str(doc.get("step_key", "")), media_root=str(doc["media_root"])
+        )
         for s in doc.get("seqs") or []:
             outputs = [str(p) for p in s.get("outputs") or []]
             missing = s.get("missing_outputs")
@@ -364,7 +366,9 @@ class MethodDESM1b(Step):
         if isinstance(raw, dict) and "model" in raw and isinstance(raw["model"], dict):
             raw = raw["model"]
         state = {k.split("model.")[-1]: v for k, v in raw.items()}
-        for k in [k for k in state if k.startswith(("module.fc1.", "module.fc2.", "module.fc3.", "fc1.", "fc2.", "fc3."))]:
+        for k in [
+            k for k in state if k.startswith(("module.fc1.", "module.fc2.", "module.fc3.", "fc1.", "fc2.", "fc3."))
+        ]:
             del state[k]
         self.model = FairESM(base, self.device, self.dtype, state_dict=state)
         return {"model": os.path.basename(base) + "+" + os.path.basename(tuned)}
@@ -546,7 +550,9 @@ class MethodEEmbed(Step):
 
         import torch
 
-        src = require_path("KINFLOW_CATPRED_ROOT", what="method E's source tree (the folder holding catpred/)", is_dir=True)
+        src = require_path(
+            "KINFLOW_CATPRED_ROOT", what="method E's source tree (the folder holding catpred/)", is_dir=True
+        )
         root = require_path("METHODE_CHECKPOINT_ROOT", what="method E's checkpoints", is_dir=True)
         if src not in sys.path:
             sys.path.insert(0, src)

@@ -57,15 +57,29 @@ def out_path(media: str, family: str, sid: str, suffix: str = ".npy") -> str:
     return os.path.join(media, "sequence_info", family, sid + suffix)
 
 
-def manifest(step: str, media: str, seqs: dict[str, str], families: list[tuple[str, str]], batch: int = 1,
-             truncated: dict[str, int] | None = None) -> dict:
+def manifest(
+    step: str,
+    media: str,
+    seqs: dict[str, str],
+    families: list[tuple[str, str]],
+    batch: int = 1,
+    truncated: dict[str, int] | None = None,
+) -> dict:
     """A batch manifest owing every (family, suffix) file for each sequence."""
     truncated = truncated or {}
     items = []
     for sid, seq in seqs.items():
         outs = [out_path(media, f, sid, suf) for f, suf in families]
-        items.append({"seq_id": sid, "sequence": seq, "original_length": truncated.get(sid, len(seq)),
-                      "truncated": sid in truncated, "outputs": outs, "missing_outputs": list(outs)})
+        items.append(
+            {
+                "seq_id": sid,
+                "sequence": seq,
+                "original_length": truncated.get(sid, len(seq)),
+                "truncated": sid in truncated,
+                "outputs": outs,
+                "missing_outputs": list(outs),
+            }
+        )
     return {"version": 1, "job_id": "testjob", "step_key": step, "batch": batch, "media_root": media, "seqs": items}
 
 
@@ -80,7 +94,11 @@ class Server:
         full["PYTHONPATH"] = os.pathsep.join([STEPS_ROOT, HERE, full.get("PYTHONPATH", "")])
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kinflow_steps", "--step", step],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err, text=True, env=full,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.err,
+            text=True,
+            env=full,
         )
         self.ready = self.read()
 

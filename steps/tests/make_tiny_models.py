@@ -61,8 +61,16 @@ def _esm1b_model(seed: int):
     torch.manual_seed(seed)
     alphabet = esm.Alphabet.from_architecture("roberta_large")
     args = Namespace(
-        arch="roberta_large", layers=33, embed_dim=32, ffn_embed_dim=64, attention_heads=2, max_positions=1024,
-        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, emb_layer_norm_before=True,
+        arch="roberta_large",
+        layers=33,
+        embed_dim=32,
+        ffn_embed_dim=64,
+        attention_heads=2,
+        max_positions=1024,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        emb_layer_norm_before=True,
     )
     model = esm.model.esm1.ProteinBertModel(args, alphabet)
     return model, args
@@ -107,16 +115,33 @@ def write_prot_t5(out: str) -> str:
     lines = [" ".join(AMINO)] + [" ".join(rng.choice(AMINO) for _ in range(60)) for _ in range(200)]
     prefix = os.path.join(out, "spiece_tmp")
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines), model_prefix=prefix, vocab_size=len(AMINO) + 3, model_type="word",
-        pad_id=0, eos_id=1, unk_id=2, bos_id=-1, hard_vocab_limit=False, minloglevel=2,
+        sentence_iterator=iter(lines),
+        model_prefix=prefix,
+        vocab_size=len(AMINO) + 3,
+        model_type="word",
+        pad_id=0,
+        eos_id=1,
+        unk_id=2,
+        bos_id=-1,
+        hard_vocab_limit=False,
+        minloglevel=2,
     )
     tok = T5Tokenizer(vocab_file=prefix + ".model", extra_ids=0, legacy=True)
     tok.save_pretrained(folder)
     os.remove(prefix + ".model")
     os.remove(prefix + ".vocab")
     torch.manual_seed(2)
-    cfg = T5Config(vocab_size=len(tok), d_model=16, d_kv=8, d_ff=32, num_layers=24, num_heads=2,
-                   pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
+    cfg = T5Config(
+        vocab_size=len(tok),
+        d_model=16,
+        d_kv=8,
+        d_ff=32,
+        num_layers=24,
+        num_heads=2,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+    )
     T5EncoderModel(cfg).save_pretrained(folder)
     return folder
 

@@ -60,7 +60,9 @@ def test_methodh_mean_excludes_bos_eos(server, tiny, media):
     seqs = {"h1": rand_seq(37, 1), "h2": rand_seq(12, 2), "h3": "MKV"}
     s = server("methodh_esm2_last_mean")
     assert s.send(manifest("methodh_esm2_last_mean", media, seqs, [("esm2_layer_last_mean", ".npy")])) == {
-        "batch": 1, "status": "done"}
+        "batch": 1,
+        "status": "done",
+    }
     for sid, seq in seqs.items():
         got = np.load(out_path(media, "esm2_layer_last_mean", sid))
         assert got.dtype == np.float32 and got.shape == (32,)
@@ -138,7 +140,7 @@ def test_methodd_cls_with_tuned_weights(server, tiny, media):
     s = server("methodd_esm1b")
     assert s.send(manifest("methodd_esm1b", media, seqs, [("esm1b_methodd", ".npy")]))["status"] == "done"
     raw = torch.load(tiny["KINFLOW_METHODD_CHECKPOINT"])
-    state = {k[len("module.model."):]: v for k, v in raw.items() if k.startswith("module.model.")}
+    state = {k[len("module.model.") :]: v for k, v in raw.items() if k.startswith("module.model.")}
     for sid, seq in seqs.items():
         got = np.load(out_path(media, "esm1b_methodd", sid))
         assert got.dtype == np.float32 and got.shape == (32,)
@@ -152,8 +154,9 @@ def test_methodd_cls_with_tuned_weights(server, tiny, media):
 def test_sub_batches_give_same_files(server, tiny, media, budget):
     seqs = {f"s{i}": rand_seq(5 + 3 * i, 20 + i) for i in range(6)}
     s = server("methodh_esm2_last_mean", KINFLOW_STEPS_TOKS_PER_BATCH=budget)
-    assert s.send(manifest("methodh_esm2_last_mean", media, seqs, [("esm2_layer_last_mean", ".npy")]))[
-        "status"] == "done"
+    assert (
+        s.send(manifest("methodh_esm2_last_mean", media, seqs, [("esm2_layer_last_mean", ".npy")]))["status"] == "done"
+    )
     for sid, seq in seqs.items():
         got = np.load(out_path(media, "esm2_layer_last_mean", sid))
         np.testing.assert_allclose(got, fair_reps(tiny["KINFLOW_ESM2_650M_PATH"], seq)[1:-1].mean(0), **TOL)

@@ -53,15 +53,19 @@ def test_prot_t5_mean(server, tiny, media):
 def test_methodi_residues(server, tiny, media):
     seqs = {"i1": rand_seq(41, 3), "i2": rand_seq(5, 4)}
     s = server("methodi_prot_t5_residues")
-    assert s.send(manifest("methodi_prot_t5_residues", media, seqs, [("methodi_prot_t5_residues", ".npy")]))[
-        "status"] == "done"
+    assert (
+        s.send(manifest("methodi_prot_t5_residues", media, seqs, [("methodi_prot_t5_residues", ".npy")]))["status"]
+        == "done"
+    )
     for sid, seq in seqs.items():
         got = np.load(out_path(media, "methodi_prot_t5_residues", sid))
         assert got.dtype == np.float32 and got.shape == (len(seq), 16)
         np.testing.assert_allclose(got, t5_hidden(tiny["KINFLOW_PROT_T5_PATH"], seq)[1], **TOL)
 
 
-T5_FULL = [(f"{root}/{k}", ".npy") for root in ("prot_t5_layer_19", "prot_t5_last") for k in ("mean_vecs", "weighted_vecs")]
+T5_FULL = [
+    (f"{root}/{k}", ".npy") for root in ("prot_t5_layer_19", "prot_t5_last") for k in ("mean_vecs", "weighted_vecs")
+]
 
 
 def check_t5_full(tiny, media, sid, seq, w):
