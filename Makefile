@@ -8,6 +8,7 @@ WORKFLOWCHECK  := go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0
 GO_TEST_FLAGS  ?= -count=1 -timeout 45m
 BENCH          ?= .
 BENCHTIME      ?= 1s
+STEPS_PY       := .venv-steps/bin/python
 
 .DEFAULT_GOAL := help
 
@@ -28,21 +29,25 @@ run: bin/temporal build ## build and start everything on embedded defaults (Ctrl
 	@mkdir -p .data media
 	exec ./bin/kinflow dev --temporal-cli bin/temporal --data-dir .data
 
-test-deps: bin/temporal ## install and start what the tests need (Postgres, Python numpy/torch/RDKit/Open Babel, Chromium, the OpenAPI linter)
+test-deps: bin/temporal ## install and start what the tests need (Postgres, Python numpy/torch/RDKit/Open Babel, the steps venv, Chromium, the OpenAPI linter)
 	bash scripts/test-deps.sh
 
 test: test-deps ## run every test, unit and integration, against real Temporal, Postgres, HTTP and files
 	$(GO) vet ./...
 	$(GO) test $(GO_TEST_FLAGS) ./...
+	$(STEPS_PY) -m pytest steps -q
 
 bench: bin/temporal ## run the Go benchmarks (figures go to docs/BENCHMARKS.md)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) ./...
 
-lint: ## gofmt, go vet, staticcheck and workflowcheck (determinism of workflow code)
+lint: ## gofmt, go vet, staticcheck, workflowcheck (determinism of workflow code); ruff (check + format) on steps/
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) run $(WORKFLOWCHECK) ./...
+	bash scripts/steps-venv.sh
+	.venv-steps/bin/ruff check steps
+	.venv-steps/bin/ruff format --check steps
 
 fmt: ## format the Go code
 	gofmt -w $$(git ls-files '*.go')

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs and starts what the test suite needs on a fresh Debian machine:
 # PostgreSQL (started if stopped, installed if absent), Python's numpy, torch,
-# RDKit and Open Babel from Debian (for interop tests and the RDKit helper,
+# RDKit and Open Babel from Debian, the step programs' venv (scripts/steps-venv.sh) (for interop tests and the RDKit helper,
 # which reads and writes InChI through Open Babel), Chromium
 # (browser test of the web page), and the OpenAPI linter from the npm
 # registry. Idempotent: a second run takes seconds.
@@ -44,10 +44,15 @@ need=()
 /usr/bin/python3 -c 'import torch' 2>/dev/null || need+=(python3-torch)
 /usr/bin/python3 -c 'import rdkit' 2>/dev/null || need+=(python3-rdkit)
 /usr/bin/python3 -c 'from openbabel import pybel' 2>/dev/null || need+=(python3-openbabel)
+/usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   echo "test-deps: installing ${need[*]}"
   apt_install "${need[@]}"
 fi
+
+# The step programs' venv (.venv-steps/: fair-esm, transformers, pytest, ruff from
+# PyPI over Debian's torch), for `pytest steps`.
+bash scripts/steps-venv.sh
 
 # Headless Chromium for the browser test of the web page (internal/e2e).
 if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then

@@ -1,0 +1,187 @@
+"""Throughput of the resident step servers on random-weight models built from config.
+
+    .venv-steps/bin/python steps/bench.py --model esm2 --size full --n 10000
+    .venv-steps/bin/python steps/bench.py --model t5 --size full --n 10000
+
+writes a random-weight ESM-2 650M (fair-esm ``ESM2``, 33 x 1280, 20 heads) or
+ProtT5-XL encoder (transformers ``T5EncoderModel``, 24 x 1024, d_ff 16384, 32 heads)
+in its library's on-disk format, starts ``python -m kinflow_steps`` on it (methodh /
+prot_t5_mean: one mean vector per sequence), packs N random sequences into batches as
+the GPU host does (longest first, (longest + 2) x count <= --toks-per-batch), sends
+them as manifest lines and reports residues per second and the share of the roofline
+(2 x parameters FLOPs per token; --peak-tflops, default 990 for an H100's dense bf16).
+``--size tiny`` uses the tests' shapes, for a CPU smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from argparse import Namespace
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+AMINO = "ACDEFGHIKLMNPQRSTVWY"
+
+
+def write_esm2(out: str, full: bool) -> tuple[str, int]:
+    import esm
+    import torch
+
+    layers, dim, heads = (33, 1280, 20) if full else (33, 32, 2)
+    torch.manual_seed(0)
+    model = esm.model.esm2.ESM2(layers, dim, heads, esm.Alphabet.from_architecture("ESM-1b"))
+    if full:
+        model = model.half()  # halves the file; the step casts to its own precision
+    cfg = Namespace(encoder_layers=layers, encoder_embed_dim=dim, encoder_attention_heads=heads, token_dropout=True)
+    path = os.path.join(out, "esm2_bench.pt")
+    torch.save({"cfg": {"model": cfg}, "model": model.state_dict()}, path)
+    reg = {k: v for k, v in model.state_dict().items() if k.startswith("contact_head.regression")}
+    torch.save({"model": reg}, os.path.join(out, "esm2_bench-contact-regression.pt"))
+    return path, sum(p.numel() for p in model.parameters())
+
+
+def write_t5(out: str, full: bool) -> tuple[str, int]:
+    import torch
+
+    sys.path.insert(0, os.path.join(HERE, "tests"))
+    import make_tiny_models
+    from transformers import T5Config, T5EncoderModel
+
+    folder = make_tiny_models.write_prot_t5(out)  # the tokenizer (and tiny weights)
+    if full:
+        cfg = T5Config(
+            vocab_size=128,
+            d_model=1024,
+            d_kv=128,
+            d_ff=16384,
+            num_layers=24,
+            num_heads=32,
+            feed_forward_proj="relu",
+            pad_token_id=0,
+            eos_token_id=1,
+            decoder_start_token_id=0,
+        )
+        torch.manual_seed(0)
+        model = T5EncoderModel(cfg).half()
+        model.save_pretrained(folder)
+    else:
+        model = T5EncoderModel.from_pretrained(folder)
+    return folder, sum(p.numel() for p in model.parameters())
+
+
+def pack(lengths: list[tuple[str, int]], budget: int, max_seqs: int) -> list[list[str]]:
+    out, cur, longest = [], [], 0
+    for sid, n in sorted(lengths, key=lambda x: x[1], reverse=True):
+        if cur and ((max(longest, n) + 2) * (len(cur) + 1) > budget or (max_seqs and len(cur) >= max_seqs)):
+            out.append(cur)
+            cur, longest = [], 0
+        cur.append(sid)
+        longest = max(longest, n)
+    if cur:
+        out.append(cur)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", choices=["esm2", "t5"], required=True)
+    ap.add_argument("--size", choices=["full", "tiny"], default="full")
+    ap.add_argument("--n", type=int, default=10000)
+    ap.add_argument("--min-len", type=int, default=50)
+    ap.add_argument("--max-len", type=int, default=1000)
+    ap.add_argument("--toks-per-batch", type=int, default=4096)
+    ap.add_argument("--peak-tflops", type=float, default=990.0)
+    ap.add_argument("--workdir", default="")
+    a = ap.parse_args()
+
+    work = a.workdir or tempfile.mkdtemp(prefix="kinflow-bench-")
+    models, media = os.path.join(work, "models"), os.path.join(work, "media")
+    os.makedirs(models, exist_ok=True)
+    t = time.monotonic()
+    full = a.size == "full"
+    if a.model == "esm2":
+        path, params = write_esm2(models, full)
+        env, step, fam = {"KINFLOW_ESM2_650M_PATH": path}, "methodh_esm2_last_mean", "esm2_layer_last_mean"
+    else:
+        path, params = write_t5(models, full)
+        env, step, fam = {"KINFLOW_PROT_T5_PATH": path}, "prot_t5_mean", "prot_t5_last/mean_vecs"
+    print(f"bench: wrote {a.model} ({params / 1e6:.0f}M parameters) in {time.monotonic() - t:.0f}s", file=sys.stderr)
+
+    rng = random.Random(0)
+    seqs = {
+        f"b{i:06d}": "".join(rng.choice(AMINO) for _ in range(rng.randint(a.min_len, a.max_len))) for i in range(a.n)
+    }
+    batches = pack([(k, len(v)) for k, v in seqs.items()], a.toks_per_batch, 0)
+    full_env = dict(os.environ, PYTHONPATH=HERE, **env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kinflow_steps", "--step", step],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=full_env,
+    )
+    t = time.monotonic()
+    ready = json.loads(proc.stdout.readline())
+    load_s = time.monotonic() - t
+    t = time.monotonic()
+    for i, ids in enumerate(batches, 1):
+        items = []
+        for sid in ids:
+            p = os.path.join(media, "sequence_info", fam, sid + ".npy")
+            items.append(
+                {
+                    "seq_id": sid,
+                    "sequence": seqs[sid],
+                    "original_length": len(seqs[sid]),
+                    "truncated": False,
+                    "outputs": [p],
+                    "missing_outputs": [p],
+                }
+            )
+        proc.stdin.write(
+            json.dumps(
+                {"version": 1, "job_id": "bench", "step_key": step, "batch": i, "media_root": media, "seqs": items}
+            )
+            + "\n"
+        )
+        proc.stdin.flush()
+        ans = json.loads(proc.stdout.readline())
+        if ans.get("status") != "done":
+            print(f"bench: batch {i}: {ans}", file=sys.stderr)
+            return 1
+    wall = time.monotonic() - t
+    proc.stdin.close()
+    proc.wait()
+    residues = sum(len(s) for s in seqs.values())
+    tokens = residues + (2 if a.model == "esm2" else 1) * len(seqs)
+    tps = tokens / wall
+    util = tps * 2 * params / (a.peak_tflops * 1e12)
+    print(
+        json.dumps(
+            {
+                "model": a.model,
+                "size": a.size,
+                "params": params,
+                "device": ready.get("device"),
+                "sequences": a.n,
+                "batches": len(batches),
+                "tokens": tokens,
+                "load_s": round(load_s, 1),
+                "wall_s": round(wall, 2),
+                "tokens_per_s": round(tps, 1),
+                "roofline_share": round(util, 4),
+                "peak_tflops": a.peak_tflops,
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

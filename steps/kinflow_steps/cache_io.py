@@ -1,0 +1,227 @@
+"""Cache writes (WIRE-CONTRACT §9.7) and the binding-site table (§9.2).
+
+Every artefact is written to a hidden temp file ``.<sid>.<random><suffix>`` in its
+final folder, fsynced, then renamed into place, so no reader or planner ever sees a
+partial file and a watcher sees one moved-to event. The folder's ``manifest.json`` is
+then merged under the same lock file kinflow's Go writers take (``.manifest.lock``,
+flock), so kinflow writers never lose each other's entries.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterable
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_LOCK = ".manifest.lock"
+BINDING_SITE_HEADER = "PDB\tPred_BS_Scores"
+BINDING_SITE_TABLE = "binding_sites_all.tsv"
+
+# Same rule as internal/embedding.ValidSeqID: a seq id becomes a file name.
+_SEQ_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+
+
+def valid_seq_id(sid: str) -> bool:
+    """Report whether sid is safe as a file name (kinflow's seq id rule)."""
+    return bool(_SEQ_ID.match(sid))
+
+
+@contextmanager
+def flocked(path: str):
+    """Hold an exclusive flock on path (created if absent) for the block."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
+def write_bytes_atomic(path: str, data: bytes) -> int:
+    """Write data to path through a hidden temp file + fsync + rename; return its size."""
+    folder, name = os.path.split(path)
+    stem, suffix = os.path.splitext(name)
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=suffix, dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fchmod(f.fileno(), 0o644)
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return len(data)
+
+
+def npy_bytes(arr: np.ndarray) -> bytes:
+    """Encode arr as NPY (format 1.0), C order."""
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
+    return buf.getvalue()
+
+
+def pt_bytes(tensor) -> bytes:
+    """Encode a CPU tensor with torch.save (zip format). The tensor is cloned so a view
+    does not drag its whole storage into the file."""
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(tensor.detach().to("cpu").contiguous().clone(), buf)
+    return buf.getvalue()
+
+
+@dataclass
+class Commit:
+    """One artefact written, for the manifest merge."""
+
+    seq_id: str
+    filename: str
+    nbytes: int
+
+
+def merge_manifest(folder: str, commits: Iterable[Commit]) -> None:
+    """Add commits to folder/manifest.json (WIRE §9.7): compact JSON, sorted keys,
+    atomically replaced; fields other writers put there are kept."""
+    commits = list(commits)
+    if not commits:
+        return
+    os.makedirs(folder, exist_ok=True)
+    with flocked(os.path.join(folder, MANIFEST_LOCK)):
+        path = os.path.join(folder, MANIFEST_NAME)
+        doc: dict = {}
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+            if not isinstance(doc, dict):
+                doc = {}
+        except FileNotFoundError:
+            pass
+        except ValueError:
+            doc = {}
+        entries = doc.get("entries")
+        if not isinstance(entries, dict):
+            entries = {}
+        now = time.time()
+        for c in commits:
+            e = entries.get(c.seq_id)
+            if not isinstance(e, dict):
+                e = {}
+            e.update(bytes=c.nbytes, filename=c.filename, ready=True, updated_at=now)
+            e.pop("synthetic", None)
+            entries[c.seq_id] = e
+        doc.update(count=len(entries), entries=entries, updated_at=now, version=1)
+        data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+        fd, tmp = tempfile.mkstemp(prefix=".manifest.", suffix=".json", dir=folder)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                os.fchmod(f.fileno(), 0o644)
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+
+
+def read_binding_sites(path: str, want: set[str]) -> dict[str, np.ndarray]:
+    """Per-residue binding-site probabilities of the wanted ids (float64; the last row
+    of a repeated id wins). The id column is ``PDB``, else the first column; a line
+    without a final newline is a write in progress and is skipped; a missing file is
+    empty (WIRE §9.2, internal/embedding/bindingsite.go)."""
+    out: dict[str, np.ndarray] = {}
+    try:
+        with open(path, encoding="utf-8", errors="replace", newline="") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return out
+    lines = text.split("\n")
+    lines.pop()  # "" after a final newline, or an unterminated line
+    id_col, score_col = -1, -1
+    for i, raw in enumerate(lines):
+        line = raw.rstrip("\r")
+        cols = line.split("\t")
+        if i == 0:
+            names = [c.strip() for c in cols]
+            if "PDB" in names:
+                id_col = names.index("PDB")
+                score_col = names.index("Pred_BS_Scores") if "Pred_BS_Scores" in names else -1
+                continue
+            id_col, score_col = 0, 1
+        if id_col >= len(cols) or cols[id_col] not in want:
+            continue
+        scores = cols[score_col] if 0 <= score_col < len(cols) else ""
+        vals = [float(p) for p in scores.strip().split(",") if p.strip()]
+        out[cols[id_col]] = np.asarray(vals, dtype=np.float64)
+    return out
+
+
+def append_binding_sites(path: str, rows: dict[str, Iterable[float]]) -> list[str]:
+    """Append rows to the table under ``<path>.lock`` (the Go writer's lock), header
+    first for a new file, skipping ids that already have a row and cutting a torn last
+    line; one fsynced write. Returns the ids written."""
+    if not rows:
+        return []
+    for sid in rows:
+        if not valid_seq_id(sid):
+            raise ValueError(f"binding sites: invalid seq id {sid!r}")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with flocked(path + ".lock"):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        with os.fdopen(fd, "r+b") as f:
+            data = f.read()
+            end = data.rfind(b"\n") + 1
+            if end != len(data):
+                f.truncate(end)
+                data = data[:end]
+            have = set()
+            text = data.decode("utf-8", errors="replace")
+            lines = text.split("\n")[:-1]
+            id_col = 0
+            if lines:
+                names = [c.strip() for c in lines[0].rstrip("\r").split("\t")]
+                if "PDB" in names:
+                    id_col = names.index("PDB")
+                    lines = lines[1:]
+            for line in lines:
+                cols = line.rstrip("\r").split("\t")
+                if id_col < len(cols):
+                    have.add(cols[id_col])
+            out = []
+            if end == 0:
+                out.append(BINDING_SITE_HEADER + "\n")
+            written = []
+            for sid, scores in rows.items():
+                if sid in have:
+                    continue
+                have.add(sid)
+                out.append(sid + "\t" + ",".join(f"{float(v):.6f}" for v in scores) + "\n")
+                written.append(sid)
+            if not written:
+                return []
+            f.seek(end)
+            f.write("".join(out).encode())
+            f.flush()
+            os.fsync(f.fileno())
+    return written

@@ -1,0 +1,163 @@
+"""The step-program protocol (docs/gpu-host.md).
+
+Resident (default): load the model, print ``{"ready": true, "model", "device"}``, then
+answer each manifest line on stdin with one line ``{"batch": N, "status": "done" |
+"oom" | "error"}``, in order; EOF ends the program (exit 0). One-shot: ``--manifest
+FILE`` runs that batch and exits 0, 75 on out of memory, 1 on error.
+
+Only protocol lines go to stdout; every log line goes to stderr. A configuration
+problem (a weights path unset or absent, a package missing) is one clear stderr line
+and exit 2, before ``ready``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+EX_TEMPFAIL = 75  # docs/gpu-host.md: out of GPU memory for this batch
+EX_CONFIG = 2
+
+
+def log(msg: str) -> None:
+    print(f"kinflow-steps: {msg}", file=sys.stderr, flush=True)
+
+
+def answer(out, obj: dict) -> None:
+    out.write(json.dumps(obj, separators=(",", ":")) + "\n")
+    out.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kinflow_steps", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--step", required=True, help="step key (SEED-SPEC §5.3)")
+    ap.add_argument("--manifest", help="one-shot: run this batch manifest and exit")
+    ap.add_argument(
+        "--check",
+        metavar="SEQUENCE",
+        nargs="?",
+        const="MKTAYIAKQRQISFVKSHFSRQ",
+        help="load the model, embed one sequence in memory, print a report and exit",
+    )
+    args = ap.parse_args(argv)
+
+    # Nothing is downloaded at run time: weights come from local paths only.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+    from kinflow_steps.errors import BatchError, ConfigError
+    from kinflow_steps.models import is_oom
+    from kinflow_steps.steps import STEPS, parse_manifest
+
+    factory = STEPS.get(args.step)
+    if factory is None:
+        log(f"unknown step key {args.step!r} (known: {', '.join(sorted(STEPS))})")
+        return EX_CONFIG
+    proto = sys.stdout
+    # Libraries that print to stdout must not break the protocol: everything else
+    # printed goes to stderr.
+    sys.stdout = sys.stderr
+    t0 = time.monotonic()
+    try:
+        step = factory()
+        info = step.load()
+    except ConfigError as exc:
+        log(f"{args.step}: {exc}")
+        return EX_CONFIG
+    except Exception as exc:  # a broken weights file, a library mismatch
+        log(f"{args.step}: cannot load the model: {type(exc).__name__}: {exc}")
+        return EX_CONFIG
+    log(f"{args.step}: loaded {info.get('model')} on {step.device} ({step.dtype}) in {time.monotonic() - t0:.1f}s")
+
+    if args.check is not None:
+        return check(step, args.check, proto)
+
+    def one(doc) -> dict:
+        batch = doc.get("batch", 0) if isinstance(doc, dict) else 0
+        t = time.monotonic()
+        try:
+            b = parse_manifest(doc)
+            n = step.run(b)
+        except BatchError as exc:
+            log(f"batch {batch}: error: {exc}")
+            return {"batch": batch, "status": "error", "message": str(exc)}
+        except Exception as exc:
+            if is_oom(exc):
+                log(f"batch {batch}: out of memory: {exc}")
+                free_cache()
+                return {"batch": batch, "status": "oom"}
+            log(f"batch {batch}: error: {type(exc).__name__}: {exc}")
+            return {"batch": batch, "status": "error", "message": f"{type(exc).__name__}: {exc}"}
+        log(f"batch {batch}: wrote {n} file(s) for {len(b.seqs)} sequence(s) in {time.monotonic() - t:.2f}s")
+        return {"batch": batch, "status": "done"}
+
+    if args.manifest:
+        try:
+            with open(args.manifest, encoding="utf-8") as f:
+                doc = json.load(f)
+        except (OSError, ValueError) as exc:
+            log(f"cannot read manifest {args.manifest}: {exc}")
+            return 1
+        res = one(doc)
+        if res["status"] == "oom":
+            print("KINFLOW_OOM", file=sys.stderr, flush=True)
+            return EX_TEMPFAIL
+        return 0 if res["status"] == "done" else 1
+
+    answer(proto, {"ready": True, "model": info.get("model", ""), "device": str(step.device)})
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            doc = json.loads(line)
+        except ValueError as exc:
+            log(f"unreadable manifest line: {exc}")
+            answer(proto, {"batch": 0, "status": "error", "message": f"unreadable manifest line: {exc}"})
+            continue
+        answer(proto, one(doc))
+    return 0
+
+
+def free_cache() -> None:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except Exception:  # noqa: BLE001 - best effort after an OOM
+        pass
+
+
+def check(step, sequence: str, out) -> int:
+    """Embed one sequence in memory with every layer the step uses (no file is
+    written) and print one JSON line; for ``kinflow gpu-worker --check``."""
+    t = time.monotonic()
+    try:
+        model = getattr(step, "model", None)
+        if model is None:
+            out.write(json.dumps({"step": step.key, "ok": True, "note": "models loaded"}) + "\n")
+            return 0
+        layers = sorted({v[0] for v in getattr(step, "spec", {}).values()}, key=str) or ["last"]
+        reps = model.embed([sequence], layers)
+        shapes = {str(k): list(v[0].shape) for k, v in reps.items()}
+        out.write(
+            json.dumps(
+                {
+                    "step": step.key,
+                    "ok": True,
+                    "device": str(step.device),
+                    "shapes": shapes,
+                    "seconds": round(time.monotonic() - t, 3),
+                }
+            )
+            + "\n"
+        )
+        out.flush()
+        return 0
+    except Exception as exc:
+        log(f"{step.key}: check failed: {type(exc).__name__}: {exc}")
+        return 1

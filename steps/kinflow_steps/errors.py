@@ -1,0 +1,11 @@
+"""Errors the protocol loop tells apart."""
+
+
+class ConfigError(Exception):
+    """The host's configuration cannot run the step (a missing weights path, a missing
+    package): reported before ``ready``, and the program exits non-zero."""
+
+
+class BatchError(Exception):
+    """This batch cannot be done (a bad sequence, a missing binding-site row); the
+    program answers ``error`` and stays up."""

@@ -1,0 +1,660 @@
+"""The step keys (SEED-SPEC §5.3): which model, layer and reduction writes each file.
+
+A step owns a set of artefact families (folders under ``MEDIA/sequence_info``); the
+manifest lists, per sequence, the absolute paths it owes. The step maps each path's
+folder to a producer, runs the model over the sequences that miss anything, and writes
+the missing files atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kinflow_steps import cache_io
+from kinflow_steps.errors import BatchError, ConfigError
+from kinflow_steps.models import ESMC, LAST, FairESM, ProtT5, pick_device, pick_dtype, require_path
+
+SEQUENCE_INFO = "sequence_info"
+AMINO = set("ACDEFGHIKLMNPQRSTVWYXUZOB")
+
+# ESM windows: 1,024 tokens with BOS/EOS, so 1,022 residues.
+ESM_WINDOW = 1022
+# Method F's rule for longer sequences (WIRE §10.4): first 500 + last 500.
+ESM1V_HALF = 500
+# The binding-site predictor refuses longer sequences (WIRE §9.2).
+PSEQ2SITES_MAX = 1499
+
+
+@dataclass
+class Seq:
+    """One sequence of a batch manifest."""
+
+    seq_id: str
+    sequence: str
+    outputs: list[str]
+    missing: list[str]
+    original_length: int = 0
+    truncated: bool = False
+
+
+@dataclass
+class Batch:
+    """One batch manifest (docs/gpu-host.md "Manifest in")."""
+
+    batch: int
+    step_key: str
+    media_root: str
+    seqs: list[Seq] = field(default_factory=list)
+
+
+def parse_manifest(doc: Any) -> Batch:
+    """Validate a manifest object; BatchError names what is wrong."""
+    if not isinstance(doc, dict):
+        raise BatchError("manifest is not a JSON object")
+    try:
+        b = Batch(
+            batch=int(doc.get("batch", 0)), step_key=str(doc.get("step_key", "")), media_root=str(doc["media_root"])
+        )
+        for s in doc.get("seqs") or []:
+            outputs = [str(p) for p in s.get("outputs") or []]
+            missing = s.get("missing_outputs")
+            b.seqs.append(
+                Seq(
+                    seq_id=str(s["seq_id"]),
+                    sequence=str(s["sequence"]).strip().upper(),
+                    outputs=outputs,
+                    missing=[str(p) for p in missing] if missing is not None else list(outputs),
+                    original_length=int(s.get("original_length") or 0),
+                    truncated=bool(s.get("truncated", False)),
+                )
+            )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BatchError(f"malformed manifest: {exc!r}") from exc
+    for s in b.seqs:
+        if not cache_io.valid_seq_id(s.seq_id):
+            raise BatchError(f"invalid seq id {s.seq_id!r}")
+        bad = set(s.sequence) - AMINO
+        if not s.sequence or bad:
+            raise BatchError(f"seq {s.seq_id}: bad sequence (characters {''.join(sorted(bad)) or 'none'})")
+    return b
+
+
+def family_of(path: str, media_root: str, seq_id: str) -> tuple[str, str]:
+    """(family folder relative to sequence_info, suffix) of an output path; BatchError
+    when the path is not ``MEDIA/sequence_info/<family>/<seq_id><suffix>``."""
+    root = os.path.join(os.path.abspath(media_root), SEQUENCE_INFO)
+    p = os.path.abspath(path)
+    rel = os.path.relpath(p, root)
+    folder, name = os.path.split(rel)
+    stem, suffix = os.path.splitext(name)
+    if rel.startswith("..") or os.path.isabs(rel) or stem != seq_id or suffix not in (".npy", ".pt") or not folder:
+        raise BatchError(f"seq {seq_id}: output {path} is not a cache artefact of this sequence")
+    return folder.replace(os.sep, "/"), suffix
+
+
+def mean_vec(res: np.ndarray) -> np.ndarray:
+    """Mean over residues, float32 (the reference's mean_vecs)."""
+    return res.astype(np.float32, copy=False).mean(axis=0).astype(np.float32)
+
+
+def weighted_vec(res: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Binding-site-weighted average: weights normalised to sum 1, computed in float64
+    as the reference does, stored as float32 (kinflow's NPY reader takes float32)."""
+    w = np.asarray(w, dtype=np.float64)
+    total = w.sum()
+    if not np.isfinite(total) or total <= 0:
+        raise ValueError("binding-site weights sum to zero")
+    return (res.astype(np.float64) * (w / total)[:, None]).sum(axis=0).astype(np.float32)
+
+
+def pack(seqs: list[Seq], budget: int) -> list[list[Seq]]:
+    """Split a host batch into forward passes of at most budget tokens, longest first,
+    (longest + 2) x count per pass, as fair-esm's toks_per_batch; 0: one pass."""
+    if budget <= 0:
+        return [seqs] if seqs else []
+    out: list[list[Seq]] = []
+    cur: list[Seq] = []
+    longest = 0
+    for s in sorted(seqs, key=lambda s: len(s.sequence), reverse=True):
+        n = max(longest, len(s.sequence)) + 2
+        if cur and n * (len(cur) + 1) > budget:
+            out.append(cur)
+            cur, longest = [], 0
+        cur.append(s)
+        longest = max(longest, len(s.sequence))
+    if cur:
+        out.append(cur)
+    return out
+
+
+class Writer:
+    """Writes a batch's files atomically and merges each folder's manifest.json."""
+
+    def __init__(self) -> None:
+        self.commits: dict[str, list[cache_io.Commit]] = {}
+        self.written = 0
+
+    def put(self, path: str, seq_id: str, data: bytes) -> None:
+        n = cache_io.write_bytes_atomic(path, data)
+        folder = os.path.dirname(path)
+        self.commits.setdefault(folder, []).append(cache_io.Commit(seq_id, os.path.basename(path), n))
+        self.written += 1
+
+    def flush(self) -> None:
+        for folder, commits in self.commits.items():
+            cache_io.merge_manifest(folder, commits)
+        self.commits.clear()
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    try:
+        return int(raw) if raw else default
+    except ValueError as exc:
+        raise ConfigError(f"{name}={raw!r} is not an integer") from exc
+
+
+class Step:
+    """Base of every step: validation, file mapping and the write loop."""
+
+    key = ""
+    families: tuple[str, ...] = ()
+    #: residues the model takes; longer sequences follow the step's own rule.
+    max_residues = 0
+
+    def __init__(self) -> None:
+        self.device = pick_device()
+        self.dtype = pick_dtype(self.device)
+        self.budget = env_int("KINFLOW_STEPS_TOKS_PER_BATCH", 0)
+
+    def load(self) -> dict[str, str]:
+        """Load the models (ConfigError when something is missing); return what the
+        ready line reports."""
+        raise NotImplementedError
+
+    def fit(self, seq: str) -> str:
+        """The sequence the model sees (the step's long-sequence rule)."""
+        return seq
+
+    def pending(self, b: Batch) -> list[tuple[Seq, dict[str, str]]]:
+        """Sequences with missing files, each with {family: path} of what to write."""
+        todo = []
+        for s in b.seqs:
+            want: dict[str, str] = {}
+            for p in s.missing:
+                fam, _ = family_of(p, b.media_root, s.seq_id)
+                if not self.owns(fam):
+                    raise BatchError(f"seq {s.seq_id}: step {self.key} does not write {fam}")
+                if not os.path.exists(p):
+                    want[fam] = p
+            if want:
+                todo.append((s, want))
+        return todo
+
+    def owns(self, fam: str) -> bool:
+        return fam in self.families
+
+    def run(self, b: Batch) -> int:
+        """Write every missing file of the batch; return how many were written."""
+        todo = self.pending(b)
+        w = Writer()
+        try:
+            by_id = {s.seq_id: (s, want) for s, want in todo}
+            for group in pack([s for s, _ in todo], self.budget):
+                self.produce(b, [(s, by_id[s.seq_id][1]) for s in group], w)
+                w.flush()
+        finally:
+            w.flush()
+        return w.written
+
+    def produce(self, b: Batch, group: list[tuple[Seq, dict[str, str]]], w: Writer) -> None:
+        raise NotImplementedError
+
+
+class PooledStep(Step):
+    """Mean / weighted / residue artefacts of one model's layers. ``spec`` maps a
+    family to (layer, reduction) with reduction ``mean``, ``weighted``, ``residue_npy``
+    or ``residue_pt``."""
+
+    spec: dict[str, tuple[Any, str]] = {}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.families = tuple(self.spec)
+        self.model: Any = None
+
+    def weights_for(self, b: Batch, ids: set[str]) -> dict[str, np.ndarray]:
+        return cache_io.read_binding_sites(binding_site_table(b.media_root), ids)
+
+    def produce(self, b: Batch, group: list[tuple[Seq, dict[str, str]]], w: Writer) -> None:
+        seqs = [self.fit(s.sequence) for s, _ in group]
+        layers = sorted({self.spec[f][0] for _, want in group for f in want}, key=str)
+        reps = self.model.embed(seqs, layers)
+        need_w = {s.seq_id for s, want in group if any(self.spec[f][1] == "weighted" for f in want)}
+        weights = self.weights_for(b, need_w) if need_w else {}
+        problems = []
+        for row, (s, want) in enumerate(group):
+            for fam, path in sorted(want.items()):
+                layer, how = self.spec[fam]
+                res = reps[layer][row]
+                if how == "mean":
+                    w.put(path, s.seq_id, cache_io.npy_bytes(mean_vec(res)))
+                elif how == "residue_npy":
+                    w.put(path, s.seq_id, cache_io.npy_bytes(res.astype(np.float32, copy=False)))
+                elif how == "residue_pt":
+                    import torch
+
+                    w.put(path, s.seq_id, cache_io.pt_bytes(torch.from_numpy(res.astype(np.float32, copy=False))))
+                elif how == "weighted":
+                    ws = weights.get(s.seq_id)
+                    if ws is None:
+                        problems.append(f"seq {s.seq_id}: no row in the binding-site table, so no {fam}")
+                        continue
+                    if len(ws) != res.shape[0]:
+                        problems.append(
+                            f"seq {s.seq_id}: {len(ws)} binding-site weights for {res.shape[0]} residues, so no {fam}"
+                        )
+                        continue
+                    w.put(path, s.seq_id, cache_io.npy_bytes(weighted_vec(res, ws)))
+        if problems:
+            w.flush()
+            raise BatchError("; ".join(problems))
+
+
+def binding_site_table(media_root: str) -> str:
+    """MEDIA/<KINFLOW_BINDING_SITE_DIR or binding_sites>/binding_sites_all.tsv."""
+    folder = os.environ.get("KINFLOW_BINDING_SITE_DIR", "").strip() or "binding_sites"
+    return os.path.join(media_root, folder, cache_io.BINDING_SITE_TABLE)
+
+
+# --- ESM-2 650M (fair-esm) -------------------------------------------------------
+
+ESM2_PATH = ("KINFLOW_ESM2_650M_PATH",)
+
+
+class ESM2Step(PooledStep):
+    what = "the ESM-2 650M checkpoint esm2_t33_650M_UR50D.pt (fair-esm format, contact-regression file beside it)"
+
+    def load(self) -> dict[str, str]:
+        path = require_path(*ESM2_PATH, what=self.what)
+        self.model = FairESM(path, self.device, self.dtype)
+        return {"model": os.path.basename(path)}
+
+
+class MethodHESM2LastMean(ESM2Step):
+    """Method H: layer-33 (last) mean of ESM-2 650M, the first 1,022 residues."""
+
+    key = "methodh_esm2_last_mean"
+    spec = {"esm2_layer_last_mean": (LAST, "mean")}
+
+    def fit(self, seq: str) -> str:
+        return seq[:ESM_WINDOW]
+
+
+class MethodGESM2(ESM2Step):
+    """Method G: the layer-33 per-residue tensor [L, 1280] as torch.save float32, the
+    first 1,022 residues (kinflow's Family.Rows; the reference cut tokens at 1,024)."""
+
+    key = "methodg_esm2"
+    spec = {"methodg_esm2": (LAST, "residue_pt")}
+
+    def fit(self, seq: str) -> str:
+        return seq[:ESM_WINDOW]
+
+
+class MethodAESM2Layers(ESM2Step):
+    """Method A: layers 26 and 29, mean and binding-site-weighted (no truncation, as
+    the reference)."""
+
+    key = "methoda_esm2_layers"
+    spec = {
+        "esm2_layer_26/mean_vecs": (26, "mean"),
+        "esm2_layer_26/weighted_vecs": (26, "weighted"),
+        "esm2_layer_29/mean_vecs": (29, "mean"),
+        "esm2_layer_29/weighted_vecs": (29, "weighted"),
+    }
+
+
+# --- ESM-1v / ESM-1b (fair-esm) --------------------------------------------------
+
+
+class MethodFESM1v(PooledStep):
+    """Method F: ESM-1v layer-33 per-residue matrix, BOS/EOS removed; a sequence over
+    1,022 residues becomes its first 500 + last 500 (the host normally did that)."""
+
+    key = "methodf_esm1v"
+    spec = {"esm1v": (LAST, "residue_npy")}
+
+    def fit(self, seq: str) -> str:
+        return seq if len(seq) <= ESM_WINDOW else seq[:ESM1V_HALF] + seq[-ESM1V_HALF:]
+
+    def load(self) -> dict[str, str]:
+        path = require_path(
+            "KINFLOW_ESM1V_PATH", "METHODF_MODEL_PATH", what="the ESM-1v checkpoint esm1v_t33_650M_UR90S_1.pt"
+        )
+        self.model = FairESM(path, self.device, self.dtype)
+        return {"model": os.path.basename(path)}
+
+
+class MethodDESM1b(Step):
+    """Method D (TurNup): ESM-1b with the method's fine-tuned weights loaded over it
+    (keys lose their ``model.`` prefix; the ``fc1..fc3`` head is dropped), the layer-33
+    BOS/CLS vector [1280], sequence cut to its first 1,022 residues."""
+
+    key = "methodd_esm1b"
+    families = ("esm1b_methodd",)
+
+    def load(self) -> dict[str, str]:
+        import torch
+
+        base = require_path("KINFLOW_ESM1B_PATH", what="the ESM-1b checkpoint esm1b_t33_650M_UR50S.pt")
+        tuned = require_path(
+            "KINFLOW_METHODD_CHECKPOINT",
+            what="method D's fine-tuned ESM-1b weights (model_ESM_binary_A100_epoch_1_new_split.pkl)",
+        )
+        raw = torch.load(tuned, map_location="cpu")
+        if isinstance(raw, dict) and "model" in raw and isinstance(raw["model"], dict):
+            raw = raw["model"]
+        state = {k.split("model.")[-1]: v for k, v in raw.items()}
+        for k in [
+            k for k in state if k.startswith(("module.fc1.", "module.fc2.", "module.fc3.", "fc1.", "fc2.", "fc3."))
+        ]:
+            del state[k]
+        self.model = FairESM(base, self.device, self.dtype, state_dict=state)
+        return {"model": os.path.basename(base) + "+" + os.path.basename(tuned)}
+
+    def fit(self, seq: str) -> str:
+        return seq[:ESM_WINDOW]
+
+    def produce(self, b: Batch, group: list[tuple[Seq, dict[str, str]]], w: Writer) -> None:
+        reps = self.model.embed([self.fit(s.sequence) for s, _ in group], [LAST], cls=True)[LAST]
+        for row, (s, want) in enumerate(group):
+            w.put(want["esm1b_methodd"], s.seq_id, cache_io.npy_bytes(reps[row].astype(np.float32)))
+
+
+# --- ESMC 600M --------------------------------------------------------------------
+
+
+class MethodAESMCLayers(PooledStep):
+    """Method A: ESMC 600M layers 24 and 32, mean and binding-site-weighted."""
+
+    key = "methoda_esmc_layers"
+    spec = {
+        "esmc_layer_24/mean_vecs": (24, "mean"),
+        "esmc_layer_24/weighted_vecs": (24, "weighted"),
+        "esmc_layer_32/mean_vecs": (32, "mean"),
+        "esmc_layer_32/weighted_vecs": (32, "weighted"),
+    }
+
+    def load(self) -> dict[str, str]:
+        path = require_path("KINFLOW_ESMC_600M_PATH", what="the ESMC 600M weights esmc_600m_2024_12_v0.pth")
+        self.model = ESMC(path, self.device, self.dtype)
+        return {"model": os.path.basename(path)}
+
+
+# --- ProtT5-XL --------------------------------------------------------------------
+
+T5_PATH = ("KINFLOW_PROT_T5_PATH", "METHODA_T5_MODEL_PATH")
+T5_WHAT = "the ProtT5-XL folder (Rostlab/prot_t5_xl_uniref50: config, weights, spiece.model)"
+
+
+class T5Step(PooledStep):
+    def load(self) -> dict[str, str]:
+        path = require_path(*T5_PATH, what=T5_WHAT, is_dir=True)
+        self.model = ProtT5(path, self.device, self.dtype)
+        return {"model": os.path.basename(os.path.normpath(path))}
+
+
+class ProtT5Mean(T5Step):
+    """Methods B and C: the last-layer mean of ProtT5-XL, EOS excluded."""
+
+    key = "prot_t5_mean"
+    spec = {"prot_t5_last/mean_vecs": (LAST, "mean")}
+
+
+class MethodIProtT5Residues(T5Step):
+    """Method I: the last-layer per-residue matrix [L, 1024], EOS excluded."""
+
+    key = "methodi_prot_t5_residues"
+    spec = {"methodi_prot_t5_residues": (LAST, "residue_npy")}
+
+
+class MethodAT5Full(T5Step):
+    """Method A's ProtT5 part: layers 19 and last, mean and binding-site-weighted; the
+    binding-site rows missing from the table come from the predictor command
+    KINFLOW_PSEQ2SITES_CMD (without one, such a sequence fails the batch with a
+    clear message after its mean files are written)."""
+
+    key = "methoda_t5_full"
+    spec = {
+        "prot_t5_layer_19/mean_vecs": (19, "mean"),
+        "prot_t5_layer_19/weighted_vecs": (19, "weighted"),
+        "prot_t5_last/mean_vecs": (LAST, "mean"),
+        "prot_t5_last/weighted_vecs": (LAST, "weighted"),
+    }
+
+    def pending(self, b: Batch) -> list[tuple[Seq, dict[str, str]]]:
+        todo = super().pending(b)
+        have = {s.seq_id for s, _ in todo}
+        rest = [s for s in b.seqs if s.seq_id not in have]
+        if rest:
+            # Files all there but maybe no binding-site row: the step owes the row too.
+            table = cache_io.read_binding_sites(binding_site_table(b.media_root), {s.seq_id for s in rest})
+            for s in rest:
+                if s.seq_id not in table:
+                    todo.append((s, {}))
+        return todo
+
+    def weights_for(self, b: Batch, ids: set[str]) -> dict[str, np.ndarray]:
+        return self._weights
+
+    def produce(self, b: Batch, group: list[tuple[Seq, dict[str, str]]], w: Writer) -> None:
+        ids = {s.seq_id for s, _ in group}
+        path = binding_site_table(b.media_root)
+        table = cache_io.read_binding_sites(path, ids)
+        lacking = [s for s, _ in group if s.seq_id not in table]
+        problems = []
+        if lacking:
+            got, problems = run_predictor(lacking)
+            if got:
+                cache_io.append_binding_sites(path, got)
+                table.update({k: np.asarray(v, dtype=np.float64) for k, v in got.items()})
+        self._weights = table
+        try:
+            todo = [(s, want) for s, want in group if want]
+            if todo:
+                super().produce(b, todo, w)
+        except BatchError as exc:
+            problems.append(str(exc))
+        if problems:
+            raise BatchError("; ".join(problems))
+
+
+def run_predictor(seqs: list[Seq]) -> tuple[dict[str, list[float]], list[str]]:
+    """Run the binding-site predictor command for seqs: KINFLOW_PSEQ2SITES_CMD, a
+    template split like a shell would (no shell runs) with ``{input}`` (JSON
+    ``{seq_id: sequence}``) and ``{output}`` (the TSV it must write, header
+    ``PDB<TAB>Pred_BS_Scores``, one row per sequence, one probability per residue).
+    Returns the rows and the problems (one per sequence without a usable row)."""
+    problems = []
+    ok = []
+    for s in seqs:
+        if len(s.sequence) > PSEQ2SITES_MAX:
+            problems.append(
+                f"seq {s.seq_id}: no binding-site row and {len(s.sequence)} residues is over the predictor's "
+                f"{PSEQ2SITES_MAX}"
+            )
+        else:
+            ok.append(s)
+    tmpl = os.environ.get("KINFLOW_PSEQ2SITES_CMD", "").strip()
+    if not ok:
+        return {}, problems
+    if not tmpl:
+        for s in ok:
+            problems.append(
+                f"seq {s.seq_id}: no row in the binding-site table and no predictor configured (KINFLOW_PSEQ2SITES_CMD)"
+            )
+        return {}, problems
+    with tempfile.TemporaryDirectory(prefix="kinflow-bs-") as tmp:
+        inp = os.path.join(tmp, "input.json")
+        outp = os.path.join(tmp, "output.tsv")
+        with open(inp, "w", encoding="utf-8") as f:
+            json.dump({s.seq_id: s.sequence for s in ok}, f)
+        argv = [a.replace("{input}", inp).replace("{output}", outp) for a in shlex.split(tmpl)]
+        print(f"BINDING_SITES $ {shlex.join(argv)}", file=sys.stderr, flush=True)
+        proc = subprocess.run(argv, stdout=sys.stderr, stderr=sys.stderr, check=False)
+        if proc.returncode != 0:
+            problems.append(f"binding-site predictor exited {proc.returncode} for {len(ok)} sequence(s)")
+            return {}, problems
+        rows = cache_io.read_binding_sites(outp, {s.seq_id for s in ok})
+    got = {}
+    for s in ok:
+        r = rows.get(s.seq_id)
+        if r is None:
+            problems.append(f"seq {s.seq_id}: the binding-site predictor wrote no row")
+        elif len(r) != len(s.sequence):
+            problems.append(f"seq {s.seq_id}: the predictor wrote {len(r)} scores for {len(s.sequence)} residues")
+        else:
+            got[s.seq_id] = r.tolist()
+    return got, problems
+
+
+# --- Method E (CatPred) -----------------------------------------------------------
+
+
+class MethodEEmbed(Step):
+    """Method E: per checkpoint, CatPred's sequence encoder and attentive pooling over
+    its ESM-2 features -> methode_esm2/<parameter>/<grandparent>__<parent>/<sid>.pt.
+    Needs the method's own package (``catpred``: ``catpred.utils.load_checkpoint``,
+    ``catpred.data.esm_utils.get_single_esm_repr``) from KINFLOW_CATPRED_ROOT and the
+    checkpoints under METHODE_CHECKPOINT_ROOT/<parameter>/."""
+
+    parameter = ""
+
+    def owns(self, fam: str) -> bool:
+        parts = fam.split("/")
+        return len(parts) == 3 and parts[0] == "methode_esm2" and parts[1] == self.parameter
+
+    def load(self) -> dict[str, str]:
+        import importlib
+
+        import torch
+
+        src = require_path(
+            "KINFLOW_CATPRED_ROOT", what="method E's source tree (the folder holding catpred/)", is_dir=True
+        )
+        root = require_path("METHODE_CHECKPOINT_ROOT", what="method E's checkpoints", is_dir=True)
+        if src not in sys.path:
+            sys.path.insert(0, src)
+        try:
+            self.utils = importlib.import_module("catpred.utils")
+            self.esm_utils = importlib.import_module("catpred.data.esm_utils")
+        except ImportError as exc:
+            raise ConfigError(f"method E's package catpred cannot be imported from {src}: {exc}") from exc
+        self.torch = torch
+        self.checkpoints: dict[str, str] = {}
+        base = os.path.join(root, self.parameter)
+        for dirpath, _, files in sorted(os.walk(base)):
+            if "model.pt" in files:
+                parent = os.path.basename(dirpath)
+                key = f"{os.path.basename(os.path.dirname(dirpath))}__{parent}"
+                if key in self.checkpoints:
+                    raise ConfigError(f"duplicate method E checkpoint key {key} under {base}")
+                self.checkpoints[key] = os.path.join(dirpath, "model.pt")
+        if not self.checkpoints:
+            raise ConfigError(f"no model.pt under {base} (METHODE_CHECKPOINT_ROOT)")
+        self.models: dict[str, Any] = {}
+        for key, path in sorted(self.checkpoints.items()):
+            m = self.utils.load_checkpoint(path, device=self.device)
+            m.eval()
+            self.models[key] = m
+        return {"model": f"catpred {self.parameter} x{len(self.models)}"}
+
+    def produce(self, b: Batch, group: list[tuple[Seq, dict[str, str]]], w: Writer) -> None:
+        torch = self.torch
+        for s, want in group:
+            feats = self.esm_utils.get_single_esm_repr(s.sequence).cpu()
+            for fam, path in sorted(want.items()):
+                key = fam.split("/")[2]
+                model = self.models.get(key)
+                if model is None:
+                    raise BatchError(f"seq {s.seq_id}: no method E checkpoint {key} on this host")
+                with torch.no_grad():
+                    pooled = catpred_pool(model, s.sequence, s.seq_id, feats, self.device)
+                w.put(path, s.seq_id, cache_io.pt_bytes(pooled))
+
+
+# CatPred's residue index (catpred_embed_gpu.py).
+CATPRED_AA = {a: i for i, a in enumerate("ARNDCQEGHILKMFPSTWYV")}
+
+
+def catpred_pool(model: Any, sequence: str, seq_id: str, esm_feature: Any, device: Any) -> Any:
+    """CatPred's pooled sequence representation, the steps its GPU script documents:
+    seq_embedder -> rotary queries/keys -> multi-head attention -> optional ESM
+    concatenation -> attentive pooling (or mean) -> optional EGNN features."""
+    import torch
+
+    try:
+        idx = [CATPRED_AA[a] for a in sequence]
+    except KeyError as exc:
+        raise BatchError(f"seq {seq_id}: residue {exc.args[0]} has no CatPred index") from exc
+    seq_arr = torch.as_tensor(idx, device=device, dtype=torch.long).unsqueeze(0)
+    feats = esm_feature.to(device).unsqueeze(0)
+    n = min(seq_arr.shape[1], feats.shape[1])
+    seq_arr, feats = seq_arr[:, :n], feats[:, :n]
+    outs = model.seq_embedder(seq_arr)
+    q = model.rotary_embedder.rotate_queries_or_keys(outs, seq_dim=1)
+    k = model.rotary_embedder.rotate_queries_or_keys(outs, seq_dim=1)
+    outs, _ = model.multihead_attn(q, k, outs)
+    if model.args.add_esm_feats:
+        outs = torch.cat([feats, outs], dim=-1)
+    if not model.args.skip_attentive_pooling:
+        pooled, _ = model.attentive_pooler(outs)
+    else:
+        pooled = outs.mean(dim=1)
+    if getattr(model.args, "add_pretrained_egnn_feats", False):
+        table = model.pretrained_egnn_feats_dict
+        extra = table[seq_id] if seq_id in table else model.pretrained_egnn_feats_avg
+        pooled = torch.cat([pooled, extra.to(device).unsqueeze(0)], dim=-1)
+    return pooled.squeeze(0).detach().cpu()
+
+
+class MethodEEmbedKcat(MethodEEmbed):
+    key = "methode_embed_kcat"
+    parameter = "kcat"
+
+
+class MethodEEmbedKm(MethodEEmbed):
+    key = "methode_embed_km"
+    parameter = "km"
+
+
+STEPS: dict[str, Callable[[], Step]] = {
+    c.key: c
+    for c in (
+        ProtT5Mean,
+        MethodAT5Full,
+        MethodAESM2Layers,
+        MethodAESMCLayers,
+        MethodDESM1b,
+        MethodFESM1v,
+        MethodEEmbedKcat,
+        MethodEEmbedKm,
+        MethodGESM2,
+        MethodHESM2LastMean,
+        MethodIProtT5Residues,
+    )
+}
+# Deprecated keys kinflow maps to methoda_t5_full (WIRE §10.4).
+STEPS["methoda_bindsites"] = MethodAT5Full
+STEPS["methoda_prott5_layers"] = MethodAT5Full

@@ -1,0 +1,45 @@
+"""Stand-in CatPred model and checkpoint loader."""
+
+from argparse import Namespace
+
+import torch
+from torch import nn
+
+DIM = 8
+
+
+class Rotary(nn.Module):
+    def rotate_queries_or_keys(self, x, seq_dim=1):
+        pos = torch.arange(x.shape[seq_dim], dtype=x.dtype, device=x.device)[None, :, None]
+        return x * torch.cos(pos / 10.0) + torch.roll(x, 1, dims=-1) * torch.sin(pos / 10.0)
+
+
+class AttentivePooler(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.score = nn.Linear(dim, 1)
+
+    def forward(self, x):
+        w = torch.softmax(self.score(x), dim=1)
+        return (x * w).sum(dim=1), w
+
+
+class StandInCatPred(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.args = Namespace(add_esm_feats=True, skip_attentive_pooling=False, add_pretrained_egnn_feats=False)
+        self.seq_embedder = nn.Embedding(20, DIM)
+        self.rotary_embedder = Rotary()
+        self.multihead_attn = nn.MultiheadAttention(DIM, 2, batch_first=True)
+        self.attentive_pooler = AttentivePooler(DIM + 4)
+
+
+def make_checkpoint(path, seed):
+    torch.manual_seed(seed)
+    torch.save(StandInCatPred().state_dict(), path)
+
+
+def load_checkpoint(path, device=None):
+    m = StandInCatPred()
+    m.load_state_dict(torch.load(path, map_location="cpu"))
+    return m.to(device or "cpu")
