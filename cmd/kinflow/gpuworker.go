@@ -20,6 +20,7 @@ import (
 func runGPUWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("gpu-worker", stderr)
 	envFile := fs.String("env-file", os.Getenv("KINFLOW_GPU_ENV_FILE"), "the GPU host's environment file (KINFLOW_GPU_ENV_FILE)")
+	check := fs.Bool("check", false, "start each configured step program, embed one sequence into a scratch folder, check its files, and exit (no Temporal needed)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -47,6 +48,24 @@ func runGPUWorker(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return fmt.Errorf("GPU env file: %w", err)
 	}
 	log := newLogger(cfg, stderr, "gpu-worker")
+	if *check {
+		fmt.Fprintf(stdout, "kinflow gpu-worker --check: executor %s\n", cfg.StepExecutor)
+		res, err := embedjob.Check(ctx, cfg, st, log, stdout)
+		if err != nil {
+			return err
+		}
+		failed := 0
+		for _, r := range res {
+			if !r.OK {
+				failed++
+			}
+		}
+		if failed > 0 {
+			return fmt.Errorf("%d of %d step(s) failed the check", failed, len(res))
+		}
+		fmt.Fprintf(stdout, "%d step(s) ok\n", len(res))
+		return nil
+	}
 	tc, err := dialTemporal(ctx, cfg, log)
 	if err != nil {
 		return err
