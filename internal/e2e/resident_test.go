@@ -49,7 +49,6 @@ func alive(pid int) bool {
 	return len(f) > 2 && f[2] != "Z"
 }
 
-
 // waitGone waits until none of pids is alive.
 func waitGone(t *testing.T, pids []int, timeout time.Duration, what string) {
 	t.Helper()

@@ -112,17 +112,21 @@ func newStack(t testing.TB, env map[string]string, roleEnv map[string]map[string
 	return s
 }
 
-func (s *stack) start(role string) {
+func (s *stack) start(role string) { s.startAs(role, role) }
+
+// startAs starts the kinflow role as the process name (its s.roles entry,
+// log and kill9 handle), so that a stack can run two of one role.
+func (s *stack) startAs(name, role string) {
 	s.t.Helper()
 	cmd := exec.Command(kinflowBin, role)
 	cmd.Env = os.Environ()
 	for k, v := range s.env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	for k, v := range s.roles[role] {
+	for k, v := range s.roles[name] {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	logPath := filepath.Join(s.t.TempDir(), role+".log")
+	logPath := filepath.Join(s.t.TempDir(), name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
 		s.t.Fatal(err)
@@ -130,11 +134,11 @@ func (s *stack) start(role string) {
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("start %s: %v", role, err)
+		s.t.Fatalf("start %s: %v", name, err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
-	s.procs[role], s.logs[role], s.exited[role] = cmd, logPath, done
+	s.procs[name], s.logs[name], s.exited[name] = cmd, logPath, done
 }
 
 // kill9 kills a role with SIGKILL and waits for it to die.

@@ -1,0 +1,169 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// simModel is a step program that simulates a model (issue 12's
+// benchmark): it sleeps LOAD seconds before it is ready, then PER_1K
+// seconds per 1,000 tokens (residues + 2) of each batch, and writes each
+// missing output as a float32 NPY vector. It speaks both contracts:
+// `sim_model.py --serve` (resident) and `sim_model.py MANIFEST` (one-shot).
+const simModel = `
+import json, os, sys, time
+import numpy as np
+
+LOAD = float(os.environ.get("SIM_LOAD_SECONDS", "5"))
+PER_1K = float(os.environ.get("SIM_SECONDS_PER_1K_TOKENS", "0.04"))
+
+def run(m):
+    toks = sum(len(s["sequence"]) + 2 for s in m["seqs"])
+    time.sleep(PER_1K * toks / 1000.0)
+    for s in m["seqs"]:
+        for p in s["missing_outputs"]:
+            d = os.path.dirname(p)
+            os.makedirs(d, exist_ok=True)
+            tmp = os.path.join(d, "." + os.path.basename(p) + ".tmp.npy")
+            np.save(tmp, np.zeros(1280, dtype=np.float32))
+            os.replace(tmp, p)
+
+time.sleep(LOAD)
+if sys.argv[1] == "--serve":
+    print(json.dumps({"ready": True, "model": "sim"}), flush=True)
+    for line in sys.stdin:
+        m = json.loads(line)
+        run(m)
+        print(json.dumps({"batch": m["batch"], "status": "done"}), flush=True)
+else:
+    with open(sys.argv[1]) as f:
+        run(json.load(f))
+`
+
+// simEnv writes the simulated model and a GPU env file running it for
+// methodh_esm2_last_mean, resident or one-shot.
+func simEnv(tb testing.TB, resident bool, load, per1k float64) string {
+	tb.Helper()
+	dir := tb.TempDir()
+	prog := filepath.Join(dir, "sim_model.py")
+	if err := os.WriteFile(prog, []byte(simModel), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	p := filepath.Join(dir, "gpu.env")
+	line := "GPU_EMBED_STEP_CMD_METHODH_ESM2_LAST_MEAN=/usr/bin/python3 " + prog + " {manifest_file}"
+	if resident {
+		line = "GPU_EMBED_STEP_SERVER_METHODH_ESM2_LAST_MEAN=/usr/bin/python3 " + prog + " --serve"
+	}
+	body := fmt.Sprintf("%s\nSIM_LOAD_SECONDS=%g\nSIM_SECONDS_PER_1K_TOKENS=%g\n", line, load, per1k)
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// benchEnvFloat reads a float knob of the resident benchmark.
+func benchEnvFloat(key string, def float64) float64 {
+	if v, err := strconv.ParseFloat(os.Getenv(key), 64); err == nil {
+		return v
+	}
+	return def
+}
+
+// benchEnvInt reads an int knob of the resident benchmark.
+func benchEnvInt(key string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(key)); err == nil {
+		return v
+	}
+	return def
+}
+
+// runMethodH submits one method H job of n sequences of 300 residues and
+// returns its time from submission to Completed.
+func (s *stack) runMethodH(tb testing.TB, n int) time.Duration {
+	tb.Helper()
+	input := csvRows(randSeed(), n, 300)
+	start := time.Now()
+	id := s.submit(input, []string{"kcat"}, map[string]string{"kcat": "H"})
+	st := s.waitDone(id, 3*time.Hour)
+	if st.Status != "Completed" {
+		tb.Fatalf("job: %s %s", st.Status, st.Error)
+	}
+	if r := st.reasons(); r[len(r)-1] != "done" {
+		tb.Fatalf("events %v: the GPU host did not compute the job", r)
+	}
+	return time.Since(start)
+}
+
+// idealTime is one load plus the summed batch time of n sequences of 300
+// residues at per1k seconds per 1,000 tokens.
+func idealTime(n int, load, per1k float64) float64 { return load + per1k*float64(n*302)/1000 }
+
+// BenchmarkResidentVsOneShot (issue 12): a simulated model (5 s to load,
+// 40 ms per 1,000 tokens) computes method H's step for 2,000 sequences of
+// 300 residues, once as a resident server and once as a one-shot program per
+// batch; then a second job of new sequences on the warm server. Reports job
+// times and their ratio to one load plus the summed batch time. Knobs:
+// KINFLOW_BENCH_SEQS (2000), KINFLOW_BENCH_ONESHOT_SEQS (the same; the
+// one-shot road pays a load per batch), SIM_LOAD_SECONDS, SIM_SECONDS_PER_1K_TOKENS.
+// Run: go test ./internal/e2e -run '^$' -bench ResidentVsOneShot -benchtime 1x -timeout 60m
+func BenchmarkResidentVsOneShot(b *testing.B) {
+	n := benchEnvInt("KINFLOW_BENCH_SEQS", 2000)
+	nOne := benchEnvInt("KINFLOW_BENCH_ONESHOT_SEQS", n)
+	load, per1k := benchEnvFloat("SIM_LOAD_SECONDS", 5), benchEnvFloat("SIM_SECONDS_PER_1K_TOKENS", 0.04)
+	common := map[string]string{"GPU_EMBED_JOB_TIMEOUT_SECONDS": "10800", "KINFLOW_HEARTBEAT_TIMEOUT_SECONDS": "120"}
+	for i := 0; i < b.N; i++ {
+		res := newStack(b, common, map[string]map[string]string{"gpu-worker": {"KINFLOW_GPU_ENV_FILE": simEnv(b, true, load, per1k), "KINFLOW_STEP_EXECUTOR": "command"}})
+		tRes := res.runMethodH(b, n)
+		tWarm := res.runMethodH(b, n)
+		res.stop()
+		one := newStack(b, common, map[string]map[string]string{"gpu-worker": {"KINFLOW_GPU_ENV_FILE": simEnv(b, false, load, per1k), "KINFLOW_STEP_EXECUTOR": "command"}})
+		tOne := one.runMethodH(b, nOne)
+		one.stop()
+		b.ReportMetric(tRes.Seconds(), "resident-s")
+		b.ReportMetric(tRes.Seconds()/idealTime(n, load, per1k), "resident/ideal")
+		b.ReportMetric(tWarm.Seconds(), "warm-second-job-s")
+		b.ReportMetric(tWarm.Seconds()/idealTime(n, 0, per1k), "warm/batch-time")
+		b.ReportMetric(tOne.Seconds(), "oneshot-s")
+		b.ReportMetric(tOne.Seconds()/idealTime(nOne, load, per1k), "oneshot/ideal")
+	}
+}
+
+// BenchmarkTwoGPUHosts (issue 12): one method H job of 4,000 sequences
+// (shards of KINFLOW_STEP_SHARD_SEQS, default 500) on one GPU host, then on
+// two GPU hosts serving the same queue, both running the simulated model as
+// a resident server. Reports both times and their ratio (goal ≤ 0.6).
+// Run: go test ./internal/e2e -run '^$' -bench TwoGPUHosts -benchtime 1x -timeout 60m
+func BenchmarkTwoGPUHosts(b *testing.B) {
+	n := benchEnvInt("KINFLOW_BENCH_SEQS", 4000)
+	load, per1k := benchEnvFloat("SIM_LOAD_SECONDS", 5), benchEnvFloat("SIM_SECONDS_PER_1K_TOKENS", 0.04)
+	common := map[string]string{"GPU_EMBED_JOB_TIMEOUT_SECONDS": "10800", "KINFLOW_HEARTBEAT_TIMEOUT_SECONDS": "120"}
+	for i := 0; i < b.N; i++ {
+		gpu := map[string]string{"KINFLOW_GPU_ENV_FILE": simEnv(b, true, load, per1k), "KINFLOW_STEP_EXECUTOR": "command"}
+		s1 := newStack(b, common, map[string]map[string]string{"gpu-worker": gpu})
+		t1 := s1.runMethodH(b, n)
+		s1.stop()
+		s2 := newStack(b, common, map[string]map[string]string{"gpu-worker": gpu})
+		s2.startSecondGPUHost(b)
+		t2 := s2.runMethodH(b, n)
+		s2.stop()
+		b.ReportMetric(t1.Seconds(), "one-host-s")
+		b.ReportMetric(t2.Seconds(), "two-hosts-s")
+		b.ReportMetric(t2.Seconds()/t1.Seconds(), "two/one")
+	}
+}
+
+// startSecondGPUHost starts another gpu-worker on the stack's GPU queue,
+// with its own HTTP port.
+func (s *stack) startSecondGPUHost(tb testing.TB) {
+	tb.Helper()
+	env := map[string]string{"KINFLOW_GPU_LISTEN": freeAddr(tb)}
+	for k, v := range s.roles["gpu-worker"] {
+		env[k] = v
+	}
+	s.roles["gpu-worker-2"] = env
+	s.startAs("gpu-worker-2", "gpu-worker")
+}
