@@ -29,11 +29,16 @@ func stepsPython(t *testing.T) string {
 // folder and returns the env lines that point the step programs at them.
 func tinyModels(t *testing.T, py string) []string {
 	t.Helper()
-	out, err := exec.Command(py, filepath.Join(testenv.RepoRoot(), "steps", "tests", "make_tiny_models.py"), filepath.Join(t.TempDir(), "models")).CombinedOutput()
+	envPath := filepath.Join(t.TempDir(), "models.env")
+	out, err := exec.Command(py, filepath.Join(testenv.RepoRoot(), "steps", "tests", "make_tiny_models.py"), filepath.Join(t.TempDir(), "models"), "--env-file", envPath).CombinedOutput()
 	if err != nil {
 		t.Fatalf("make_tiny_models: %v\n%s", err, out)
 	}
-	return strings.Split(strings.TrimSpace(string(out)), "\n")
+	data, err := os.ReadFile(envPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSpace(string(data)), "\n")
 }
 
 // TestRealStepServersThroughTheGPUHost runs kinflow's own step programs

@@ -160,7 +160,7 @@ func TestGPUWorkerKilledMidShard(t *testing.T) {
 		}
 	}
 	log, _ := os.ReadFile(s.logs["gpu-worker"])
-	if !strings.Contains(string(log), "shard=") {
+	if !strings.Contains(string(log), `"shard":"`) {
 		t.Errorf("the restarted GPU host's log names no shard")
 	}
 }
