@@ -16,6 +16,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/input"
 	"github.com/kinflow/kinflow/internal/store"
 )
@@ -243,7 +244,7 @@ func (s *Server) createJob(ctx context.Context, c *gin.Context, k *store.AuthKey
 		return "", err
 	}
 	rel := "jobs/" + id + "/input.csv"
-	if err := writeFileAtomic(s.mediaPath(rel), func(w io.Writer) error { return input.WriteCSV(w, sub.Table) }); err != nil {
+	if err := fsutil.WriteAtomic(s.mediaPath(rel), 0o644, func(w io.Writer) error { return input.WriteCSV(w, sub.Table) }); err != nil {
 		return "", fmt.Errorf("write input of job %s: %w", id, err)
 	}
 	o := sub.Options
@@ -276,38 +277,6 @@ func (s *Server) createJob(ctx context.Context, c *gin.Context, k *store.AuthKey
 		s.log.Warn("apiuser.touch_failed", "request_id", c.GetString(requestIDKey), "error", err)
 	}
 	return id, nil
-}
-
-// writeFileAtomic writes path through a temporary file in the same folder,
-// synced and renamed, so a reader never sees a partial file.
-func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(f.Name())
-		}
-	}()
-	if err = write(f); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Chmod(f.Name(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }
 
 // validate answers POST /validate/: the §4.6 report of the table. No quota

@@ -401,8 +401,9 @@ func TestSeqIDsThatEscapeTheRoot(t *testing.T) {
 		if _, err := ComputeStep(ctx, l, methods.StepProtT5Mean, []string{bad}, m, nil); err == nil {
 			t.Errorf("ComputeStep accepted %q", bad)
 		}
-		if _, err := WriteFileAtomic(l.SequenceInfo(), bad, ".npy", []byte("x")); err == nil {
-			t.Errorf("WriteFileAtomic accepted %q", bad)
+		if tmp, err := writeArtefactTemp(l.SequenceInfo(), bad, ".npy", []byte("x"), true); err == nil {
+			tmp.Discard()
+			t.Errorf("writeArtefactTemp accepted %q", bad)
 		}
 		if _, err := AppendBindingSites(l.BindingSiteTable(), []BindingSiteRow{{SeqID: bad}}); err == nil {
 			t.Errorf("AppendBindingSites accepted %q", bad)

@@ -5,10 +5,10 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"unicode/utf8"
 
+	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/methods"
 )
 
@@ -150,7 +150,7 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 	type staged struct {
 		fi   int
 		sid  string
-		tmp  tempArtefact
+		tmp  fsutil.Temp
 		size int
 	}
 	var chunk []staged
@@ -161,16 +161,16 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 		synced := map[string]bool{}
 		for _, c := range chunk {
 			if d := dirs[c.fi]; !synced[d] {
-				if err := syncFS(d); err != nil {
+				if err := fsutil.SyncFS(d); err != nil {
 					return err
 				}
 				synced[d] = true
 			}
 		}
 		for i, c := range chunk {
-			if err := c.tmp.commit(); err != nil {
+			if err := c.tmp.Commit(); err != nil {
 				for _, rest := range chunk[i+1:] {
-					_ = os.Remove(rest.tmp.tmp)
+					rest.tmp.Discard()
 				}
 				chunk = nil
 				return fmt.Errorf("step %s: %w", spec.Key, err)
@@ -178,7 +178,7 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 			written++
 			pending[c.fi] = append(pending[c.fi], Commit{SeqID: c.sid, Suffix: spec.Families[c.fi].Suffix(), Bytes: int64(c.size), Synthetic: true})
 			if onFile != nil {
-				onFile(c.tmp.final)
+				onFile(c.tmp.Final)
 			}
 			if err := ctx.Err(); err != nil {
 				// Stop at the cancellation: the rest of the chunk is dropped
@@ -199,7 +199,7 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 	}
 	defer func() {
 		for _, c := range chunk {
-			_ = os.Remove(c.tmp.tmp)
+			c.tmp.Discard()
 		}
 	}()
 	for i, sid := range ids {
@@ -214,7 +214,7 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 			if err != nil {
 				return written, fmt.Errorf("step %s: %w", spec.Key, err)
 			}
-			t, err := writeTemp(dirs[fi], sid, f.Suffix(), data, false)
+			t, err := writeArtefactTemp(dirs[fi], sid, f.Suffix(), data, false)
 			if err != nil {
 				return written, fmt.Errorf("step %s: %w", spec.Key, err)
 			}
