@@ -9,14 +9,15 @@
 // writes files atomically, so a retry after a crash never double-counts.
 package activities
 
-// Error types that retrying cannot fix; the workflow fails the job at once
-// with their message.
+// Error types of the CPU activities. The first four are errors that
+// retrying cannot fix: the workflow fails the job at once with their
+// message. ErrPlan is BuildPlan's failure, retried by the activity's policy.
 const (
 	ErrInvalidInput  = "InvalidInput"
 	ErrUnknownMethod = "UnknownMethod"
 	ErrJobNotFound   = "JobNotFound"
-	ErrEmbedding     = "EmbeddingFailed"
 	ErrPrediction    = "PredictionFailed"
+	ErrPlan          = "PlanFailed"
 )
 
 // JobRef names a job.

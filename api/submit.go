@@ -18,6 +18,7 @@ import (
 
 	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/input"
+	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/store"
 )
 
@@ -171,7 +172,7 @@ func (s *Server) submit(c *gin.Context) {
 		s.inputError(c, err)
 		return
 	}
-	sub, err := input.ValidateSubmit(input.FromMethods(s.cat), raw, func() (*input.Table, error) { return s.loadTable(b) })
+	sub, err := input.ValidateSubmit(s.cat, raw, func() (*input.Table, error) { return s.loadTable(b) })
 	if err != nil {
 		s.inputError(c, err)
 		return
@@ -253,7 +254,7 @@ func (s *Server) createJob(ctx context.Context, c *gin.Context, k *store.AuthKey
 	ip := s.callerIP(c)
 	job := &store.Job{ID: id, KeyID: k.ID, IPAddress: ip, Status: store.JobPending,
 		PredictionType: strings.Join(o.Targets, "+"), Targets: string(targets), Methods: string(meths),
-		KcatMethod: o.Methods[input.TargetKcat], KmMethod: o.Methods[input.TargetKm], KcatKmMethod: o.Methods[input.TargetKcatKm],
+		KcatMethod: o.Methods[string(methods.Kcat)], KmMethod: o.Methods[string(methods.Km)], KcatKmMethod: o.Methods[string(methods.KcatKm)],
 		HandleLongSequences: o.HandleLongSequences, CanonicalizeSubstrates: o.CanonicalizeSubstrates,
 		IncludeSimilarityColumns: o.IncludeSimilarityColumns, UseExperimental: o.UseExperimental,
 		DisableGPUPrecompute: o.DisableGPUPrecompute, RequestedRows: len(sub.Table.Rows),
@@ -297,7 +298,7 @@ func (s *Server) validate(c *gin.Context) {
 		s.inputError(c, err)
 		return
 	}
-	rep, err := input.Validate(c.Request.Context(), input.FromMethods(s.cat), s.chem, t, sim)
+	rep, err := input.Validate(c.Request.Context(), s.cat, s.chem, t, sim)
 	if err != nil {
 		s.inputError(c, err)
 		return

@@ -13,9 +13,9 @@ import (
 	"github.com/kinflow/kinflow/internal/methods"
 )
 
-func catalogue(t testing.TB) Catalogue {
+func catalogue(t testing.TB) *methods.Catalogue {
 	t.Helper()
-	return FromMethods(methods.Default())
+	return methods.Default()
 }
 
 func mustCSV(t *testing.T, s string) *Table {
@@ -388,7 +388,7 @@ func TestValidateReportShape(t *testing.T) {
 func TestValidateRows(t *testing.T) {
 	cat := catalogue(t)
 	chem := NewChemistry(nil, nil)
-	info := func(k string) MethodInfo { m, _ := cat.Method(k); return m }
+	info := func(k string) MethodInfo { m, _ := methodInfo(cat, k); return m }
 	tb := mustCSV(t, "Protein Sequence,Substrate,Substrates,Products\n"+
 		"MKV,CCO,CCO;O,O\n"+ // ok everywhere
 		",CCO,C,O\n"+ // empty sequence (difference 9)

@@ -3,6 +3,8 @@ package input
 import (
 	"sort"
 	"unicode/utf8"
+
+	"github.com/kinflow/kinflow/internal/methods"
 )
 
 // AminoAcids is the residue alphabet every engine accepts (§4.2): the 20
@@ -73,10 +75,10 @@ func EffectiveLimit(maxSeqLens ...int) int {
 }
 
 // JobLimit is EffectiveLimit over the methods selected in opts.
-func JobLimit(cat Catalogue, opts Options) int {
+func JobLimit(cat *methods.Catalogue, opts Options) int {
 	var lens []int
 	for _, t := range opts.Targets {
-		if m, ok := cat.Method(opts.Methods[t]); ok {
+		if m, ok := methodInfo(cat, opts.Methods[t]); ok {
 			lens = append(lens, m.MaxSeqLen)
 		}
 	}
