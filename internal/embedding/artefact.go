@@ -183,27 +183,6 @@ func unixFloat(t time.Time) json.Number {
 	return json.Number(fmt.Sprintf("%d.%06d", t.Unix(), t.Nanosecond()/1000))
 }
 
-// RemoveArtefacts deletes sid's files of family dir (ephemeral cleanup) and
-// their manifest entries, so no stale entry claims them (the reference's
-// method F bug, WIRE §12.23). Missing files are not an error.
-func RemoveArtefacts(dir, suffix string, sids []string) error {
-	var removed []string
-	for _, sid := range sids {
-		if !ValidSeqID(sid) {
-			return fmt.Errorf("remove artefact: invalid seq id %q", sid)
-		}
-		err := os.Remove(filepath.Join(dir, sid+suffix))
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("remove artefact: %w", err)
-		}
-		removed = append(removed, sid)
-	}
-	if _, err := os.Stat(filepath.Join(dir, ManifestName)); err != nil {
-		return nil
-	}
-	return MergeManifest(dir, nil, removed)
-}
-
 // isTempName reports whether a directory entry is a writer's temp file or
 // lock (hidden names); such files are never artefacts.
 func isTempName(name string) bool { return strings.HasPrefix(name, ".") }

@@ -311,7 +311,9 @@ func TestCheckEmptiness(t *testing.T) {
 
 func TestLongSequences(t *testing.T) {
 	cat := catalogue(t)
-	if l := JobLimit(cat, Options{Targets: []string{"kcat", "Km"}, Methods: map[string]string{"kcat": "E", "Km": "J"}}); l != 500 {
+	e, _ := methodInfo(cat, "E")
+	j, _ := methodInfo(cat, "J")
+	if l := EffectiveLimit(e.MaxSeqLen, j.MaxSeqLen); l != 500 {
 		t.Fatalf("limit %d", l)
 	}
 	if EffectiveLimit() != 10000 || EffectiveLimit(0, 20000) != 10000 || EffectiveLimit(1023, 0) != 1023 {

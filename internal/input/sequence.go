@@ -3,8 +3,6 @@ package input
 import (
 	"sort"
 	"unicode/utf8"
-
-	"github.com/kinflow/kinflow/internal/methods"
 )
 
 // AminoAcids is the residue alphabet every engine accepts (§4.2): the 20
@@ -72,17 +70,6 @@ func EffectiveLimit(maxSeqLens ...int) int {
 		}
 	}
 	return l
-}
-
-// JobLimit is EffectiveLimit over the methods selected in opts.
-func JobLimit(cat *methods.Catalogue, opts Options) int {
-	var lens []int
-	for _, t := range opts.Targets {
-		if m, ok := methodInfo(cat, opts.Methods[t]); ok {
-			lens = append(lens, m.MaxSeqLen)
-		}
-	}
-	return EffectiveLimit(lens...)
 }
 
 // TooLong reports whether seq is longer than limit (a strict >).
