@@ -293,7 +293,12 @@ func TestRDKitRestartAndConcurrency(t *testing.T) {
 	// after restarts it.
 	rd.mu.Lock()
 	_ = rd.proc.cmd.Process.Kill()
-	<-rd.proc.exited
+	select {
+	case <-rd.proc.exited:
+	case <-time.After(10 * time.Second):
+		rd.mu.Unlock()
+		t.Fatal("the killed helper was not reaped within 10s")
+	}
 	rd.mu.Unlock()
 	chem := NewChemistry(rd, nil)
 	v, err := chem.ValidMany(ctx, []string{"CCO", "C(C)(C)(C)(C)C"})
