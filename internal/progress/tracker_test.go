@@ -3,6 +3,7 @@ package progress
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,21 +12,23 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/kinflow/kinflow/internal/fsutil"
 )
 
-// commit writes path as the cache write protocol does: a hidden temp file in
-// the same folder, renamed to the final name.
+// commit writes path as the cache writers do (fsutil, WIRE §9.7): a hidden
+// temp file in the same folder, renamed to the final name. No fsync: the
+// tracker sees the same events without it.
 func commit(t testing.TB, path string) {
 	t.Helper()
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	tmp, err := fsutil.WriteTemp(path, 0o644, false, func(w io.Writer) error {
+		_, err := io.WriteString(w, "x")
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	tmp := filepath.Join(dir, "."+filepath.Base(path)+".tmp")
-	if err := os.WriteFile(tmp, []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := tmp.Commit(); err != nil {
 		t.Fatal(err)
 	}
 }
