@@ -1,11 +1,13 @@
 package activities
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/gpuhealth"
 	"github.com/kinflow/kinflow/internal/input"
 	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/metrics"
@@ -24,7 +26,7 @@ type Activities struct {
 	Chem *input.Chemistry
 	Log  *slog.Logger
 	// Health reads the GPU service's health through its TTL cache.
-	Health *HealthChecker
+	Health *gpuhealth.Checker
 	// Trackers are this worker's running progress trackers, one per job
 	// stage (reused by a retried TrackProgress); nil: one is made on first use.
 	Trackers *progress.Registry
@@ -47,5 +49,10 @@ func (a *Activities) trackers() *progress.Registry {
 
 // New builds the activities from their dependencies.
 func New(cfg *config.Config, st *store.Store, cat *methods.Catalogue, layout *embedding.Layout, log *slog.Logger) *Activities {
-	return &Activities{Config: cfg, Store: st, Catalogue: cat, Layout: layout, Chem: input.NewChemistry(nil, log), Log: log, Health: NewHealthChecker(cfg), Trackers: progress.NewRegistry()}
+	return &Activities{Config: cfg, Store: st, Catalogue: cat, Layout: layout, Chem: input.NewChemistry(nil, log), Log: log, Health: gpuhealth.New(cfg), Trackers: progress.NewRegistry()}
+}
+
+// GPUHealth is the workflow's reading of the GPU service's health.
+func (a *Activities) GPUHealth(ctx context.Context) (Health, error) {
+	return a.Health.Check(ctx), nil
 }

@@ -9,14 +9,17 @@
 // writes files atomically, so a retry after a crash never double-counts.
 package activities
 
-// Error types that retrying cannot fix; the workflow fails the job at once
-// with their message.
+import "github.com/kinflow/kinflow/internal/gpuhealth"
+
+// Error types of the CPU activities. The first four are errors that
+// retrying cannot fix: the workflow fails the job at once with their
+// message. ErrPlan is BuildPlan's failure, retried by the activity's policy.
 const (
 	ErrInvalidInput  = "InvalidInput"
 	ErrUnknownMethod = "UnknownMethod"
 	ErrJobNotFound   = "JobNotFound"
-	ErrEmbedding     = "EmbeddingFailed"
 	ErrPrediction    = "PredictionFailed"
+	ErrPlan          = "PlanFailed"
 )
 
 // JobRef names a job.
@@ -103,12 +106,9 @@ type PlanSummary struct {
 	PlanFile string `json:"plan_file"`
 }
 
-// Health is the GPU service's health as the backend sees it (WIRE §9.5).
-type Health struct {
-	Configured bool   `json:"configured"`
-	Online     bool   `json:"online"`
-	Reason     string `json:"reason"`
-}
+// Health is GPUHealth's result: the GPU service's health as the backend
+// sees it (WIRE §9.5), defined with its checker.
+type Health = gpuhealth.Health
 
 // Event is one gpuPrecompute transition of a stage (WIRE §2.5 fields).
 type Event struct {

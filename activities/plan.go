@@ -61,7 +61,7 @@ func (a *Activities) BuildPlan(ctx context.Context, in PlanInput) (PlanSummary, 
 		return PlanSummary{NoPlan: true}, nil
 	}
 	if err != nil {
-		return PlanSummary{}, temporal.NewApplicationErrorWithCause("plan_failed: "+err.Error(), "PlanFailed", err)
+		return PlanSummary{}, temporal.NewApplicationErrorWithCause("plan_failed: "+err.Error(), ErrPlan, err)
 	}
 
 	sum := PlanSummary{Profile: plan.Profile, Total: plan.Total, Cached: plan.CachedAlready, Need: plan.NeedComputation,

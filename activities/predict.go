@@ -4,20 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
-	"strconv"
-	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -26,7 +18,6 @@ import (
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/methods"
-	"github.com/kinflow/kinflow/internal/procio"
 )
 
 // stagePredictions is MEDIA/jobs/<id>/work/stage-<i>/pred.json: one value
@@ -38,9 +29,6 @@ type stagePredictions struct {
 	Source    string `json:"source"`
 	Synthetic bool   `json:"synthetic"`
 }
-
-// Reasons the engines give (WIRE §3.2, verbatim).
-const reasonNoPrediction = "Prediction could not be made"
 
 // Predict runs the stage's method over its valid rows with the configured
 // engine and stores one value or skip reason per row.
@@ -97,7 +85,7 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 		for k, i := range valid {
 			out.Values[i] = vals[k]
 			if vals[k] == nil {
-				out.Reasons[i] = reasonNoPrediction
+				out.Reasons[i] = methods.ReasonNoPrediction
 			}
 			if r, ok := reasons[k]; ok {
 				out.Values[i], out.Reasons[i] = nil, r
@@ -208,109 +196,29 @@ func (a *Activities) checkArtefacts(ref StageRef) error {
 	return nil
 }
 
-// engineInput is the generic engine's input file (WIRE §4.7).
-type engineInput struct {
-	Method   string              `json:"method"`
-	Target   string              `json:"target"`
-	PublicID string              `json:"public_id"`
-	Rows     []map[string]string `json:"rows"`
-	Params   map[string]any      `json:"params"`
-}
-
-var progressLine = regexp.MustCompile(`^Progress: (\d+)/(\d+)`)
-
-// unsafeFileChars are the runs of characters replaced by "_" when a method
-// key names an engine file (WIRE §4.7).
-var unsafeFileChars = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
-
-// predictCommand runs the method's own program with its file contract
-// (WIRE §4.7 for the generic engine, §7.3 for the dedicated ones): an input
-// file of the valid rows, an output file of predictions, `Progress: x/y`
-// lines on stdout, stdout and stderr kept in the stage's engine.log. It is
-// killed on cancellation or timeout.
+// predictCommand runs the method's own program with the command engine
+// (methods.RunCommand) over the stage's valid rows: heartbeats while it
+// runs, its progress stored on the stage, its failures reported as
+// non-retryable PredictionFailed errors.
 func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonicalize bool, d *methods.Descriptor, sr stageRows, valid []int, dir string) ([]*float64, map[int]string, error) {
-	if d.Command == nil {
-		return nil, nil, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("%s has no command configured (KINFLOW_PREDICTION_ENGINE=command needs one in KINFLOW_METHODS_FILE)", d.DisplayName), ErrPrediction, nil)
+	rows := make([]methods.EngineRow, len(valid))
+	for k, i := range valid {
+		rows[k] = methods.EngineRow{Seq: sr.Rows[i].Seq, Kwargs: sr.Rows[i].Kwargs}
 	}
-	run, err := a.writeEngineInput(ctx, ref.JobID, canonicalize, d, sr, valid, dir)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer os.Remove(run.in)
-	defer os.Remove(run.out)
-	// An output left by an attempt that died before reading it must not
-	// pass for this run's.
-	if err := os.Remove(run.out); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, nil, err
-	}
-
-	vars := map[string]string{
-		"python": d.Command.Python, "script": d.Command.Script, "input": run.in, "output": run.out,
-		"target": sr.Target, "job_id": ref.JobID, "media": a.Config.MediaRoot,
-		"sequence_info":           filepath.Join(a.Config.MediaRoot, "sequence_info"),
-		"methode_checkpoint_root": a.Config.MethodECheckpointRoot,
-		"methodj_cache_dir":       a.Config.MethodJCacheDir,
-		// kinflow's Cleanup deletes ephemeral artefacts once no running job
-		// needs them; a script deleting them itself could pull files from
-		// under another job.
-		"methodf_delete_embeddings": "0",
-	}
-	if kt := d.TargetKwargs[methods.Target(sr.Target)]["kinetics_type"]; kt != "" {
-		vars["kinetics_type"] = kt
-	}
-	for k, v := range run.vars {
-		vars[k] = v
-	}
-	for k, v := range d.Command.Paths {
-		vars[k] = v
-	}
-	argv := d.Command.Render(d.FileContract, vars)
-	if len(argv) == 0 {
-		return nil, nil, temporal.NewNonRetryableApplicationError(d.DisplayName+" has an empty command", ErrPrediction, nil)
-	}
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Dir = d.Command.WorkDir
-	cmd.Env = config.ChildEnv(os.Environ())
-	var unset []string
-	for _, ev := range d.EnvPaths {
-		v := renderVars(ev.Value, vars)
-		if m := unfilledPlaceholder.FindString(v); m != "" {
-			// A path the operator did not configure: leave the variable
-			// unset rather than hand the program a literal "{model_dir}".
-			unset = append(unset, fmt.Sprintf("%s not set: %s has no value (set it in command.paths)", ev.Name, m))
-			continue
-		}
-		cmd.Env = append(cmd.Env, ev.Name+"="+v)
-	}
-	for k, v := range d.Command.ExtraEnv {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	// Its own process group, so cancellation kills the whole tree.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
-
-	logf, err := os.OpenFile(filepath.Join(dir, "engine.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer logf.Close()
-	var logMu sync.Mutex
-	logLine := func(stream, line string) {
-		logMu.Lock()
-		defer logMu.Unlock()
-		fmt.Fprintf(logf, "%s [%s] %s\n", time.Now().UTC().Format("2006-01-02T15:04:05.000000Z"), stream, line)
-	}
-	// Writers, not pipes we read: Wait then returns when the program exits
-	// (plus at most WaitDelay), even if something it started holds its
-	// output open, and a line of any length cannot stall the program.
 	last := 0
 	var lastWrite time.Time
-	stdout := &procio.LineWriter{Line: func(line string) {
-		logLine("stdout", line)
-		if m := progressLine.FindStringSubmatch(line); m != nil {
-			done, _ := strconv.Atoi(m[1])
+	vals, reasons, err := methods.RunCommand(ctx, d, methods.CommandRequest{
+		JobID: ref.JobID, Target: sr.Target, Canonicalize: canonicalize, Rows: rows, Dir: dir,
+		Vars: map[string]string{
+			"media":                   a.Config.MediaRoot,
+			"sequence_info":           filepath.Join(a.Config.MediaRoot, "sequence_info"),
+			"methode_checkpoint_root": a.Config.MethodECheckpointRoot,
+			"methodj_cache_dir":       a.Config.MethodJCacheDir,
+		},
+		Env:       config.ChildEnv(os.Environ()),
+		Chem:      a.Chem,
+		Heartbeat: func() { activity.RecordHeartbeat(ctx) },
+		Progress: func(done int) {
 			activity.RecordHeartbeat(ctx, done)
 			// Progress is stored at most every half second, and only
 			// when it moves forward.
@@ -318,128 +226,11 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 				last, lastWrite = done, time.Now()
 				_ = a.Store.UpdateStage(context.WithoutCancel(ctx), ref.JobID, ref.StageIndex, map[string]any{"predictions_made": done})
 			}
-		}
-	}}
-	stderr := &procio.LineWriter{Line: func(line string) { logLine("stderr", line) }}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	for _, n := range append(run.notes, unset...) {
-		logLine("kinflow", n)
+		},
+	})
+	var ee *methods.EngineError
+	if errors.As(err, &ee) {
+		return nil, nil, temporal.NewNonRetryableApplicationError(ee.Msg, ErrPrediction, ee.Err)
 	}
-	logLine("kinflow", "$ "+strings.Join(argv, " "))
-	if err := cmd.Start(); err != nil {
-		return nil, nil, temporal.NewNonRetryableApplicationError(d.DisplayName+" could not be started: "+filepath.Base(argv[0]), ErrPrediction, err)
-	}
-	// Heartbeat while the program runs even if it prints nothing.
-	stopBeat := make(chan struct{})
-	go func() {
-		t := time.NewTicker(10 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-stopBeat:
-				return
-			case <-t.C:
-				activity.RecordHeartbeat(ctx)
-			}
-		}
-	}()
-	err = cmd.Wait()
-	close(stopBeat)
-	stdout.Flush()
-	stderr.Flush()
-	if errors.Is(err, exec.ErrWaitDelay) {
-		// The program exited cleanly; a process it left behind kept its
-		// output open and was cut off.
-		logLine("kinflow", "the program exited; output of processes it left behind was cut off")
-		err = nil
-	}
-	if ctx.Err() != nil {
-		return nil, nil, ctx.Err()
-	}
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && (ws.Signal() == syscall.SIGKILL || ws.ExitStatus() == 137) {
-				return nil, nil, temporal.NewNonRetryableApplicationError(d.DisplayName+" prediction terminated due to insufficient memory.", ErrPrediction, err)
-			}
-		}
-		return nil, nil, temporal.NewNonRetryableApplicationError(d.DisplayName+" prediction failed with an internal error (see the job's engine log).", ErrPrediction, err)
-	}
-	return readEngineResult(run, len(valid), d.DisplayName)
-}
-
-// unfilledPlaceholder finds a {name} left in a rendered env value.
-var unfilledPlaceholder = regexp.MustCompile(`\{[a-z0-9_]+\}`)
-
-// readEngineOutput parses the generic engine's output (WIRE §4.7): a bare list
-// or {"predictions", "invalid_indices", "invalid_reasons"}.
-func readEngineOutput(path string, n int, name string) ([]*float64, map[int]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, nil, temporal.NewNonRetryableApplicationError(name+" output file could not be read.", ErrPrediction, err)
-	}
-	defer f.Close()
-	raw, err := io.ReadAll(f)
-	if err != nil {
-		return nil, nil, temporal.NewNonRetryableApplicationError(name+" output file could not be read.", ErrPrediction, err)
-	}
-	var obj struct {
-		Predictions    []json.RawMessage `json:"predictions"`
-		InvalidIndices []int             `json:"invalid_indices"`
-		InvalidReasons map[string]string `json:"invalid_reasons"`
-	}
-	if err := json.Unmarshal(raw, &obj.Predictions); err != nil {
-		if err := json.Unmarshal(raw, &obj); err != nil {
-			return nil, nil, temporal.NewNonRetryableApplicationError(name+" output format is invalid.", ErrPrediction, err)
-		}
-	}
-	if len(obj.Predictions) != n {
-		return nil, nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s produced %d prediction(s) for %d valid input row(s).", name, len(obj.Predictions), n), ErrPrediction, nil)
-	}
-	vals := make([]*float64, n)
-	for i, p := range obj.Predictions {
-		vals[i] = parsePrediction(p)
-	}
-	reasons := map[int]string{}
-	for _, i := range obj.InvalidIndices {
-		if i >= 0 && i < n {
-			reasons[i] = reasonNoPrediction
-		}
-	}
-	for k, v := range obj.InvalidReasons {
-		if i, err := strconv.Atoi(k); err == nil && i >= 0 && i < n && strings.TrimSpace(v) != "" {
-			reasons[i] = v
-		}
-	}
-	return vals, reasons, nil
-}
-
-// parsePrediction reads one prediction; null, NaN, empty, "none" and "nan"
-// count as missing.
-func parsePrediction(raw json.RawMessage) *float64 {
-	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
-		return nil
-	}
-	var f float64
-	switch x := v.(type) {
-	case float64:
-		f = x
-	case string:
-		return parseCell(x)
-	default:
-		return nil
-	}
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return nil
-	}
-	return &f
-}
-
-// renderVars replaces {name} placeholders in s.
-func renderVars(s string, vars map[string]string) string {
-	for k, v := range vars {
-		s = strings.ReplaceAll(s, "{"+k+"}", v)
-	}
-	return s
+	return vals, reasons, err
 }

@@ -12,14 +12,12 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
-	"go.temporal.io/sdk/worker"
 
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/input"
@@ -289,7 +287,7 @@ func TestPredictGenericJSONContract(t *testing.T) {
 		if p.Reasons[4] == "" || p.Synthetic || p.Source != "Prediction from Method B" {
 			t.Errorf("row 5 reason %q, synthetic %v, source %q", p.Reasons[4], p.Synthetic, p.Source)
 		}
-		var in engineInput
+		var in methods.EngineInput
 		if err := json.Unmarshal([]byte(h.kept("B_input_jobjson01.json")), &in); err != nil {
 			t.Fatal(err)
 		}
@@ -330,7 +328,7 @@ func TestPredictSubstrateCSVContract(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantValues(t, p, "8", "5", "-: "+reasonNoPrediction, "6")
+		wantValues(t, p, "8", "5", "-: "+methods.ReasonNoPrediction, "6")
 		want := "Substrate SMILES,Protein Sequence\nCCO,MKTAYIAK\nO,MKTAY\nCCN,MKTAYIAKQRQ\nC1=CC=CC=C1,MKTAYI\n"
 		if got := h.kept("input_jobcsv01.csv"); got != want {
 			t.Errorf("C input\n%s\nwant\n%s", got, want)
@@ -339,7 +337,7 @@ func TestPredictSubstrateCSVContract(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantValues(t, p, "8.5", "5.5", "-: "+reasonNoPrediction, "6.5")
+		wantValues(t, p, "8.5", "5.5", "-: "+methods.ReasonNoPrediction, "6.5")
 		dir, _ := h.a.stageDir("jobcsv01", 1)
 		log, _ := os.ReadFile(filepath.Join(dir, "engine.log"))
 		if !strings.Contains(string(log), "substrates passed as given") || !strings.Contains(string(log), " KM\n") {
@@ -377,7 +375,7 @@ func TestPredictMethodAContract(t *testing.T) {
 		}
 		// Matched by (sequence, smiles); the row the program left out has
 		// no value.
-		wantValues(t, p, "8", "5", "11", "-: "+reasonNoPrediction)
+		wantValues(t, p, "8", "5", "11", "-: "+methods.ReasonNoPrediction)
 		var rows []map[string]string
 		if err := json.Unmarshal([]byte(h.kept("input_jobma01.csv")), &rows); err != nil {
 			t.Fatal(err)
@@ -389,7 +387,7 @@ func TestPredictMethodAContract(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantValues(t, p, "80.25", "50.25", "110.25", "-: "+reasonNoPrediction)
+		wantValues(t, p, "80.25", "50.25", "110.25", "-: "+methods.ReasonNoPrediction)
 		dir, _ := h.a.stageDir("jobma01", 1)
 		log, _ := os.ReadFile(filepath.Join(dir, "engine.log"))
 		if !strings.Contains(string(log), "--task KM --model_config A-H --save_results") {
@@ -467,118 +465,5 @@ func TestPredictCommandFailures(t *testing.T) {
 	log, _ := os.ReadFile(filepath.Join(gdir, "engine.log"))
 	if !strings.Contains(string(log), "[stderr] CUDA out of patience") {
 		t.Errorf("engine.log lacks the program's stderr:\n%s", log)
-	}
-}
-
-// sleepyEngine starts a grandchild and waits for ever, recording both pids.
-const sleepyEngine = `import os, subprocess, sys, time
-child = subprocess.Popen(["sleep", "300"])
-open(os.path.join(os.environ["KEEP_DIR"], "pids"), "w").write("%d %d" % (os.getpid(), child.pid))
-print("Progress: 0/4", flush=True)
-time.sleep(300)
-`
-
-// oneProgramHarness is a harness on SQLite whose method key runs body (a
-// Python program) with KEEP_DIR set to the returned folder.
-func oneProgramHarness(t *testing.T, key, body string) (*predictHarness, string) {
-	t.Helper()
-	dir := t.TempDir()
-	script := filepath.Join(dir, "program.py")
-	if err := os.WriteFile(script, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s := testenv.OpenStore(t, store.SQLite)
-	return newPredictHarness(t, s, nil, fmt.Sprintf(`  - key: %s
-    command: {python: %s, script: %s, extra_env: {KEEP_DIR: %s}}
-`, key, input.DefaultPython, script, dir)), dir
-}
-
-func TestPredictCancelKillsTheProgramTree(t *testing.T) {
-	h, dir := oneProgramHarness(t, "G", sleepyEngine)
-	h.submit("jobsleep01", map[string]string{"kcat": "G"}, true, fourRows)
-	// The worker's background context is the activity's parent: ending it
-	// is what cancellation or a timeout does to a running Predict.
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	var ts testsuite.WorkflowTestSuite
-	ts.SetLogger(tlog.NewStructuredLogger(slog.New(slog.DiscardHandler)))
-	h.env = ts.NewTestActivityEnvironment()
-	h.env.SetWorkerOptions(worker.Options{BackgroundActivityContext: ctx})
-	h.env.RegisterActivity(h.a)
-	start := time.Now()
-	_, err := h.predict("jobsleep01", 0)
-	if err == nil {
-		t.Fatal("a program that never ends finished")
-	}
-	if took := time.Since(start); took > 20*time.Second {
-		t.Errorf("Predict returned after %v", took)
-	}
-	raw, rerr := os.ReadFile(filepath.Join(dir, "pids"))
-	if rerr != nil {
-		t.Fatalf("the program never started: %v (Predict: %v)", rerr, err)
-	}
-	var pid, child int
-	if _, err := fmt.Sscanf(string(raw), "%d %d", &pid, &child); err != nil {
-		t.Fatal(err)
-	}
-	// Both the program and its own child are gone (killed as a group;
-	// reaped or zombie-free within a moment).
-	deadline := time.Now().Add(10 * time.Second)
-	for _, p := range []int{pid, child} {
-		for alive(p) {
-			if time.Now().After(deadline) {
-				t.Fatalf("process %d still runs after Predict was cancelled", p)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-}
-
-// alive reports a running (not zombie) process.
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	f := strings.Fields(string(b))
-	return len(f) > 2 && f[2] != "Z"
-}
-
-// leavingEngine answers, then exits leaving a process in its own session
-// that holds stdout open, out of reach of the group kill.
-const leavingEngine = `import json, os, subprocess, sys
-a = sys.argv[1:]
-inp, out = a[a.index("--input") + 1], a[a.index("--output") + 1]
-rows = json.load(open(inp))["rows"]
-child = subprocess.Popen(["sleep", "120"], start_new_session=True)
-open(os.path.join(os.environ["KEEP_DIR"], "pids"), "w").write("%d" % child.pid)
-json.dump([7] * len(rows), open(out, "w"))
-print("x" * (3 << 20))  # one 3 MiB line: it must not stall the program
-`
-
-func TestPredictDoesNotWaitForLeftoverProcesses(t *testing.T) {
-	h, dir := oneProgramHarness(t, "H", leavingEngine)
-	t.Cleanup(func() {
-		if raw, err := os.ReadFile(filepath.Join(dir, "pids")); err == nil {
-			var pid int
-			if _, err := fmt.Sscanf(string(raw), "%d", &pid); err == nil {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	})
-	h.submit("jobleave01", map[string]string{"kcat": "H"}, true, fourRows)
-	start := time.Now()
-	p, err := h.predict("jobleave01", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(start); took > 60*time.Second {
-		t.Errorf("Predict waited %v for a process the program left behind", took)
-	}
-	wantValues(t, p, "7", "7", "7", "7")
-	sdir, _ := h.a.stageDir("jobleave01", 0)
-	log, _ := os.ReadFile(filepath.Join(sdir, "engine.log"))
-	if !strings.Contains(string(log), "[stdout] "+strings.Repeat("x", 100)) || !strings.Contains(string(log), "cut off") {
-		t.Errorf("engine.log lacks the long line or the cut-off note (%d bytes)", len(log))
 	}
 }

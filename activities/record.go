@@ -13,7 +13,7 @@ const keepEvents = 20
 
 // RecordEvent stores one gpuPrecompute transition of a stage.
 func (a *Activities) RecordEvent(ctx context.Context, ev Event) error {
-	st, err := a.stageRow(ctx, ev.JobID, ev.StageIndex)
+	st, err := a.Store.Stage(ctx, ev.JobID, ev.StageIndex)
 	if err != nil {
 		return err
 	}
@@ -39,7 +39,7 @@ func (a *Activities) MarkStage(ctx context.Context, m StageMark) error {
 		cols["completed_at"] = now
 		// When the stage completes, an enabled embedding still pending or
 		// running becomes done (WIRE §2.3).
-		st, err := a.stageRow(ctx, m.JobID, m.StageIndex)
+		st, err := a.Store.Stage(ctx, m.JobID, m.StageIndex)
 		if err != nil {
 			return err
 		}
@@ -52,7 +52,7 @@ func (a *Activities) MarkStage(ctx context.Context, m StageMark) error {
 	}
 	if m.Status == "running" {
 		// A running mark after the first only updates the embedding state.
-		st, err := a.stageRow(ctx, m.JobID, m.StageIndex)
+		st, err := a.Store.Stage(ctx, m.JobID, m.StageIndex)
 		if err != nil {
 			return err
 		}
@@ -67,12 +67,4 @@ func (a *Activities) MarkStage(ctx context.Context, m StageMark) error {
 		}
 	}
 	return a.Store.UpdateStage(ctx, m.JobID, m.StageIndex, cols)
-}
-
-func (a *Activities) stageRow(ctx context.Context, jobID string, index int) (*store.JobStage, error) {
-	var st store.JobStage
-	if err := a.Store.DB.WithContext(ctx).Where("job_id = ? AND stage_index = ?", jobID, index).Take(&st).Error; err != nil {
-		return nil, err
-	}
-	return &st, nil
 }

@@ -32,7 +32,7 @@ func (a *Activities) TrackProgress(ctx context.Context, in TrackInput) error {
 		paths = append(paths, ps...)
 	}
 	log := a.Log.With("job_id", in.JobID, "stage", in.StageIndex, "step", "track")
-	if st, err := a.stageRow(ctx, in.JobID, in.StageIndex); err == nil {
+	if st, err := a.Store.Stage(ctx, in.JobID, in.StageIndex); err == nil {
 		log = log.With("method", st.MethodKey, "target", st.Target)
 	}
 	opts := progress.Options{

@@ -16,7 +16,9 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/input"
+	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/store"
 )
 
@@ -170,7 +172,7 @@ func (s *Server) submit(c *gin.Context) {
 		s.inputError(c, err)
 		return
 	}
-	sub, err := input.ValidateSubmit(input.FromMethods(s.cat), raw, func() (*input.Table, error) { return s.loadTable(b) })
+	sub, err := input.ValidateSubmit(s.cat, raw, func() (*input.Table, error) { return s.loadTable(b) })
 	if err != nil {
 		s.inputError(c, err)
 		return
@@ -243,7 +245,7 @@ func (s *Server) createJob(ctx context.Context, c *gin.Context, k *store.AuthKey
 		return "", err
 	}
 	rel := "jobs/" + id + "/input.csv"
-	if err := writeFileAtomic(s.mediaPath(rel), func(w io.Writer) error { return input.WriteCSV(w, sub.Table) }); err != nil {
+	if err := fsutil.WriteAtomic(s.mediaPath(rel), 0o644, func(w io.Writer) error { return input.WriteCSV(w, sub.Table) }); err != nil {
 		return "", fmt.Errorf("write input of job %s: %w", id, err)
 	}
 	o := sub.Options
@@ -252,7 +254,7 @@ func (s *Server) createJob(ctx context.Context, c *gin.Context, k *store.AuthKey
 	ip := s.callerIP(c)
 	job := &store.Job{ID: id, KeyID: k.ID, IPAddress: ip, Status: store.JobPending,
 		PredictionType: strings.Join(o.Targets, "+"), Targets: string(targets), Methods: string(meths),
-		KcatMethod: o.Methods[input.TargetKcat], KmMethod: o.Methods[input.TargetKm], KcatKmMethod: o.Methods[input.TargetKcatKm],
+		KcatMethod: o.Methods[string(methods.Kcat)], KmMethod: o.Methods[string(methods.Km)], KcatKmMethod: o.Methods[string(methods.KcatKm)],
 		HandleLongSequences: o.HandleLongSequences, CanonicalizeSubstrates: o.CanonicalizeSubstrates,
 		IncludeSimilarityColumns: o.IncludeSimilarityColumns, UseExperimental: o.UseExperimental,
 		DisableGPUPrecompute: o.DisableGPUPrecompute, RequestedRows: len(sub.Table.Rows),
@@ -278,38 +280,6 @@ func (s *Server) createJob(ctx context.Context, c *gin.Context, k *store.AuthKey
 	return id, nil
 }
 
-// writeFileAtomic writes path through a temporary file in the same folder,
-// synced and renamed, so a reader never sees a partial file.
-func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(f.Name())
-		}
-	}()
-	if err = write(f); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Chmod(f.Name(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
-}
-
 // validate answers POST /validate/: the §4.6 report of the table. No quota
 // is used and nothing is stored.
 func (s *Server) validate(c *gin.Context) {
@@ -328,7 +298,7 @@ func (s *Server) validate(c *gin.Context) {
 		s.inputError(c, err)
 		return
 	}
-	rep, err := input.Validate(c.Request.Context(), input.FromMethods(s.cat), s.chem, t, sim)
+	rep, err := input.Validate(c.Request.Context(), s.cat, s.chem, t, sim)
 	if err != nil {
 		s.inputError(c, err)
 		return

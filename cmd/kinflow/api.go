@@ -9,9 +9,9 @@ import (
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/kinflow/kinflow/activities"
 	"github.com/kinflow/kinflow/api"
 	"github.com/kinflow/kinflow/internal/config"
+	"github.com/kinflow/kinflow/internal/gpuhealth"
 	"github.com/kinflow/kinflow/internal/input"
 	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/metrics"
@@ -62,7 +62,7 @@ func newAPIServer(cfg *config.Config, st *store.Store, tc client.Client, log *sl
 		Log:       log,
 		Catalogue: cat,
 		Jobs:      workflows.Starter{Client: tc, TaskQueue: cfg.CPUTaskQueue, Summary: jobSummary(st)},
-		GPU:       activities.NewHealthChecker(cfg),
+		GPU:       gpuhealth.New(cfg),
 		Chemistry: newChemistry(log),
 		Metrics:   m,
 		TemporalHealth: func(ctx context.Context) error {

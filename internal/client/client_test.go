@@ -181,14 +181,30 @@ func TestMethodsValidateSubmitStatusResult(t *testing.T) {
 	}
 
 	// Play the worker: start, count embeddings, finish with an output file,
-	// while Wait polls; Wait must see the progress and the end.
+	// while Wait polls; Wait must see the progress and the end. The worker
+	// moves on once Wait has seen its last write: after two more polls, the
+	// second of which began after the write.
+	polled := make(chan struct{}, 1)
+	observed := func() {
+		select {
+		case <-polled:
+		default:
+		}
+		for range 2 {
+			select {
+			case <-polled:
+			case <-time.After(5 * time.Second):
+				return // Wait stopped polling; its own error tells why
+			}
+		}
+	}
 	go func() {
 		now := time.Now()
 		_ = e.st.StartJob(ctx, job.JobID, now)
 		_ = e.st.UpdateStage(ctx, job.JobID, 0, map[string]any{"status": "running", "embedding_total": 2, "embedding_need": 2, "embedding_state": "running"})
-		time.Sleep(60 * time.Millisecond)
+		observed()
 		_ = e.st.SetEmbeddingComputed(ctx, job.JobID, 0, 2, now)
-		time.Sleep(60 * time.Millisecond)
+		observed()
 		out := filepath.Join("jobs", job.JobID, "output.csv")
 		_ = os.MkdirAll(filepath.Join(e.media, "jobs", job.JobID), 0o755)
 		_ = os.WriteFile(filepath.Join(e.media, out), []byte("Protein Sequence,kcat (1/s)\nMKT,1.5\nMSK,\n"), 0o644)
@@ -196,6 +212,10 @@ func TestMethodsValidateSubmitStatusResult(t *testing.T) {
 	}()
 	var seen []string
 	final, err := e.c.Wait(ctx, job.JobID, 20*time.Millisecond, func(s *client.Status) {
+		select {
+		case polled <- struct{}{}:
+		default:
+		}
 		line := s.Status
 		if s.Progress.Embedding != nil {
 			line += "/" + strconv.Itoa(s.Progress.Embedding.Computed)

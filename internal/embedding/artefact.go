@@ -5,13 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"golang.org/x/sys/unix"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/kinflow/kinflow/internal/fsutil"
 )
 
 // ManifestName is the per-folder manifest of the cache write protocol (WIRE §9.7).
@@ -34,83 +36,21 @@ type Commit struct {
 	Synthetic bool
 }
 
-// WriteFileAtomic writes data to dir/<sid><suffix> with the cache write
-// protocol: a hidden temp file `.<sid>.<random><suffix>` in the same folder,
-// fsync, then an atomic rename, so a reader or planner never sees a partial
-// file and a watcher sees one moved-to event. It returns the final path.
-func WriteFileAtomic(dir, sid, suffix string, data []byte) (string, error) {
-	t, err := writeTemp(dir, sid, suffix, data, true)
-	if err != nil {
-		return "", err
-	}
-	return t.final, t.commit()
-}
-
-// tempArtefact is an artefact written to its hidden temp name, not yet
-// renamed into place.
-type tempArtefact struct{ tmp, final string }
-
-// commit renames the temp file into place.
-func (t tempArtefact) commit() error {
-	if err := os.Rename(t.tmp, t.final); err != nil {
-		_ = os.Remove(t.tmp)
-		return fmt.Errorf("write artefact %s: %w", t.final, err)
-	}
-	return nil
-}
-
-// writeTemp writes data to a hidden temp file beside dir/<sid><suffix>,
-// fsynced when sync is set (a batch writer syncs the file system once for
-// many files instead, see syncFS).
-func writeTemp(dir, sid, suffix string, data []byte, sync bool) (tempArtefact, error) {
+// writeArtefactTemp writes data to a hidden temp file beside
+// dir/<sid><suffix> with the cache write protocol (WIRE §9.7, fsutil), not
+// yet renamed into place; sync as in fsutil.WriteTemp.
+func writeArtefactTemp(dir, sid, suffix string, data []byte, sync bool) (fsutil.Temp, error) {
 	if !ValidSeqID(sid) {
-		return tempArtefact{}, fmt.Errorf("write artefact: invalid seq id %q", sid)
+		return fsutil.Temp{}, fmt.Errorf("write artefact: invalid seq id %q", sid)
 	}
-	if err := ensureDir(dir); err != nil {
-		return tempArtefact{}, err
-	}
-	final := filepath.Join(dir, sid+suffix)
-	f, err := os.CreateTemp(dir, "."+sid+".*"+suffix)
-	if err != nil {
-		return tempArtefact{}, fmt.Errorf("write artefact %s: %w", final, err)
-	}
-	tmp := f.Name()
-	fail := func(err error) (tempArtefact, error) {
-		_ = f.Close()
-		_ = os.Remove(tmp)
-		return tempArtefact{}, fmt.Errorf("write artefact %s: %w", final, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		return fail(err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		return fail(err)
-	}
-	if sync {
-		if err := f.Sync(); err != nil {
-			return fail(err)
-		}
-	}
-	if err := f.Close(); err != nil {
-		_ = os.Remove(tmp)
-		return tempArtefact{}, fmt.Errorf("write artefact %s: %w", final, err)
-	}
-	return tempArtefact{tmp: tmp, final: final}, nil
-}
-
-// syncFS flushes the file system holding dir (syncfs(2)): one call makes
-// every temp file written before it durable, where an fsync per file would
-// cost a disk flush each.
-func syncFS(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
+	t, err := fsutil.WriteTemp(filepath.Join(dir, sid+suffix), 0o644, sync, func(w io.Writer) error {
+		_, err := w.Write(data)
 		return err
+	})
+	if err != nil {
+		return fsutil.Temp{}, fmt.Errorf("write artefact: %w", err)
 	}
-	defer f.Close()
-	if err := unix.Syncfs(int(f.Fd())); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
+	return t, nil
 }
 
 // lockFile takes an exclusive flock on path (created if absent) and returns
@@ -232,27 +172,8 @@ func MergeManifest(dir string, commits []Commit, remove []string) error {
 		return fmt.Errorf("encode manifest: %w", err)
 	}
 	data := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-	f, err := os.CreateTemp(dir, ".manifest.*.json")
-	if err != nil {
+	if err := fsutil.WriteFileAtomic(path, data, 0o644); err != nil {
 		return fmt.Errorf("write manifest: %w", err)
-	}
-	tmp := f.Name()
-	_, werr := f.Write(data)
-	if werr == nil {
-		werr = f.Chmod(0o644)
-	}
-	if werr == nil {
-		werr = f.Sync()
-	}
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(tmp, path)
-	}
-	if werr != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("write manifest %s: %w", path, werr)
 	}
 	return nil
 }
@@ -260,27 +181,6 @@ func MergeManifest(dir string, commits []Commit, remove []string) error {
 // unixFloat is t as Unix seconds with microseconds, like Python's time.time().
 func unixFloat(t time.Time) json.Number {
 	return json.Number(fmt.Sprintf("%d.%06d", t.Unix(), t.Nanosecond()/1000))
-}
-
-// RemoveArtefacts deletes sid's files of family dir (ephemeral cleanup) and
-// their manifest entries, so no stale entry claims them (the reference's
-// method F bug, WIRE §12.23). Missing files are not an error.
-func RemoveArtefacts(dir, suffix string, sids []string) error {
-	var removed []string
-	for _, sid := range sids {
-		if !ValidSeqID(sid) {
-			return fmt.Errorf("remove artefact: invalid seq id %q", sid)
-		}
-		err := os.Remove(filepath.Join(dir, sid+suffix))
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("remove artefact: %w", err)
-		}
-		removed = append(removed, sid)
-	}
-	if _, err := os.Stat(filepath.Join(dir, ManifestName)); err != nil {
-		return nil
-	}
-	return MergeManifest(dir, nil, removed)
 }
 
 // isTempName reports whether a directory entry is a writer's temp file or

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 )
 
 // BindingSiteHeader is the binding-site table's header line (WIRE §9.2).
@@ -120,36 +119,6 @@ func BindingSiteIDs(path string) (map[string]struct{}, error) {
 	ids := map[string]struct{}{}
 	err := scanTable(path, func(id, _ []byte) { ids[string(id)] = struct{}{} })
 	return ids, err
-}
-
-// BindingSiteScores returns the probabilities of the wanted ids found in the
-// table (the last row wins when an id repeats).
-func BindingSiteScores(path string, want map[string]bool) (map[string][]float32, error) {
-	out := map[string][]float32{}
-	var perr error
-	err := scanTable(path, func(id, rest []byte) {
-		if !want[string(id)] || perr != nil {
-			return
-		}
-		parts := strings.Split(string(bytes.TrimSpace(rest)), ",")
-		vals := make([]float32, 0, len(parts))
-		for _, p := range parts {
-			if p = strings.TrimSpace(p); p == "" {
-				continue
-			}
-			v, err := strconv.ParseFloat(p, 32)
-			if err != nil {
-				perr = fmt.Errorf("binding-site scores of %s: %w", id, err)
-				return
-			}
-			vals = append(vals, float32(v))
-		}
-		out[string(id)] = vals
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, perr
 }
 
 // FormatBindingSiteRow is one table line: `<sid>\t<p1>,<p2>,…\n`, each

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/testenv"
 )
 
@@ -63,8 +64,8 @@ func TestInteropNumpyLoadsOurNPY(t *testing.T) {
 			t.Fatal(err)
 		}
 		sid := fmt.Sprintf("sid%d", i)
-		p, err := embedding.WriteFileAtomic(dir, sid, ".npy", b)
-		if err != nil {
+		p := filepath.Join(dir, sid+".npy")
+		if err := fsutil.WriteFileAtomic(p, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		paths = append(paths, p)
@@ -103,8 +104,8 @@ func TestInteropTorchLoadsOurPT(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := embedding.WriteFileAtomic(dir, fmt.Sprintf("sid%d", i), ".pt", b)
-		if err != nil {
+		p := filepath.Join(dir, fmt.Sprintf("sid%d.pt", i))
+		if err := fsutil.WriteFileAtomic(p, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		paths = append(paths, p)

@@ -134,7 +134,7 @@ func TestPlanEveryMethod(t *testing.T) {
 				}
 				// Compute, then a cache hit.
 				var seen []string
-				n, err := ComputeStepWork(ctx, l, p.StepWork(), p.WorkSeqIDToSeq(), func(path string) { seen = append(seen, path) })
+				n, err := computeStepWork(ctx, l, p.StepWork(), p.WorkSeqIDToSeq(), func(path string) { seen = append(seen, path) })
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -165,7 +165,7 @@ func TestPlanEveryMethod(t *testing.T) {
 				if !slices.Contains(part.StepPlans[len(part.StepPlans)-1].RequiredPathsBySeq[victim], path) {
 					t.Error("required paths lack the missing file")
 				}
-				if n, err := ComputeStepWork(ctx, l, part.StepWork(), part.WorkSeqIDToSeq(), nil); err != nil || n != 1 {
+				if n, err := computeStepWork(ctx, l, part.StepWork(), part.WorkSeqIDToSeq(), nil); err != nil || n != 1 {
 					t.Fatalf("recompute: %d %v", n, err)
 				}
 			})
@@ -182,7 +182,7 @@ func TestPlanMethodAOneStepMissingPerSequence(t *testing.T) {
 	if p.Total != 5*12 || p.MissingBindingSites != 5 {
 		t.Fatalf("method A: total %d, missing binding sites %d", p.Total, p.MissingBindingSites)
 	}
-	if _, err := ComputeStepWork(ctx, l, p.StepWork(), p.SeqIDToSeq, nil); err != nil {
+	if _, err := computeStepWork(ctx, l, p.StepWork(), p.SeqIDToSeq, nil); err != nil {
 		t.Fatal(err)
 	}
 	rm := func(family, sid string) {
@@ -219,7 +219,7 @@ func TestPlanMethodAOneStepMissingPerSequence(t *testing.T) {
 	if p.Complete() {
 		t.Error("plan with work is complete")
 	}
-	n, err := ComputeStepWork(ctx, l, p.StepWork(), p.SeqIDToSeq, nil)
+	n, err := computeStepWork(ctx, l, p.StepWork(), p.SeqIDToSeq, nil)
 	if err != nil || n != 3 {
 		t.Fatalf("compute: %d %v", n, err)
 	}
@@ -320,7 +320,7 @@ func TestPlanMethodETargetSpecific(t *testing.T) {
 		t.Fatalf("km steps %v total %d", got, pm.Total)
 	}
 	// Computing kcat fills nothing of km.
-	if _, err := ComputeStepWork(ctx, l, pk.StepWork(), m, nil); err != nil {
+	if _, err := computeStepWork(ctx, l, pk.StepWork(), m, nil); err != nil {
 		t.Fatal(err)
 	}
 	if p := plan(t, l, e, methods.Kcat, ids, m); !p.Complete() {
@@ -379,13 +379,6 @@ func TestPresenceDistrustsManifestAndTempFiles(t *testing.T) {
 	if got := stepIDs(p)["methodf_esm1v"]; !reflect.DeepEqual(got, slices.Sorted(slices.Values(ids[:3]))) {
 		t.Fatalf("missing %v", got)
 	}
-	// Cleanup through RemoveArtefacts drops the entries too.
-	if err := RemoveArtefacts(dir, ".npy", []string{ids[3]}); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := ReadManifest(dir)[ids[3]]; ok {
-		t.Error("manifest entry survived RemoveArtefacts")
-	}
 }
 
 func TestSeqIDsThatEscapeTheRoot(t *testing.T) {
@@ -401,14 +394,12 @@ func TestSeqIDsThatEscapeTheRoot(t *testing.T) {
 		if _, err := ComputeStep(ctx, l, methods.StepProtT5Mean, []string{bad}, m, nil); err == nil {
 			t.Errorf("ComputeStep accepted %q", bad)
 		}
-		if _, err := WriteFileAtomic(l.SequenceInfo(), bad, ".npy", []byte("x")); err == nil {
-			t.Errorf("WriteFileAtomic accepted %q", bad)
+		if tmp, err := writeArtefactTemp(l.SequenceInfo(), bad, ".npy", []byte("x"), true); err == nil {
+			tmp.Discard()
+			t.Errorf("writeArtefactTemp accepted %q", bad)
 		}
 		if _, err := AppendBindingSites(l.BindingSiteTable(), []BindingSiteRow{{SeqID: bad}}); err == nil {
 			t.Errorf("AppendBindingSites accepted %q", bad)
-		}
-		if err := RemoveArtefacts(l.SequenceInfo(), ".npy", []string{bad}); err == nil {
-			t.Errorf("RemoveArtefacts accepted %q", bad)
 		}
 		fam, _ := FamilyByName(FamilyProtT5LastMean)
 		if _, err := l.Path(fam, bad); err == nil {
@@ -452,7 +443,7 @@ func TestDeprecatedStepKeys(t *testing.T) {
 		t.Errorf("unknown step: %v", err)
 	}
 	ids, m := testSeqs(2)
-	n, err := ComputeStepWork(ctx, l, map[string][]string{"methoda_bindsites": {ids[0]}, "methoda_prott5_layers": {ids[0], ids[1]}}, m, nil)
+	n, err := computeStepWork(ctx, l, map[string][]string{"methoda_bindsites": {ids[0]}, "methoda_prott5_layers": {ids[0], ids[1]}}, m, nil)
 	if err != nil || n != 8 {
 		t.Fatalf("deprecated step work: %d %v", n, err)
 	}
@@ -460,7 +451,38 @@ func TestDeprecatedStepKeys(t *testing.T) {
 	if len(have) != 2 {
 		t.Errorf("binding-site rows %v", have)
 	}
-	if _, err := ComputeStepWork(ctx, l, map[string][]string{"nope": ids}, m, nil); !errors.Is(err, ErrUnknownStep) {
+	if _, err := computeStepWork(ctx, l, map[string][]string{"nope": ids}, m, nil); !errors.Is(err, ErrUnknownStep) {
 		t.Errorf("unknown step work: %v", err)
 	}
+}
+
+// computeStepWork runs every step of a plan's sparse step work (Plan.StepWork)
+// with the synthetic embedder, in the order of SEED-SPEC §5.3 (so
+// methoda_t5_full, which writes the binding-site rows, runs first).
+// Deprecated keys are mapped to their replacement.
+// The tests fill the cache with it, like the embed job's steps do.
+func computeStepWork(ctx context.Context, l *Layout, stepWork map[string][]string, seqIDToSeq map[string]string, onFile func(path string)) (int, error) {
+	merged := map[string][]string{}
+	for key, ids := range stepWork {
+		c, ok := methods.CanonicalStep(key)
+		if !ok {
+			return 0, fmt.Errorf("%w %q", ErrUnknownStep, key)
+		}
+		merged[c] = append(merged[c], ids...)
+	}
+	total := 0
+	for _, key := range methods.ActiveSteps() {
+		ids, ok := merged[key]
+		if !ok {
+			continue
+		}
+		slices.Sort(ids)
+		ids = slices.Compact(ids)
+		n, err := ComputeStep(ctx, l, key, ids, seqIDToSeq, onFile)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }

@@ -5,11 +5,9 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"slices"
 	"unicode/utf8"
 
-	"github.com/kinflow/kinflow/internal/methods"
+	"github.com/kinflow/kinflow/internal/fsutil"
 )
 
 // The synthetic embedder stands in for the real models (the `synthetic`
@@ -17,7 +15,7 @@ import (
 // ([Dim] pooled, [L, Dim] per residue) and values that depend only on the
 // family and the sequence, so reruns and other hosts write identical files.
 // Its outputs are flagged: each manifest entry it writes carries
-// `"synthetic": true` (see MergeManifest and IsSynthetic).
+// `"synthetic": true` (see MergeManifest and ReadManifest).
 
 // seededRand is a ChaCha8 stream keyed by SHA-256(label NUL sequence).
 func seededRand(label, seq string) *rand.Rand {
@@ -62,13 +60,6 @@ func EncodeArtefact(format Format, t Tensor) ([]byte, error) {
 		return EncodePT(t)
 	}
 	return nil, fmt.Errorf("unknown artefact format %q", format)
-}
-
-// IsSynthetic reports whether the manifest of sid's folder says its
-// artefact there was written by the synthetic embedder.
-func IsSynthetic(l *Layout, f Family, sid string) bool {
-	e, ok := ReadManifest(l.FamilyDir(f))[sid]
-	return ok && e.Synthetic
 }
 
 // manifestFlushEvery bounds how many committed files wait for a manifest
@@ -150,7 +141,7 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 	type staged struct {
 		fi   int
 		sid  string
-		tmp  tempArtefact
+		tmp  fsutil.Temp
 		size int
 	}
 	var chunk []staged
@@ -161,16 +152,16 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 		synced := map[string]bool{}
 		for _, c := range chunk {
 			if d := dirs[c.fi]; !synced[d] {
-				if err := syncFS(d); err != nil {
+				if err := fsutil.SyncFS(d); err != nil {
 					return err
 				}
 				synced[d] = true
 			}
 		}
 		for i, c := range chunk {
-			if err := c.tmp.commit(); err != nil {
+			if err := c.tmp.Commit(); err != nil {
 				for _, rest := range chunk[i+1:] {
-					_ = os.Remove(rest.tmp.tmp)
+					rest.tmp.Discard()
 				}
 				chunk = nil
 				return fmt.Errorf("step %s: %w", spec.Key, err)
@@ -178,7 +169,7 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 			written++
 			pending[c.fi] = append(pending[c.fi], Commit{SeqID: c.sid, Suffix: spec.Families[c.fi].Suffix(), Bytes: int64(c.size), Synthetic: true})
 			if onFile != nil {
-				onFile(c.tmp.final)
+				onFile(c.tmp.Final)
 			}
 			if err := ctx.Err(); err != nil {
 				// Stop at the cancellation: the rest of the chunk is dropped
@@ -199,7 +190,7 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 	}
 	defer func() {
 		for _, c := range chunk {
-			_ = os.Remove(c.tmp.tmp)
+			c.tmp.Discard()
 		}
 	}()
 	for i, sid := range ids {
@@ -214,7 +205,7 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 			if err != nil {
 				return written, fmt.Errorf("step %s: %w", spec.Key, err)
 			}
-			t, err := writeTemp(dirs[fi], sid, f.Suffix(), data, false)
+			t, err := writeArtefactTemp(dirs[fi], sid, f.Suffix(), data, false)
 			if err != nil {
 				return written, fmt.Errorf("step %s: %w", spec.Key, err)
 			}
@@ -231,34 +222,3 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 
 // syncChunkFiles is how many files share one file-system sync.
 const syncChunkFiles = 64
-
-// ComputeStepWork runs every step of a plan's sparse step work (Plan.StepWork)
-// with the synthetic embedder, in the order of SEED-SPEC §5.3 (so
-// methoda_t5_full, which writes the binding-site rows, runs first).
-// Deprecated keys are mapped to their replacement. Both the GPU worker and
-// the local fallback call it.
-func ComputeStepWork(ctx context.Context, l *Layout, stepWork map[string][]string, seqIDToSeq map[string]string, onFile func(path string)) (int, error) {
-	merged := map[string][]string{}
-	for key, ids := range stepWork {
-		c, ok := methods.CanonicalStep(key)
-		if !ok {
-			return 0, fmt.Errorf("%w %q", ErrUnknownStep, key)
-		}
-		merged[c] = append(merged[c], ids...)
-	}
-	total := 0
-	for _, key := range methods.ActiveSteps() {
-		ids, ok := merged[key]
-		if !ok {
-			continue
-		}
-		slices.Sort(ids)
-		ids = slices.Compact(ids)
-		n, err := ComputeStep(ctx, l, key, ids, seqIDToSeq, onFile)
-		total += n
-		if err != nil {
-			return total, err
-		}
-	}
-	return total, nil
-}

@@ -1,52 +1,116 @@
-// Package fsutil writes files so that a reader never sees a partial one.
+// Package fsutil writes files so that a reader never sees a partial one. It
+// is kinflow's one atomic-write implementation; every file another process
+// may read while it is written (job files, cache artefacts and their
+// manifests, the plan and contract files) goes through it.
+//
+// The protocol is the cache write protocol of WIRE-CONTRACT §9.7: the data
+// goes to a hidden temp file `.<stem>.<random><ext>` in the final file's
+// folder, is made durable (an fsync of the file, or one syncfs(2) for a
+// batch, see SyncFS), and is renamed over the final name. Readers, the
+// progress tracker and the planners ignore hidden names, and a watcher sees
+// one moved-to event per file.
 package fsutil
 
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
-// WriteFileAtomic writes data to path through a hidden temp file in the same
-// folder, fsynced and renamed over path: a crash leaves either the old file or
-// the new one, never a torn write.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", dir, err)
+// Temp is a file written under its hidden temp name and not yet renamed into
+// place. Commit renames it; Discard removes it.
+type Temp struct {
+	// Path is the hidden temp file.
+	Path string
+	// Final is the name Commit gives it.
+	Final string
+}
+
+// Commit renames the temp file over its final name (atomic within a file
+// system). On failure the temp file is removed.
+func (t Temp) Commit() error {
+	if err := os.Rename(t.Path, t.Final); err != nil {
+		_ = os.Remove(t.Path)
+		return fmt.Errorf("rename into %s: %w", t.Final, err)
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	return nil
+}
+
+// Discard removes the temp file; the final file is left as it was.
+func (t Temp) Discard() { _ = os.Remove(t.Path) }
+
+// TempPattern is the os.CreateTemp pattern of final's hidden temp name,
+// `.<stem>.*<ext>` (WIRE §9.7: `.<sid>.<random><suffix>` for an artefact
+// `<sid><suffix>`).
+func TempPattern(final string) string {
+	base := filepath.Base(final)
+	ext := filepath.Ext(base)
+	if strings.Contains(ext, "*") {
+		// os.CreateTemp puts the random part at the last '*'.
+		ext = ""
+	}
+	return "." + strings.TrimSuffix(base, ext) + ".*" + ext
+}
+
+// WriteTemp creates final's folder if needed and writes a hidden temp file
+// beside final with write, then sets perm. With sync set the file is fsynced;
+// a batch writer passes false and calls SyncFS once before committing its
+// files. On error nothing is left behind.
+func WriteTemp(final string, perm os.FileMode, sync bool, write func(io.Writer) error) (Temp, error) {
+	dir := filepath.Dir(final)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return Temp{}, fmt.Errorf("create %s: %w", dir, err)
+	}
+	f, err := os.CreateTemp(dir, TempPattern(final))
 	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+		return Temp{}, fmt.Errorf("write %s: %w", final, err)
 	}
 	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			_ = os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
+	fail := func(what string, err error) (Temp, error) {
+		_ = f.Close()
+		_ = os.Remove(tmp)
+		return Temp{}, fmt.Errorf("%s %s: %w", what, final, err)
+	}
+	if err := write(f); err != nil {
+		return fail("write", err)
 	}
 	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
+		return fail("write", err)
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("sync %s: %w", path, err)
+	if sync {
+		if err := f.Sync(); err != nil {
+			return fail("sync", err)
+		}
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+		_ = os.Remove(tmp)
+		return Temp{}, fmt.Errorf("write %s: %w", final, err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename into %s: %w", path, err)
+	return Temp{Path: tmp, Final: final}, nil
+}
+
+// WriteAtomic writes path with write through a hidden, fsynced temp file
+// renamed over path: a crash leaves either the old file or the new one,
+// never a torn write.
+func WriteAtomic(path string, perm os.FileMode, write func(io.Writer) error) error {
+	t, err := WriteTemp(path, perm, true, write)
+	if err != nil {
+		return err
 	}
-	ok = true
-	return nil
+	return t.Commit()
+}
+
+// WriteFileAtomic writes data to path with WriteAtomic.
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+	return WriteAtomic(path, perm, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
 }
 
 // WriteJSONAtomic encodes v as JSON and writes it with WriteFileAtomic.
@@ -56,6 +120,21 @@ func WriteJSONAtomic(path string, v any) error {
 		return fmt.Errorf("encode %s: %w", path, err)
 	}
 	return WriteFileAtomic(path, data, 0o644)
+}
+
+// SyncFS flushes the file system holding dir (syncfs(2)): one call makes
+// every temp file written before it durable, where an fsync per file would
+// cost a disk flush each.
+func SyncFS(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
 }
 
 // ReadJSON decodes the JSON file at path into v.

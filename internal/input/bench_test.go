@@ -34,7 +34,7 @@ func benchCSV() []byte {
 
 func benchParseValidate(b *testing.B, chem *Chemistry) {
 	data := benchCSV()
-	cat := FromMethods(methodsDefault())
+	cat := methodsDefault()
 	raw := RawOptions{fields: map[string]any{"targets": []any{"kcat"}, "methods": map[string]any{"kcat": "B"}}}
 	ctx := context.Background()
 	b.SetBytes(int64(len(data)))

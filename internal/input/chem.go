@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+
+	"github.com/kinflow/kinflow/internal/methods"
 )
 
 // Chemistry decides whether substrate and product texts are valid SMILES or
@@ -168,28 +170,12 @@ func (c *Chemistry) robustCall(ctx context.Context, op string, items []string) (
 	return res, nil
 }
 
-// Form is what a substrate text is converted to for an engine (§4.5
-// canonicalizeSubstrates).
-type Form string
-
-// Conversion forms.
-const (
-	// FormCanonicalSMILES is RDKit's canonical SMILES (engines C, F, A with
-	// canonicalizeSubstrates=true).
-	FormCanonicalSMILES Form = "canonical"
-	// FormSMILES is the raw text when it parses as SMILES, else a
-	// non-canonical SMILES from the InChI (C, F, A with false).
-	FormSMILES Form = "smiles"
-	// FormInChI is standard InChI (engine D with true).
-	FormInChI Form = "inchi"
-)
-
 // Convert returns each text in the given form. A text RDKit cannot convert,
 // or any text when RDKit (or InChI support, RDKit's or Open Babel's, for
-// FormInChI and InChI input) is unavailable, is returned trimmed but
+// methods.FormInChI and InChI input) is unavailable, is returned trimmed but
 // otherwise unchanged; the second result says whether the helper did the
 // conversion.
-func (c *Chemistry) Convert(ctx context.Context, form Form, texts []string) ([]string, bool, error) {
+func (c *Chemistry) Convert(ctx context.Context, form methods.SubstrateForm, texts []string) ([]string, bool, error) {
 	out := make([]string, len(texts))
 	for i, t := range texts {
 		out[i] = strings.TrimSpace(t)
@@ -198,7 +184,7 @@ func (c *Chemistry) Convert(ctx context.Context, form Form, texts []string) ([]s
 		return out, false, nil
 	}
 	info, err := c.rd.Probe(ctx)
-	if err != nil || (form == FormInChI && !info.InChI) {
+	if err != nil || (form == methods.FormInChI && !info.InChI) {
 		return out, false, c.fallbackIf(ctx, err)
 	}
 	res, err := c.robustCall(ctx, string(form), out)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/testenv"
 )
 
@@ -78,7 +79,7 @@ func TestChemistryWithoutRDKit(t *testing.T) {
 	if err != nil || !v["CCO"] || !v["C(C)(C)(C)(C)C"] || v["C1CC"] || !v["InChI=1S/H2O/h1H2"] {
 		t.Fatalf("Go verdicts %v %v", v, err)
 	}
-	out, used, err := chem.Convert(ctx, FormCanonicalSMILES, []string{" OCC "})
+	out, used, err := chem.Convert(ctx, methods.FormCanonicalSMILES, []string{" OCC "})
 	if err != nil || used || out[0] != "OCC" {
 		t.Fatalf("convert without RDKit: %q %v %v", out, used, err)
 	}
@@ -135,11 +136,11 @@ func TestChemistryWithRDKit(t *testing.T) {
 	if !v["InChI=1S/H2O/h1H2"] || v["InChI=1S/garbage"] != !ch.InChI {
 		t.Fatalf("InChI verdicts %v (inchi support %v via %q)", v, ch.InChI, ch.InChIVia)
 	}
-	out, used, err := chem.Convert(ctx, FormCanonicalSMILES, []string{"OCC", " C(=O)(O)C ", "C1CC"})
+	out, used, err := chem.Convert(ctx, methods.FormCanonicalSMILES, []string{"OCC", " C(=O)(O)C ", "C1CC"})
 	if err != nil || !used || out[0] != "CCO" || out[1] != "CC(=O)O" || out[2] != "C1CC" {
 		t.Fatalf("canonical: %q %v %v", out, used, err)
 	}
-	out, _, _ = chem.Convert(ctx, FormSMILES, []string{"OCC"})
+	out, _, _ = chem.Convert(ctx, methods.FormSMILES, []string{"OCC"})
 	if out[0] != "OCC" {
 		t.Fatalf("raw SMILES kept: %q", out)
 	}
@@ -206,7 +207,7 @@ func TestChemistryInChI(t *testing.T) {
 		t.Fatalf("helper check of InChI with extra text: %+v %v", res, err)
 	}
 
-	out, used, err := chem.Convert(ctx, FormInChI, []string{"CCO", methane, "OCC"})
+	out, used, err := chem.Convert(ctx, methods.FormInChI, []string{"CCO", methane, "OCC"})
 	if err != nil || !used || len(out) != 3 || out[0] != ethanol || out[1] != methane || out[2] != ethanol {
 		t.Fatalf("to InChI: %q %v %v", out, used, err)
 	}
@@ -214,23 +215,23 @@ func TestChemistryInChI(t *testing.T) {
 	// standard InChI (kept as given).
 	in := []string{"c1ccccc1", "C[C@H](N)C(=O)O", "C/C=C/C", " InChI=1/CH4/h1H4", "InChI=1S/garbage", "*"}
 	want := []string{benzene, alanine, butene, methane, "InChI=1S/garbage", "*"}
-	out, used, err = chem.Convert(ctx, FormInChI, in)
+	out, used, err = chem.Convert(ctx, methods.FormInChI, in)
 	if err != nil || !used || strings.Join(out, " ") != strings.Join(want, " ") {
 		t.Fatalf("to InChI:\n got %q %v %v\nwant %q", out, used, err, want)
 	}
 
-	out, used, err = chem.Convert(ctx, FormCanonicalSMILES, []string{ethanol})
+	out, used, err = chem.Convert(ctx, methods.FormCanonicalSMILES, []string{ethanol})
 	if err != nil || !used || len(out) != 1 || out[0] != "CCO" {
 		t.Fatalf("InChI to canonical SMILES: %q %v %v", out, used, err)
 	}
 	in = []string{benzene, alanine, butene, water, "InChI=1S/garbage"}
 	want = []string{"c1ccccc1", "C[C@H](N)C(=O)O", "C/C=C/C", "O", "InChI=1S/garbage"}
-	out, used, err = chem.Convert(ctx, FormCanonicalSMILES, in)
+	out, used, err = chem.Convert(ctx, methods.FormCanonicalSMILES, in)
 	if err != nil || !used || strings.Join(out, " ") != strings.Join(want, " ") {
 		t.Fatalf("InChI to canonical SMILES:\n got %q %v %v\nwant %q", out, used, err, want)
 	}
-	// FormSMILES: a SMILES from an InChI, the raw text from a SMILES.
-	out, _, err = chem.Convert(ctx, FormSMILES, []string{water, "OCC"})
+	// methods.FormSMILES: a SMILES from an InChI, the raw text from a SMILES.
+	out, _, err = chem.Convert(ctx, methods.FormSMILES, []string{water, "OCC"})
 	if err != nil || out[0] != "O" || out[1] != "OCC" {
 		t.Fatalf("to SMILES: %q %v", out, err)
 	}
@@ -292,7 +293,12 @@ func TestRDKitRestartAndConcurrency(t *testing.T) {
 	// after restarts it.
 	rd.mu.Lock()
 	_ = rd.proc.cmd.Process.Kill()
-	<-rd.proc.exited
+	select {
+	case <-rd.proc.exited:
+	case <-time.After(10 * time.Second):
+		rd.mu.Unlock()
+		t.Fatal("the killed helper was not reaped within 10s")
+	}
 	rd.mu.Unlock()
 	chem := NewChemistry(rd, nil)
 	v, err := chem.ValidMany(ctx, []string{"CCO", "C(C)(C)(C)(C)C"})
@@ -306,7 +312,7 @@ func TestRDKitRestartAndConcurrency(t *testing.T) {
 		go func(i int) {
 			defer wg.Done()
 			s := strings.Repeat("C", i+1)
-			out, _, err := chem.Convert(ctx, FormCanonicalSMILES, []string{s, "OCC"})
+			out, _, err := chem.Convert(ctx, methods.FormCanonicalSMILES, []string{s, "OCC"})
 			if err != nil || out[0] != s || out[1] != "CCO" {
 				errs <- errors.New("concurrent convert: " + strings.Join(out, ","))
 			}

@@ -77,7 +77,7 @@ func FuzzOptions(f *testing.F) {
 	f.Add(`["kcat","Km"]`, `{"kcat":"D","Km":"C"}`, "skip", `"True"`, "both", "B")
 	f.Add(``, ``, ``, `1`, `kcat`, ``)
 	f.Add(`{"a":1}`, `[1]`, `truncate`, `yes`, `Km`, `J`)
-	cat := FromMethods(methodsDefault())
+	cat := methodsDefault()
 	f.Fuzz(func(t *testing.T, targets, methodsS, hls, boolS, pt, km string) {
 		form := map[string][]string{"targets": {targets}, "methods": {methodsS}, "handleLongSequences": {hls},
 			"useExperimental": {boolS}, "predictionType": {pt}, "kcatMethod": {km}, "kmMethod": {km}}

@@ -13,9 +13,9 @@ import (
 	"github.com/kinflow/kinflow/internal/methods"
 )
 
-func catalogue(t testing.TB) Catalogue {
+func catalogue(t testing.TB) *methods.Catalogue {
 	t.Helper()
-	return FromMethods(methods.Default())
+	return methods.Default()
 }
 
 func mustCSV(t *testing.T, s string) *Table {
@@ -311,7 +311,9 @@ func TestCheckEmptiness(t *testing.T) {
 
 func TestLongSequences(t *testing.T) {
 	cat := catalogue(t)
-	if l := JobLimit(cat, Options{Targets: []string{"kcat", "Km"}, Methods: map[string]string{"kcat": "E", "Km": "J"}}); l != 500 {
+	e, _ := methodInfo(cat, "E")
+	j, _ := methodInfo(cat, "J")
+	if l := EffectiveLimit(e.MaxSeqLen, j.MaxSeqLen); l != 500 {
 		t.Fatalf("limit %d", l)
 	}
 	if EffectiveLimit() != 10000 || EffectiveLimit(0, 20000) != 10000 || EffectiveLimit(1023, 0) != 1023 {
@@ -388,7 +390,7 @@ func TestValidateReportShape(t *testing.T) {
 func TestValidateRows(t *testing.T) {
 	cat := catalogue(t)
 	chem := NewChemistry(nil, nil)
-	info := func(k string) MethodInfo { m, _ := cat.Method(k); return m }
+	info := func(k string) MethodInfo { m, _ := methodInfo(cat, k); return m }
 	tb := mustCSV(t, "Protein Sequence,Substrate,Substrates,Products\n"+
 		"MKV,CCO,CCO;O,O\n"+ // ok everywhere
 		",CCO,C,O\n"+ // empty sequence (difference 9)

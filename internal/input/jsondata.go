@@ -88,23 +88,6 @@ func ParseJSONBody(r io.Reader, maxRows int) (*JSONBody, error) {
 	return body, nil
 }
 
-// ParseJSONData turns an already separated `data` value into a Table, with
-// the same rules as ParseJSONBody.
-func ParseJSONData(raw json.RawMessage, maxRows int) (*Table, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	t, dataErr, err := decodeData(dec, maxRows)
-	if err != nil {
-		return nil, jsonErr(err)
-	}
-	if dataErr != nil {
-		return nil, dataErr
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errBadJSON(err)
-	}
-	return t, nil
-}
-
 func jsonErr(err error) *Error {
 	if e := readErr("", err); e.Kind == KindTooLarge {
 		return e

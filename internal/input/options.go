@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kinflow/kinflow/internal/methods"
 )
 
 // Long-sequence modes (§1.7 handleLongSequences, §4.3).
@@ -248,9 +250,9 @@ func isEmptyTargets(v any, present bool) bool {
 // applyLegacy maps predictionType/kcatMethod/kmMethod onto targets/methods
 // when targets is absent or empty and predictionType is present
 // (difference 14). Entries already in `methods` are kept.
-func applyLegacy(r RawOptions) (targets any, methods any, tPresent, mPresent bool) {
+func applyLegacy(r RawOptions) (targets any, meths any, tPresent, mPresent bool) {
 	targets, tPresent = r.get(FieldTargets)
-	methods, mPresent = r.get(FieldMethods)
+	meths, mPresent = r.get(FieldMethods)
 	pt, ok := r.get(FieldPredictionType)
 	if !ok || pt == nil || !isEmptyTargets(targets, tPresent) {
 		return
@@ -258,23 +260,23 @@ func applyLegacy(r RawOptions) (targets any, methods any, tPresent, mPresent boo
 	var legacy []string
 	switch pt {
 	case "kcat":
-		legacy = []string{TargetKcat}
+		legacy = []string{string(methods.Kcat)}
 	case "Km":
-		legacy = []string{TargetKm}
+		legacy = []string{string(methods.Km)}
 	case "both":
-		legacy = []string{TargetKcat, TargetKm}
+		legacy = []string{string(methods.Kcat), string(methods.Km)}
 	default:
 		return
 	}
-	m, isObj := methods.(map[string]any)
-	if !mPresent || methods == nil {
+	m, isObj := meths.(map[string]any)
+	if !mPresent || meths == nil {
 		m, isObj = map[string]any{}, true
 	}
 	if isObj {
 		m = cloneMap(m)
 		for _, t := range legacy {
 			field := FieldKcatMethod
-			if t == TargetKm {
+			if t == string(methods.Km) {
 				field = FieldKmMethod
 			}
 			if v, ok := r.get(field); ok {
@@ -283,13 +285,13 @@ func applyLegacy(r RawOptions) (targets any, methods any, tPresent, mPresent boo
 				}
 			}
 		}
-		methods, mPresent = m, true
+		meths, mPresent = m, true
 	}
 	ts := make([]any, len(legacy))
 	for i, t := range legacy {
 		ts[i] = t
 	}
-	return ts, methods, true, mPresent
+	return ts, meths, true, mPresent
 }
 
 func cloneMap(m map[string]any) map[string]any {
@@ -302,7 +304,7 @@ func cloneMap(m map[string]any) map[string]any {
 
 // ValidateOptions runs steps 1–7 of the submit pipeline (§1.7) in order; the
 // first failure wins. Errors are *Error (400).
-func ValidateOptions(cat Catalogue, r RawOptions) (Options, error) {
+func ValidateOptions(cat *methods.Catalogue, r RawOptions) (Options, error) {
 	targetsV, methodsV, _, mPresent := applyLegacy(r)
 	allowed := strings.Join(CanonicalTargets, ", ")
 
@@ -368,7 +370,7 @@ func ValidateOptions(cat Catalogue, r RawOptions) (Options, error) {
 		if !isStr || strings.TrimSpace(key) == "" {
 			return Options{}, invalidf("Missing method selection for target '%s'.", t)
 		}
-		m, ok := cat.Method(key)
+		m, ok := methodInfo(cat, key)
 		if !ok || !m.supports(t) {
 			return Options{}, invalidf("Invalid method '%s' for target '%s'. Valid methods: %s.",
 				key, t, strings.Join(ValidKeys(cat, t), ", "))

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+
+	"github.com/kinflow/kinflow/internal/methods"
 )
 
 // Reasons and values of the /validate/ report (§4.6), verbatim.
@@ -112,7 +114,7 @@ func CheckStructure(t *Table) error {
 // 1-based row numbers in the cleaned table, and length counts per method in
 // registry order then "Server". runSimilarity adds the similarity error
 // object. An error is returned for a structure failure or when ctx ends.
-func Validate(ctx context.Context, cat Catalogue, chem *Chemistry, t *Table, runSimilarity bool) (*ValidateReport, error) {
+func Validate(ctx context.Context, cat *methods.Catalogue, chem *Chemistry, t *Table, runSimilarity bool) (*ValidateReport, error) {
 	if err := CheckStructure(t); err != nil {
 		return nil, err
 	}
@@ -185,7 +187,7 @@ func Validate(ctx context.Context, cat Catalogue, chem *Chemistry, t *Table, run
 	limits := make([]int, len(keys))
 	counts := make([]int, len(keys))
 	for k, key := range keys {
-		if m, ok := cat.Method(key); ok {
+		if m, ok := methodInfo(cat, key); ok {
 			limits[k] = m.MaxSeqLen
 		}
 	}

@@ -72,17 +72,6 @@ func EffectiveLimit(maxSeqLens ...int) int {
 	return l
 }
 
-// JobLimit is EffectiveLimit over the methods selected in opts.
-func JobLimit(cat Catalogue, opts Options) int {
-	var lens []int
-	for _, t := range opts.Targets {
-		if m, ok := cat.Method(opts.Methods[t]); ok {
-			lens = append(lens, m.MaxSeqLen)
-		}
-	}
-	return EffectiveLimit(lens...)
-}
-
 // TooLong reports whether seq is longer than limit (a strict >).
 func TooLong(seq string, limit int) bool { return SeqLen(seq) > limit }
 

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/kinflow/kinflow/internal/methods"
 )
 
 // Submission is a submit request that passed steps 1–11 of §1.7; the API
@@ -22,7 +24,7 @@ type Submission struct {
 // the required columns (9), and the column-emptiness rule for Substrate (10)
 // and Protein Sequence (11). load is called only when the options are valid.
 // Errors are *Error.
-func ValidateSubmit(cat Catalogue, raw RawOptions, load func() (*Table, error)) (*Submission, error) {
+func ValidateSubmit(cat *methods.Catalogue, raw RawOptions, load func() (*Table, error)) (*Submission, error) {
 	opts, err := ValidateOptions(cat, raw)
 	if err != nil {
 		return nil, err
@@ -55,10 +57,10 @@ func ValidateSubmit(cat Catalogue, raw RawOptions, load func() (*Table, error)) 
 // methods read must be present. The message lists the missing ones,
 // `Protein Sequence` first and the rest alphabetically:
 // "Missing required columns: Protein Sequence, Substrate".
-func CheckColumns(cat Catalogue, opts Options, t *Table) error {
+func CheckColumns(cat *methods.Catalogue, opts Options, t *Table) error {
 	need := map[string]bool{ColProteinSequence: true}
 	for _, target := range opts.Targets {
-		if m, ok := cat.Method(opts.Methods[target]); ok {
+		if m, ok := methodInfo(cat, opts.Methods[target]); ok {
 			for _, c := range m.RequiredColumns {
 				need[c] = true
 			}

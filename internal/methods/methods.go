@@ -155,30 +155,23 @@ type ColumnKwarg struct {
 }
 
 // EnvVar is one environment variable passed to a method's prediction
-// process (WIRE §7.3). Value is a template; the runtime replaces the
-// placeholders listed by EnvPlaceholders and keeps the rest literal.
+// process (WIRE §7.3). Value is a template; the runtime (RunCommand)
+// replaces these placeholders and keeps the rest literal:
+//
+//   - {media}: the media root (KINFLOW_MEDIA_ROOT)
+//   - {sequence_info}: <media root>/sequence_info, the shared embedding cache
+//   - {methode_checkpoint_root}: METHODE_CHECKPOINT_ROOT
+//   - {methodj_cache_dir}: METHODJ_CACHE_DIR
+//   - {methodf_delete_embeddings}: always 0 (kinflow's Cleanup deletes
+//     ephemeral artefacts)
+//   - {tools}, {model_dir}, {data_dir}, {esm_python}, {esmc_python},
+//     {t5_python}, {pseq2sites_python}: the method's command.paths entries
+//
+// A variable whose value still holds a placeholder after rendering is left
+// unset.
 type EnvVar struct {
 	Name  string `json:"name" yaml:"name"`
 	Value string `json:"value" yaml:"value"`
-}
-
-// EnvPlaceholders lists the placeholders an EnvVar value may hold, each with
-// what the runtime puts there.
-func EnvPlaceholders() map[string]string {
-	return map[string]string{
-		"{media}":                     "the media root (KINFLOW_MEDIA_ROOT)",
-		"{tools}":                     "command.paths.tools: the tools folder of the method's installation",
-		"{sequence_info}":             "<media root>/sequence_info, the shared embedding cache",
-		"{model_dir}":                 "command.paths.model_dir: the method's model directory",
-		"{data_dir}":                  "command.paths.data_dir: the method's data directory",
-		"{methode_checkpoint_root}":   "METHODE_CHECKPOINT_ROOT",
-		"{methodj_cache_dir}":         "METHODJ_CACHE_DIR",
-		"{methodf_delete_embeddings}": "1, or 0 when another method F stage of the same job follows",
-		"{esm_python}":                "command.paths.esm_python: interpreter of the ESM2 environment",
-		"{esmc_python}":               "command.paths.esmc_python: interpreter of the ESMC environment",
-		"{t5_python}":                 "command.paths.t5_python: interpreter of the ProtT5 environment",
-		"{pseq2sites_python}":         "command.paths.pseq2sites_python: interpreter of the binding-site predictor environment",
-	}
 }
 
 // Command is the command template of a method's prediction process for the

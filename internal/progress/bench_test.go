@@ -65,9 +65,11 @@ func renameToStored(b *testing.B, n int, noNotify bool) []time.Duration {
 		mu.Unlock()
 		return nil
 	}
-	tr := Start(context.Background(), Options{Key: Key{"bench", 0}, Paths: paths, Store: store, NoNotify: noNotify})
+	opts := Options{Key: Key{"bench", 0}, Paths: paths, Store: store, NoNotify: noNotify}
+	wait := watching(b, &opts)
+	tr := Start(context.Background(), opts)
 	defer tr.Stop()
-	time.Sleep(100 * time.Millisecond)
+	wait()
 	r := rand.New(rand.NewPCG(1, 2))
 	renamed := make([]time.Time, n)
 	for i := range paths {
@@ -126,13 +128,15 @@ func BenchmarkTracker100k(b *testing.B) {
 
 		var stores int
 		var mu sync.Mutex
-		t := Start(context.Background(), Options{Key: Key{"bench", 1}, Paths: paths, Store: func(context.Context, int) error {
+		opts := Options{Key: Key{"bench", 1}, Paths: paths, Store: func(context.Context, int) error {
 			mu.Lock()
 			stores++
 			mu.Unlock()
 			return nil
-		}})
-		time.Sleep(200 * time.Millisecond)
+		}}
+		wait := watching(b, &opts)
+		t := Start(context.Background(), opts)
+		wait()
 		writeAll(b, dir, paths, "run")
 		idleFor := DefaultReconcile + time.Second
 		c0 := cpu()

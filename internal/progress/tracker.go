@@ -94,6 +94,9 @@ type Options struct {
 
 	// newNotifier replaces fsnotify in tests (overflow injection).
 	newNotifier func() (notifier, error)
+	// onWatching, when set, is called once the watches are in place and the
+	// first sweep is done: tests wait on it instead of sleeping.
+	onWatching func()
 }
 
 // notifier is the part of fsnotify.Watcher the tracker uses.
@@ -283,6 +286,9 @@ func (t *Tracker) watchAndTrack(ctx context.Context) error {
 	// in between is seen by one or the other.
 	if _, err := t.reconcile(SourceReconcile); err != nil {
 		return err
+	}
+	if t.opts.onWatching != nil {
+		t.opts.onWatching()
 	}
 	var events <-chan fsnotify.Event
 	var errs <-chan error

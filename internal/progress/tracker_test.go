@@ -3,28 +3,32 @@ package progress
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/kinflow/kinflow/internal/fsutil"
 )
 
-// commit writes path as the cache write protocol does: a hidden temp file in
-// the same folder, renamed to the final name.
+// commit writes path as the cache writers do (fsutil, WIRE §9.7): a hidden
+// temp file in the same folder, renamed to the final name. No fsync: the
+// tracker sees the same events without it.
 func commit(t testing.TB, path string) {
 	t.Helper()
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	tmp, err := fsutil.WriteTemp(path, 0o644, false, func(w io.Writer) error {
+		_, err := io.WriteString(w, "x")
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	tmp := filepath.Join(dir, "."+filepath.Base(path)+".tmp")
-	if err := os.WriteFile(tmp, []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := tmp.Commit(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -69,6 +73,33 @@ func (r *recorder) snapshot() []int {
 	return append([]int(nil), r.values...)
 }
 
+// watching sets opts' onWatching hook and returns a wait for it: the
+// tracker's watches are in place and its first sweep is done, so a file
+// committed after the wait is found by a notification.
+func watching(t testing.TB, opts *Options) func() {
+	ch := make(chan struct{})
+	var once sync.Once
+	opts.onWatching = func() { once.Do(func() { close(ch) }) }
+	return func() {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(2 * time.Second):
+			t.Fatal("the tracker did not start watching within 2s")
+		}
+	}
+}
+
+// waitDone waits for tr to stop.
+func waitDone(t testing.TB, tr *Tracker, within time.Duration) {
+	t.Helper()
+	select {
+	case <-tr.Done():
+	case <-time.After(within):
+		t.Fatalf("tracker still running after %v with %d of %d", within, tr.Computed(), tr.Need())
+	}
+}
+
 func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
@@ -86,14 +117,15 @@ func TestFilesAppearingInWatchedFoldersAreCounted(t *testing.T) {
 	paths := expected(root, 30, "prot_t5_last/mean_vecs", "esm2_layer_26/mean_vecs")
 	var rec recorder
 	// Sweeps once an hour: only notifications can count these files in time.
-	tr := Start(context.Background(), Options{Key: Key{"job", 0}, Paths: paths, Store: rec.store, Reconcile: time.Hour, Poll: time.Hour})
+	opts := Options{Key: Key{"job", 0}, Paths: paths, Store: rec.store, Reconcile: time.Hour, Poll: time.Hour}
+	wait := watching(t, &opts)
+	tr := Start(context.Background(), opts)
 	defer tr.Stop()
+	wait()
 	// The folders did not exist: the tracker creates them to watch them.
-	waitFor(t, 2*time.Second, "watch folders created", func() bool {
-		_, err := os.Stat(filepath.Dir(paths[1]))
-		return err == nil
-	})
-	time.Sleep(50 * time.Millisecond) // let the watches settle after the first sweep
+	if _, err := os.Stat(filepath.Dir(paths[1])); err != nil {
+		t.Fatalf("watch folder not created: %v", err)
+	}
 	// Files nobody expects, and hidden temp files, are never counted.
 	commit(t, filepath.Join(root, "prot_t5_last/mean_vecs", "other.npy"))
 	if err := os.WriteFile(filepath.Join(filepath.Dir(paths[0]), ".seq00000.abc.npy"), nil, 0o644); err != nil {
@@ -106,11 +138,7 @@ func TestFilesAppearingInWatchedFoldersAreCounted(t *testing.T) {
 	for _, p := range paths[10:] {
 		commit(t, p)
 	}
-	select {
-	case <-tr.Done():
-	case <-time.After(3 * time.Second):
-		t.Fatalf("tracker still running with %d of %d", tr.Computed(), tr.Need())
-	}
+	waitDone(t, tr, 3*time.Second)
 	if !tr.Complete() || tr.Computed() != 30 {
 		t.Fatalf("computed %d of %d", tr.Computed(), tr.Need())
 	}
@@ -129,17 +157,21 @@ func TestStoresAtMostEveryStoreEveryAndOnlyOnChange(t *testing.T) {
 	root := t.TempDir()
 	paths := expected(root, 200, "fam")
 	var rec recorder
-	tr := Start(context.Background(), Options{Key: Key{"job", 0}, Paths: paths, Store: rec.store, StoreEvery: 100 * time.Millisecond, Reconcile: time.Hour})
+	opts := Options{Key: Key{"job", 0}, Paths: paths, Store: rec.store, StoreEvery: 100 * time.Millisecond, Reconcile: time.Hour}
+	wait := watching(t, &opts)
+	tr := Start(context.Background(), opts)
 	defer tr.Stop()
-	time.Sleep(50 * time.Millisecond)
+	wait()
 	start := time.Now()
 	for i, p := range paths {
 		commit(t, p)
 		if i%20 == 0 {
+			// The workload, not a wait: files keep coming for about
+			// 300 ms, so the 100 ms store spacing is exercised.
 			time.Sleep(30 * time.Millisecond)
 		}
 	}
-	<-tr.Done()
+	waitDone(t, tr, 5*time.Second)
 	elapsed := time.Since(start)
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
@@ -186,9 +218,10 @@ func TestReconciliationFindsFilesNotificationsMiss(t *testing.T) {
 			var rec recorder
 			opts := tc.opts
 			opts.Key, opts.Paths, opts.Store = Key{"job", 1}, paths, rec.store
+			wait := watching(t, &opts)
 			tr := Start(context.Background(), opts)
 			defer tr.Stop()
-			time.Sleep(50 * time.Millisecond)
+			wait()
 			for i, p := range paths {
 				commit(t, p)
 				// Found by the next sweep: within one interval, plus the
@@ -196,7 +229,7 @@ func TestReconciliationFindsFilesNotificationsMiss(t *testing.T) {
 				took := waitFor(t, tc.interval+200*time.Millisecond, fmt.Sprintf("file %d found", i), func() bool { return rec.last() == i+1 })
 				t.Logf("file %d found after %v", i, took)
 			}
-			<-tr.Done()
+			waitDone(t, tr, 2*time.Second)
 		})
 	}
 }
@@ -205,10 +238,12 @@ func TestReconciliationFindsFilesNotificationsMiss(t *testing.T) {
 // demand, as inotify does when its queue fills up.
 type overflowing struct {
 	notifier
-	mu     sync.Mutex
-	drop   bool
-	events chan fsnotify.Event
-	errs   chan error
+	mu   sync.Mutex
+	drop bool
+	// dropped counts the dropped Create events of visible names.
+	dropped int
+	events  chan fsnotify.Event
+	errs    chan error
 }
 
 func newOverflowing() (*overflowing, error) {
@@ -221,6 +256,9 @@ func newOverflowing() (*overflowing, error) {
 		for ev := range n.Events() {
 			o.mu.Lock()
 			drop := o.drop
+			if drop && ev.Has(fsnotify.Create) && !strings.HasPrefix(filepath.Base(ev.Name), ".") {
+				o.dropped++
+			}
 			o.mu.Unlock()
 			if !drop {
 				o.events <- ev
@@ -243,15 +281,17 @@ func TestOverflowTriggersFullRescan(t *testing.T) {
 	}
 	found := map[Source]int{}
 	var mu sync.Mutex
-	tr := Start(context.Background(), Options{Key: Key{"job", 0}, Paths: paths, Reconcile: time.Hour, Poll: time.Hour,
+	opts := Options{Key: Key{"job", 0}, Paths: paths, Reconcile: time.Hour, Poll: time.Hour,
 		newNotifier: func() (notifier, error) { return ov, nil },
 		OnFound: func(s Source, n int) {
 			mu.Lock()
 			found[s] += n
 			mu.Unlock()
-		}})
+		}}
+	wait := watching(t, &opts)
+	tr := Start(context.Background(), opts)
 	defer tr.Stop()
-	time.Sleep(50 * time.Millisecond)
+	wait()
 	for _, p := range paths[:10] {
 		commit(t, p)
 	}
@@ -262,7 +302,13 @@ func TestOverflowTriggersFullRescan(t *testing.T) {
 	for _, p := range paths[10:] {
 		commit(t, p)
 	}
-	time.Sleep(100 * time.Millisecond)
+	// Every event of the 30 files reached the notifier and was dropped: the
+	// tracker cannot have seen them.
+	waitFor(t, 2*time.Second, "30 events dropped", func() bool {
+		ov.mu.Lock()
+		defer ov.mu.Unlock()
+		return ov.dropped == 30
+	})
 	if got := tr.Computed(); got != 10 {
 		t.Fatalf("dropped events counted: %d", got)
 	}
@@ -281,11 +327,12 @@ func TestRegistryReusesTrackerOfSameStage(t *testing.T) {
 	reg := NewRegistry()
 	var rec recorder
 	opts := Options{Key: Key{"job", 0}, Paths: paths, Store: rec.store}
+	wait := watching(t, &opts)
 	t1, reused := reg.Acquire(opts)
 	if reused {
 		t.Fatal("first Acquire reported reuse")
 	}
-	time.Sleep(50 * time.Millisecond)
+	wait()
 	for _, p := range paths[:4] {
 		commit(t, p)
 	}
@@ -300,32 +347,29 @@ func TestRegistryReusesTrackerOfSameStage(t *testing.T) {
 	if reg.Running() != 1 {
 		t.Fatalf("%d trackers running, want 1", reg.Running())
 	}
-	// The first holder leaving does not stop it.
+	// The first holder leaving does not stop it: it still counts a file
+	// written after the release.
 	t1.Release()
+	commit(t, paths[4])
+	waitFor(t, 2*time.Second, "fifth counted", func() bool { return t2.Computed() == 5 })
 	select {
 	case <-t1.Done():
 		t.Fatal("tracker stopped while a holder remains")
-	case <-time.After(50 * time.Millisecond):
+	default:
 	}
-	commit(t, paths[4])
-	waitFor(t, 2*time.Second, "fifth counted", func() bool { return t2.Computed() == 5 })
 
 	// A later stage of the same job replaces it.
 	t3, reused := reg.Acquire(Options{Key: Key{"job", 1}, Paths: expected(root, 3, "b")})
 	if reused || t3 == t2 {
 		t.Fatal("another stage reused the tracker")
 	}
-	select {
-	case <-t2.Done():
-	case <-time.After(2 * time.Second):
-		t.Fatal("earlier stage's tracker not stopped")
-	}
+	waitDone(t, t2, 2*time.Second)
 	if rec.last() != 5 {
 		t.Fatalf("last stored %d, want 5", rec.last())
 	}
 	t2.Release()
 	t3.Release()
-	<-t3.Done()
+	waitDone(t, t3, 2*time.Second)
 	if reg.Running() != 0 {
 		t.Fatalf("%d trackers left", reg.Running())
 	}
@@ -356,14 +400,16 @@ func TestRestartMidStageResumesFromFiles(t *testing.T) {
 	get := func() int { mu.Lock(); defer mu.Unlock(); return stored }
 
 	first := NewRegistry()
-	t1, _ := first.Acquire(Options{Key: Key{"job", 0}, Paths: paths, Store: store})
-	time.Sleep(50 * time.Millisecond)
+	opts := Options{Key: Key{"job", 0}, Paths: paths, Store: store}
+	wait := watching(t, &opts)
+	t1, _ := first.Acquire(opts)
+	wait()
 	for _, p := range paths[:7] {
 		commit(t, p)
 	}
 	waitFor(t, 2*time.Second, "seven stored", func() bool { return get() == 7 })
 	t1.Release() // the worker dies
-	<-t1.Done()
+	waitDone(t, t1, 2*time.Second)
 	for _, p := range paths[7:12] { // the GPU host keeps writing meanwhile
 		commit(t, p)
 	}
@@ -377,11 +423,7 @@ func TestRestartMidStageResumesFromFiles(t *testing.T) {
 	for _, p := range paths[12:] {
 		commit(t, p)
 	}
-	select {
-	case <-t2.Done():
-	case <-time.After(3 * time.Second):
-		t.Fatalf("not complete: %d", t2.Computed())
-	}
+	waitDone(t, t2, 3*time.Second)
 	if get() != 20 {
 		t.Fatalf("stored %d, want 20", get())
 	}
@@ -389,11 +431,7 @@ func TestRestartMidStageResumesFromFiles(t *testing.T) {
 
 func TestNothingExpectedIsDoneAtOnce(t *testing.T) {
 	tr := Start(context.Background(), Options{Key: Key{"job", 0}})
-	select {
-	case <-tr.Done():
-	case <-time.After(time.Second):
-		t.Fatal("empty tracker still running")
-	}
+	waitDone(t, tr, time.Second)
 	if !tr.Complete() || tr.Err() != nil {
 		t.Fatalf("complete=%v err=%v", tr.Complete(), tr.Err())
 	}
@@ -406,7 +444,7 @@ func TestUncreatableWatchFolderIsAnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := Start(context.Background(), Options{Key: Key{"job", 0}, Paths: []string{filepath.Join(blocker, "sub", "x.npy")}})
-	<-tr.Done()
+	waitDone(t, tr, 2*time.Second)
 	if tr.Err() == nil {
 		t.Fatal("no error for a folder under a file")
 	}

@@ -52,6 +52,19 @@ func (s *Store) StartJob(ctx context.Context, id string, now time.Time) error {
 	})
 }
 
+// Stage returns stage index of job jobID, or ErrNotFound.
+func (s *Store) Stage(ctx context.Context, jobID string, index int) (*JobStage, error) {
+	var st JobStage
+	err := s.DB.WithContext(ctx).Where("job_id = ? AND stage_index = ?", jobID, index).Take(&st).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load stage %d of job %s: %w", index, jobID, err)
+	}
+	return &st, nil
+}
+
 // UpdateStage sets the given columns of one stage.
 func (s *Store) UpdateStage(ctx context.Context, jobID string, index int, cols map[string]any) error {
 	err := s.DB.WithContext(ctx).Model(&JobStage{}).Where("job_id = ? AND stage_index = ?", jobID, index).Updates(cols).Error

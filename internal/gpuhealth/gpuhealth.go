@@ -1,4 +1,8 @@
-package activities
+// Package gpuhealth reads the remote GPU embedding service's health (WIRE
+// §9.3, §9.5) through a per-process TTL cache. The API answers
+// /api/v1/gpu/status/ with it and the GPUHealth activity gives it to the
+// prediction workflow.
+package gpuhealth
 
 import (
 	"context"
@@ -15,10 +19,17 @@ import (
 // gpuHTTPTimeout bounds every request to the GPU service (WIRE §9.3: 5 s).
 const gpuHTTPTimeout = 5 * time.Second
 
-// HealthChecker reads the GPU service's /health and keeps the reading for
+// Health is the GPU service's health as the backend sees it (WIRE §9.5).
+type Health struct {
+	Configured bool   `json:"configured"`
+	Online     bool   `json:"online"`
+	Reason     string `json:"reason"`
+}
+
+// Checker reads the GPU service's /health and keeps the reading for
 // GPU_EMBED_HEALTH_TTL_SECONDS, success and failure alike (WIRE §9.3), per
 // process. It also answers the API's /gpu/status/.
-type HealthChecker struct {
+type Checker struct {
 	Config *config.Config
 	HTTP   *http.Client
 
@@ -27,13 +38,13 @@ type HealthChecker struct {
 	last Health
 }
 
-// NewHealthChecker returns a checker for cfg's GPU service.
-func NewHealthChecker(cfg *config.Config) *HealthChecker {
-	return &HealthChecker{Config: cfg, HTTP: &http.Client{Timeout: gpuHTTPTimeout}}
+// New returns a checker for cfg's GPU service.
+func New(cfg *config.Config) *Checker {
+	return &Checker{Config: cfg, HTTP: &http.Client{Timeout: gpuHTTPTimeout}}
 }
 
 // Check returns the GPU service's health, through the TTL cache.
-func (h *HealthChecker) Check(ctx context.Context) Health {
+func (h *Checker) Check(ctx context.Context) Health {
 	url := h.Config.GPUEmbedServiceURL
 	if url == "" {
 		return Health{Configured: false, Online: false, Reason: "not_configured"}
@@ -49,12 +60,12 @@ func (h *HealthChecker) Check(ctx context.Context) Health {
 }
 
 // GPUStatus implements the API's GPUStatus.
-func (h *HealthChecker) GPUStatus(ctx context.Context) (configured, online bool) {
+func (h *Checker) GPUStatus(ctx context.Context) (configured, online bool) {
 	r := h.Check(ctx)
 	return r.Configured, r.Online
 }
 
-func (h *HealthChecker) fetch(ctx context.Context, url string) Health {
+func (h *Checker) fetch(ctx context.Context, url string) Health {
 	ctx, cancel := context.WithTimeout(ctx, gpuHTTPTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/health", nil)
@@ -88,9 +99,4 @@ func (h *HealthChecker) fetch(ctx context.Context, url string) Health {
 		return Health{Configured: true, Online: false, Reason: "remote_offline"}
 	}
 	return Health{Configured: true, Online: true}
-}
-
-// GPUHealth is the workflow's reading of the GPU service's health.
-func (a *Activities) GPUHealth(ctx context.Context) (Health, error) {
-	return a.Health.Check(ctx), nil
 }

@@ -1,4 +1,4 @@
-package activities
+package methods
 
 import (
 	"bytes"
@@ -13,11 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"go.temporal.io/sdk/temporal"
-
 	"github.com/kinflow/kinflow/internal/fsutil"
-	"github.com/kinflow/kinflow/internal/input"
-	"github.com/kinflow/kinflow/internal/methods"
 )
 
 // Output columns of the dedicated engines (WIRE §7.3).
@@ -30,7 +26,7 @@ const (
 // engineRun is one run of a method's command: its files and what the
 // command line needs from them.
 type engineRun struct {
-	contract methods.FileContract
+	contract FileContract
 	in, out  string
 	// vars are the contract's own placeholders ({task}, {model_config}).
 	vars map[string]string
@@ -42,23 +38,23 @@ type engineRun struct {
 }
 
 // writeEngineInput writes the input file of d's file contract for the
-// valid rows of sr into dir (WIRE §4.7, §7.3), converting substrates as
+// rows of req into req.Dir (WIRE §4.7, §7.3), converting substrates as
 // canonicalizeSubstrates asks for the dedicated contracts (WIRE §4.5).
-func (a *Activities) writeEngineInput(ctx context.Context, jobID string, canonicalize bool, d *methods.Descriptor, sr stageRows, valid []int, dir string) (*engineRun, error) {
+func writeEngineInput(ctx context.Context, d *Descriptor, req CommandRequest) (*engineRun, error) {
+	jobID, dir := req.JobID, req.Dir
 	run := &engineRun{contract: d.FileContract.OrJSON(), vars: map[string]string{}}
 	fail := func(err error) (*engineRun, error) {
-		return nil, temporal.NewNonRetryableApplicationError(d.DisplayName+" could not write its input file", ErrPrediction, err)
+		return nil, &EngineError{Msg: d.DisplayName + " could not write its input file", Err: err}
 	}
-	if run.contract == methods.ContractJSON {
+	if run.contract == ContractJSON {
 		safeKey := unsafeFileChars.ReplaceAllString(d.Key, "_")
 		run.in = filepath.Join(dir, fmt.Sprintf("%s_input_%s.json", safeKey, jobID))
 		run.out = filepath.Join(dir, fmt.Sprintf("%s_output_%s.json", safeKey, jobID))
-		in := engineInput{Method: d.Key, Target: sr.Target, PublicID: jobID, Params: map[string]any{"canonicalize_substrates": canonicalize}}
-		for k, v := range d.TargetKwargs[methods.Target(sr.Target)] {
+		in := EngineInput{Method: d.Key, Target: req.Target, PublicID: jobID, Params: map[string]any{"canonicalize_substrates": req.Canonicalize}}
+		for k, v := range d.TargetKwargs[Target(req.Target)] {
 			in.Params[k] = v
 		}
-		for _, i := range valid {
-			r := sr.Rows[i]
+		for _, r := range req.Rows {
 			row := map[string]string{"sequence": r.Seq}
 			for k, v := range r.Kwargs {
 				row[k] = v
@@ -79,30 +75,31 @@ func (a *Activities) writeEngineInput(ctx context.Context, jobID string, canonic
 		}
 		return ""
 	}
-	seqs := make([]string, len(valid))
-	for k, i := range valid {
-		seqs[k] = sr.Rows[i].Seq
+	rows := req.Rows
+	seqs := make([]string, len(rows))
+	for k, r := range rows {
+		seqs[k] = r.Seq
 	}
 	var buf bytes.Buffer
 	switch run.contract {
-	case methods.ContractSubstrateCSV, methods.ContractMethodA:
-		form := input.FormSMILES
-		if canonicalize {
-			form = input.FormCanonicalSMILES
+	case ContractSubstrateCSV, ContractMethodA:
+		form := FormSMILES
+		if req.Canonicalize {
+			form = FormCanonicalSMILES
 		}
-		subs := make([]string, len(valid))
-		for k, i := range valid {
-			subs[k] = sr.Rows[i].Kwargs[kwarg(0)]
+		subs := make([]string, len(rows))
+		for k, r := range rows {
+			subs[k] = r.Kwargs[kwarg(0)]
 		}
-		conv, byRDKit, err := a.Chem.Convert(ctx, form, subs)
+		conv, byRDKit, err := req.Chem.Convert(ctx, form, subs)
 		if err != nil {
 			return nil, err
 		}
 		run.notes = append(run.notes, conversionNote(string(form), byRDKit))
-		if run.contract == methods.ContractSubstrateCSV {
+		if run.contract == ContractSubstrateCSV {
 			w := csv.NewWriter(&buf)
-			_ = w.Write([]string{"Substrate SMILES", methods.ProteinSequenceColumn})
-			for k := range valid {
+			_ = w.Write([]string{"Substrate SMILES", ProteinSequenceColumn})
+			for k := range rows {
 				_ = w.Write([]string{conv[k], seqs[k]})
 			}
 			w.Flush()
@@ -114,39 +111,39 @@ func (a *Activities) writeEngineInput(ctx context.Context, jobID string, canonic
 			Sequence string `json:"sequence"`
 			SeqAlias string `json:"Sequence"`
 		}
-		list := make([]row, len(valid))
-		run.keys = make([][2]string, len(valid))
-		for k := range valid {
+		list := make([]row, len(rows))
+		run.keys = make([][2]string, len(rows))
+		for k := range rows {
 			list[k] = row{SMILES: conv[k], Sequence: seqs[k], SeqAlias: seqs[k]}
 			run.keys[k] = [2]string{seqs[k], conv[k]}
 		}
 		if err := json.NewEncoder(&buf).Encode(list); err != nil {
 			return fail(err)
 		}
-		kw := d.TargetKwargs[methods.Target(sr.Target)]
-		run.vars["task"] = methodATask(sr.Target)
+		kw := d.TargetKwargs[Target(req.Target)]
+		run.vars["task"] = methodATask(req.Target)
 		if v := kw["model_variant"]; v != "" {
 			run.vars["model_config"] = "A-" + v
 		} else {
 			run.vars["model_config"] = d.Key
 		}
-	case methods.ContractReactionCSV:
-		subs, err := a.reactionCells(ctx, valid, sr, kwarg(0), canonicalize, &run.notes)
+	case ContractReactionCSV:
+		subs, err := reactionCells(ctx, req, kwarg(0), &run.notes)
 		if err != nil {
 			return nil, err
 		}
-		prods, err := a.reactionCells(ctx, valid, sr, kwarg(1), canonicalize, nil)
+		prods, err := reactionCells(ctx, req, kwarg(1), nil)
 		if err != nil {
 			return nil, err
 		}
 		w := csv.NewWriter(&buf)
-		_ = w.Write([]string{"Substrates", "Products", methods.ProteinSequenceColumn})
-		for k := range valid {
+		_ = w.Write([]string{"Substrates", "Products", ProteinSequenceColumn})
+		for k := range rows {
 			_ = w.Write([]string{subs[k], prods[k], seqs[k]})
 		}
 		w.Flush()
 	default:
-		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: unknown file contract %q", d.DisplayName, run.contract), ErrPrediction, nil)
+		return nil, &EngineError{Msg: fmt.Sprintf("%s: unknown file contract %q", d.DisplayName, run.contract)}
 	}
 	if err := fsutil.WriteFileAtomic(run.in, buf.Bytes(), 0o644); err != nil {
 		return fail(err)
@@ -156,7 +153,7 @@ func (a *Activities) writeEngineInput(ctx context.Context, jobID string, canonic
 
 // methodATask is method A's --task value for a target.
 func methodATask(target string) string {
-	if target == string(methods.Km) {
+	if target == string(Km) {
 		return "KM"
 	}
 	return target
@@ -165,24 +162,24 @@ func methodATask(target string) string {
 // reactionCells returns method D's cells of one column: the `;` tokens of
 // each row, converted to standard InChI when canonicalize is set, re-joined
 // with `;` (WIRE §4.5).
-func (a *Activities) reactionCells(ctx context.Context, valid []int, sr stageRows, kwarg string, canonicalize bool, notes *[]string) ([]string, error) {
-	tokens := make([][]string, len(valid))
+func reactionCells(ctx context.Context, req CommandRequest, kwarg string, notes *[]string) ([]string, error) {
+	tokens := make([][]string, len(req.Rows))
 	var flat []string
-	for k, i := range valid {
-		for _, t := range strings.Split(sr.Rows[i].Kwargs[kwarg], ";") {
+	for k, r := range req.Rows {
+		for _, t := range strings.Split(r.Kwargs[kwarg], ";") {
 			if t = strings.TrimSpace(t); t != "" {
 				tokens[k] = append(tokens[k], t)
 				flat = append(flat, t)
 			}
 		}
 	}
-	if canonicalize {
-		conv, byRDKit, err := a.Chem.Convert(ctx, input.FormInChI, flat)
+	if req.Canonicalize {
+		conv, byRDKit, err := req.Chem.Convert(ctx, FormInChI, flat)
 		if err != nil {
 			return nil, err
 		}
 		if notes != nil {
-			*notes = append(*notes, conversionNote(string(input.FormInChI), byRDKit))
+			*notes = append(*notes, conversionNote(string(FormInChI), byRDKit))
 		}
 		n := 0
 		for k := range tokens {
@@ -192,7 +189,7 @@ func (a *Activities) reactionCells(ctx context.Context, valid []int, sr stageRow
 			}
 		}
 	}
-	out := make([]string, len(valid))
+	out := make([]string, len(req.Rows))
 	for k := range tokens {
 		out[k] = strings.Join(tokens[k], ";")
 	}
@@ -210,19 +207,19 @@ func conversionNote(form string, converted bool) string {
 // readEngineResult reads the output of run's contract for n valid rows.
 func readEngineResult(run *engineRun, n int, name string) ([]*float64, map[int]string, error) {
 	switch run.contract {
-	case methods.ContractJSON:
+	case ContractJSON:
 		return readEngineOutput(run.out, n, name)
-	case methods.ContractSubstrateCSV:
+	case ContractSubstrateCSV:
 		vals, err := readOutputColumn(run.out, colPredictedValue, n, nil, name)
 		return vals, nil, err
-	case methods.ContractReactionCSV:
+	case ContractReactionCSV:
 		vals, err := readOutputColumn(run.out, colMethodDKcat, n, nil, name)
 		return vals, nil, err
-	case methods.ContractMethodA:
+	case ContractMethodA:
 		vals, err := readOutputColumn(run.out, colMethodAPred, n, run.keys, name)
 		return vals, nil, err
 	}
-	return nil, nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: unknown file contract %q", name, run.contract), ErrPrediction, nil)
+	return nil, nil, &EngineError{Msg: fmt.Sprintf("%s: unknown file contract %q", name, run.contract)}
 }
 
 // readOutputColumn reads column col of a dedicated engine's output CSV:
@@ -231,7 +228,7 @@ func readEngineResult(run *engineRun, n int, name string) ([]*float64, map[int]s
 // smiles) pair; an input row without a matching output row gets no value.
 func readOutputColumn(path, col string, n int, keys [][2]string, name string) ([]*float64, error) {
 	bad := func(msg string, err error) ([]*float64, error) {
-		return nil, temporal.NewNonRetryableApplicationError(name+" "+msg, ErrPrediction, err)
+		return nil, &EngineError{Msg: name + " " + msg, Err: err}
 	}
 	f, err := os.Open(path)
 	if err != nil {

@@ -1,0 +1,74 @@
+package gpuhealth
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kinflow/kinflow/internal/config"
+)
+
+// service is a GPU service stand-in answering /health with body and status,
+// counting its calls and checking the bearer token.
+func service(t *testing.T, status int, body string) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		if r.URL.Path != "/health" || r.Header.Get("Authorization") != "Bearer tok" {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(body))
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &calls
+}
+
+func TestCheck(t *testing.T) {
+	ctx := context.Background()
+	if got := New(&config.Config{}).Check(ctx); got != (Health{Reason: "not_configured"}) {
+		t.Errorf("unconfigured: %+v", got)
+	}
+	for _, c := range []struct {
+		status int
+		body   string
+		want   Health
+	}{
+		{200, `{"online": true}`, Health{Configured: true, Online: true}},
+		{200, `{}`, Health{Configured: true, Online: true}},
+		{200, `{"online": false}`, Health{Configured: true, Reason: "remote_offline"}},
+		{503, `{}`, Health{Configured: true, Reason: "unreachable: HTTP 503"}},
+		{200, `not json`, Health{Configured: true, Reason: "unreachable: invalid JSON from /health"}},
+	} {
+		srv, _ := service(t, c.status, c.body)
+		h := New(&config.Config{GPUEmbedServiceURL: srv.URL, GPUEmbedServiceToken: "tok"})
+		if got := h.Check(ctx); got != c.want {
+			t.Errorf("%d %s: %+v, want %+v", c.status, c.body, got, c.want)
+		}
+		if conf, online := h.GPUStatus(ctx); conf != c.want.Configured || online != c.want.Online {
+			t.Errorf("%d %s: GPUStatus %v %v", c.status, c.body, conf, online)
+		}
+	}
+}
+
+func TestCheckCachesForTheTTL(t *testing.T) {
+	ctx := context.Background()
+	srv, calls := service(t, 200, `{"online": true}`)
+	h := New(&config.Config{GPUEmbedServiceURL: srv.URL, GPUEmbedServiceToken: "tok", GPUEmbedHealthTTL: time.Hour})
+	for range 3 {
+		h.Check(ctx)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("%d calls within the TTL, want 1", n)
+	}
+	h.Config.GPUEmbedHealthTTL = 0
+	h.Check(ctx)
+	if n := calls.Load(); n != 2 {
+		t.Errorf("%d calls after the TTL, want 2", n)
+	}
+}

@@ -1,0 +1,338 @@
+package methods
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/kinflow/kinflow/internal/procio"
+)
+
+// ReasonNoPrediction is the skip reason of a row the program gave no value
+// for (WIRE §3.2, verbatim).
+const ReasonNoPrediction = "Prediction could not be made"
+
+// SubstrateForm is what a substrate text is converted to for an engine
+// (WIRE §4.5 canonicalizeSubstrates).
+type SubstrateForm string
+
+// Conversion forms.
+const (
+	// FormCanonicalSMILES is RDKit's canonical SMILES (engines C, F, A with
+	// canonicalizeSubstrates=true).
+	FormCanonicalSMILES SubstrateForm = "canonical"
+	// FormSMILES is the raw text when it parses as SMILES, else a
+	// non-canonical SMILES from the InChI (C, F, A with false).
+	FormSMILES SubstrateForm = "smiles"
+	// FormInChI is standard InChI (engine D with true).
+	FormInChI SubstrateForm = "inchi"
+)
+
+// Chemistry converts substrate texts for the dedicated file contracts
+// (input.Chemistry: RDKit, InChI through Open Babel). The second result
+// says whether the helper did the conversion (else the texts come back
+// trimmed but unchanged).
+type Chemistry interface {
+	Convert(ctx context.Context, form SubstrateForm, texts []string) ([]string, bool, error)
+}
+
+// EngineRow is one row handed to a method's program: its protein sequence
+// and its kwargs (the method's CSV columns, by kwarg name).
+type EngineRow struct {
+	Seq    string
+	Kwargs map[string]string
+}
+
+// CommandRequest is one run of a method's program by RunCommand.
+type CommandRequest struct {
+	JobID  string
+	Target string
+	// Canonicalize is the job's canonicalizeSubstrates option.
+	Canonicalize bool
+	// Rows are the rows to predict, in order.
+	Rows []EngineRow
+	// Dir is the stage's work folder: the input and output files and
+	// engine.log are there.
+	Dir string
+	// Vars are the worker's placeholders for the command line and EnvPaths
+	// (media, sequence_info, methode_checkpoint_root, methodj_cache_dir).
+	Vars map[string]string
+	// Env is the program's base environment (config.ChildEnv).
+	Env []string
+	// Chem converts substrates for the dedicated contracts.
+	Chem Chemistry
+	// Heartbeat is called every 10 s while the program runs; Progress on
+	// each `Progress: x/y` line with x. Either may be nil.
+	Heartbeat func()
+	Progress  func(done int)
+}
+
+// EngineError is a failure of a method's program or of its files that
+// retrying cannot fix. Msg is for the user (no server paths); Err is the
+// cause. The Predict activity reports it as a non-retryable
+// PredictionFailed error.
+type EngineError struct {
+	Msg string
+	Err error
+}
+
+// Error implements error.
+func (e *EngineError) Error() string {
+	if e.Err != nil {
+		return e.Msg + ": " + e.Err.Error()
+	}
+	return e.Msg
+}
+
+// Unwrap returns the cause.
+func (e *EngineError) Unwrap() error { return e.Err }
+
+// EngineInput is the generic engine's input file (WIRE §4.7).
+type EngineInput struct {
+	Method   string              `json:"method"`
+	Target   string              `json:"target"`
+	PublicID string              `json:"public_id"`
+	Rows     []map[string]string `json:"rows"`
+	Params   map[string]any      `json:"params"`
+}
+
+var progressLine = regexp.MustCompile(`^Progress: (\d+)/(\d+)`)
+
+// unsafeFileChars are the runs of characters replaced by "_" when a method
+// key names an engine file (WIRE §4.7).
+var unsafeFileChars = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
+
+// RunCommand is the command engine: it runs d's own program with its file
+// contract (WIRE §4.7 for the generic engine, §7.3 for the dedicated ones)
+// over req.Rows: an input file of the rows, an output file of predictions,
+// `Progress: x/y` lines on stdout, stdout and stderr kept in
+// req.Dir/engine.log. The program is killed, with every process it
+// started, on cancellation of ctx. It returns one value (nil: no
+// prediction) per row and the skip reasons the program gave by row index.
+func RunCommand(ctx context.Context, d *Descriptor, req CommandRequest) ([]*float64, map[int]string, error) {
+	if d.Command == nil {
+		return nil, nil, &EngineError{Msg: fmt.Sprintf("%s has no command configured (KINFLOW_PREDICTION_ENGINE=command needs one in KINFLOW_METHODS_FILE)", d.DisplayName)}
+	}
+	heartbeat, progress := req.Heartbeat, req.Progress
+	if heartbeat == nil {
+		heartbeat = func() {}
+	}
+	if progress == nil {
+		progress = func(int) {}
+	}
+	dir := req.Dir
+	run, err := writeEngineInput(ctx, d, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer os.Remove(run.in)
+	defer os.Remove(run.out)
+	// An output left by an attempt that died before reading it must not
+	// pass for this run's.
+	if err := os.Remove(run.out); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, err
+	}
+
+	vars := map[string]string{
+		"python": d.Command.Python, "script": d.Command.Script, "input": run.in, "output": run.out,
+		"target": req.Target, "job_id": req.JobID,
+	}
+	for k, v := range req.Vars {
+		vars[k] = v
+	}
+	// kinflow's Cleanup deletes ephemeral artefacts once no running job
+	// needs them; a script deleting them itself could pull files from
+	// under another job.
+	vars["methodf_delete_embeddings"] = "0"
+	if kt := d.TargetKwargs[Target(req.Target)]["kinetics_type"]; kt != "" {
+		vars["kinetics_type"] = kt
+	}
+	for k, v := range run.vars {
+		vars[k] = v
+	}
+	for k, v := range d.Command.Paths {
+		vars[k] = v
+	}
+	argv := d.Command.Render(d.FileContract, vars)
+	if len(argv) == 0 {
+		return nil, nil, &EngineError{Msg: d.DisplayName + " has an empty command"}
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Dir = d.Command.WorkDir
+	cmd.Env = slices.Clone(req.Env)
+	var unset []string
+	for _, ev := range d.EnvPaths {
+		v := renderVars(ev.Value, vars)
+		if m := unfilledPlaceholder.FindString(v); m != "" {
+			// A path the operator did not configure: leave the variable
+			// unset rather than hand the program a literal "{model_dir}".
+			unset = append(unset, fmt.Sprintf("%s not set: %s has no value (set it in command.paths)", ev.Name, m))
+			continue
+		}
+		cmd.Env = append(cmd.Env, ev.Name+"="+v)
+	}
+	for k, v := range d.Command.ExtraEnv {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	// Its own process group, so cancellation kills the whole tree.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+
+	logf, err := os.OpenFile(filepath.Join(dir, "engine.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer logf.Close()
+	var logMu sync.Mutex
+	logLine := func(stream, line string) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		fmt.Fprintf(logf, "%s [%s] %s\n", time.Now().UTC().Format("2006-01-02T15:04:05.000000Z"), stream, line)
+	}
+	// Writers, not pipes we read: Wait then returns when the program exits
+	// (plus at most WaitDelay), even if something it started holds its
+	// output open, and a line of any length cannot stall the program.
+	stdout := &procio.LineWriter{Line: func(line string) {
+		logLine("stdout", line)
+		if m := progressLine.FindStringSubmatch(line); m != nil {
+			done, _ := strconv.Atoi(m[1])
+			progress(done)
+		}
+	}}
+	stderr := &procio.LineWriter{Line: func(line string) { logLine("stderr", line) }}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	for _, n := range append(run.notes, unset...) {
+		logLine("kinflow", n)
+	}
+	logLine("kinflow", "$ "+strings.Join(argv, " "))
+	if err := cmd.Start(); err != nil {
+		return nil, nil, &EngineError{Msg: d.DisplayName + " could not be started: " + filepath.Base(argv[0]), Err: err}
+	}
+	// Heartbeat while the program runs even if it prints nothing.
+	stopBeat := make(chan struct{})
+	go func() {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopBeat:
+				return
+			case <-t.C:
+				heartbeat()
+			}
+		}
+	}()
+	err = cmd.Wait()
+	close(stopBeat)
+	stdout.Flush()
+	stderr.Flush()
+	if errors.Is(err, exec.ErrWaitDelay) {
+		// The program exited cleanly; a process it left behind kept its
+		// output open and was cut off.
+		logLine("kinflow", "the program exited; output of processes it left behind was cut off")
+		err = nil
+	}
+	if ctx.Err() != nil {
+		return nil, nil, ctx.Err()
+	}
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && (ws.Signal() == syscall.SIGKILL || ws.ExitStatus() == 137) {
+				return nil, nil, &EngineError{Msg: d.DisplayName + " prediction terminated due to insufficient memory.", Err: err}
+			}
+		}
+		return nil, nil, &EngineError{Msg: d.DisplayName + " prediction failed with an internal error (see the job's engine log).", Err: err}
+	}
+	return readEngineResult(run, len(req.Rows), d.DisplayName)
+}
+
+// unfilledPlaceholder finds a {name} left in a rendered env value.
+var unfilledPlaceholder = regexp.MustCompile(`\{[a-z0-9_]+\}`)
+
+// readEngineOutput parses the generic engine's output (WIRE §4.7): a bare list
+// or {"predictions", "invalid_indices", "invalid_reasons"}.
+func readEngineOutput(path string, n int, name string) ([]*float64, map[int]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, &EngineError{Msg: name + " output file could not be read.", Err: err}
+	}
+	defer f.Close()
+	raw, err := io.ReadAll(f)
+	if err != nil {
+		return nil, nil, &EngineError{Msg: name + " output file could not be read.", Err: err}
+	}
+	var obj struct {
+		Predictions    []json.RawMessage `json:"predictions"`
+		InvalidIndices []int             `json:"invalid_indices"`
+		InvalidReasons map[string]string `json:"invalid_reasons"`
+	}
+	if err := json.Unmarshal(raw, &obj.Predictions); err != nil {
+		if err := json.Unmarshal(raw, &obj); err != nil {
+			return nil, nil, &EngineError{Msg: name + " output format is invalid.", Err: err}
+		}
+	}
+	if len(obj.Predictions) != n {
+		return nil, nil, &EngineError{Msg: fmt.Sprintf("%s produced %d prediction(s) for %d valid input row(s).", name, len(obj.Predictions), n)}
+	}
+	vals := make([]*float64, n)
+	for i, p := range obj.Predictions {
+		vals[i] = parsePrediction(p)
+	}
+	reasons := map[int]string{}
+	for _, i := range obj.InvalidIndices {
+		if i >= 0 && i < n {
+			reasons[i] = ReasonNoPrediction
+		}
+	}
+	for k, v := range obj.InvalidReasons {
+		if i, err := strconv.Atoi(k); err == nil && i >= 0 && i < n && strings.TrimSpace(v) != "" {
+			reasons[i] = v
+		}
+	}
+	return vals, reasons, nil
+}
+
+// parsePrediction reads one prediction; null, NaN, empty, "none" and "nan"
+// count as missing.
+func parsePrediction(raw json.RawMessage) *float64 {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return nil
+	}
+	var f float64
+	switch x := v.(type) {
+	case float64:
+		f = x
+	case string:
+		return parseCell(x)
+	default:
+		return nil
+	}
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return nil
+	}
+	return &f
+}
+
+// renderVars replaces {name} placeholders in s.
+func renderVars(s string, vars map[string]string) string {
+	for k, v := range vars {
+		s = strings.ReplaceAll(s, "{"+k+"}", v)
+	}
+	return s
+}
