@@ -84,6 +84,29 @@ func (s *stack) waitServers(timeout time.Duration) []int {
 	return nil
 }
 
+// wantDoneOnGPUWithoutRewrites waits for job to complete on the GPU road
+// (its last gpuPrecompute event "done") with n cache files, none of before
+// written again.
+func (s *stack) wantDoneOnGPUWithoutRewrites(job string, before map[string]string, n int, timeout time.Duration) {
+	s.t.Helper()
+	st := s.waitDone(job, timeout)
+	if st.Status != "Completed" {
+		s.t.Fatalf("job: %s %s", st.Status, st.Error)
+	}
+	if r := st.reasons(); r[len(r)-1] != "done" {
+		s.t.Fatalf("events %v: want the GPU road to finish the job", r)
+	}
+	after := s.cacheFiles()
+	if len(after) != n {
+		s.t.Fatalf("%d files, want %d", len(after), n)
+	}
+	for p, stamp := range before {
+		if after[p] != stamp {
+			s.t.Errorf("%s was written again", p)
+		}
+	}
+}
+
 // TestResidentServerKilledMidBatch kills the GPU host's resident step
 // server (the synthetic executor's `kinflow step-server`) with SIGKILL in
 // the middle of a step: the batch in flight fails, the server is started
@@ -102,22 +125,7 @@ func TestResidentServerKilledMidBatch(t *testing.T) {
 		_ = syscall.Kill(p, syscall.SIGKILL)
 	}
 	before := s.cacheFiles()
-	st := s.waitDone(job, 120*time.Second)
-	if st.Status != "Completed" {
-		t.Fatalf("job: %s %s", st.Status, st.Error)
-	}
-	if r := st.reasons(); r[len(r)-1] != "done" {
-		t.Fatalf("events %v: want the GPU road to finish the job", r)
-	}
-	after := s.cacheFiles()
-	if len(after) != n {
-		t.Fatalf("%d files, want %d", len(after), n)
-	}
-	for p, stamp := range before {
-		if after[p] != stamp {
-			t.Errorf("%s was written again after the server was killed", p)
-		}
-	}
+	s.wantDoneOnGPUWithoutRewrites(job, before, n, 120*time.Second)
 	again := s.stepServerPIDs()
 	if len(again) == 0 || again[0] == first[0] {
 		t.Fatalf("servers %v after the kill of %v: want a fresh one", again, first)
@@ -143,22 +151,7 @@ func TestGPUWorkerKilledMidShard(t *testing.T) {
 	waitGone(t, pids, 10*time.Second, "after kill -9 of the gpu-worker")
 	before := s.cacheFiles()
 	s.start("gpu-worker")
-	st := s.waitDone(job, 150*time.Second)
-	if st.Status != "Completed" {
-		t.Fatalf("job: %s %s", st.Status, st.Error)
-	}
-	if r := st.reasons(); r[len(r)-1] != "done" {
-		t.Fatalf("events %v: want the GPU road to finish the job", r)
-	}
-	after := s.cacheFiles()
-	if len(after) != n {
-		t.Fatalf("%d files, want %d", len(after), n)
-	}
-	for p, stamp := range before {
-		if after[p] != stamp {
-			t.Errorf("%s was written again after the restart", p)
-		}
-	}
+	s.wantDoneOnGPUWithoutRewrites(job, before, n, 150*time.Second)
 	log, _ := os.ReadFile(s.logs["gpu-worker"])
 	if !strings.Contains(string(log), `"shard":"`) {
 		t.Errorf("the restarted GPU host's log names no shard")

@@ -109,4 +109,3 @@ func Check(ctx context.Context, cfg *config.Config, st *Settings, log *slog.Logg
 	}
 	return res, nil
 }
-

@@ -138,7 +138,7 @@ func (r *CommandRunner) RunBatch(ctx context.Context, b BatchJob) error {
 		}
 	}}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	b.Log.Printf("$ %s", quoteArgv(argv))
+	b.Log.Printf("$ %s", procio.QuoteArgv(argv))
 	if err := cmd.Start(); err != nil {
 		return &ConfigError{Msg: fmt.Sprintf("start step program for %s: %v", b.StepKey, err)}
 	}
@@ -184,19 +184,6 @@ func hasEnv(env []string, key string) bool {
 		}
 	}
 	return false
-}
-
-// quoteArgv renders argv for the log as a shell would read it back.
-func quoteArgv(argv []string) string {
-	out := make([]string, len(argv))
-	for i, a := range argv {
-		if a != "" && !strings.ContainsAny(a, " \t\n'\"\\$`;&|<>*?()[]{}#~!") {
-			out[i] = a
-			continue
-		}
-		out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-	}
-	return strings.Join(out, " ")
 }
 
 func writeJSON(path string, v any) error {

@@ -164,30 +164,17 @@ func LoadSettings(look Lookup, file map[string]string, mediaRoot string) (*Setti
 		switch {
 		case strings.HasPrefix(k, EnvStepCmdPrefix):
 			err = s.setStep(k, EnvStepCmdPrefix, get(k), func(step, v string) error {
-				if v == "" {
-					return nil
+				argv, err := commandWords(v)
+				if argv != nil {
+					s.Commands[step] = argv
 				}
-				argv, err := SplitCommand(v)
-				if err != nil {
-					return err
-				}
-				if len(argv) == 0 {
-					return fmt.Errorf("empty command")
-				}
-				s.Commands[step] = argv
-				return nil
+				return err
 			})
 		case strings.HasPrefix(k, EnvStepServerPrefix):
 			err = s.setStep(k, EnvStepServerPrefix, get(k), func(step, v string) error {
-				if v == "" {
-					return nil
-				}
-				argv, err := SplitCommand(v)
-				if err != nil {
+				argv, err := commandWords(v)
+				if argv == nil {
 					return err
-				}
-				if len(argv) == 0 {
-					return fmt.Errorf("empty command")
 				}
 				for _, a := range argv {
 					if p := batchPlaceholder(a); p != "" {
@@ -284,4 +271,20 @@ func batchPlaceholder(word string) string {
 		}
 	}
 	return ""
+}
+
+// commandWords splits a command template (nil for an empty value, which
+// leaves the step unset).
+func commandWords(v string) ([]string, error) {
+	if v == "" {
+		return nil, nil
+	}
+	argv, err := SplitCommand(v)
+	if err != nil {
+		return nil, err
+	}
+	if len(argv) == 0 {
+		return nil, fmt.Errorf("empty command")
+	}
+	return argv, nil
 }

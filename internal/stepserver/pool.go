@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kinflow/kinflow/internal/procio"
 	"reflect"
 	"sort"
 	"strings"
@@ -276,7 +277,7 @@ func (p *Pool) ensure(ctx context.Context, e *entry, spec Spec, logLine func(str
 		return nil, err
 	}
 
-	p.note(e.key, logLine, "starting the step server", "argv", quoteArgv(spec.Argv))
+	p.note(e.key, logLine, "starting the step server", "argv", procio.QuoteArgv(spec.Argv))
 	started := time.Now()
 	pr, err := spawn(spec, p.o.KillGrace, logLine, func(stream, line string) {
 		p.o.Log.Info("step server output", "step", spec.Key, "stream", stream, "line", line)
@@ -608,17 +609,4 @@ func sortedKeys(m map[string]any) []string {
 	}
 	sort.Strings(keys)
 	return keys
-}
-
-// quoteArgv renders argv for the log as a shell would read it back.
-func quoteArgv(argv []string) string {
-	out := make([]string, len(argv))
-	for i, a := range argv {
-		if a != "" && !strings.ContainsAny(a, " \t\n'\"\\$`;&|<>*?()[]{}#~!") {
-			out[i] = a
-			continue
-		}
-		out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-	}
-	return strings.Join(out, " ")
 }
