@@ -129,20 +129,7 @@ def merge_manifest(folder: str, commits: Iterable[Commit]) -> None:
             e.pop("synthetic", None)
             entries[c.seq_id] = e
         doc.update(count=len(entries), entries=entries, updated_at=now, version=1)
-        data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
-        fd, tmp = tempfile.mkstemp(prefix=".manifest.", suffix=".json", dir=folder)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                os.fchmod(f.fileno(), 0o644)
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+        write_bytes_atomic(path, json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
 
 
 def read_binding_sites(path: str, want: set[str]) -> dict[str, np.ndarray]:
