@@ -16,8 +16,8 @@ import (
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/input"
 	"github.com/kinflow/kinflow/internal/methods"
-	"github.com/kinflow/kinflow/internal/similarity"
 	"github.com/kinflow/kinflow/internal/metrics"
+	"github.com/kinflow/kinflow/internal/similarity"
 	"github.com/kinflow/kinflow/internal/store"
 )
 
