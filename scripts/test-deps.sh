@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs and starts what the test suite needs on a fresh Debian machine:
-# PostgreSQL (started if stopped, installed if absent), Python's numpy, torch,
-# RDKit and Open Babel from Debian (for interop tests and the RDKit helper,
+# PostgreSQL (started if stopped, installed if absent), MMseqs2, Python's
+# numpy, torch, RDKit and Open Babel from Debian (for interop tests and the RDKit helper,
 # which reads and writes InChI through Open Babel), Chromium
 # (browser test of the web page), and the OpenAPI linter from the npm
 # registry. Idempotent: a second run takes seconds.
@@ -47,6 +47,13 @@ need=()
 if [ ${#need[@]} -gt 0 ]; then
   echo "test-deps: installing ${need[*]}"
   apt_install "${need[@]}"
+fi
+
+# MMseqs2 for the similarity analysis (internal/similarity, activities,
+# api): the tests search generated FASTA files with the real program.
+if ! command -v mmseqs >/dev/null 2>&1; then
+  echo "test-deps: installing MMseqs2"
+  apt_install mmseqs2
 fi
 
 # Headless Chromium for the browser test of the web page (internal/e2e).
