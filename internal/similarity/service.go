@@ -18,6 +18,13 @@ const (
 	FailedMessage     = "The similarity analysis failed."
 )
 
+// ValidateBatch is the batch size of Analyze's searches: a batch is cached
+// only when it ends, so it must end well within the validate timeout. 200
+// queries take about 30 s against 20,000 training sequences on two busy
+// cores (docs/BENCHMARKS.md), of which about 10 s is mmseqs' fixed cost per
+// call.
+const ValidateBatch = 200
+
 // Service is the similarity analysis of one process: its datasets and
 // searcher, and the bound on /validate/'s searches.
 type Service struct {
@@ -140,7 +147,7 @@ func (s *Service) Analyze(ctx context.Context, rows []string) any {
 				}
 			}
 			if err == nil {
-				res, err = s.Searcher.Search(ctx, d, seqs)
+				res, err = s.Searcher.SearchBatched(ctx, d, seqs, ValidateBatch)
 			}
 		}
 		if err != nil {

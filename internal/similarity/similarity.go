@@ -283,6 +283,12 @@ func lockFile(ctx context.Context, path string) (func(), error) {
 // keyed by sequence. Cached results are used; the others are searched in
 // batches and cached as each batch ends. Empty strings are ignored.
 func (s *Searcher) Search(ctx context.Context, d Dataset, seqs []string) (map[string]Identity, error) {
+	return s.SearchBatched(ctx, d, seqs, s.BatchSize)
+}
+
+// SearchBatched is Search with batches of at most size queries (0: the
+// searcher's BatchSize).
+func (s *Searcher) SearchBatched(ctx context.Context, d Dataset, seqs []string, size int) (map[string]Identity, error) {
 	dir, err := s.BuildDir(ctx, d)
 	if err != nil {
 		return nil, err
@@ -313,7 +319,9 @@ func (s *Searcher) Search(ctx context.Context, d Dataset, seqs []string) (map[st
 	if len(missing) == 0 {
 		return out, nil
 	}
-	size := s.BatchSize
+	if size <= 0 {
+		size = s.BatchSize
+	}
 	if size <= 0 {
 		size = 2000
 	}
