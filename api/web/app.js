@@ -312,10 +312,11 @@
       axis.setAttribute("y1", "100.5"); axis.setAttribute("y2", "100.5");
       axis.setAttribute("class", "axis");
       svg.append(axis);
-      [0, 50, 100].forEach((v) => {
+      [[0, "start"], [50, "middle"], [100, "end"]].forEach(([v, anchor]) => {
         const tx = document.createElementNS(NS, "text");
-        tx.setAttribute("x", String(Math.min(v * 3, 290)));
+        tx.setAttribute("x", String(v === 100 ? 303 : v * 3 + 1));
         tx.setAttribute("y", "109");
+        tx.setAttribute("text-anchor", anchor);
         tx.setAttribute("class", "tick");
         tx.textContent = v + "%";
         svg.append(tx);
