@@ -69,7 +69,7 @@ func validateSimilarity(list []SimilarityDataset) error {
 		}
 		labels[d.Label] = true
 		if strings.TrimSpace(d.FASTA) == "" || strings.Contains(d.FASTA, "..") {
-			return fmt.Errorf("similarity %q: want a fasta path without ..", d.Label)
+			return fmt.Errorf("similarity %q: want a fasta path that does not contain \"..\"", d.Label)
 		}
 		for _, m := range d.Methods {
 			if other, ok := served[m]; ok {
