@@ -29,7 +29,7 @@ run: bin/temporal build ## build and start everything on embedded defaults (Ctrl
 	@mkdir -p .data media
 	exec ./bin/kinflow dev --temporal-cli bin/temporal --data-dir .data
 
-test-deps: bin/temporal ## install and start what the tests need (Postgres, Python numpy/torch/RDKit/Open Babel, the steps venv, Chromium, the OpenAPI linter)
+test-deps: bin/temporal ## install and start what the tests need (Postgres, MMseqs2, Python numpy/torch/RDKit/Open Babel, the steps venv, Chromium, the OpenAPI linter)
 	bash scripts/test-deps.sh
 
 test: test-deps ## run every test, unit and integration, against real Temporal, Postgres, HTTP and files

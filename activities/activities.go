@@ -7,11 +7,13 @@ import (
 
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/experimental"
 	"github.com/kinflow/kinflow/internal/gpuhealth"
 	"github.com/kinflow/kinflow/internal/input"
 	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/metrics"
 	"github.com/kinflow/kinflow/internal/progress"
+	"github.com/kinflow/kinflow/internal/similarity"
 	"github.com/kinflow/kinflow/internal/store"
 )
 
@@ -33,8 +35,15 @@ type Activities struct {
 	// Metrics records cache hits and misses and gpuPrecompute events; nil
 	// records nothing.
 	Metrics *metrics.Metrics
+	// Similarity computes the similarity columns (similarity.go); nil: every
+	// method counts as having no dataset.
+	Similarity *similarity.Service
+	// Experimental holds the measured-value tables; nil: made on first use
+	// under MEDIA/experimental.
+	Experimental *experimental.Tables
 
-	trackersOnce sync.Once
+	trackersOnce     sync.Once
+	experimentalOnce sync.Once
 }
 
 // trackers returns the tracker registry, made on first use when unset.

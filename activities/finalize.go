@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kinflow/kinflow/internal/experimental"
 	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/input"
 	"github.com/kinflow/kinflow/internal/methods"
@@ -106,6 +107,7 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 	type triple struct {
 		valueCol string
 		target   string
+		display  string
 		pred     stagePredictions
 		has      bool
 	}
@@ -113,11 +115,11 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 	res := &assembled{rows: n}
 	for i, t := range targets {
 		key, _ := chosen[t].(string)
-		col := "kcat (1/s)"
+		col, display := "kcat (1/s)", key
 		if d, ok := a.Catalogue.Get(key); ok {
-			col = d.OutputCols[methods.Target(t)]
+			col, display = d.OutputCols[methods.Target(t)], d.DisplayName
 		}
-		tr := triple{valueCol: col, target: t}
+		tr := triple{valueCol: col, target: t, display: display}
 		sd, err := a.stageDir(job.ID, i)
 		if err == nil && fsutil.ReadJSON(filepath.Join(sd, "pred.json"), &tr.pred) == nil && len(tr.pred.Values) == n {
 			tr.has = true
@@ -165,6 +167,10 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 		}
 	}
 
+	// Similarity columns and experimental values (similarity.go), written
+	// by the annotation activities when the job asked for them.
+	an := a.readAnnotations(dir)
+
 	var buf bytes.Buffer
 	w := csv.NewWriter(&buf)
 	_ = w.Write(header)
@@ -174,6 +180,10 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 		record = record[:0]
 		full := true
 		for _, tr := range triples {
+			if cells, ok := experimentalCells(an, tr.target, tr.display, r, tr.has, tr.pred, skip[r]); ok {
+				record = append(record, cells[:]...)
+				continue
+			}
 			switch {
 			case skip[r] != "":
 				record = append(record, "", skip[r], "")
@@ -201,8 +211,9 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 		for _, c := range inputCols {
 			record = append(record, table.Rows[r].Cells[c])
 		}
-		for i := 0; i < simCols; i++ {
-			record = append(record, "")
+		if simCols == 2 {
+			mean, mx := an.similarityCells(r)
+			record = append(record, mean, mx)
 		}
 		_ = w.Write(record)
 	}
@@ -249,4 +260,30 @@ func pyFloat(v float64) string {
 		f += ".0"
 	}
 	return f
+}
+
+// experimentalCells are the (value, Source, Extra Info) cells of row r for
+// target when the job's experimental look-up matched it (WIRE §3.5): the
+// measured value, the table's Source label and the Extra Info sentences,
+// which name the model's own value when it made one. A row skipped by any
+// stage keeps its skip reason instead (the cross-target rule blanks after
+// the overrides).
+func experimentalCells(an annotations, target, display string, r int, has bool, pred stagePredictions, skip string) ([3]string, bool) {
+	if skip != "" {
+		return [3]string{}, false
+	}
+	rec, ok := an.experimentalMatch(target, r)
+	if !ok {
+		return [3]string{}, false
+	}
+	param := experimental.Param(target)
+	v, ok := rec.Value(param)
+	if !ok {
+		return [3]string{}, false
+	}
+	var model *float64
+	if has {
+		model = pred.Values[r]
+	}
+	return [3]string{pyFloat(v), rec.Source(), rec.ExtraInfo(param, model, display)}, true
 }

@@ -45,5 +45,11 @@ func (s *Server) health(c *gin.Context) {
 			status, code = "unavailable", http.StatusServiceUnavailable
 		}
 	}
+	// mmseqs is reported when a similarity dataset is configured, but it
+	// does not make the API unavailable: only /validate/'s runSimilarity
+	// and the similarity columns depend on it.
+	if sim := s.deps.Similarity; sim != nil && len(sim.Present()) > 0 {
+		checks["mmseqs"] = check(sim.Searcher.Available)
+	}
 	c.JSON(code, healthResponse{Status: status, Service: "kinflow API", Version: "1", Timestamp: isoformat(s.now()), Checks: checks})
 }

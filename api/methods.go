@@ -38,9 +38,8 @@ type methodsBody struct {
 		Skip     string `json:"skip"`
 	} `json:"longSequenceOptions"`
 	Notes struct {
-		Targets      string `json:"targets"`
-		Quota        string `json:"quota"`
-		Experimental string `json:"experimental"`
+		Targets string `json:"targets"`
+		Quota   string `json:"quota"`
 	} `json:"notes"`
 }
 
@@ -85,7 +84,6 @@ func buildMethodsBody(cat *methods.Catalogue) methodsBody {
 	b.LongSequenceOptions.Skip = "Rows whose sequence is longer than the selected methods' limit are left out of the prediction."
 	b.Notes.Targets = "Choose what to predict with `targets` (a list of kcat, Km, kcat/Km) and `methods` (an object mapping each selected target to a method id listed here)."
 	b.Notes.Quota = "Each CSV row counts as one prediction against the daily quota, whatever the number of selected targets."
-	b.Notes.Experimental = "`useExperimental` is accepted but ignored in this release: no experimental values are looked up or applied."
 	return b
 }
 

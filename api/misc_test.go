@@ -52,7 +52,7 @@ func TestMethods(t *testing.T) {
 			t.Fatalf("D %+v", d)
 		}
 		if strings.Join(b.PredictionTypes, ",") != "kcat,Km,kcat/Km" || b.LongSequenceOptions["skip"] == "" ||
-			b.Notes["targets"] == "" || b.Notes["quota"] == "" || !strings.Contains(b.Notes["experimental"], "useExperimental") {
+			b.Notes["targets"] == "" || b.Notes["quota"] == "" || b.Notes["experimental"] != "" {
 			t.Fatalf("body %s", r.Body)
 		}
 		if !strings.HasPrefix(r.Body.String(), `{"methods":{"kcat":[{"id":"A-H","displayName":"Method A-H","authors":`) {

@@ -17,6 +17,7 @@ import (
 	"github.com/kinflow/kinflow/internal/input"
 	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/metrics"
+	"github.com/kinflow/kinflow/internal/similarity"
 	"github.com/kinflow/kinflow/internal/store"
 )
 
@@ -46,6 +47,9 @@ type Deps struct {
 	// Metrics is the process's metrics, served on /metrics; nil serves an
 	// empty registry and records nothing.
 	Metrics *metrics.Metrics
+	// Similarity answers /validate/'s runSimilarity and adds mmseqs to
+	// /health/'s checks; nil: the similarity field says it is unavailable.
+	Similarity *similarity.Service
 }
 
 // JobStarter starts the workflow of a job ("prediction:<id>"); an error

@@ -303,5 +303,21 @@ func (s *Server) validate(c *gin.Context) {
 		s.inputError(c, err)
 		return
 	}
+	if sim && s.deps.Similarity != nil {
+		rep.Similarity = s.deps.Similarity.Analyze(c.Request.Context(), similarityRows(t))
+	}
 	c.JSON(http.StatusOK, rep)
+}
+
+// similarityRows are the Protein Sequence cells of t, untrimmed (WIRE §4.8).
+func similarityRows(t *input.Table) []string {
+	col := t.Col(input.ColProteinSequence)
+	if col < 0 {
+		return nil
+	}
+	out := make([]string, 0, len(t.Rows))
+	for _, r := range t.Rows {
+		out = append(out, r.Cells[col])
+	}
+	return out
 }

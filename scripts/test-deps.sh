@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs and starts what the test suite needs on a fresh Debian machine:
-# PostgreSQL (started if stopped, installed if absent), Python's numpy, torch,
-# RDKit and Open Babel from Debian, the step programs' venv (scripts/steps-venv.sh) (for interop tests and the RDKit helper,
+# PostgreSQL (started if stopped, installed if absent), MMseqs2, Python's
+# numpy, torch, RDKit and Open Babel from Debian, the step programs' venv
+# (scripts/steps-venv.sh) (for interop tests and the RDKit helper,
 # which reads and writes InChI through Open Babel), Chromium
 # (browser test of the web page), and the OpenAPI linter from the npm
 # registry. Idempotent: a second run takes seconds.
@@ -48,6 +49,13 @@ need=()
 if [ ${#need[@]} -gt 0 ]; then
   echo "test-deps: installing ${need[*]}"
   apt_install "${need[@]}"
+fi
+
+# MMseqs2 for the similarity analysis (internal/similarity, activities,
+# api): the tests search generated FASTA files with the real program.
+if ! command -v mmseqs >/dev/null 2>&1; then
+  echo "test-deps: installing MMseqs2"
+  apt_install mmseqs2
 fi
 
 # The step programs' venv (.venv-steps/: fair-esm, transformers, pytest, ruff from

@@ -123,6 +123,10 @@ func (w *prediction) run(ctx workflow.Context) (PredictionResult, error) {
 			return w.finalize(ctx, err)
 		}
 	}
+	// Histories recorded before the annotation step replay without it.
+	if workflow.GetVersion(ctx, annotateChange, workflow.DefaultVersion, 1) == 1 {
+		w.annotate(ctx)
+	}
 	return w.finalize(ctx, nil)
 }
 

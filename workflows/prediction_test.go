@@ -38,6 +38,8 @@ type harness struct {
 	childFn   func(ctx workflow.Context) error
 	// predictErr, when set, is Predict's answer.
 	predictErr error
+	// annotated are the annotation activities that ran, in order.
+	annotated []string
 }
 
 func newHarness(t *testing.T, policy activities.Policy, stage activities.StageInfo) *harness {
@@ -82,6 +84,14 @@ func newHarness(t *testing.T, policy activities.Policy, stage activities.StageIn
 		return activities.PredictResult{Predicted: 3}, nil
 	})
 	env.OnActivity(a.Cleanup, mock.Anything, mock.Anything).Return(nil)
+	env.OnActivity(a.TrainingSimilarity, mock.Anything, mock.Anything).Return(func(context.Context, activities.JobRef) (activities.AnnotationResult, error) {
+		h.annotated = append(h.annotated, "similarity")
+		return activities.AnnotationResult{State: activities.AnnotationDone}, nil
+	})
+	env.OnActivity(a.LookupExperimental, mock.Anything, mock.Anything).Return(func(context.Context, activities.JobRef) (activities.AnnotationResult, error) {
+		h.annotated = append(h.annotated, "experimental")
+		return activities.AnnotationResult{}, errors.New("table unreadable")
+	})
 	env.OnActivity(a.Finalize, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.FinalizeInput) (activities.FinalizeResult, error) {
 		h.finalized = in
 		if in.Failed {
@@ -155,6 +165,9 @@ func TestCacheCompleteSkipsEmbedding(t *testing.T) {
 	require.Equal(t, []string{"cache_complete"}, h.reasons())
 	require.Empty(t, h.localRuns)
 	require.NotContains(t, h.sched, "activity:TrackProgress")
+	// The annotations run after the stages; a failing one is retried (5
+	// attempts), then leaves the job Completed.
+	require.Equal(t, []string{"similarity", "experimental", "experimental", "experimental", "experimental", "experimental"}, h.annotated)
 	require.Nil(t, h.childIn)
 }
 
@@ -281,6 +294,7 @@ func TestPredictionErrorFailsTheJobWithItsMessage(t *testing.T) {
 	res := h.run(t)
 	require.Equal(t, "Failed", res.Status)
 	require.Equal(t, "Method B prediction failed with an internal error.", h.finalized.Message)
+	require.Empty(t, h.annotated, "a failed job is not annotated")
 }
 
 func indexOf(s []string, v string) int {

@@ -18,7 +18,9 @@ func TestReplayRecordedHistories(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{"prediction_gpu_postcheck_fallback.json": false, "embedjob_missing_outputs.json": false}
+	want := map[string]bool{"prediction_gpu_postcheck_fallback.json": false, "embedjob_missing_outputs.json": false,
+		// The annotation step (GetVersion "annotate-results"): TestJobSimilarityAndExperimental.
+		"prediction_similarity_experimental.json": false}
 	for _, f := range files {
 		want[filepath.Base(f)] = true
 		t.Run(filepath.Base(f), func(t *testing.T) {
@@ -32,7 +34,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 	}
 	for name, found := range want {
 		if !found {
-			t.Errorf("testdata/%s is missing: record it with KINFLOW_RECORD_HISTORIES=1 go test ./internal/e2e -run TestRemoteDone", name)
+			t.Errorf("testdata/%s is missing: record it with KINFLOW_RECORD_HISTORIES=1 go test ./internal/e2e -run 'TestRemoteDone|TestJobSimilarity'", name)
 		}
 	}
 }

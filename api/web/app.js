@@ -203,6 +203,7 @@
     if (!f) throw new APIError(400, "Choose a .csv file or paste CSV text first.");
     const fd = new FormData();
     fd.append("file", f, f.name.toLowerCase().endsWith(".csv") ? f.name : f.name + ".csv");
+    if (!withOptions && $("opt-runsim").checked) fd.append("runSimilarity", "true");
     if (withOptions) {
       const s = selection();
       if (s.targets.length === 0) throw new APIError(400, "Choose at least one target to predict.");
@@ -262,7 +263,67 @@
       });
       t.append(thead, tb); wrap.append(t); out.append(wrap);
     }
+    showSimilarity(out, rep.similarity);
     return rows.length;
+  }
+
+  // showSimilarity draws /validate/'s similarity object: per training set, a
+  // bar chart of the rows' max identity (0–100 %, one bar per percent) and
+  // the two averages. Plain SVG built with DOM calls; no inline styles.
+  function showSimilarity(out, sim) {
+    if (!sim) return;
+    const h = el("h3", "Similarity to the methods' training data");
+    out.append(h);
+    if (sim.error) { out.append(el("p", sim.error, "error")); return; }
+    Object.keys(sim).forEach((label) => {
+      const s = sim[label] || {};
+      const hist = s.histogram_max || {};
+      const counts = s.count_max || {};
+      let top = 0;
+      for (let i = 0; i <= 100; i++) top = Math.max(top, Number(hist[String(i)]) || 0);
+      const fig = el("figure", null, "simchart");
+      const NS = "http://www.w3.org/2000/svg";
+      const svg = document.createElementNS(NS, "svg");
+      svg.setAttribute("viewBox", "0 0 303 110");
+      svg.setAttribute("role", "img");
+      const desc = "Training set " + label + ": average max identity " + s.average_max_similarity +
+        " %, average mean identity " + s.average_mean_similarity + " %.";
+      svg.setAttribute("aria-label", desc);
+      const title = document.createElementNS(NS, "title");
+      title.textContent = desc;
+      svg.append(title);
+      for (let i = 0; i <= 100; i++) {
+        const pct = Number(hist[String(i)]) || 0;
+        if (pct <= 0 || top <= 0) continue;
+        const hgt = Math.max(1, (pct / top) * 96);
+        const r = document.createElementNS(NS, "rect");
+        r.setAttribute("x", String(i * 3));
+        r.setAttribute("y", String(100 - hgt));
+        r.setAttribute("width", "2.5");
+        r.setAttribute("height", String(hgt));
+        r.setAttribute("class", "bar");
+        const tip = document.createElementNS(NS, "title");
+        tip.textContent = i + " % identity: " + (counts[String(i)] || 0) + " row(s), " + pct.toFixed(1) + " %";
+        r.append(tip);
+        svg.append(r);
+      }
+      const axis = document.createElementNS(NS, "line");
+      axis.setAttribute("x1", "0"); axis.setAttribute("x2", "303");
+      axis.setAttribute("y1", "100.5"); axis.setAttribute("y2", "100.5");
+      axis.setAttribute("class", "axis");
+      svg.append(axis);
+      [[0, "start"], [50, "middle"], [100, "end"]].forEach(([v, anchor]) => {
+        const tx = document.createElementNS(NS, "text");
+        tx.setAttribute("x", String(v === 100 ? 303 : v * 3 + 1));
+        tx.setAttribute("y", "109");
+        tx.setAttribute("text-anchor", anchor);
+        tx.setAttribute("class", "tick");
+        tx.textContent = v + "%";
+        svg.append(tx);
+      });
+      fig.append(svg, el("figcaption", desc + " Bars: share of rows by their best identity to this training set."));
+      out.append(fig);
+    });
   }
 
   async function validate() {

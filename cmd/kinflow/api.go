@@ -65,6 +65,9 @@ func newAPIServer(cfg *config.Config, st *store.Store, tc client.Client, log *sl
 		GPU:       gpuhealth.New(cfg),
 		Chemistry: newChemistry(log),
 		Metrics:   m,
+		// The databases are built by the worker (runCPUWorker); the API
+		// searches, and builds only when it gets there first.
+		Similarity: newSimilarity(cfg, cat, log),
 		TemporalHealth: func(ctx context.Context) error {
 			_, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{})
 			return err

@@ -74,6 +74,7 @@ func newActivities(cfg *config.Config, st *store.Store, log *slog.Logger, m *met
 	acts := activities.New(cfg, st, cat, layout, log.With("role", "worker"))
 	acts.Chem = newChemistry(log)
 	acts.Metrics = m
+	acts.Similarity = newSimilarity(cfg, cat, log)
 	return acts, nil
 }
 
@@ -101,6 +102,8 @@ func runCPUWorker(ctx context.Context, cfg *config.Config, st *store.Store, tc c
 		return fmt.Errorf("start worker on %s: %w", cfg.CPUTaskQueue, err)
 	}
 	log.Info("CPU worker started", "task_queue", cfg.CPUTaskQueue)
+	// Build the similarity databases now rather than in the first job.
+	go acts.Similarity.Prepare(ctx)
 	<-ctx.Done()
 	w.Stop()
 	return nil

@@ -67,6 +67,14 @@ type Config struct {
 
 	// MethodsFile is the operator's method catalogue file (JSON or YAML).
 	MethodsFile string
+	// Mmseqs is the MMseqs2 program of the similarity analysis.
+	Mmseqs string
+	// SimilarityThreads is mmseqs --threads; 0: every core.
+	SimilarityThreads int
+	// SimilarityIndex makes dataset builds also run mmseqs createindex.
+	SimilarityIndex bool
+	// SimilarityValidateTimeout bounds /validate/'s similarity analysis.
+	SimilarityValidateTimeout time.Duration
 	// DefaultDailyQuota is the predictions per key per UTC day without a custom limit.
 	DefaultDailyQuota int
 	// MaxRows is the largest number of rows one request may carry.
@@ -237,6 +245,29 @@ var Keys = []Key{
 		Meaning: "Operator method catalogue (JSON or YAML) that renames, adds or removes methods and sets their commands. Empty: the built-in catalogue.",
 		Allowed: "want a file path",
 		set:     func(c *Config, v string) error { c.MethodsFile = strings.TrimSpace(v); return nil }},
+	{Name: "KINFLOW_MMSEQS", Default: "mmseqs",
+		Meaning: "The MMseqs2 program of the similarity analysis (Debian package `mmseqs2`). Datasets are configured in the methods file (`similarity:`); their FASTA files live under the media root.",
+		Allowed: "want a program name or path",
+		set:     func(c *Config, v string) error { return setName(&c.Mmseqs, v) }},
+	{Name: "KINFLOW_SIMILARITY_THREADS", Default: "0",
+		Meaning: "Threads of one MMseqs2 search (`--threads`); 0: every core of the host.",
+		Allowed: "want a whole number, 0 or more",
+		set: func(c *Config, v string) error {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil || n < 0 {
+				return errInvalid
+			}
+			c.SimilarityThreads = n
+			return nil
+		}},
+	{Name: "KINFLOW_SIMILARITY_INDEX", Default: "false",
+		Meaning: "Also run `mmseqs createindex` when building a dataset's database (see docs/BENCHMARKS.md for when it pays).",
+		Allowed: "want true or false",
+		set:     func(c *Config, v string) error { return setBool(&c.SimilarityIndex, v) }},
+	{Name: "KINFLOW_SIMILARITY_VALIDATE_TIMEOUT_SECONDS", Default: "60",
+		Meaning: "Longest time `/validate/` spends searching sequences that are not cached yet; past it the `similarity` field is an error and the searches finished so far stay cached, so asking again continues the work. Jobs are not bounded by it.",
+		Allowed: "want a whole number of seconds, 1 or more",
+		set:     func(c *Config, v string) error { return setSeconds(&c.SimilarityValidateTimeout, v) }},
 	{Name: "KINFLOW_DEFAULT_DAILY_QUOTA", Default: "20000",
 		Meaning: "Predictions (CSV rows) per API key per UTC day when the key has no custom limit.",
 		Allowed: "want a whole number, 1 or more",

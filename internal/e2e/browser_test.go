@@ -270,6 +270,33 @@ func TestBrowserKeySubmitProgressResult(t *testing.T) {
 	}
 	b.shot(t, dir, "03-validation-errors")
 
+	// Similarity histograms: a training set for method B in the stack's
+	// media root (the API checks for it per request), the pasted sequence
+	// an exact copy of one of its entries. The chart is plain SVG under the
+	// page's strict CSP (a violation fails the test via the page errors).
+	if _, err := exec.LookPath("mmseqs"); err != nil {
+		testenv.Unavailable(t, "mmseqs2 is not installed (Debian package mmseqs2)")
+	}
+	fasta := filepath.Join(s.media, "fastas", "B_sequences.fasta")
+	simSeq := strings.Repeat("MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQ", 4)
+	if err := os.MkdirAll(filepath.Dir(fasta), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(fasta, []byte(">t0\n"+simSeq+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b.run(t, "validate with similarity", 90*time.Second,
+		chromedp.SetValue(id("csv-text"), "Protein Sequence,Substrate\n"+simSeq+",CCO\n"),
+		chromedp.Click(id("opt-runsim")),
+		chromedp.Click(id("validate-btn")),
+		waitJS(`document.querySelectorAll(".simchart svg rect.bar").length === 1`),
+	)
+	if caption := eval[string](t, b, `document.querySelector(".simchart figcaption").textContent`); !strings.Contains(caption, "Training set B: average max identity 100 %") {
+		t.Errorf("similarity chart caption %q", caption)
+	}
+	b.shot(t, dir, "03b-similarity-chart")
+	b.run(t, "similarity off again", step, chromedp.Click(id("opt-runsim")))
+
 	// Submit the example file (a chosen file wins over pasted text; clear
 	// it anyway), method B for kcat.
 	if sel := eval[string](t, b, `(() => {

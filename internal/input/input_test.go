@@ -368,7 +368,7 @@ func TestValidateReportShape(t *testing.T) {
 		`"invalidProteins":[{"row":2,"value":"!!!ABC123!!!","invalid_chars":["!","1","2","3","B"],"reason":"Invalid characters in sequence"},{"row":3,"value":"NaN","reason":"Empty sequence"},{"row":5,"value":"  ","reason":"Empty sequence"}]`,
 		`"lengthViolations":{"A-H":0,"A-L":0,"B":1,"C":1,"D":1,"E":0,"F":1,"G":1,"H":1,"I":1,"J":1,"Server":0}`,
 		`"lengthLimits":{"A-H":1500,"A-L":1500,"B":1000,"C":1000,"D":1024,"E":2048,"F":1024,"G":1000,"H":1022,"I":1000,"J":500,"Server":10000}`,
-		`"similarity":{"error":"Similarity analysis is not available in this release."}}`,
+		`"similarity":{"error":"Similarity analysis is not available on this server."}}`,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("report lacks %s\nreport: %s", want, got)

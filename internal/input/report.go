@@ -18,7 +18,7 @@ const (
 	ReasonInvalidChars          = "Invalid characters in sequence"
 	nullCellText                = "NaN"
 	nullToken                   = "nan"
-	SimilarityUnavailableReason = "Similarity analysis is not available in this release."
+	SimilarityUnavailableReason = "Similarity analysis is not available on this server."
 )
 
 // ValidateReport is the 200 body of /validate/ (§1.6); field order is the
@@ -29,9 +29,10 @@ type ValidateReport struct {
 	InvalidProteins   []ProteinIssue   `json:"invalidProteins"`
 	LengthViolations  OrderedInts      `json:"lengthViolations"`
 	LengthLimits      OrderedInts      `json:"lengthLimits"`
-	// Similarity is null unless requested; kinflow then answers
-	// {"error": SimilarityUnavailableReason} (difference 18).
-	Similarity *SimilarityError `json:"similarity"`
+	// Similarity is null unless requested. Validate sets the error object
+	// SimilarityUnavailableReason; the API replaces it with the analysis of
+	// internal/similarity when the server has it (WIRE §4.8).
+	Similarity any `json:"similarity"`
 }
 
 // SimilarityError is the `similarity` value when the analysis fails.

@@ -21,12 +21,14 @@ import (
 type Catalogue struct {
 	list  []*Descriptor
 	byKey map[string]*Descriptor
+	// similarity are the training-set datasets (similarity.go).
+	similarity []SimilarityDataset
 }
 
 // New builds a catalogue from descs after validating each one. A duplicate
 // key is an error.
 func New(descs []*Descriptor) (*Catalogue, error) {
-	c := &Catalogue{byKey: make(map[string]*Descriptor, len(descs))}
+	c := &Catalogue{byKey: make(map[string]*Descriptor, len(descs)), similarity: DefaultSimilarityDatasets()}
 	for _, d := range descs {
 		if d == nil {
 			return nil, fmt.Errorf("method catalogue: nil descriptor")
@@ -119,11 +121,16 @@ func Default() *Catalogue {
 //	methods:
 //	  - key: B
 //	    command: {python: /opt/b/bin/python, script: /opt/b/predict.py}
+//	similarity:              # replaces the default datasets when present
+//	  - {label: B, fasta: fastas/B_sequences.fasta, methods: [B]}
 type File struct {
 	Base    string            `json:"base" yaml:"base"`
 	Remove  []string          `json:"remove" yaml:"remove"`
 	Rename  map[string]string `json:"rename" yaml:"rename"`
 	Methods []yaml.Node       `json:"methods" yaml:"methods"`
+	// Similarity, when present, replaces DefaultSimilarityDatasets (whose
+	// method keys follow Rename).
+	Similarity *[]SimilarityDataset `json:"similarity" yaml:"similarity"`
 }
 
 // Load reads the operator catalogue file at path; an empty path is the
@@ -237,7 +244,18 @@ func Parse(data []byte) (*Catalogue, error) {
 		}
 		list = append(list, d)
 	}
-	return New(list)
+	c, err := New(list)
+	if err != nil {
+		return nil, err
+	}
+	c.similarity = renameSimilarity(c.similarity, f.Rename)
+	if f.Similarity != nil {
+		c.similarity = *f.Similarity
+	}
+	if err := validateSimilarity(c.similarity); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // descriptorFieldNames is the set of YAML/JSON field names of Descriptor.
