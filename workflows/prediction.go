@@ -222,8 +222,8 @@ func (w *prediction) remote(ctx workflow.Context, st activities.StageInfo, plan 
 	pol := w.prep.Policy
 	// failOrFallback records the failure and either fails the job
 	// (fail-closed) or hands the work to local computation (fail-open).
-	failOrFallback := func(attempted, usedGPU bool, reason string) (bool, activities.PlanSummary, error) {
-		if err := w.event(ctx, st, attempted, usedGPU, false, true, reason, ""); err != nil {
+	failOrFallback := func(attempted, usedGPU bool, reason string, msg ...string) (bool, activities.PlanSummary, error) {
+		if err := w.event(ctx, st, attempted, usedGPU, false, true, reason, strings.Join(msg, "")); err != nil {
 			return false, plan, err
 		}
 		if pol.FailClosed {
@@ -292,7 +292,9 @@ func (w *prediction) remote(ctx workflow.Context, st activities.StageInfo, plan 
 	case timedOut:
 		return failOrFallback(true, true, fmt.Sprintf("gpu_request_failed: remote job did not finish within GPU_EMBED_JOB_TIMEOUT_SECONDS=%d", pol.JobTimeoutSeconds))
 	case childErr != nil:
-		return failOrFallback(true, true, "failed: "+shortReason(userMessage(childErr)))
+		// The reason is WIRE §2.5's exact word; what failed goes in the
+		// event's message.
+		return failOrFallback(true, true, "failed", "GPU job failed: "+shortReason(userMessage(childErr)))
 	}
 
 	// Post-check (rule 9): trust files, not the remote job's word.
@@ -433,7 +435,7 @@ func gpuJobID(jobID string, stage int, attempt int32) string {
 const cleanupMarkVersion = "cleanup-marks-stage"
 
 // shortReason is the first clause of a remote failure, at most 200
-// characters, for the job's gpuPrecompute reason: the rest (missing-file
+// characters, for the message of the job's gpuPrecompute event: the rest (missing-file
 // lists, log paths) is the GPU host's detail, in its job log.
 func shortReason(msg string) string {
 	msg, _, _ = strings.Cut(msg, "; ")

@@ -202,13 +202,15 @@ func TestRemoteFailureFallsBackToLocal(t *testing.T) {
 	h.plans(missing, complete)
 	h.health(activities.Health{Configured: true, Online: true})
 	h.child(func(ctx workflow.Context) error {
-		return temporal.NewApplicationError("GPU exploded", "EmbedStepFailed")
+		return temporal.NewApplicationError("step prot_t5_mean: GPU exploded; 3 of 3 files missing: /media/a.npy", "EmbedStepFailed")
 	})
 	res := h.run(t)
 	require.Equal(t, "Completed", res.Status)
 	require.Equal(t, []string{"submitted", "failed", "fallback_local", "computed_locally"}, h.reasons())
 	require.Equal(t, []string{"prot_t5_mean"}, h.localRuns)
 	require.True(t, h.events[1].Failed)
+	// The child's own words reach the event, without the paths after them.
+	require.Equal(t, "GPU job failed: step prot_t5_mean: GPU exploded", h.events[1].Message)
 }
 
 func TestPostCheckCatchesRemoteDoneWithMissingFiles(t *testing.T) {
