@@ -43,6 +43,8 @@ func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	// Submits cut off by a crash of an api process are settled here.
+	go srv.RunSubmitReconciler(ctx)
 	return serveHTTP(ctx, cfg.APIListen, srv, log, nil)
 }
 
