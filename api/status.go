@@ -215,7 +215,7 @@ func toStageBody(st store.JobStage) stageBody {
 	return stageBody{
 		Index: st.Index, Target: st.Target, MethodKeySnake: st.MethodKey, MethodKey: st.MethodKey,
 		MethodNameSn: name, MethodName: name, Status: st.Status,
-		StartedAt: isoPtr(st.StartedAt), CompletedAt: isoPtr(st.CompletedAt), Message: st.Message,
+		StartedAt: isoPtr(st.StartedAt), CompletedAt: isoPtr(st.CompletedAt), Message: userMessage(st.Message),
 		Prediction: stagePrediction{
 			MoleculesTotalSn: st.MoleculesTotal, MoleculesProcessedSn: st.MoleculesProcessed, InvalidRowsSn: st.InvalidRows,
 			PredictionsTotalSn: st.PredictionsTotal, PredictionsMadeSn: st.PredictionsMade,
@@ -328,7 +328,7 @@ func (s *Server) status(c *gin.Context) {
 		}
 		b.ResultURL = "/api/v1/result/" + j.ID + "/"
 	case store.JobFailed:
-		b.Error = j.ErrorMessage
+		b.Error = userMessage(j.ErrorMessage)
 		if b.Error == "" {
 			b.Error = "The job failed with an unknown error."
 		}
