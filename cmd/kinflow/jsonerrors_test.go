@@ -27,7 +27,9 @@ func TestGoServerErrorsAreJSON(t *testing.T) {
 		w.WriteHeader(400)
 		_, _ = io.WriteString(w, "handler")
 	})
-	go func() { _ = serveHTTP(ctx, "127.0.0.1:0", h, slog.New(slog.DiscardHandler), func(a net.Addr) { addrc <- a }) }()
+	go func() {
+		_ = serveHTTP(ctx, "127.0.0.1:0", h, slog.New(slog.DiscardHandler), func(a net.Addr) { addrc <- a })
+	}()
 	addr := (<-addrc).String()
 	raw := func(req string) *http.Response {
 		t.Helper()
@@ -48,7 +50,7 @@ func TestGoServerErrorsAreJSON(t *testing.T) {
 	}
 	for req, code := range map[string]int{
 		fmt.Sprintf("GET / HTTP/1.1\r\nHost: x\r\nX-Big: %s\r\n\r\n", strings.Repeat("a", 2<<20)): 431,
-		"GET / HTTP/1.1\r\nHost: x\r\nBad Header Line\r\n\r\n":                                   400,
+		"GET / HTTP/1.1\r\nHost: x\r\nBad Header Line\r\n\r\n":                                    400,
 	} {
 		resp := raw(req)
 		var body map[string]string
