@@ -235,9 +235,18 @@ func (s *Server) submit(c *gin.Context) {
 	}
 	crashPoint("workflow-started")
 	// 4. Queued. false means the worker already moved it on, or the
-	// reconciler gave up on it (this request outlived submitReconcileAfter).
-	if _, err := s.deps.Store.MarkQueued(ctx, id); err != nil {
+	// reconciler gave up on it: this request outlived
+	// KINFLOW_SUBMIT_RECONCILE_AFTER_SECONDS before its input was written, and
+	// the job was refunded and removed (its workflow finds no job and ends).
+	if queued, err := s.deps.Store.MarkQueued(ctx, id); err != nil {
 		s.log.Warn("job.mark_queued_failed", "request_id", c.GetString(requestIDKey), "job_id", id, "error", err)
+	} else if !queued {
+		if _, jerr := s.deps.Store.Job(ctx, id); errors.Is(jerr, store.ErrNotFound) {
+			s.log.Error("job.reconciled_away", "request_id", c.GetString(requestIDKey), "job_id", id)
+			_ = os.RemoveAll(s.mediaPath("jobs/" + id))
+			abortError(c, http.StatusServiceUnavailable, "The job could not be queued in time. Nothing was charged; please retry.")
+			return
+		}
 	}
 	crashPoint("queued")
 	s.log.Info("job.created", "request_id", c.GetString(requestIDKey), "job_public_id", id, "rows", n)
