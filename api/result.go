@@ -26,7 +26,7 @@ func (s *Server) result(c *gin.Context) {
 		return
 	}
 	if j.Status != store.JobCompleted {
-		abortError(c, http.StatusConflict, fmt.Sprintf("Job '%s' is not completed (status: %s). Poll /api/v1/status/%s/ until it is Completed.", j.ID, j.Status, j.ID))
+		abortError(c, http.StatusConflict, fmt.Sprintf("Job '%s' is not completed (status: %s). Poll /api/v1/status/%s/ until it is Completed.", j.ID, jobStatusOnWire(j.Status), j.ID))
 		return
 	}
 	if j.OutputPath == "" {

@@ -215,7 +215,7 @@ func toStageBody(st store.JobStage) stageBody {
 	return stageBody{
 		Index: st.Index, Target: st.Target, MethodKeySnake: st.MethodKey, MethodKey: st.MethodKey,
 		MethodNameSn: name, MethodName: name, Status: st.Status,
-		StartedAt: isoPtr(st.StartedAt), CompletedAt: isoPtr(st.CompletedAt), Message: st.Message,
+		StartedAt: isoPtr(st.StartedAt), CompletedAt: isoPtr(st.CompletedAt), Message: userMessage(st.Message),
 		Prediction: stagePrediction{
 			MoleculesTotalSn: st.MoleculesTotal, MoleculesProcessedSn: st.MoleculesProcessed, InvalidRowsSn: st.InvalidRows,
 			PredictionsTotalSn: st.PredictionsTotal, PredictionsMadeSn: st.PredictionsMade,
@@ -279,18 +279,18 @@ func (s *Server) status(c *gin.Context) {
 	if j.CompletedAt != nil {
 		end = *j.CompletedAt
 	}
-	b := statusBody{JobID: j.ID, Status: j.Status, SubmittedAt: isoformat(j.SubmittedAt),
+	b := statusBody{JobID: j.ID, Status: jobStatusOnWire(j.Status), SubmittedAt: isoformat(j.SubmittedAt),
 		ElapsedSeconds: wholeSeconds(end.Sub(j.SubmittedAt))}
 	switch {
 	case j.StartedAt != nil:
 		q := wholeSeconds(j.StartedAt.Sub(j.SubmittedAt))
 		cs := wholeSeconds(end.Sub(*j.StartedAt))
 		b.QueueSeconds, b.ComputeSeconds = &q, &cs
-	case j.Status == store.JobPending:
+	case b.Status == store.JobPending:
 		q := b.ElapsedSeconds
 		b.QueueSeconds = &q
 	}
-	if j.Status == store.JobPending {
+	if b.Status == store.JobPending {
 		pos, err := s.deps.Store.QueuePosition(ctx, j.SubmittedAt)
 		if err != nil {
 			s.internalError(c, "job.queue_failed", err)
@@ -328,7 +328,7 @@ func (s *Server) status(c *gin.Context) {
 		}
 		b.ResultURL = "/api/v1/result/" + j.ID + "/"
 	case store.JobFailed:
-		b.Error = j.ErrorMessage
+		b.Error = userMessage(j.ErrorMessage)
 		if b.Error == "" {
 			b.Error = "The job failed with an unknown error."
 		}

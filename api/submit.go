@@ -10,7 +10,6 @@ import (
 	"mime/multipart"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -187,13 +186,20 @@ func (s *Server) submit(c *gin.Context) {
 	now := s.now()
 	day := store.QuotaDay(now)
 	n := int64(len(sub.Table.Rows))
-	// Everything after the reservation must finish or be undone even if the
+	// Everything after the charge must finish or be undone even if the
 	// client goes away, so it runs on a context that is not cancelled with
-	// the request.
+	// the request. A crash of this process is covered by the submit
+	// reconciler (reconcile.go): each step below leaves a state it finishes.
 	ctx := context.WithoutCancel(c.Request.Context())
-	admitted, used, err := s.deps.Store.ReserveQuota(ctx, k.ID, day, n, limit)
+	job, stages, err := s.newJob(c, k, sub, now)
 	if err != nil {
-		s.internalError(c, "quota.reserve_failed", err)
+		s.internalError(c, "job.create_failed", err)
+		return
+	}
+	// 1. Charge and job row (Submitting) in one transaction.
+	admitted, used, err := s.deps.Store.ChargeAndCreateJob(ctx, job, stages, day, limit)
+	if err != nil {
+		s.internalError(c, "job.create_failed", err)
 		return
 	}
 	setRateHeaders(c, limit, limit-used, now)
@@ -203,32 +209,60 @@ func (s *Server) submit(c *gin.Context) {
 			"Daily prediction limit exceeded: %d predictions remaining today; this upload requires %d.", limit-used, n))
 		return
 	}
-	id, err := s.createJob(ctx, c, k, sub, now)
-	if err != nil {
-		if rerr := s.deps.Store.RefundQuota(ctx, k.ID, day, n); rerr != nil {
-			err = errors.Join(err, rerr)
-		}
-		s.internalError(c, "job.create_failed", err)
+	id := job.ID
+	crashPoint("charged")
+	// 2. The input file, atomically: present means complete.
+	if err := s.writeInput(job.InputPath, sub.Table); err != nil {
+		s.abandon(ctx, c, id, err)
+		s.internalError(c, "job.input_failed", err)
 		return
 	}
+	crashPoint("input-written")
+	if _, err := s.deps.Store.TouchUser(ctx, job.IPAddress, now); err != nil {
+		// Bookkeeping of the caller's address only; the job stands.
+		s.log.Warn("apiuser.touch_failed", "request_id", c.GetString(requestIDKey), "error", err)
+	}
+	// 3. The workflow (id prediction:<jobId>: a second start is refused).
 	if err := s.startJob(ctx, id); err != nil {
 		s.log.Error("job.start_failed", "request_id", c.GetString(requestIDKey), "job_id", id, "error", err)
-		if ferr := s.deps.Store.FailUnqueuedJob(ctx, id, "The job could not be queued.", int(n), s.now()); ferr != nil {
+		if ok, ferr := s.deps.Store.AbandonSubmit(ctx, id, "The job could not be queued.", false, s.now()); ferr != nil {
 			s.log.Error("job.fail_failed", "request_id", c.GetString(requestIDKey), "job_id", id, "error", ferr)
-		}
-		if rerr := s.deps.Store.RefundQuota(ctx, k.ID, day, n); rerr != nil {
-			s.log.Error("quota.refund_failed", "request_id", c.GetString(requestIDKey), "job_id", id, "error", rerr)
-		} else {
+		} else if ok {
 			used -= n
 		}
 		setRateHeaders(c, limit, limit-used, now)
 		abortError(c, http.StatusServiceUnavailable, "The job could not be queued: the scheduler is unavailable. Nothing was charged; please retry shortly.")
 		return
 	}
+	crashPoint("workflow-started")
+	// 4. Queued. false means the worker already moved it on, or the
+	// reconciler gave up on it: this request outlived
+	// KINFLOW_SUBMIT_RECONCILE_AFTER_SECONDS before its input was written, and
+	// the job was refunded and removed (its workflow finds no job and ends).
+	if queued, err := s.deps.Store.MarkQueued(ctx, id); err != nil {
+		s.log.Warn("job.mark_queued_failed", "request_id", c.GetString(requestIDKey), "job_id", id, "error", err)
+	} else if !queued {
+		if _, jerr := s.deps.Store.Job(ctx, id); errors.Is(jerr, store.ErrNotFound) {
+			s.log.Error("job.reconciled_away", "request_id", c.GetString(requestIDKey), "job_id", id)
+			_ = os.RemoveAll(s.mediaPath("jobs/" + id))
+			abortError(c, http.StatusServiceUnavailable, "The job could not be queued in time. Nothing was charged; please retry.")
+			return
+		}
+	}
+	crashPoint("queued")
 	s.log.Info("job.created", "request_id", c.GetString(requestIDKey), "job_public_id", id, "rows", n)
 	c.JSON(http.StatusCreated, submitBody{JobID: id, Status: store.JobPending,
 		StatusURL: "/api/v1/status/" + id + "/", ResultURL: "/api/v1/result/" + id + "/",
 		Quota: newQuotaBody(limit, used, now)})
+}
+
+// abandon refunds and removes a Submitting job whose input could not be
+// written, with its media folder.
+func (s *Server) abandon(ctx context.Context, c *gin.Context, id string, cause error) {
+	if _, err := s.deps.Store.AbandonSubmit(ctx, id, "", true, s.now()); err != nil {
+		s.log.Error("job.abandon_failed", "request_id", c.GetString(requestIDKey), "job_id", id, "error", errors.Join(cause, err))
+	}
+	_ = os.RemoveAll(s.mediaPath("jobs/" + id))
 }
 
 func (s *Server) startJob(ctx context.Context, id string) error {
@@ -238,27 +272,22 @@ func (s *Server) startJob(ctx context.Context, id string) error {
 	return s.deps.Jobs.StartJob(ctx, id)
 }
 
-// createJob writes the job's input.csv and its job and stage rows.
-func (s *Server) createJob(ctx context.Context, c *gin.Context, k *store.AuthKey, sub *input.Submission, now time.Time) (string, error) {
+// newJob builds the job row (state Submitting) and its stage rows.
+func (s *Server) newJob(c *gin.Context, k *store.AuthKey, sub *input.Submission, now time.Time) (*store.Job, []store.JobStage, error) {
 	id, err := newJobID()
 	if err != nil {
-		return "", err
-	}
-	rel := "jobs/" + id + "/input.csv"
-	if err := fsutil.WriteAtomic(s.mediaPath(rel), 0o644, func(w io.Writer) error { return input.WriteCSV(w, sub.Table) }); err != nil {
-		return "", fmt.Errorf("write input of job %s: %w", id, err)
+		return nil, nil, err
 	}
 	o := sub.Options
 	targets, _ := json.Marshal(o.Targets)
 	meths, _ := json.Marshal(o.Methods)
-	ip := s.callerIP(c)
-	job := &store.Job{ID: id, KeyID: k.ID, IPAddress: ip, Status: store.JobPending,
+	job := &store.Job{ID: id, KeyID: k.ID, IPAddress: s.callerIP(c), Status: store.JobSubmitting,
 		PredictionType: strings.Join(o.Targets, "+"), Targets: string(targets), Methods: string(meths),
 		KcatMethod: o.Methods[string(methods.Kcat)], KmMethod: o.Methods[string(methods.Km)], KcatKmMethod: o.Methods[string(methods.KcatKm)],
 		HandleLongSequences: o.HandleLongSequences, CanonicalizeSubstrates: o.CanonicalizeSubstrates,
 		IncludeSimilarityColumns: o.IncludeSimilarityColumns, UseExperimental: o.UseExperimental,
 		DisableGPUPrecompute: o.DisableGPUPrecompute, RequestedRows: len(sub.Table.Rows),
-		SubmittedAt: now.UTC(), InputPath: rel}
+		SubmittedAt: now.UTC(), InputPath: "jobs/" + id + "/input.csv"}
 	stages := make([]store.JobStage, 0, len(o.Targets))
 	for i, t := range o.Targets {
 		key := o.Methods[t]
@@ -269,15 +298,24 @@ func (s *Server) createJob(ctx context.Context, c *gin.Context, k *store.AuthKey
 		stages = append(stages, store.JobStage{JobID: id, Index: i, Target: t, MethodKey: key, MethodName: name,
 			Status: "pending", EmbeddingEnabled: true, EmbeddingState: "pending"})
 	}
-	if err := s.deps.Store.CreateJob(ctx, job, stages); err != nil {
-		_ = os.RemoveAll(filepath.Dir(s.mediaPath(rel)))
-		return "", err
+	return job, stages, nil
+}
+
+// writeInput writes the job's input.csv atomically (temporary file, sync,
+// rename): the file exists only once complete, which is how the reconciler
+// tells a submit that can go on from one to undo.
+func (s *Server) writeInput(rel string, t *input.Table) error {
+	err := fsutil.WriteAtomic(s.mediaPath(rel), 0o644, func(w io.Writer) error {
+		if err := input.WriteCSV(w, t); err != nil {
+			return err
+		}
+		crashPoint("input-partial")
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("write input %s: %w", rel, err)
 	}
-	if _, err := s.deps.Store.TouchUser(ctx, ip, now); err != nil {
-		// Bookkeeping of the caller's address only; the job stands.
-		s.log.Warn("apiuser.touch_failed", "request_id", c.GetString(requestIDKey), "error", err)
-	}
-	return id, nil
+	return nil
 }
 
 // validate answers POST /validate/: the §4.6 report of the table. No quota

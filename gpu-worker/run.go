@@ -119,7 +119,12 @@ func (h *Host) Run(ctx context.Context) error {
 	hs := &http.Server{
 		Handler:           h.Server,
 		ReadHeaderTimeout: 10 * time.Second, // slow-loris guard; bodies may be large
-		BaseContext:       func(net.Listener) context.Context { return ctx },
+		// A whole request, body included: the backend sends its step
+		// requests over the data-centre network, where even a large one
+		// takes seconds; an unauthenticated slow body is cut after a minute.
+		ReadTimeout: time.Minute,
+		IdleTimeout: 2 * time.Minute,
+		BaseContext: func(net.Listener) context.Context { return ctx },
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()

@@ -43,6 +43,8 @@ func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	// Submits cut off by a crash of an api process are settled here.
+	go srv.RunSubmitReconciler(ctx)
 	return serveHTTP(ctx, cfg.APIListen, srv, log, nil)
 }
 
@@ -103,8 +105,8 @@ func jobSummary(st *store.Store) func(ctx context.Context, id string) (workflows
 }
 
 // newChemistry is the substrate checker: the Go syntax checks, plus RDKit
-// through a long-lived /usr/bin/python3 helper when python3-rdkit is
-// installed (it starts on first use; without RDKit the Go checks decide).
+// through a pool of long-lived /usr/bin/python3 helpers when python3-rdkit is
+// installed (they start on first use; without RDKit the Go checks decide).
 func newChemistry(log *slog.Logger) *input.Chemistry {
 	return input.NewChemistry(input.NewRDKit(input.RDKitOptions{Log: log}), log)
 }

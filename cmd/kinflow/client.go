@@ -49,10 +49,14 @@ func newClient(baseURL, key string) *client.Client {
 
 // runKey is `kinflow key status|generate|revoke`.
 func runKey(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && keyAdminCommands[args[0]] {
+		return runKeyAdmin(ctx, args, stdout, stderr)
+	}
 	fs := newFlags("key", stderr)
 	baseURL, _ := clientFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: kinflow key status|generate|revoke [--url URL]")
+		fmt.Fprintln(stderr, "       kinflow key limit KEY N|default, kinflow key block|unblock KEY (operator, on the database)")
 		fmt.Fprintln(stderr, "  Keys belong to the caller's IP address: one active key per address.")
 		fmt.Fprintln(stderr, "  generate prints the full key once, alone on stdout (KEY=$(kinflow key generate)).")
 		fs.PrintDefaults()

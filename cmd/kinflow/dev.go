@@ -76,6 +76,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { srv.RunSubmitReconciler(gctx); return nil })
 	apiReady := make(chan net.Addr, 1)
 	g.Go(func() error {
 		return serveHTTP(gctx, cfg.APIListen, srv, log, func(a net.Addr) { apiReady <- a })

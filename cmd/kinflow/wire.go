@@ -109,7 +109,7 @@ func serveHTTP(ctx context.Context, addr string, h http.Handler, log *slog.Logge
 		ready(ln.Addr())
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(jsonErrorListener{ln}) }()
 	select {
 	case err := <-errc:
 		return err

@@ -81,6 +81,10 @@ type Config struct {
 	MaxRows int
 	// MaxUploadBytes caps one request body.
 	MaxUploadBytes int64
+	// SubmitReconcileAfter is how old a job still in state Submitting (its
+	// submit was cut off by a crash) must be before the API's reconciler
+	// finishes it: starts its workflow, or refunds and removes it.
+	SubmitReconcileAfter time.Duration
 	// StepExecutor is how embedding steps run: synthetic or command.
 	StepExecutor string
 	// PredictionEngine is how predictions run: synthetic or command.
@@ -287,6 +291,10 @@ var Keys = []Key{
 			c.MaxUploadBytes = n
 			return nil
 		}},
+	{Name: "KINFLOW_SUBMIT_RECONCILE_AFTER_SECONDS", Default: "120",
+		Meaning: "Seconds after which a submit cut off by a crash (job still `Submitting`) is finished by the API's reconciler: its workflow started if its input was written, else its charge refunded and its files removed. Longer than any normal submit takes from charge to queue.",
+		Allowed: "want a whole number of seconds, 1 or more",
+		set:     func(c *Config, v string) error { return setSeconds(&c.SubmitReconcileAfter, v) }},
 	{Name: "KINFLOW_STEP_EXECUTOR", Default: "synthetic",
 		Meaning: "How embedding steps run: `synthetic` (deterministic stand-in artefacts, flagged synthetic) or `command` (the step programs of the GPU host's environment file).",
 		Allowed: "want synthetic or command",

@@ -85,9 +85,19 @@ func GoValid(text string) bool {
 
 // ValidMany returns the verdict for every distinct text of texts. An error
 // is returned only when ctx ends; RDKit failures fall back to the Go verdict
-// for the affected texts (and are logged).
+// for the affected texts (and are logged). A text RDKit could not check in
+// time is false here; ValidManyDetail tells it apart.
 func (c *Chemistry) ValidMany(ctx context.Context, texts []string) (map[string]bool, error) {
-	verdict := make(map[string]bool, len(texts))
+	v, _, err := c.ValidManyDetail(ctx, texts)
+	return v, err
+}
+
+// ValidManyDetail is ValidMany that also returns the texts that passed the
+// Go checks but that RDKit could not check within the molecule time bound
+// (their verdict is false: nothing unchecked goes to an engine, but it is
+// not "invalid" either).
+func (c *Chemistry) ValidManyDetail(ctx context.Context, texts []string) (verdict, unchecked map[string]bool, err error) {
+	verdict = make(map[string]bool, len(texts))
 	var ask []string
 	for _, t := range texts {
 		if _, done := verdict[t]; done {
@@ -100,11 +110,11 @@ func (c *Chemistry) ValidMany(ctx context.Context, texts []string) (map[string]b
 		}
 	}
 	if c.rd == nil || len(ask) == 0 {
-		return verdict, nil
+		return verdict, nil, nil
 	}
 	info, err := c.rd.Probe(ctx)
 	if err != nil {
-		return verdict, c.fallback(ctx, err)
+		return verdict, nil, c.fallback(ctx, err)
 	}
 	if !info.InChI { // neither RDKit nor Open Babel reads InChI: the shape check stands
 		kept := ask[:0]
@@ -117,12 +127,18 @@ func (c *Chemistry) ValidMany(ctx context.Context, texts []string) (map[string]b
 	}
 	res, err := c.robustCall(ctx, "check", ask)
 	if err != nil {
-		return verdict, c.fallback(ctx, err)
+		return verdict, nil, c.fallback(ctx, err)
 	}
 	for i, t := range ask {
 		verdict[t] = res[i].OK
+		if res[i].TimedOut {
+			if unchecked == nil {
+				unchecked = map[string]bool{}
+			}
+			unchecked[t] = true
+		}
 	}
-	return verdict, nil
+	return verdict, unchecked, nil
 }
 
 // Valid is ValidMany for one text.
@@ -143,29 +159,75 @@ func (c *Chemistry) fallback(ctx context.Context, err error) error {
 	return nil
 }
 
-// robustCall runs op; when a chunk fails (helper crash or timeout) it is
+// robustCall runs op over items with every molecule time-bounded. Short
+// texts go in chunks; a chunk that fails (helper crash or timeout) is
 // retried item by item, so one molecule that kills RDKit costs only its own
-// verdict (invalid) rather than the whole batch.
+// verdict. Long texts (soloLen), where the slow molecules are, go alone. A
+// molecule that runs into its bound is remembered and answered TimedOut at
+// once next time; after maxTimeoutsPerCall of them the call's remaining
+// long texts are answered TimedOut untried, which bounds how long one call
+// can hold a helper.
 func (c *Chemistry) robustCall(ctx context.Context, op string, items []string) ([]rdResult, error) {
-	res, err := c.rd.call(ctx, op, items)
-	if err == nil {
-		return res, nil
-	}
-	if ctx.Err() != nil || errors.Is(err, ErrRDKitUnavailable) {
-		return nil, err
-	}
-	c.log.Warn("rdkit batch failed; retrying item by item", "op", op, "items", len(items), "err", err)
-	res = make([]rdResult, len(items))
+	res := make([]rdResult, len(items))
+	var short, long []int
 	for i, t := range items {
-		r, err := c.rd.call(ctx, op, []string{t})
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, ErrRDKitUnavailable) {
-				return nil, err
-			}
+		switch {
+		case c.rd.timedOut.has(op + "\x00" + t):
+			res[i] = rdResult{TimedOut: true}
+		case len(t) >= soloLen:
+			long = append(long, i)
+		default:
+			short = append(short, i)
+		}
+	}
+	timeouts := 0
+	one := func(i int) error {
+		if timeouts >= maxTimeoutsPerCall {
+			res[i] = rdResult{TimedOut: true}
+			return nil
+		}
+		r, err := c.rd.request(ctx, op, []string{items[i]})
+		switch {
+		case err == nil:
+			res[i] = r[0]
+		case ctx.Err() != nil || errors.Is(err, ErrRDKitUnavailable):
+			return err
+		case errors.Is(err, errMoleculeTimeout):
+			timeouts++
+			c.rd.timedOut.add(op + "\x00" + items[i])
+			res[i] = rdResult{TimedOut: true, Error: err.Error()}
+		default:
 			res[i] = rdResult{OK: false, Error: err.Error()}
+		}
+		return nil
+	}
+	for start := 0; start < len(short); start += rdkitChunk {
+		idx := short[start:min(start+rdkitChunk, len(short))]
+		batch := make([]string, len(idx))
+		for k, i := range idx {
+			batch[k] = items[i]
+		}
+		r, err := c.rd.request(ctx, op, batch)
+		if err == nil {
+			for k, i := range idx {
+				res[i] = r[k]
+			}
 			continue
 		}
-		res[i] = r[0]
+		if ctx.Err() != nil || errors.Is(err, ErrRDKitUnavailable) {
+			return nil, err
+		}
+		c.log.Warn("rdkit batch failed; retrying item by item", "op", op, "items", len(idx), "err", err)
+		for _, i := range idx {
+			if err := one(i); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, i := range long {
+		if err := one(i); err != nil {
+			return nil, err
+		}
 	}
 	return res, nil
 }

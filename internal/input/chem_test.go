@@ -241,15 +241,15 @@ func TestRDKitMemoryLimit(t *testing.T) {
 	needRDKit(t)
 	ctx := context.Background()
 	pid := func(rd *RDKit) int {
-		rd.mu.Lock()
-		defer rd.mu.Unlock()
-		if rd.proc == nil {
+		sl := <-rd.slots
+		defer rd.release(sl)
+		if sl.proc == nil {
 			return 0
 		}
-		return rd.proc.cmd.Process.Pid
+		return sl.proc.cmd.Process.Pid
 	}
 	// Past its limit (1 MiB: at once) the helper answers, then is replaced.
-	tight := NewRDKit(RDKitOptions{MaxRSSMiB: 1, Log: slog.New(slog.DiscardHandler)})
+	tight := NewRDKit(RDKitOptions{MaxRSSMiB: 1, Helpers: 1, Log: slog.New(slog.DiscardHandler)})
 	defer tight.Close()
 	var pids []int
 	for i := 0; i < 2; i++ {
@@ -269,7 +269,7 @@ func TestRDKitMemoryLimit(t *testing.T) {
 		t.Fatalf("helper pids %v: want two different helpers", pids)
 	}
 	// Within the default limit it stays.
-	rd := NewRDKit(RDKitOptions{})
+	rd := NewRDKit(RDKitOptions{Helpers: 1})
 	defer rd.Close()
 	if _, err := rd.call(ctx, "check", []string{"CCO"}); err != nil {
 		t.Fatal(err)
@@ -289,17 +289,20 @@ func TestRDKitRestartAndConcurrency(t *testing.T) {
 	if _, err := rd.Probe(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Kill the helper behind its back: the next request fails, the one
+	// Kill the helpers behind its back: the next request fails, the one
 	// after restarts it.
-	rd.mu.Lock()
-	_ = rd.proc.cmd.Process.Kill()
-	select {
-	case <-rd.proc.exited:
-	case <-time.After(10 * time.Second):
-		rd.mu.Unlock()
-		t.Fatal("the killed helper was not reaped within 10s")
+	var held []*rdkitSlot
+	for range rd.opts.Helpers {
+		sl := <-rd.slots
+		if sl.proc != nil {
+			_ = sl.proc.cmd.Process.Kill()
+			<-sl.proc.exited
+		}
+		held = append(held, sl)
 	}
-	rd.mu.Unlock()
+	for _, sl := range held {
+		rd.release(sl)
+	}
 	chem := NewChemistry(rd, nil)
 	v, err := chem.ValidMany(ctx, []string{"CCO", "C(C)(C)(C)(C)C"})
 	if err != nil || !v["CCO"] || v["C(C)(C)(C)(C)C"] {
@@ -324,7 +327,7 @@ func TestRDKitRestartAndConcurrency(t *testing.T) {
 		t.Error(err)
 	}
 	// A request over its timeout kills the helper; the next one works.
-	fast := NewRDKit(RDKitOptions{RequestTimeout: time.Nanosecond})
+	fast := NewRDKit(RDKitOptions{MoleculeTimeout: time.Nanosecond, Helpers: 1})
 	defer fast.Close()
 	if _, err := fast.Probe(ctx); err != nil {
 		t.Fatal(err)
@@ -332,7 +335,7 @@ func TestRDKitRestartAndConcurrency(t *testing.T) {
 	if _, err := fast.call(ctx, "check", []string{"CCO"}); err == nil || !strings.Contains(err.Error(), "timed out") {
 		t.Fatalf("timeout: %v", err)
 	}
-	fast.opts.RequestTimeout = 30 * time.Second
+	fast.opts.MoleculeTimeout = 30 * time.Second
 	if res, err := fast.call(ctx, "check", []string{"CCO"}); err != nil || !res[0].OK {
 		t.Fatalf("after timeout: %v %v", res, err)
 	}

@@ -29,7 +29,7 @@ func FuzzParseCSV(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(tb.Rows) > tb.RawRowCount || tb.RawRowCount > 50 {
+		if len(tb.Rows) > tb.RawRowCount || tb.RawRowCount > 50 || len(tb.Columns) > MaxColumns {
 			t.Fatalf("rows %d raw %d", len(tb.Rows), tb.RawRowCount)
 		}
 		for _, r := range tb.Rows {
@@ -59,7 +59,7 @@ func FuzzParseJSONBody(f *testing.F) {
 			typedOrNil(t, jb.DataErr)
 			return
 		}
-		if jb.Data == nil || jb.Data.RawRowCount == 0 || jb.Data.RawRowCount > 20 {
+		if jb.Data == nil || jb.Data.RawRowCount == 0 || jb.Data.RawRowCount > 20 || len(jb.Data.Columns) > MaxColumns {
 			t.Fatalf("data %+v", jb.Data)
 		}
 		for _, r := range jb.Data.Rows {

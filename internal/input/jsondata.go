@@ -9,6 +9,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // JSONBody is a JSON request body of /validate/ or /submit/: the `data`
@@ -156,14 +157,31 @@ func decodeData(dec *json.Decoder, maxRows int) (t *Table, dataErr *Error, err e
 			if err := dec.Decode(&raw); err != nil {
 				return nil, nil, err
 			}
+			if !utf8.Valid(raw) || !utf8.ValidString(key) {
+				dataErr = errData(fmt.Sprintf(" (element %d is not valid UTF-8)", i))
+				if err := skipRest(dec, 1); err != nil {
+					return nil, nil, err
+				}
+				break
+			}
 			c, ok := colIndex[key]
 			if !ok {
+				if len(header) >= MaxColumns {
+					dataErr = tooManyColumns(fmt.Sprintf("element %d brings column %d", i, len(header)+1))
+					if err := skipRest(dec, 1); err != nil {
+						return nil, nil, err
+					}
+					break
+				}
 				c = len(header)
 				colIndex[key] = c
 				header = append(header, key)
 				scratch = append(scratch, "")
 			}
 			scratch[c] = jsonCellText(raw)
+		}
+		if dataErr != nil { // the row's '}' was consumed by skipRest
+			continue
 		}
 		if _, err := dec.Token(); err != nil { // '}'
 			return nil, nil, err

@@ -29,16 +29,44 @@ const (
 	// defaultStartTimeout bounds the helper's start-up (Python start plus
 	// `import rdkit`, about a second; generous for a loaded machine).
 	defaultStartTimeout = 30 * time.Second
-	// defaultRequestTimeout bounds one request of at most rdkitChunk items.
-	// A SMILES takes well under a millisecond, an InChI through Open Babel
-	// one to two (ATP: 0.8 ms to check, 1.8 ms InChI to standard InChI); a
-	// request that takes this long means RDKit is stuck on a pathological
-	// input, and the helper is killed and restarted rather than blocking
-	// every caller behind it.
-	defaultRequestTimeout = 30 * time.Second
+	// defaultMoleculeTimeout is the time bound of one molecule. A
+	// drug-like SMILES takes 0.4 ms to check (measured on the shared 2-core
+	// dev machine; an InChI through Open Babel one to two), but RDKit's time
+	// grows steeply with chain length: a chain of 500 C took 0.4 s there,
+	// 1,000 C 2.9 s (0.8 s on an idle machine), 2,000 C 9 s and 4,000 C 99 s.
+	// 3 s passes every molecule of a real table with a wide margin for a
+	// loaded machine, and is what one slow molecule can cost: past it the
+	// helper is killed (and restarted in the background) and the molecule
+	// reads "could not be checked in time".
+	defaultMoleculeTimeout = 3 * time.Second
+	// chunkItemAllowance is added to a request's bound for every item after
+	// the first: 1,000 drug-like molecules take ~0.4 s, so a chunk gets
+	// MoleculeTimeout + 2 s; a chunk that still times out is retried item by
+	// item, each under MoleculeTimeout.
+	chunkItemAllowance = 2 * time.Millisecond
+	// defaultHelpers is how many helper processes run (about 70 MiB each):
+	// one caller's slow molecule occupies one of them while the others keep
+	// answering everyone else. A caller uses one helper at a time.
+	defaultHelpers = 3
 	// rdkitChunk is the most items sent in one request, so that one request
 	// stays far inside its timeout and a failure costs little to retry.
 	rdkitChunk = 1000
+	// soloLen is the text length from which a molecule is sent alone: the
+	// slow molecules are long ones (time grows with size), and alone they
+	// cost only their own bound, never a whole chunk's. Real substrates
+	// are far shorter (ATP's SMILES is 90 characters).
+	soloLen = 150
+	// maxTimeoutsPerCall is how many molecules of one call may run into
+	// their bound; the call's remaining long molecules are then answered
+	// "could not be checked in time" without being tried. With it one call
+	// (one request or job step) holds a helper for at most about
+	// maxTimeoutsPerCall × MoleculeTimeout of slow molecules, however many
+	// slow rows it has.
+	maxTimeoutsPerCall = 2
+	// timedOutKept is how many molecules that ran into their bound are
+	// remembered, so that a retry (or another row, or another caller) does
+	// not pay the bound again.
+	timedOutKept = 4096
 	// stderrKeep is how much of the helper's stderr is kept for diagnostics.
 	stderrKeep = 4096
 	// defaultMaxRSSMiB is the helper's memory limit: past it, the helper
@@ -46,16 +74,24 @@ const (
 	defaultMaxRSSMiB = 512
 )
 
+// errMoleculeTimeout marks a request that ran past its time bound.
+var errMoleculeTimeout = errors.New("rdkit: request timed out")
+
 // ErrRDKitUnavailable means the helper cannot run here: no interpreter, or
 // RDKit is not installed for it. The Go checks then decide alone.
 var ErrRDKitUnavailable = errors.New("RDKit is not available")
 
-// RDKitOptions configure the helper.
+// RDKitOptions configure the helpers.
 type RDKitOptions struct {
 	// Python is the interpreter; empty means DefaultPython.
 	Python string
-	// StartTimeout and RequestTimeout override the defaults when non-zero.
-	StartTimeout, RequestTimeout time.Duration
+	// StartTimeout overrides the start-up bound when non-zero.
+	StartTimeout time.Duration
+	// MoleculeTimeout is the time bound of one molecule (a request of n
+	// items gets MoleculeTimeout + (n-1) × 2 ms); zero means 3 s.
+	MoleculeTimeout time.Duration
+	// Helpers is how many helper processes run; zero or less means 3.
+	Helpers int
 	// MaxRSSMiB is the helper's peak resident memory, in MiB, past which it
 	// asks to be restarted after its current answer: a guard against leaks
 	// in the C++ libraries (Open Babel 3.1.1 leaks about 30 KB for every
@@ -78,19 +114,32 @@ type RDKitInfo struct {
 	InChIVia string `json:"inchi_via"`
 }
 
-// RDKit is a long-lived RDKit helper process (an embedded Python script
-// speaking line-delimited JSON on stdin/stdout). It starts on first use, is
-// restarted after it dies or times out, and is safe for concurrent callers
-// (requests are serialised: the helper is single-threaded anyway).
+// RDKit is a small pool of long-lived RDKit helper processes (an embedded
+// Python script speaking line-delimited JSON on stdin/stdout). Helpers
+// start on first use and are restarted after they die or time out. It is
+// safe for concurrent callers: a request takes one free helper (waiting
+// callers are served in arrival order), so one caller's slow molecule holds
+// one helper, for at most its time bound, while the others keep answering.
 type RDKit struct {
 	opts RDKitOptions
 	log  *slog.Logger
 
+	// slots holds the free helpers; a request takes one and gives it back.
+	slots chan *rdkitSlot
+	all   []*rdkitSlot
+
 	mu          sync.Mutex
-	proc        *rdkitProc
 	info        RDKitInfo
+	haveInfo    bool
 	unavailable error // sticky: set when the interpreter or RDKit is missing
-	nextID      int64
+
+	timedOut *textSet
+}
+
+// rdkitSlot is one helper; whoever holds it (taken from RDKit.slots) owns it.
+type rdkitSlot struct {
+	proc   *rdkitProc
+	nextID int64
 }
 
 type rdkitProc struct {
@@ -103,7 +152,7 @@ type rdkitProc struct {
 	closeOut func() error
 }
 
-// NewRDKit returns a helper handle; nothing starts until the first request.
+// NewRDKit returns a helper pool; nothing starts until the first request.
 func NewRDKit(opts RDKitOptions) *RDKit {
 	if opts.Python == "" {
 		opts.Python = DefaultPython
@@ -111,8 +160,11 @@ func NewRDKit(opts RDKitOptions) *RDKit {
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = defaultStartTimeout
 	}
-	if opts.RequestTimeout == 0 {
-		opts.RequestTimeout = defaultRequestTimeout
+	if opts.MoleculeTimeout == 0 {
+		opts.MoleculeTimeout = defaultMoleculeTimeout
+	}
+	if opts.Helpers <= 0 {
+		opts.Helpers = defaultHelpers
 	}
 	if opts.MaxRSSMiB <= 0 {
 		opts.MaxRSSMiB = defaultMaxRSSMiB
@@ -121,25 +173,109 @@ func NewRDKit(opts RDKitOptions) *RDKit {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &RDKit{opts: opts, log: log.With("component", "rdkit")}
+	r := &RDKit{opts: opts, log: log.With("component", "rdkit"), slots: make(chan *rdkitSlot, opts.Helpers),
+		timedOut: newTextSet(timedOutKept)}
+	for range opts.Helpers {
+		sl := &rdkitSlot{}
+		r.all = append(r.all, sl)
+		r.slots <- sl
+	}
+	return r
 }
 
-// Probe starts the helper if needed and reports what it offers, or
+// acquire takes a free helper, started. The caller must release it.
+func (r *RDKit) acquire(ctx context.Context) (*rdkitSlot, error) {
+	if err := r.unavailableErr(); err != nil {
+		return nil, err
+	}
+	var sl *rdkitSlot
+	select {
+	case sl = <-r.slots:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("rdkit: %w", ctx.Err())
+	}
+	if err := r.ensure(ctx, sl); err != nil {
+		r.slots <- sl
+		return nil, err
+	}
+	return sl, nil
+}
+
+func (r *RDKit) release(sl *rdkitSlot) { r.slots <- sl }
+
+// restartLater kills sl's helper and starts a new one in the background
+// before giving the slot back, so that the restart (a second or more) is
+// not charged to the next caller.
+func (r *RDKit) restartLater(sl *rdkitSlot) {
+	r.stop(sl)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), r.opts.StartTimeout)
+		defer cancel()
+		if err := r.ensure(ctx, sl); err != nil {
+			r.log.Warn("rdkit helper restart failed; it is retried on the next request", "err", err)
+		}
+		r.release(sl)
+	}()
+}
+
+func (r *RDKit) unavailableErr() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.unavailable
+}
+
+// Probe starts a helper if needed and reports what it offers, or
 // ErrRDKitUnavailable (wrapped) when it cannot run here.
 func (r *RDKit) Probe(ctx context.Context) (RDKitInfo, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := r.ensure(ctx); err != nil {
+	info, have, unavailable := r.info, r.haveInfo, r.unavailable
+	r.mu.Unlock()
+	if unavailable != nil {
+		return RDKitInfo{}, unavailable
+	}
+	if have {
+		return info, nil
+	}
+	sl, err := r.acquire(ctx)
+	if err != nil {
 		return RDKitInfo{}, err
 	}
+	r.release(sl)
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	return r.info, nil
 }
 
-// Close stops the helper process, if running.
+// Warm starts every helper that is not running (tests, and a process
+// that wants its first requests fast).
+func (r *RDKit) Warm(ctx context.Context) error {
+	var held []*rdkitSlot
+	defer func() {
+		for _, sl := range held {
+			r.release(sl)
+		}
+	}()
+	for range r.opts.Helpers {
+		sl, err := r.acquire(ctx)
+		if err != nil {
+			return err
+		}
+		held = append(held, sl)
+	}
+	return nil
+}
+
+// Close stops every helper process, waiting for requests in flight (each is
+// bounded by its timeout).
 func (r *RDKit) Close() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.stop()
+	held := make([]*rdkitSlot, 0, len(r.all))
+	for range r.all {
+		held = append(held, <-r.slots)
+	}
+	for _, sl := range held {
+		r.stop(sl)
+		r.release(sl)
+	}
 	return nil
 }
 
@@ -148,6 +284,9 @@ type rdResult struct {
 	OK    bool    `json:"ok"`
 	Value *string `json:"value"`
 	Error string  `json:"error,omitempty"`
+	// TimedOut: the item ran into its time bound (or was not tried because
+	// it had before, or its call had used its budget); OK is false.
+	TimedOut bool `json:"-"`
 }
 
 // call runs op over items, in chunks of rdkitChunk.
@@ -164,23 +303,28 @@ func (r *RDKit) call(ctx context.Context, op string, items []string) ([]rdResult
 	return out, nil
 }
 
+// timeoutFor is the time bound of a request of n items.
+func (r *RDKit) timeoutFor(n int) time.Duration {
+	return r.opts.MoleculeTimeout + time.Duration(max(n-1, 0))*chunkItemAllowance
+}
+
 func (r *RDKit) request(ctx context.Context, op string, items []string) ([]rdResult, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := r.ensure(ctx); err != nil {
+	sl, err := r.acquire(ctx)
+	if err != nil {
 		return nil, err
 	}
-	r.nextID++
-	id := r.nextID
+	sl.nextID++
+	id := sl.nextID
 	line, err := json.Marshal(struct {
 		ID    int64    `json:"id"`
 		Op    string   `json:"op"`
 		Items []string `json:"items"`
 	}{id, op, items})
 	if err != nil {
+		r.release(sl)
 		return nil, fmt.Errorf("rdkit: encode request: %w", err)
 	}
-	p := r.proc
+	p := sl.proc
 	type reply struct {
 		line []byte
 		err  error
@@ -194,28 +338,31 @@ func (r *RDKit) request(ctx context.Context, op string, items []string) ([]rdRes
 		b, err := p.out.ReadBytes('\n')
 		done <- reply{b, err}
 	}()
-	timer := time.NewTimer(r.opts.RequestTimeout)
+	timeout := r.timeoutFor(len(items))
+	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	var rep reply
 	select {
 	case rep = <-done:
 	case <-timer.C:
-		r.log.Warn("rdkit helper timed out; restarting", "op", op, "items", len(items), "timeout", r.opts.RequestTimeout)
-		r.stop()
+		r.log.Warn("rdkit helper timed out; restarting it", "op", op, "items", len(items), "timeout", timeout)
+		r.restartLater(sl)
 		<-done
-		return nil, fmt.Errorf("rdkit: request timed out after %s", r.opts.RequestTimeout)
+		return nil, fmt.Errorf("%w after %s", errMoleculeTimeout, timeout)
 	case <-ctx.Done():
 		// The helper may be mid-answer; a restart is the only safe resync.
-		r.stop()
+		r.restartLater(sl)
 		<-done
 		return nil, fmt.Errorf("rdkit: %w", ctx.Err())
 	}
 	if rep.err != nil {
 		stderr := p.stderr.String()
-		r.stop()
+		r.stop(sl)
+		r.release(sl)
 		r.log.Warn("rdkit helper died; it restarts on the next request", "err", rep.err, "stderr", stderr)
 		return nil, fmt.Errorf("rdkit helper died: %w", rep.err)
 	}
+	defer r.release(sl)
 	var resp struct {
 		ID      int64      `json:"id"`
 		Results []rdResult `json:"results"`
@@ -225,33 +372,32 @@ func (r *RDKit) request(ctx context.Context, op string, items []string) ([]rdRes
 		Restart bool `json:"restart"`
 	}
 	if err := json.Unmarshal(rep.line, &resp); err != nil || resp.ID != id || len(resp.Results) != len(items) {
-		r.stop()
+		r.stop(sl)
 		return nil, fmt.Errorf("rdkit: malformed reply (id %d, %d results for %d items, %q): %v",
 			resp.ID, len(resp.Results), len(items), resp.Error, err)
 	}
 	if resp.Restart {
 		r.log.Info("rdkit helper passed its memory limit; it restarts on the next request", "max_rss_mib", r.opts.MaxRSSMiB)
-		r.stop()
+		r.stop(sl)
 	}
 	return resp.Results, nil
 }
 
-// ensure starts the helper when it is not running. r.mu is held.
-func (r *RDKit) ensure(ctx context.Context) error {
-	if r.unavailable != nil {
-		return r.unavailable
+// ensure starts sl's helper when it is not running; the caller holds sl.
+func (r *RDKit) ensure(ctx context.Context, sl *rdkitSlot) error {
+	if err := r.unavailableErr(); err != nil {
+		return err
 	}
-	if r.proc != nil {
+	if sl.proc != nil {
 		select {
-		case <-r.proc.exited:
-			r.stop()
+		case <-sl.proc.exited:
+			r.stop(sl)
 		default:
 			return nil
 		}
 	}
 	if _, err := exec.LookPath(r.opts.Python); err != nil {
-		r.unavailable = fmt.Errorf("%w: interpreter %s: %v", ErrRDKitUnavailable, r.opts.Python, err)
-		return r.unavailable
+		return r.setUnavailable(fmt.Errorf("%w: interpreter %s: %v", ErrRDKitUnavailable, r.opts.Python, err))
 	}
 	// The helper must outlive the request that started it, so it is not
 	// bound to ctx; the start-up wait below is.
@@ -310,11 +456,13 @@ func (r *RDKit) ensure(ctx context.Context) error {
 		}
 		if !g.h.Ready {
 			kill()
-			r.unavailable = fmt.Errorf("%w: %s", ErrRDKitUnavailable, g.h.Error)
-			return r.unavailable
+			return r.setUnavailable(fmt.Errorf("%w: %s", ErrRDKitUnavailable, g.h.Error))
 		}
-		r.proc, r.info = p, g.h.RDKitInfo
-		r.log.Debug("rdkit helper started", "rdkit", r.info.Version, "inchi", r.info.InChI, "inchi_via", r.info.InChIVia, "pid", cmd.Process.Pid)
+		sl.proc = p
+		r.mu.Lock()
+		r.info, r.haveInfo = g.h.RDKitInfo, true
+		r.mu.Unlock()
+		r.log.Debug("rdkit helper started", "rdkit", g.h.Version, "inchi", g.h.InChI, "inchi_via", g.h.InChIVia, "pid", cmd.Process.Pid)
 		return nil
 	case <-timer.C:
 		kill()
@@ -325,16 +473,54 @@ func (r *RDKit) ensure(ctx context.Context) error {
 	}
 }
 
-// stop kills the helper, if running, and waits for it. r.mu is held.
-func (r *RDKit) stop() {
-	if r.proc == nil {
+func (r *RDKit) setUnavailable(err error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.unavailable = err
+	return err
+}
+
+// stop kills sl's helper, if running, and waits for it; the caller holds sl.
+func (r *RDKit) stop(sl *rdkitSlot) {
+	if sl.proc == nil {
 		return
 	}
-	_ = r.proc.stdin.Close()
-	_ = r.proc.cmd.Process.Kill()
-	<-r.proc.exited
-	_ = r.proc.closeOut()
-	r.proc = nil
+	_ = sl.proc.stdin.Close()
+	_ = sl.proc.cmd.Process.Kill()
+	<-sl.proc.exited
+	_ = sl.proc.closeOut()
+	sl.proc = nil
+}
+
+// textSet is a bounded set of texts; the oldest is forgotten first.
+type textSet struct {
+	mu    sync.Mutex
+	max   int
+	set   map[string]struct{}
+	order []string
+}
+
+func newTextSet(max int) *textSet { return &textSet{max: max, set: map[string]struct{}{}} }
+
+func (s *textSet) add(t string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.set[t]; ok {
+		return
+	}
+	if len(s.order) >= s.max {
+		delete(s.set, s.order[0])
+		s.order = s.order[1:]
+	}
+	s.set[t] = struct{}{}
+	s.order = append(s.order, t)
+}
+
+func (s *textSet) has(t string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.set[t]
+	return ok
 }
 
 // tailBuffer keeps the last max bytes written to it.

@@ -19,6 +19,10 @@ const (
 	nullCellText                = "NaN"
 	nullToken                   = "nan"
 	SimilarityUnavailableReason = "Similarity analysis is not available on this server."
+	// ReasonUnchecked is kinflow's own: RDKit could not check a component
+	// within the molecule time bound (not "invalid"; a job skips the row).
+	// UncheckedComponents lists those components.
+	ReasonUnchecked = "Substrate could not be checked in time"
 )
 
 // ValidateReport is the 200 body of /validate/ (§1.6); field order is the
@@ -47,6 +51,9 @@ type SubstrateIssue struct {
 	Value             any      `json:"value"`
 	Reason            string   `json:"reason"`
 	InvalidComponents []string `json:"invalid_components,omitempty"`
+	// UncheckedComponents are the components RDKit could not check in time
+	// (reason ReasonUnchecked when no component is invalid).
+	UncheckedComponents []string `json:"unchecked_components,omitempty"`
 }
 
 // ProteinIssue is one invalidProteins entry (§4.6.3).
@@ -141,16 +148,19 @@ func Validate(ctx context.Context, cat *methods.Catalogue, chem *Chemistry, t *T
 		}
 		texts = append(texts, rowToks[i]...)
 	}
-	verdict, err := chem.ValidMany(ctx, texts)
+	verdict, unchecked, err := chem.ValidManyDetail(ctx, texts)
 	if err != nil {
 		return nil, err
 	}
 	firstVerdict := map[string]*SubstrateIssue{} // identical cells reuse the first verdict
 	okCells := map[string]bool{}
 	for i, r := range t.Rows {
-		var bad []string
+		var bad, late []string
 		for _, tok := range rowToks[i] {
-			if !verdict[tok] {
+			switch {
+			case unchecked[tok]:
+				late = append(late, tok)
+			case !verdict[tok]:
 				bad = append(bad, tok)
 			}
 		}
@@ -165,7 +175,7 @@ func Validate(ctx context.Context, cat *methods.Catalogue, chem *Chemistry, t *T
 				rep.InvalidSubstrates = append(rep.InvalidSubstrates, issue)
 				continue
 			}
-			if len(rowToks[i]) > 0 && len(bad) == 0 {
+			if len(rowToks[i]) > 0 && len(bad) == 0 && len(late) == 0 {
 				okCells[cell] = true
 				continue
 			}
@@ -173,13 +183,19 @@ func Validate(ctx context.Context, cat *methods.Catalogue, chem *Chemistry, t *T
 			if cell == "" {
 				value = nullCellText
 			}
-			issue := SubstrateIssue{Row: i + 1, Value: value, Reason: ReasonInvalidSMILES, InvalidComponents: bad}
+			issue := SubstrateIssue{Row: i + 1, Value: value, Reason: ReasonInvalidSMILES, InvalidComponents: bad, UncheckedComponents: late}
+			if len(bad) == 0 && len(late) > 0 {
+				issue.Reason = ReasonUnchecked
+			}
 			firstVerdict[cell] = &issue
 			rep.InvalidSubstrates = append(rep.InvalidSubstrates, issue)
 			continue
 		}
-		if len(bad) > 0 {
-			rep.InvalidSubstrates = append(rep.InvalidSubstrates, SubstrateIssue{Row: i + 1, Value: bad, Reason: ReasonInvalidReaction})
+		switch {
+		case len(bad) > 0:
+			rep.InvalidSubstrates = append(rep.InvalidSubstrates, SubstrateIssue{Row: i + 1, Value: bad, Reason: ReasonInvalidReaction, UncheckedComponents: late})
+		case len(late) > 0:
+			rep.InvalidSubstrates = append(rep.InvalidSubstrates, SubstrateIssue{Row: i + 1, Value: late, Reason: ReasonUnchecked, UncheckedComponents: late})
 		}
 	}
 

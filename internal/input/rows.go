@@ -10,6 +10,11 @@ const (
 	ReasonInvalidProtein   = "Invalid protein sequence (unsupported amino acid characters)"
 	ReasonInvalidSubstrate = "Invalid substrate (not a valid SMILES or InChI)"
 	ReasonInvalidProduct   = "Invalid product (not a valid SMILES or InChI)"
+	// ReasonUncheckedSubstrate and ReasonUncheckedProduct are kinflow's own
+	// (not in the reference): RDKit could not check the molecule within the
+	// time bound, so the row is skipped without calling it invalid.
+	ReasonUncheckedSubstrate = "Substrate could not be checked in time"
+	ReasonUncheckedProduct   = "Product could not be checked in time"
 )
 
 // RowRule is which engine row-validation rule of §4.5 a method follows.
@@ -94,7 +99,7 @@ func ValidateRows(ctx context.Context, chem *Chemistry, m MethodInfo, t *Table, 
 			all = append(all, ts...)
 		}
 	}
-	verdict, err := chem.ValidMany(ctx, all)
+	verdict, unchecked, err := chem.ValidManyDetail(ctx, all)
 	if err != nil {
 		return nil, err
 	}
@@ -109,16 +114,26 @@ func ValidateRows(ctx context.Context, chem *Chemistry, m MethodInfo, t *Table, 
 			if rule == RuleGeneric && len(toks[r][k]) == 0 {
 				ok = false
 			}
+			late := false
 			for _, tok := range toks[r][k] {
 				if !verdict[tok] {
-					ok = false
-					break
+					ok, late = false, unchecked[tok]
+					if !late {
+						break
+					}
 				}
 			}
 			if !ok {
-				reasons[r] = ReasonInvalidSubstrate
-				if rule == RuleReaction && col == ColProducts {
+				product := rule == RuleReaction && col == ColProducts
+				switch {
+				case late && product:
+					reasons[r] = ReasonUncheckedProduct
+				case late:
+					reasons[r] = ReasonUncheckedSubstrate
+				case product:
 					reasons[r] = ReasonInvalidProduct
+				default:
+					reasons[r] = ReasonInvalidSubstrate
 				}
 				break
 			}

@@ -42,6 +42,11 @@ func ValidateSubmit(cat *methods.Catalogue, raw RawOptions, load func() (*Table,
 	if err := CheckColumns(cat, opts, t); err != nil {
 		return nil, err
 	}
+	if len(t.Rows) == 0 {
+		// A header-only CSV (or rows that are all empty) would create a
+		// job with nothing to predict.
+		return nil, invalidf("The input has no data rows: add at least one row below the header.")
+	}
 	if t.Has(ColSubstrate) {
 		if err := CheckEmptiness(t, ColSubstrate); err != nil {
 			return nil, err

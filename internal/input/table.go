@@ -16,6 +16,20 @@ import (
 // limit on one validate or submit request (§1.6, §1.7).
 const DefaultMaxRows = 10000
 
+// MaxColumns is the most columns a table may have, CSV header or union of
+// the JSON rows' keys. The input has 2 to 6 columns that kinflow reads plus
+// whatever the user carries along (IDs, notes); 64 leaves room for that.
+// The cap matters because the table is dense: without it a JSON `data`
+// whose rows each bring a new key is an N × N table (10,000 rows in an
+// 838 KiB body took the API to 3 GB). With it, the cell array is at most
+// DefaultMaxRows × 64 × 16 B = 10 MiB on top of the cell text (≤ the body).
+const MaxColumns = 64
+
+// tooManyColumns is the 400 for a table wider than MaxColumns.
+func tooManyColumns(what string) *Error {
+	return invalidf("Too many columns: at most %d columns are accepted per request (%s).", MaxColumns, what)
+}
+
 // Table is a parsed input table. Cells are text; an empty cell stands for a
 // missing value (pandas reads it as NaN in the reference), so "null" and ""
 // are the same thing here.
@@ -173,6 +187,9 @@ func ParseCSV(r io.Reader, maxRows int) (*Table, error) {
 	}
 	if err := checkUTF8(header, cr); err != nil {
 		return nil, err
+	}
+	if len(header) > MaxColumns {
+		return nil, tooManyColumns(fmt.Sprintf("the header has %d", len(header)))
 	}
 	header = append([]string(nil), header...)
 	t := &Table{}

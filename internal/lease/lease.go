@@ -17,6 +17,10 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
 	"time"
 )
 
@@ -30,6 +34,9 @@ type Leases struct {
 	Owner string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+
+	sweepMu   sync.Mutex
+	lastSweep time.Time
 }
 
 var keyPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,200}$`)
@@ -58,6 +65,7 @@ func (l *Leases) TryAcquire(key string) (bool, error) {
 	if err := os.MkdirAll(l.Dir, 0o755); err != nil {
 		return false, err
 	}
+	l.maybeSweep()
 	for attempt := 0; attempt < 2; attempt++ {
 		f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 		if err == nil {
@@ -121,4 +129,83 @@ func (l *Leases) Release(keys []string) {
 			_ = os.Remove(p)
 		}
 	}
+}
+
+// sweepAfter is how many TTLs a lease file may go unrefreshed before a sweep
+// removes it. A live holder refreshes well within one TTL; a file this old
+// belongs to a holder killed without releasing (kill -9), whose key may
+// never be asked for again, so takeover alone would keep it for ever.
+const sweepAfter = 2
+
+// maybeSweep runs Sweep at most once per TTL, from TryAcquire: every
+// process that takes leases also cleans up after dead ones, with no
+// goroutine of its own.
+func (l *Leases) maybeSweep() {
+	l.sweepMu.Lock()
+	now := l.now()
+	due := l.lastSweep.IsZero() || now.Sub(l.lastSweep) >= l.TTL
+	if due {
+		l.lastSweep = now
+	}
+	l.sweepMu.Unlock()
+	if due {
+		_, _ = l.Sweep()
+	}
+}
+
+// Sweep removes the lease files that no live holder can own: those not
+// refreshed for sweepAfter × TTL, and those whose owner ("host/pid", as the
+// GPU host writes it) is a process of this host that no longer exists. It
+// returns how many it removed. Files it cannot read are left alone.
+func (l *Leases) Sweep() (int, error) {
+	entries, err := os.ReadDir(l.Dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("sweep leases in %s: %w", l.Dir, err)
+	}
+	host, _ := os.Hostname()
+	now := l.now()
+	removed := 0
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !strings.HasSuffix(name, ".lease") {
+			continue
+		}
+		p := filepath.Join(l.Dir, name)
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		old := now.Sub(fi.ModTime()) > sweepAfter*l.TTL
+		if !old && !deadLocalOwner(p, host) {
+			continue
+		}
+		if err := os.Remove(p); err == nil {
+			removed++
+		}
+	}
+	return removed, nil
+}
+
+// deadLocalOwner reports whether the lease file at p names an owner
+// "host/pid" on this host whose process is gone. Any doubt (unreadable
+// file, another host, a pid that exists, even reused) says no.
+func deadLocalOwner(p, host string) bool {
+	data, err := os.ReadFile(p)
+	if err != nil || host == "" {
+		return false
+	}
+	owner, _, _ := strings.Cut(strings.TrimSpace(string(data)), " ")
+	h, pidText, ok := strings.Cut(owner, "/")
+	if !ok || h != host {
+		return false
+	}
+	pid, err := strconv.Atoi(pidText)
+	if err != nil || pid <= 0 || pid == os.Getpid() {
+		return false
+	}
+	// Signal 0 checks existence: ESRCH means no such process.
+	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
 }

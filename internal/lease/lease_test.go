@@ -1,6 +1,10 @@
 package lease
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -75,5 +79,56 @@ func TestKeysCannotEscapeTheFolder(t *testing.T) {
 		if _, err := l.TryAcquire(k); err == nil {
 			t.Errorf("key %q accepted", k)
 		}
+	}
+}
+
+// TestSweepRemovesDeadLeases: lease files left by holders killed without
+// releasing (issue 14: 719 after one test run) are removed by age and, on
+// this host, by dead owner; a live holder's lease stays.
+func TestSweepRemovesDeadLeases(t *testing.T) {
+	dir := t.TempDir()
+	host, _ := os.Hostname()
+	now := time.Now()
+	clock := func() time.Time { return now }
+	live := &Leases{Dir: dir, TTL: 10 * time.Second, Owner: fmt.Sprintf("%s/%d", host, os.Getpid()), Now: clock}
+	if ok, err := live.TryAcquire("live"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	// A dead process of this host: a child that has exited.
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead := &Leases{Dir: dir, TTL: 10 * time.Second, Owner: fmt.Sprintf("%s/%d", host, cmd.Process.Pid), Now: clock}
+	if ok, _ := dead.TryAcquire("dead-owner"); !ok {
+		t.Fatal("dead-owner")
+	}
+	other := &Leases{Dir: dir, TTL: 10 * time.Second, Owner: "elsewhere/1", Now: clock}
+	for _, k := range []string{"old", "young-elsewhere"} {
+		if ok, _ := other.TryAcquire(k); !ok {
+			t.Fatal(k)
+		}
+	}
+	past := now.Add(-time.Minute)
+	if err := os.Chtimes(filepath.Join(dir, "old.lease"), past, past); err != nil {
+		t.Fatal(err)
+	}
+	// (The other holders' first TryAcquire already swept once: the dead
+	// owner's lease may be gone before this call.)
+	if n, err := live.Sweep(); err != nil || n < 1 {
+		t.Fatalf("removed %d: %v", n, err)
+	}
+	for k, want := range map[string]bool{"live": true, "dead-owner": false, "old": false, "young-elsewhere": true} {
+		if _, err := os.Stat(filepath.Join(dir, k+".lease")); (err == nil) != want {
+			t.Errorf("%s: present %v, want %v", k, err == nil, want)
+		}
+	}
+	// TryAcquire sweeps by itself, at most once per TTL.
+	now = now.Add(time.Minute)
+	if ok, _ := live.TryAcquire("another"); !ok {
+		t.Fatal("another")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "young-elsewhere.lease")); err == nil {
+		t.Error("TryAcquire did not sweep a lease unrefreshed for 6 TTLs")
 	}
 }

@@ -27,12 +27,13 @@ func (s *Store) Job(ctx context.Context, id string) (*Job, error) {
 	return &j, nil
 }
 
-// StartJob moves a Pending job to Processing and resets its counters and
+// StartJob moves a Pending (or still Submitting: its workflow started
+// before the API marked it queued) job to Processing and resets its counters and
 // stages (a re-run after a crash starts the stages afresh; cached artefacts
 // make the repeat cheap). It keeps the first start time.
 func (s *Store) StartJob(ctx context.Context, id string, now time.Time) error {
 	return s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		res := tx.Model(&Job{}).Where("id = ? AND status IN ?", id, []string{JobPending, JobProcessing}).
+		res := tx.Model(&Job{}).Where("id = ? AND status IN ?", id, []string{JobSubmitting, JobPending, JobProcessing}).
 			Updates(map[string]any{
 				"status": JobProcessing, "started_at": gorm.Expr("COALESCE(started_at, ?)", now),
 				"total_molecules": 0, "molecules_processed": 0, "invalid_rows": 0, "total_predictions": 0, "predictions_made": 0,
