@@ -65,12 +65,43 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeRe
 	if err := fsutil.WriteFileAtomic(filepath.Join(dir, "output.csv"), out.csv, 0o644); err != nil {
 		return FinalizeResult{}, err
 	}
+	if err := a.noteUnappliedAnnotations(ctx, job, dir); err != nil {
+		return FinalizeResult{}, err
+	}
 	refund := max(0, job.RequestedRows-out.fullyPredicted)
 	if _, err := a.Store.FinishJob(ctx, job.ID, store.JobCompleted, out.skipSummary, refund, out.synthetic, "jobs/"+job.ID+"/output.csv", now); err != nil {
 		return FinalizeResult{}, err
 	}
 	a.Log.Info("job completed", "job_id", job.ID, "rows", out.rows, "predicted", out.fullyPredicted, "refunded", refund)
 	return FinalizeResult{Status: store.JobCompleted, Refunded: refund}, nil
+}
+
+// noteUnappliedAnnotations reports, in the message of each stage whose
+// target asked for them, a similarity dataset or experimental table that is
+// not configured on this server (WIRE-CONTRACT difference 18: reported as
+// such, never silently blank cells). A stage's own message wins.
+func (a *Activities) noteUnappliedAnnotations(ctx context.Context, job *store.Job, dir string) error {
+	an := a.readAnnotations(dir)
+	stages, err := a.Store.JobStages(ctx, job.ID)
+	if err != nil {
+		return err
+	}
+	for _, st := range stages {
+		var notes []string
+		if st.Target == "kcat" && job.IncludeSimilarityColumns && an.sim.State == AnnotationNotConfigured {
+			notes = append(notes, "Similarity columns left blank: "+an.sim.Message)
+		}
+		if et, ok := an.exp.Targets[st.Target]; ok && job.UseExperimental && et.State == AnnotationNotConfigured {
+			notes = append(notes, "Experimental values not applied: "+et.Message)
+		}
+		if len(notes) == 0 || st.Message != "" {
+			continue
+		}
+		if err := a.Store.UpdateStage(ctx, job.ID, st.Index, map[string]any{"message": strings.Join(notes, " ")}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 type assembled struct {

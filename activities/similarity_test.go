@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"context"
 	"encoding/csv"
 	"fmt"
 	"math/rand/v2"
@@ -236,6 +237,17 @@ func TestAnnotationsNotConfigured(t *testing.T) {
 	_ = v.Get(&res)
 	if res.State != AnnotationNotConfigured {
 		t.Errorf("experimental: %+v", res)
+	}
+	// The job says so where its user reads it: the stage's message.
+	if _, err := h.env.ExecuteActivity(h.a.Finalize, FinalizeInput{JobID: "jobannot3"}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := h.a.Store.Stage(context.Background(), "jobannot3", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(st.Message, "Similarity columns left blank") || !strings.Contains(st.Message, "Experimental values not applied") {
+		t.Errorf("stage message %q", st.Message)
 	}
 }
 
