@@ -192,6 +192,7 @@ func TestLargeFailureStaysUnderThePayloadLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	const limit = 2 << 20
+	t.Logf("9,999 missing files: result payload %d bytes, error message %d bytes", p.Size(), len(ae.Error()))
 	if size := p.Size() + len(ae.Error()); size > limit/100 {
 		t.Fatalf("result and message take %d bytes; want under 1%% of the %d-byte payload limit", size, limit)
 	}
