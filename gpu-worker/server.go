@@ -200,17 +200,24 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		"active_jobs":   active,
 		"queued_jobs":   queued,
 		"executor":      s.health.Executor,
-		"step_servers":  s.stepServers(),
+		"step_servers":  s.stepServers(s.token == "" || s.authorized(r)),
 	})
 }
 
 // countJobs counts the known jobs that run (active) or wait (queued);
 // closed ones are forgotten.
 // stepServers lists the resident step servers (an empty list, never null).
-func (s *Server) stepServers() []stepserver.ServerStatus {
+// /health needs no token, so an anonymous caller of a host that has one
+// sees no pid and no last error (stderr text can name server paths).
+func (s *Server) stepServers(detail bool) []stepserver.ServerStatus {
 	out := []stepserver.ServerStatus{}
 	if s.servers != nil {
 		out = append(out, s.servers()...)
+	}
+	if !detail {
+		for i := range out {
+			out[i].PID, out[i].LastError = 0, ""
+		}
 	}
 	return out
 }

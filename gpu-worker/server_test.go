@@ -265,6 +265,24 @@ func TestSubmitPollDone(t *testing.T) {
 	if code != 400 || !strings.Contains(resp["detail"].(string), "not sparse") {
 		t.Fatalf("resubmit: %d %v", code, resp)
 	}
+
+	// The job ran on resident synthetic servers: /health lists them, with
+	// pids for the token holder only.
+	servers := func(auth string) []any {
+		_, hb := do(t, "GET", h.url+"/health", auth, nil)
+		l, _ := hb["step_servers"].([]any)
+		return l
+	}
+	withToken, anonymous := servers(auth), servers("")
+	if len(withToken) == 0 || len(withToken) != len(anonymous) {
+		t.Fatalf("step servers: with token %v, anonymous %v", withToken, anonymous)
+	}
+	for i := range withToken {
+		w, a := withToken[i].(map[string]any), anonymous[i].(map[string]any)
+		if w["pid"] == nil || a["pid"] != nil || w["step_key"] != a["step_key"] {
+			t.Fatalf("server %v with the token, %v without", w, a)
+		}
+	}
 }
 
 func TestFailedJobReportsError(t *testing.T) {
