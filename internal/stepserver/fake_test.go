@@ -55,7 +55,7 @@ func fakeServer() {
 		fmt.Fprintln(os.Stderr, "cannot load the model: weights missing")
 		os.Exit(3)
 	case "never":
-		select {}
+		blockForever()
 	}
 	if d, err := time.ParseDuration(os.Getenv("FAKE_LOAD")); err == nil {
 		time.Sleep(d)
@@ -111,7 +111,7 @@ func fakeServer() {
 		case "wrongbatch":
 			say(map[string]any{"batch": m.Batch + 1, "status": "done"})
 		case "hang":
-			select {}
+			blockForever()
 		case "wait":
 			for {
 				if _, err := os.Stat(m.File); err == nil {
@@ -125,7 +125,7 @@ func fakeServer() {
 		}
 	}
 	if os.Getenv("FAKE_IGNORE_EOF") == "1" {
-		select {}
+		blockForever()
 	}
 }
 
@@ -144,7 +144,7 @@ func fakeParent() {
 		for _, s := range p.Status() {
 			if s.State == StateBusy {
 				fmt.Printf("PIDS %d %v %v\n", s.PID, s.Ready["pid"], s.Ready["child_pid"])
-				select {}
+				blockForever()
 			}
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -206,4 +206,12 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 func atoiOr0(s string) int {
 	n, _ := strconv.Atoi(strings.TrimSpace(s))
 	return n
+}
+
+// blockForever parks the fake for good. Not `select {}`: in a process with
+// no other goroutine the runtime would call that a deadlock and exit.
+func blockForever() {
+	for {
+		time.Sleep(time.Hour)
+	}
 }

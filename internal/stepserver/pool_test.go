@@ -111,13 +111,12 @@ func TestReadyThenDone(t *testing.T) {
 func TestOOMAnswerKeepsServer(t *testing.T) {
 	p := newPool(t, Options{})
 	spec := fakeSpec("k")
-	a, g, err := do(t, p, spec, 1, "oom")
+	a, _, err := do(t, p, spec, 1, "oom")
 	if err != nil || a.Status != StatusOOM {
 		t.Fatalf("Do = %+v, %v", a, err)
 	}
-	if !strings.Contains(g.text(), "[stderr] torch.OutOfMemoryError") {
-		t.Errorf("log:\n%s", g.text())
-	}
+	// (The fake's stderr line may arrive after its answer, so it is not
+	// asserted here: stdout and stderr are read independently.)
 	pid := statusOf(p, "k").PID
 	a, _, err = do(t, p, spec, 2, "done")
 	if err != nil || a.Status != StatusDone {
