@@ -55,8 +55,9 @@ func (r *CommandRunner) runResident(ctx context.Context, b BatchJob, tmpl []stri
 					}
 				}
 			}
-			return fmt.Errorf("step server %s: %s", b.StepKey, se.Reason)
 		}
+		// The reason and the tail of the server's stderr (the same lines
+		// are in the job's log).
 		return err
 	}
 	switch ans.Status {
