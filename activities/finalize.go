@@ -6,11 +6,9 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -230,7 +228,7 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 				if tr.pred.Synthetic {
 					extra = syntheticExtraInfo
 				}
-				record = append(record, pyFloat(*tr.pred.Values[r]), tr.pred.Source, extra)
+				record = append(record, experimental.FormatFloat(*tr.pred.Values[r]), tr.pred.Source, extra)
 			}
 		}
 		if skip[r] != "" {
@@ -269,29 +267,6 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 	return res, nil
 }
 
-// pyFloat formats v as Python's repr(float): the shortest round-trip digits,
-// fixed notation for exponents in [-4, 16) with at least one decimal, else
-// scientific with a sign and two exponent digits (1e-05, 1.5e+16).
-func pyFloat(v float64) string {
-	if math.IsInf(v, 0) || math.IsNaN(v) {
-		return ""
-	}
-	s := strconv.FormatFloat(v, 'e', -1, 64) // d.ddde±XX
-	mant, expStr, _ := strings.Cut(s, "e")
-	exp, _ := strconv.Atoi(expStr)
-	if exp < -4 || exp >= 16 {
-		sign := "+"
-		if exp < 0 {
-			sign, exp = "-", -exp
-		}
-		return fmt.Sprintf("%se%s%02d", mant, sign, exp)
-	}
-	f := strconv.FormatFloat(v, 'f', -1, 64)
-	if !strings.ContainsAny(f, ".") {
-		f += ".0"
-	}
-	return f
-}
 
 // experimentalCells are the (value, Source, Extra Info) cells of row r for
 // target when the job's experimental look-up matched it (WIRE §3.5): the
@@ -316,5 +291,5 @@ func experimentalCells(an annotations, target, display string, r int, has bool, 
 	if has {
 		model = pred.Values[r]
 	}
-	return [3]string{pyFloat(v), rec.Source(), rec.ExtraInfo(param, model, display)}, true
+	return [3]string{experimental.FormatFloat(v), rec.Source(), rec.ExtraInfo(param, model, display)}, true
 }

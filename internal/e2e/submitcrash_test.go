@@ -63,18 +63,7 @@ func TestAPIKilledMidSubmitLosesNothing(t *testing.T) {
 
 			// Within the bound (1 s age + a pass every second), nothing is
 			// left Submitting.
-			deadline := time.Now().Add(20 * time.Second)
-			for {
-				var n int64
-				st.DB.Raw("SELECT COUNT(*) FROM jobs WHERE status = ?", store.JobSubmitting).Scan(&n)
-				if n == 0 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%d jobs still Submitting 20 s after the restart", n)
-				}
-				time.Sleep(200 * time.Millisecond)
-			}
+			waitNoneSubmitting(t, st, 20*time.Second)
 			var jobs []store.Job
 			st.DB.Where("id NOT IN ?", append(before, "")).Find(&jobs)
 			switch point {
@@ -205,18 +194,7 @@ func TestAPIKilledAtRandomDuringSubmits(t *testing.T) {
 		s.waitHealthy()
 		t.Logf("try %d: killed after %v", try+1, delay)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var n int64
-		st.DB.Raw("SELECT COUNT(*) FROM jobs WHERE status = ?", store.JobSubmitting).Scan(&n)
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d jobs still Submitting 30 s after the last restart", n)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	waitNoneSubmitting(t, st, 30*time.Second)
 	var jobs []store.Job
 	st.DB.Where("key_id = ?", keyID).Find(&jobs)
 	var want int64
@@ -241,5 +219,23 @@ func TestAPIKilledAtRandomDuringSubmits(t *testing.T) {
 		if !known[e.Name()] {
 			t.Errorf("media/jobs/%s left without a job", e.Name())
 		}
+	}
+}
+
+// waitNoneSubmitting waits until no job is left Submitting (the
+// reconciler has finished or undone every cut-off submit).
+func waitNoneSubmitting(t *testing.T, st *store.Store, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var n int64
+		st.DB.Raw("SELECT COUNT(*) FROM jobs WHERE status = ?", store.JobSubmitting).Scan(&n)
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d jobs still Submitting %v after the restart", n, timeout)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

@@ -289,7 +289,9 @@ func (r Record) ExtraInfo(p Param, prediction *float64, displayName string) stri
 }
 
 // FormatFloat formats v as Python's repr(float), as the result file writes
-// numbers (WIRE §3.1).
+// numbers (WIRE §3.1): the shortest round-trip digits, fixed notation for
+// exponents in [-4, 16) with at least one decimal, else scientific with a
+// sign and two exponent digits (1e-05, 1.5e+16). Empty for Inf and NaN.
 func FormatFloat(v float64) string {
 	if math.IsInf(v, 0) || math.IsNaN(v) {
 		return ""
