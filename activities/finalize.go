@@ -267,7 +267,6 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 	return res, nil
 }
 
-
 // experimentalCells are the (value, Source, Extra Info) cells of row r for
 // target when the job's experimental look-up matched it (WIRE §3.5): the
 // measured value, the table's Source label and the Extra Info sentences,
