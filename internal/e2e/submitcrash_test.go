@@ -30,15 +30,7 @@ var submitCrashPoints = []string{"charged", "input-partial", "input-written", "w
 // row, no media folder).
 func TestAPIKilledMidSubmitLosesNothing(t *testing.T) {
 	s := newStack(t, map[string]string{"KINFLOW_SUBMIT_RECONCILE_AFTER_SECONDS": "1"}, nil)
-	st, err := store.Open(t.Context(), s.env["KINFLOW_DATABASE_URL"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	var keyID int64
-	if err := st.DB.Raw("SELECT id FROM api_keys ORDER BY id DESC LIMIT 1").Scan(&keyID).Error; err != nil {
-		t.Fatal(err)
-	}
+	st, keyID := s.openStoreAndKey(t)
 	const rows = 7
 	wantUsed := int64(0)
 	for _, point := range submitCrashPoints {
@@ -161,15 +153,7 @@ func (s *stack) rawSubmit(csv string) (int, error) {
 // without its job.
 func TestAPIKilledAtRandomDuringSubmits(t *testing.T) {
 	s := newStack(t, map[string]string{"KINFLOW_SUBMIT_RECONCILE_AFTER_SECONDS": "1", "KINFLOW_DEFAULT_DAILY_QUOTA": "1000000"}, nil)
-	st, err := store.Open(t.Context(), s.env["KINFLOW_DATABASE_URL"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	var keyID int64
-	if err := st.DB.Raw("SELECT id FROM api_keys ORDER BY id DESC LIMIT 1").Scan(&keyID).Error; err != nil {
-		t.Fatal(err)
-	}
+	st, keyID := s.openStoreAndKey(t)
 	// A few distinct sequences, so the jobs that do run are cheap.
 	var b strings.Builder
 	b.WriteString("Protein Sequence,Substrate\n")
@@ -238,4 +222,20 @@ func waitNoneSubmitting(t *testing.T, st *store.Store, timeout time.Duration) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// openStoreAndKey opens the stack's database (closed at the test's end) and
+// returns it with the id of the stack's API key.
+func (s *stack) openStoreAndKey(t *testing.T) (*store.Store, int64) {
+	t.Helper()
+	st, err := store.Open(t.Context(), s.env["KINFLOW_DATABASE_URL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	var keyID int64
+	if err := st.DB.Raw("SELECT id FROM api_keys ORDER BY id DESC LIMIT 1").Scan(&keyID).Error; err != nil {
+		t.Fatal(err)
+	}
+	return st, keyID
 }
