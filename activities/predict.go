@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/kinflow/kinflow/internal/heartbeat"
 	"math"
 	"os"
 	"path/filepath"
@@ -207,6 +208,9 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 	}
 	last := 0
 	var lastWrite time.Time
+	// Heartbeat while the program runs even if it prints nothing.
+	stopBeat := heartbeat.Start(ctx)
+	defer stopBeat()
 	vals, reasons, err := methods.RunCommand(ctx, d, methods.CommandRequest{
 		JobID: ref.JobID, Target: sr.Target, Canonicalize: canonicalize, Rows: rows, Dir: dir,
 		Vars: map[string]string{
@@ -215,9 +219,8 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 			"methode_checkpoint_root": a.Config.MethodECheckpointRoot,
 			"methodj_cache_dir":       a.Config.MethodJCacheDir,
 		},
-		Env:       config.ChildEnv(os.Environ()),
-		Chem:      a.Chem,
-		Heartbeat: func() { activity.RecordHeartbeat(ctx) },
+		Env:  config.ChildEnv(os.Environ()),
+		Chem: a.Chem,
 		Progress: func(done int) {
 			activity.RecordHeartbeat(ctx, done)
 			// Progress is stored at most every half second, and only

@@ -7,13 +7,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
-	"time"
-
-	"go.temporal.io/sdk/activity"
 
 	"github.com/kinflow/kinflow/internal/experimental"
 	"github.com/kinflow/kinflow/internal/fsutil"
+	"github.com/kinflow/kinflow/internal/heartbeat"
 	"github.com/kinflow/kinflow/internal/input"
 	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/similarity"
@@ -109,7 +108,7 @@ func (a *Activities) TrainingSimilarity(ctx context.Context, in JobRef) (Annotat
 	}
 	targets, chosen := jobTargets(job)
 	key := chosen["kcat"]
-	if !job.IncludeSimilarityColumns || !contains(targets, "kcat") {
+	if !job.IncludeSimilarityColumns || !slices.Contains(targets, "kcat") {
 		return AnnotationResult{State: AnnotationNotRequested}, nil
 	}
 	path := filepath.Join(dir, "similarity.json")
@@ -142,7 +141,7 @@ func (a *Activities) TrainingSimilarity(ctx context.Context, in JobRef) (Annotat
 	for i := range seqs {
 		seqs[i] = strings.TrimSpace(seqs[i])
 	}
-	stop := heartbeatEvery(ctx, 10*time.Second)
+	stop := heartbeat.Start(ctx)
 	res, err := a.Similarity.Searcher.Search(ctx, ds, seqs)
 	stop()
 	if err != nil {
@@ -164,40 +163,6 @@ func (a *Activities) TrainingSimilarity(ctx context.Context, in JobRef) (Annotat
 	}
 	a.Log.Info("similarity columns computed", "event", "similarity.job_done", "job_id", job.ID, "method", key, "dataset", ds.Label, "rows", len(seqs))
 	return AnnotationResult{State: AnnotationDone}, nil
-}
-
-// heartbeatEvery records a heartbeat every d until the returned stop is
-// called: mmseqs gives no progress of its own, and a long search must not
-// look like a dead worker.
-func heartbeatEvery(ctx context.Context, d time.Duration) func() {
-	if !activity.IsActivity(ctx) {
-		return func() {}
-	}
-	done := make(chan struct{})
-	go func() {
-		tk := time.NewTicker(d)
-		defer tk.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-tk.C:
-				activity.RecordHeartbeat(ctx)
-			}
-		}
-	}()
-	return func() { close(done) }
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // LookupExperimental finds measured values for a job with useExperimental

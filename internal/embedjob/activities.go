@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/kinflow/kinflow/internal/fsutil"
+	"github.com/kinflow/kinflow/internal/heartbeat"
 	"github.com/kinflow/kinflow/internal/stepserver"
 	"log/slog"
 	"os"
@@ -17,20 +18,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 )
-
-// heartbeatEvery is how often a running step heartbeats even without new
-// files: a batch of long sequences can run for many minutes, and heartbeats
-// are how the worker learns of a cancellation and the server of a dead host.
-const heartbeatEvery = 10 * time.Second
-
-// heartbeatInterval is heartbeatEvery, or a third of the activity's heartbeat
-// timeout when that is shorter, so a live step is never taken for dead.
-func heartbeatInterval(timeout time.Duration) time.Duration {
-	if timeout > 0 && timeout/3 < heartbeatEvery {
-		return max(timeout/3, 100*time.Millisecond)
-	}
-	return heartbeatEvery
-}
 
 // StepProgress is a step activity's heartbeat detail.
 type StepProgress struct {
@@ -134,7 +121,7 @@ func (a *Activities) RunStep(ctx context.Context, in StepInput) (StepResult, err
 	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
-		t := time.NewTicker(heartbeatInterval(info.HeartbeatTimeout))
+		t := time.NewTicker(heartbeat.Interval(info.HeartbeatTimeout))
 		defer t.Stop()
 		var last StepProgress
 		for {

@@ -74,10 +74,10 @@ type CommandRequest struct {
 	Env []string
 	// Chem converts substrates for the dedicated contracts.
 	Chem Chemistry
-	// Heartbeat is called every 10 s while the program runs; Progress on
-	// each `Progress: x/y` line with x. Either may be nil.
-	Heartbeat func()
-	Progress  func(done int)
+	// Progress is called on each `Progress: x/y` line with x (may be nil).
+	// Keeping the activity alive while the program is silent is the
+	// caller's (internal/heartbeat).
+	Progress func(done int)
 }
 
 // EngineError is a failure of a method's program or of its files that
@@ -126,10 +126,7 @@ func RunCommand(ctx context.Context, d *Descriptor, req CommandRequest) ([]*floa
 	if d.Command == nil {
 		return nil, nil, &EngineError{Msg: fmt.Sprintf("%s has no command configured (KINFLOW_PREDICTION_ENGINE=command needs one in KINFLOW_METHODS_FILE)", d.DisplayName)}
 	}
-	heartbeat, progress := req.Heartbeat, req.Progress
-	if heartbeat == nil {
-		heartbeat = func() {}
-	}
+	progress := req.Progress
 	if progress == nil {
 		progress = func(int) {}
 	}
@@ -222,22 +219,7 @@ func RunCommand(ctx context.Context, d *Descriptor, req CommandRequest) ([]*floa
 	if err := cmd.Start(); err != nil {
 		return nil, nil, &EngineError{Msg: d.DisplayName + " could not be started: " + filepath.Base(argv[0]), Err: err}
 	}
-	// Heartbeat while the program runs even if it prints nothing.
-	stopBeat := make(chan struct{})
-	go func() {
-		t := time.NewTicker(10 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-stopBeat:
-				return
-			case <-t.C:
-				heartbeat()
-			}
-		}
-	}()
 	err = cmd.Wait()
-	close(stopBeat)
 	stdout.Flush()
 	stderr.Flush()
 	if errors.Is(err, exec.ErrWaitDelay) {
