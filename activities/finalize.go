@@ -63,7 +63,7 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeRe
 	if err := fsutil.WriteFileAtomic(filepath.Join(dir, "output.csv"), out.csv, 0o644); err != nil {
 		return FinalizeResult{}, err
 	}
-	if err := a.noteUnappliedAnnotations(ctx, job, dir); err != nil {
+	if err := a.noteUnappliedAnnotations(ctx, job, out.annotations); err != nil {
 		return FinalizeResult{}, err
 	}
 	refund := max(0, job.RequestedRows-out.fullyPredicted)
@@ -78,18 +78,18 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeRe
 // target asked for them, a similarity dataset or experimental table that is
 // not configured on this server (WIRE-CONTRACT difference 18: reported as
 // such, never silently blank cells). A stage's own message wins.
-func (a *Activities) noteUnappliedAnnotations(ctx context.Context, job *store.Job, dir string) error {
-	an := a.readAnnotations(dir)
+func (a *Activities) noteUnappliedAnnotations(ctx context.Context, job *store.Job, an annotations) error {
 	stages, err := a.Store.JobStages(ctx, job.ID)
 	if err != nil {
 		return err
 	}
 	for _, st := range stages {
 		var notes []string
-		if st.Target == "kcat" && job.IncludeSimilarityColumns && an.sim.State == AnnotationNotConfigured {
+		// Not-configured states are written only for jobs that asked.
+		if st.Target == "kcat" && an.sim.State == AnnotationNotConfigured {
 			notes = append(notes, "Similarity columns left blank: "+an.sim.Message)
 		}
-		if et, ok := an.exp.Targets[st.Target]; ok && job.UseExperimental && et.State == AnnotationNotConfigured {
+		if et, ok := an.exp.Targets[st.Target]; ok && et.State == AnnotationNotConfigured {
 			notes = append(notes, "Experimental values not applied: "+et.Message)
 		}
 		if len(notes) == 0 || st.Message != "" {
@@ -103,6 +103,8 @@ func (a *Activities) noteUnappliedAnnotations(ctx context.Context, job *store.Jo
 }
 
 type assembled struct {
+	// annotations are the similarity and experimental results it applied.
+	annotations    annotations
 	csv            []byte
 	rows           int
 	fullyPredicted int
@@ -199,6 +201,7 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 	// Similarity columns and experimental values (similarity.go), written
 	// by the annotation activities when the job asked for them.
 	an := a.readAnnotations(dir)
+	res.annotations = an
 
 	var buf bytes.Buffer
 	w := csv.NewWriter(&buf)

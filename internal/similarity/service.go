@@ -31,7 +31,9 @@ type Service struct {
 	Searcher *Searcher
 	// Datasets in configured order, FASTA paths resolved.
 	Datasets []Dataset
-	// ValidateTimeout bounds Analyze's searching (not the cached part).
+	// ValidateTimeout bounds Analyze as a whole: reading the cache, a
+	// database build it has to wait for (which goes on after the bound), and
+	// its searches.
 	ValidateTimeout time.Duration
 
 	// gate lets one Analyze search at a time per process, so that large

@@ -106,12 +106,12 @@ func (s *Searcher) program() string {
 	return "mmseqs"
 }
 
-// Available reports whether the mmseqs program can be run.
+// Available reports whether the mmseqs program is installed (an executable
+// on PATH or at Mmseqs). It starts no process: /health/ calls it on every
+// probe.
 func (s *Searcher) Available(ctx context.Context) error {
-	cmd := exec.CommandContext(ctx, s.program(), "version")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("run %s version: %w (%s)", s.program(), err, lastLine(out))
+	if _, err := exec.LookPath(s.program()); err != nil {
+		return fmt.Errorf("mmseqs: %w", err)
 	}
 	return nil
 }
@@ -181,6 +181,29 @@ func (s *Searcher) BuildDir(ctx context.Context, d Dataset) (string, error) {
 	if _, err := os.Stat(done); err == nil {
 		return dir, nil
 	}
+	// The build runs to its end even when the caller stops waiting (a
+	// /validate/ request past its bound, a cancelled job): it is shared
+	// work, and a killed build would be started again by the next caller.
+	type built struct {
+		dir string
+		err error
+	}
+	res := make(chan built, 1)
+	go func() {
+		dir, err := s.buildDB(context.WithoutCancel(ctx), d, dir, hash)
+		res <- built{dir, err}
+	}()
+	select {
+	case b := <-res:
+		return b.dir, b.err
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// buildDB makes dir's database under its build lock (BuildDir).
+func (s *Searcher) buildDB(ctx context.Context, d Dataset, dir, hash string) (string, error) {
+	done := filepath.Join(dir, "db", "DONE")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("similarity build folder: %w", err)
 	}
