@@ -72,7 +72,7 @@ func (s *Server) generateKey(c *gin.Context) {
 		return
 	}
 	suffix := key[len(key)-6:]
-	_, err = s.deps.Store.ActivateKey(ctx, ip, hashKey(key), suffix, now)
+	_, err = s.deps.Store.ActivateKey(ctx, ip, store.HashKey(key), suffix, now)
 	if errors.Is(err, store.ErrConflict) {
 		abortError(c, http.StatusConflict, "An active API key already exists for this address. Revoke it first, then generate a new one.")
 		return

@@ -39,7 +39,7 @@ func TestKeyLifecycle(t *testing.T) {
 		if err := st.DB.Where("ip_address = ?", ip).Take(&k).Error; err != nil {
 			t.Fatal(err)
 		}
-		if k.KeyHash != hashKey(key) || strings.Contains(k.KeyHash, key[3:]) || k.KeySuffix != key[len(key)-6:] {
+		if k.KeyHash != store.HashKey(key) || strings.Contains(k.KeyHash, key[3:]) || k.KeySuffix != key[len(key)-6:] {
 			t.Fatalf("stored key row %+v", k)
 		}
 
@@ -183,7 +183,7 @@ func TestLastUsedThrottled(t *testing.T) {
 		key := h.newKey("192.0.2.3")
 		lastUsed := func() string {
 			var k store.APIKey
-			st.DB.Where("key_hash = ?", hashKey(key)).Take(&k)
+			st.DB.Where("key_hash = ?", store.HashKey(key)).Take(&k)
 			if k.LastUsedAt == nil {
 				return ""
 			}

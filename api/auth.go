@@ -1,9 +1,7 @@
 package api
 
 import (
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"errors"
 	"net/http"
 	"strconv"
@@ -32,12 +30,6 @@ const (
 	ctxIP    = "kinflow.ip"
 )
 
-// hashKey is the stored form of an API key: SHA-256, lowercase hex.
-func hashKey(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:])
-}
-
 // authenticate is the middleware of every metered route: it resolves the
 // bearer key, refuses blocked owners, and sets the X-RateLimit-* headers for
 // the key's own limit.
@@ -52,7 +44,7 @@ func (s *Server) authenticate(c *gin.Context) {
 		abortError(c, http.StatusUnauthorized, msgInvalidKey)
 		return
 	}
-	hash := hashKey(token)
+	hash := store.HashKey(token)
 	ctx := c.Request.Context()
 	now := s.now()
 	k, err := s.deps.Store.ActiveKeyByHash(ctx, hash, store.QuotaDay(now))

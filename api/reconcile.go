@@ -77,14 +77,18 @@ func (s *Server) ReconcileSubmits(ctx context.Context) (queued, undone int, err 
 			log.Warn("submit.reconcile_undo_failed", "error", err)
 			continue
 		}
+		if !ok {
+			// Not Submitting any more: a slow live submit queued it after
+			// our look at its input, or another reconciler undid it (and
+			// cleans up itself). Its folder is not ours to remove.
+			continue
+		}
 		// The folder may hold a temporary file of the cut-off write.
 		if rmErr := os.RemoveAll(s.mediaPath("jobs/" + j.ID)); rmErr != nil {
 			log.Warn("submit.reconcile_cleanup_failed", "error", rmErr)
 		}
-		if ok {
-			log.Info("submit.reconciled_refunded")
-			undone++
-		}
+		log.Info("submit.reconciled_refunded")
+		undone++
 	}
 	return queued, undone, nil
 }

@@ -51,7 +51,7 @@ func rewriteGoServerError(p []byte) ([]byte, bool) {
 		return nil, false
 	}
 	line, rest, ok := bytes.Cut(p, []byte("\r\n"))
-	if !ok || !bytes.HasPrefix(append([]byte("\r\n"), rest...), goServerErrorHeaders) {
+	if !ok || !bytes.HasPrefix(rest, goServerErrorHeaders[2:]) {
 		return nil, false
 	}
 	body := rest[len(goServerErrorHeaders)-2:]

@@ -92,6 +92,14 @@ func TestJSONInvalidUTF8Rejected(t *testing.T) {
 	if jb.DataErr == nil || !strings.Contains(jb.DataErr.Msg, "UTF-8") {
 		t.Fatalf("data error %v", jb.DataErr)
 	}
+	// The same in a key (column name).
+	body = []byte("{\"data\":[{\"Protein Sequence\":\"MKV\",\"Substrate\":\"CCO\",\"N\xffame\":\"x\"}]}")
+	if jb, err = ParseJSONBody(bytes.NewReader(body), 0); err != nil {
+		t.Fatal(err)
+	}
+	if jb.DataErr == nil || !strings.Contains(jb.DataErr.Msg, "UTF-8") {
+		t.Fatalf("invalid key: data error %v", jb.DataErr)
+	}
 }
 
 func TestHeaderOnlyCSVRejectedAtSubmit(t *testing.T) {

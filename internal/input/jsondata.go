@@ -157,7 +157,9 @@ func decodeData(dec *json.Decoder, maxRows int) (t *Table, dataErr *Error, err e
 			if err := dec.Decode(&raw); err != nil {
 				return nil, nil, err
 			}
-			if !utf8.Valid(raw) || !utf8.ValidString(key) {
+			// The decoder has already replaced invalid bytes in a key with
+			// U+FFFD, so a key is checked for that rune.
+			if !utf8.Valid(raw) || strings.ContainsRune(key, utf8.RuneError) {
 				dataErr = errData(fmt.Sprintf(" (element %d is not valid UTF-8)", i))
 				if err := skipRest(dec, 1); err != nil {
 					return nil, nil, err

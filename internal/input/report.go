@@ -22,7 +22,7 @@ const (
 	// ReasonUnchecked is kinflow's own: RDKit could not check a component
 	// within the molecule time bound (not "invalid"; a job skips the row).
 	// UncheckedComponents lists those components.
-	ReasonUnchecked = "Substrate could not be checked in time"
+	ReasonUnchecked = ReasonUncheckedSubstrate
 )
 
 // ValidateReport is the 200 body of /validate/ (§1.6); field order is the

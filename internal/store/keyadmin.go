@@ -24,8 +24,7 @@ func (s *Store) FindKey(ctx context.Context, keyOrSuffix string) (*APIKey, error
 	db := s.DB.WithContext(ctx)
 	var err error
 	if strings.HasPrefix(keyOrSuffix, "ak_") && len(keyOrSuffix) > 12 {
-		sum := sha256.Sum256([]byte(keyOrSuffix))
-		err = db.Where("key_hash = ?", hex.EncodeToString(sum[:])).Find(&ks).Error
+		err = db.Where("key_hash = ?", HashKey(keyOrSuffix)).Find(&ks).Error
 	} else {
 		err = db.Where("is_active AND key_suffix = ?", keyOrSuffix).Find(&ks).Error
 	}
@@ -65,4 +64,11 @@ func (s *Store) SetUserBlocked(ctx context.Context, ip string, blocked bool, now
 		return fmt.Errorf("set blocked of %s: %w", ip, err)
 	}
 	return nil
+}
+
+// HashKey is how an API key is stored: the lowercase hex SHA-256 of the
+// full key (the key itself is never kept).
+func HashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
 }
