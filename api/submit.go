@@ -272,7 +272,8 @@ func (s *Server) startJob(ctx context.Context, id string) error {
 	return s.deps.Jobs.StartJob(ctx, id)
 }
 
-// newJob builds the job row (state Submitting) and its stage rows.
+// newJob builds the job row (ChargeAndCreateJob stores it as Submitting)
+// and its stage rows.
 func (s *Server) newJob(c *gin.Context, k *store.AuthKey, sub *input.Submission, now time.Time) (*store.Job, []store.JobStage, error) {
 	id, err := newJobID()
 	if err != nil {
@@ -281,7 +282,7 @@ func (s *Server) newJob(c *gin.Context, k *store.AuthKey, sub *input.Submission,
 	o := sub.Options
 	targets, _ := json.Marshal(o.Targets)
 	meths, _ := json.Marshal(o.Methods)
-	job := &store.Job{ID: id, KeyID: k.ID, IPAddress: s.callerIP(c), Status: store.JobSubmitting,
+	job := &store.Job{ID: id, KeyID: k.ID, IPAddress: s.callerIP(c),
 		PredictionType: strings.Join(o.Targets, "+"), Targets: string(targets), Methods: string(meths),
 		KcatMethod: o.Methods[string(methods.Kcat)], KmMethod: o.Methods[string(methods.Km)], KcatKmMethod: o.Methods[string(methods.KcatKm)],
 		HandleLongSequences: o.HandleLongSequences, CanonicalizeSubstrates: o.CanonicalizeSubstrates,

@@ -102,14 +102,3 @@ func reverse[T any](s []T) {
 		s[i], s[j] = s[j], s[i]
 	}
 }
-
-// FailUnqueuedJob marks job id Failed with msg when it could not be queued,
-// recording refunded rows; a job the worker already picked up is left alone.
-func (s *Store) FailUnqueuedJob(ctx context.Context, id, msg string, refunded int, now time.Time) error {
-	err := s.DB.WithContext(ctx).Model(&Job{}).Where("id = ? AND status = ?", id, JobPending).
-		Updates(map[string]any{"status": JobFailed, "error_message": msg, "refunded_rows": refunded, "completed_at": now.UTC()}).Error
-	if err != nil {
-		return fmt.Errorf("mark job %s failed: %w", id, err)
-	}
-	return nil
-}

@@ -16,40 +16,20 @@ import (
 const JobSubmitting = "Submitting"
 
 // ChargeAndCreateJob reserves job.RequestedRows predictions on key
-// job.KeyID's counter for day (within limit) and inserts job, in state
-// Submitting, with its stages, in one transaction: after a crash either
+// job.KeyID's counter for day (within limit, ReserveQuota) and inserts job,
+// in state Submitting, with its stages (CreateJob), in one transaction: after a crash either
 // both exist or neither does. ok is false, and nothing is written, when the
 // charge would pass limit; used is the counter after the charge when ok,
 // else its current value.
 func (s *Store) ChargeAndCreateJob(ctx context.Context, job *Job, stages []JobStage, day string, limit int64) (ok bool, used int64, err error) {
 	job.Status = JobSubmitting
-	n := int64(job.RequestedRows)
 	err = s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := tx.Exec("INSERT INTO quota_usage (key_id, day, used) VALUES (?, ?, 0) ON CONFLICT (key_id, day) DO NOTHING", job.KeyID, day).Error; err != nil {
-			return fmt.Errorf("create quota row of key %d on %s: %w", job.KeyID, day, err)
+		txs := &Store{DB: tx, Dialect: s.Dialect}
+		var err error
+		if ok, used, err = txs.ReserveQuota(ctx, job.KeyID, day, int64(job.RequestedRows), limit); err != nil || !ok {
+			return err
 		}
-		res := tx.Exec("UPDATE quota_usage SET used = used + ? WHERE key_id = ? AND day = ? AND used + ? <= ?", n, job.KeyID, day, n, limit)
-		if res.Error != nil {
-			return fmt.Errorf("reserve %d predictions for key %d on %s: %w", n, job.KeyID, day, res.Error)
-		}
-		ok = res.RowsAffected == 1
-		var q QuotaUsage
-		if err := tx.Select("used").Where("key_id = ? AND day = ?", job.KeyID, day).Take(&q).Error; err != nil {
-			return fmt.Errorf("read quota of key %d on %s: %w", job.KeyID, day, err)
-		}
-		used = q.Used
-		if !ok {
-			return nil
-		}
-		if err := tx.Create(job).Error; err != nil {
-			return fmt.Errorf("create job %s: %w", job.ID, err)
-		}
-		if len(stages) > 0 {
-			if err := tx.Create(&stages).Error; err != nil {
-				return fmt.Errorf("create stages of job %s: %w", job.ID, err)
-			}
-		}
-		return nil
+		return txs.CreateJob(ctx, job, stages)
 	})
 	if err != nil {
 		return false, 0, err
@@ -104,10 +84,8 @@ func (s *Store) AbandonSubmit(ctx context.Context, id, msg string, remove bool, 
 		if res.RowsAffected != 1 {
 			return nil
 		}
-		n := int64(j.RequestedRows)
-		if err := tx.Exec("UPDATE quota_usage SET used = CASE WHEN used > ? THEN used - ? ELSE 0 END WHERE key_id = ? AND day = ?",
-			n, n, j.KeyID, QuotaDay(j.SubmittedAt)).Error; err != nil {
-			return fmt.Errorf("refund %d predictions of job %s: %w", n, id, err)
+		if err := (&Store{DB: tx, Dialect: s.Dialect}).RefundQuota(ctx, j.KeyID, QuotaDay(j.SubmittedAt), int64(j.RequestedRows)); err != nil {
+			return fmt.Errorf("job %s: %w", id, err)
 		}
 		done = true
 		return nil
