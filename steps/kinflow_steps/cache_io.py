@@ -13,7 +13,6 @@ import fcntl
 import io
 import json
 import os
-import re
 import tempfile
 import time
 from collections.abc import Iterable
@@ -27,13 +26,16 @@ MANIFEST_LOCK = ".manifest.lock"
 BINDING_SITE_HEADER = "PDB\tPred_BS_Scores"
 BINDING_SITE_TABLE = "binding_sites_all.tsv"
 
-# Same rule as internal/embedding.ValidSeqID: a seq id becomes a file name.
-_SEQ_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
-
 
 def valid_seq_id(sid: str) -> bool:
-    """Report whether sid is safe as a file name (kinflow's seq id rule)."""
-    return bool(_SEQ_ID.match(sid))
+    """Report whether sid is safe as a file name: internal/embedding.ValidSeqID's rule
+    (1 to 128 bytes, no '/', '\\', '..', blank or control character, no leading '.';
+    legacy ids such as ``P0A7B8.2`` pass) plus the GPU host's CheckSeqID (no ',', no
+    leading '-')."""
+    b = sid.encode("utf-8", "surrogatepass")
+    if not 1 <= len(b) <= 128 or sid.startswith((".", "-")) or ".." in sid:
+        return False
+    return not any(c in "/\\," or ord(c) <= 0x20 or ord(c) == 0x7F for c in sid)
 
 
 @contextmanager
@@ -139,28 +141,30 @@ def read_binding_sites(path: str, want: set[str]) -> dict[str, np.ndarray]:
     empty (WIRE §9.2, internal/embedding/bindingsite.go)."""
     out: dict[str, np.ndarray] = {}
     try:
-        with open(path, encoding="utf-8", errors="replace", newline="") as f:
-            text = f.read()
+        f = open(path, encoding="utf-8", errors="replace", newline="")
     except FileNotFoundError:
         return out
-    lines = text.split("\n")
-    lines.pop()  # "" after a final newline, or an unterminated line
     id_col, score_col = -1, -1
-    for i, raw in enumerate(lines):
-        line = raw.rstrip("\r")
-        cols = line.split("\t")
-        if i == 0:
-            names = [c.strip() for c in cols]
-            if "PDB" in names:
-                id_col = names.index("PDB")
-                score_col = names.index("Pred_BS_Scores") if "Pred_BS_Scores" in names else -1
+    with f:
+        # Streamed: the table grows with every sequence ever embedded, and only
+        # the wanted rows are split and parsed.
+        for i, raw in enumerate(f):
+            if not raw.endswith("\n"):
+                break  # a write in progress
+            line = raw.rstrip("\r\n")
+            if i == 0:
+                names = [c.strip() for c in line.split("\t")]
+                if "PDB" in names:
+                    id_col = names.index("PDB")
+                    score_col = names.index("Pred_BS_Scores") if "Pred_BS_Scores" in names else -1
+                    continue
+                id_col, score_col = 0, 1
+            cols = line.split("\t", max(id_col, score_col) + 1)
+            if id_col >= len(cols) or cols[id_col] not in want:
                 continue
-            id_col, score_col = 0, 1
-        if id_col >= len(cols) or cols[id_col] not in want:
-            continue
-        scores = cols[score_col] if 0 <= score_col < len(cols) else ""
-        vals = [float(p) for p in scores.strip().split(",") if p.strip()]
-        out[cols[id_col]] = np.asarray(vals, dtype=np.float64)
+            scores = cols[score_col] if 0 <= score_col < len(cols) else ""
+            vals = [float(p) for p in scores.strip().split(",") if p.strip()]
+            out[cols[id_col]] = np.asarray(vals, dtype=np.float64)
     return out
 
 

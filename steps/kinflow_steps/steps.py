@@ -265,7 +265,12 @@ class PooledStep(Step):
                             f"seq {s.seq_id}: {len(ws)} binding-site weights for {res.shape[0]} residues, so no {fam}"
                         )
                         continue
-                    w.put(path, s.seq_id, cache_io.npy_bytes(weighted_vec(res, ws)))
+                    try:
+                        vec = weighted_vec(res, ws)
+                    except ValueError as e:
+                        problems.append(f"seq {s.seq_id}: {e}, so no {fam}")
+                        continue
+                    w.put(path, s.seq_id, cache_io.npy_bytes(vec))
         if problems:
             w.flush()
             raise BatchError("; ".join(problems))
@@ -613,8 +618,7 @@ def catpred_pool(model: Any, sequence: str, seq_id: str, esm_feature: Any, devic
     n = min(seq_arr.shape[1], feats.shape[1])
     seq_arr, feats = seq_arr[:, :n], feats[:, :n]
     outs = model.seq_embedder(seq_arr)
-    q = model.rotary_embedder.rotate_queries_or_keys(outs, seq_dim=1)
-    k = model.rotary_embedder.rotate_queries_or_keys(outs, seq_dim=1)
+    q = k = model.rotary_embedder.rotate_queries_or_keys(outs, seq_dim=1)
     outs, _ = model.multihead_attn(q, k, outs)
     if model.args.add_esm_feats:
         outs = torch.cat([feats, outs], dim=-1)
