@@ -121,7 +121,7 @@ func TestReduceCandidates(t *testing.T) {
 	got := Reduce("Km", row, us, res, Options{CandidateMode: true})
 	want := Cell{Value: "2.0", Source: src, Filled: true, Selected: 2,
 		Extra: `[{"sequenceIndex":1,"sequence":"MKT","prediction":3.0,"source":"Prediction from Method B","error":null,"selected":false},` +
-			`{"sequenceIndex":2,"sequence":"MKTAAAA","prediction":null,"source":"","error":"Sequence too long \\u2014 sequence candidate was excluded","selected":false},` +
+			`{"sequenceIndex":2,"sequence":"MKTAAAA","prediction":null,"source":"","error":"Sequence too long \u2014 sequence candidate was excluded","selected":false},` +
 			`{"sequenceIndex":3,"sequence":"MAA","prediction":2.0,"source":"Prediction from Method B","error":null,"selected":true}]`}
 	if got != want {
 		t.Errorf("Km min:\ngot  %+v\nwant %+v", got, want)
