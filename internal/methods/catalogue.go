@@ -361,7 +361,7 @@ func builtin() []*Descriptor {
 			Key: "E", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, MaxSeqLen: 2048,
 			// Method E's kcat model reads the ordered substrate list whole.
 			InputBehaviors: map[Target]string{Kcat: BehaviorNativeMulti},
-			ColToKwarg: single, TargetKwargs: kt(Kcat, Km), Engine: EngineGeneric,
+			ColToKwarg:     single, TargetKwargs: kt(Kcat, Km), Engine: EngineGeneric,
 			Profile: ProfileMethodEEmbed, GPUEligible: true,
 			StepKeys:       []string{StepMethodEEmbedKcat, StepMethodEEmbedKm},
 			EmbeddingsUsed: []string{"methode_esm2"},
