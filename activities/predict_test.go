@@ -233,6 +233,19 @@ func (h *predictHarness) predict(id string, stage int) (stagePredictions, error)
 	if err := json.Unmarshal(raw, &p); err != nil {
 		h.t.Fatal(err)
 	}
+	// The per-row view of the older tests: one unit per valid row here.
+	sr, err := h.a.loadStageRows(id, stage)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	p.Values = make([]*float64, len(sr.Shapes))
+	p.Reasons = make([]string, len(sr.Shapes))
+	for r, sh := range sr.Shapes {
+		p.Reasons[r] = sh.Skip
+	}
+	for i, u := range sr.Units {
+		p.Values[u.Row], p.Reasons[u.Row] = p.Results[i].Value, p.Results[i].Error
+	}
 	return p, nil
 }
 
