@@ -28,8 +28,8 @@ type methodObject struct {
 	AcceptedCSVTypesByTarget orderedLists `json:"acceptedCsvTypesByTarget"`
 	InputBehaviorByTarget    orderedTexts `json:"inputBehaviorByTarget"`
 	MaxSeqLen                *int         `json:"maxSeqLen"`
-	RequiredColumns  []string `json:"requiredColumns"`
-	SubstrateFormat  string   `json:"substrateFormat"`
+	RequiredColumns          []string     `json:"requiredColumns"`
+	SubstrateFormat          string       `json:"substrateFormat"`
 }
 
 type methodGroups struct {
