@@ -152,7 +152,9 @@ func (a *Activities) expandStage(ctx context.Context, table *input.Table, js job
 	sr := stageRows{Target: target, MethodKey: d.Key, Shapes: make([]units.Row, n), CandidateMode: js.candidateMode}
 	info := input.InfoOf(d)
 	behavior := d.InputBehavior(methods.Target(target))
-	perSubstrate := behavior == methods.BehaviorExpandedPair && table.Has(input.ColSubstrates)
+	// A table with both substrate columns is the older wire: `Substrate`
+	// feeds the single-substrate methods.
+	perSubstrate := behavior == methods.BehaviorExpandedPair && table.Has(input.ColSubstrates) && !table.Has(input.ColSubstrate)
 	// Chemistry is checked only for rows with a sequence to predict.
 	placeholder := make([]string, n)
 	for r := range placeholder {

@@ -130,9 +130,11 @@ func (o OrderedInts) MarshalJSON() ([]byte, error) {
 // `Substrate` and `Substrates`, no `Products` without `Substrates`, one of
 // the two substrate columns, then `Protein Sequence`.
 func CheckStructure(t *Table) error {
+	// A table with both Substrate and Substrates is checked with the
+	// Substrate schema, as before (see CheckColumns), instead of the
+	// reference's `CSV cannot contain both "Substrate" and "Substrates"
+	// columns`.
 	switch {
-	case t.Has(ColSubstrate) && t.Has(ColSubstrates):
-		return invalidf(`CSV cannot contain both "Substrate" and "Substrates" columns`)
 	case t.Has(ColProducts) && !t.Has(ColSubstrates):
 		return invalidf(`CSV cannot contain "Products" without a "Substrates" column`)
 	case !t.Has(ColSubstrate) && !t.Has(ColSubstrates):

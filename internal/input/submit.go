@@ -60,17 +60,17 @@ func ValidateSubmit(cat *methods.Catalogue, raw RawOptions, load func() (*Table,
 	return &Submission{Options: opts, Table: t}, nil
 }
 
-// CheckColumns is step 9 with the substrate-list rules of WIRE §13.1: a
-// table may not have both `Substrate` and `Substrates`, nor `Products`
-// without `Substrates`; then `Protein Sequence` and every column the selected
-// methods read must be present, where a method reading `Substrate` also
-// takes a `Substrates` list. The message lists the missing ones,
+// CheckColumns is step 9 with the substrate-list rules of WIRE §13.1: no
+// `Products` without `Substrates`; then `Protein Sequence` and every column
+// the selected methods read must be present, where a method reading
+// `Substrate` also takes a `Substrates` list. A table with both `Substrate`
+// and `Substrates` is accepted as the older wire reads it (kinflow differs
+// from the reference's 400 here, so that older clients, which send every
+// column for every method, keep working): single-substrate methods read
+// `Substrate`, the full-reaction method `Substrates` and `Products`. The message lists the missing ones,
 // `Protein Sequence` first and the rest alphabetically:
 // "Missing required columns: Protein Sequence, Substrate or Substrates".
 func CheckColumns(cat *methods.Catalogue, opts Options, t *Table) error {
-	if t.Has(ColSubstrate) && t.Has(ColSubstrates) {
-		return invalidf("Cannot have both 'Substrate' and 'Substrates' columns.")
-	}
 	if t.Has(ColProducts) && !t.Has(ColSubstrates) {
 		return invalidf("'Products' requires a 'Substrates' column.")
 	}
