@@ -462,9 +462,9 @@ func TestPredictCommandFailures(t *testing.T) {
 		stage int
 		want  string
 	}{
-		{"jobfail01", 0, "Method G prediction failed with an internal error (see the job's engine log)."},
-		{"jobfail01", 1, "Method H produced 1 prediction(s) for 4 valid input row(s)."},
-		{"jobfail02", 0, "Method J has no command configured"},
+		{"jobfail01", 0, "kcat: Method G prediction failed with an internal error (see the job's engine log)."},
+		{"jobfail01", 1, "Km: Method H produced 1 prediction(s) for 4 input(s)."},
+		{"jobfail02", 0, "Km: Method J has no command configured"},
 	} {
 		_, err := h.predict(c.id, c.stage)
 		var app *temporal.ApplicationError
