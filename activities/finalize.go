@@ -228,6 +228,7 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 		record = record[:0]
 		full := true
 		failed := skip[r]
+		kcatSelected := -1
 		for _, tr := range triples {
 			var cell units.Cell
 			legacy := false
@@ -244,6 +245,9 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 					opts.LegacyExtra = syntheticExtraInfo
 				}
 				cell = units.Reduce(tr.target, shape, tr.sr.Units[lo:hi], tr.pred.Results[lo:hi], opts)
+				if tr.target == "kcat" {
+					kcatSelected = cell.Selected
+				}
 			}
 			// Experimental values apply to rows of the older shape (one
 			// sequence, one substrate input), looked up per row (§3.5).
@@ -280,7 +284,7 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 			record = append(record, table.Rows[r].Cells[c])
 		}
 		if simCols == 2 {
-			mean, mx := an.similarityCells(r)
+			mean, mx := an.similarityCells(r, kcatSelected)
 			record = append(record, mean, mx)
 		}
 		_ = w.Write(record)

@@ -5,6 +5,9 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"mime/multipart"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,6 +29,18 @@ func TestSubstrateListsAndCandidates(t *testing.T) {
 	seq2 := strings.Repeat("GHWSTPLLVE", 5)
 	long := strings.Repeat("ACDEFGHIKL", 101) // 1010 > method B's 1000
 	bkm := map[string]string{"kcat": "B", "Km": "B", "kcat/Km": "B"}
+	// With mmseqs, method B's training set holds seq1 only: the similarity
+	// columns of a candidate row show the selected candidate's identity.
+	_, mmErr := exec.LookPath("mmseqs")
+	if mmErr == nil {
+		p := filepath.Join(s.media, "fastas", "B_sequences.fasta")
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(">t0\n"+seq1+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	all := []string{"kcat", "Km", "kcat/Km"}
 
 	// The older wire: one pair per row, the yardstick.
@@ -229,6 +244,16 @@ func TestSubstrateListsAndCandidates(t *testing.T) {
 		}
 		if !strings.HasPrefix(rows[1][2], `[{"sequenceIndex":1,"sequence":"`+seq1+`","prediction":`) {
 			t.Errorf("candidate Extra Info %s", rows[1][2])
+		}
+		if mmErr == nil {
+			mean, mx := colIndex(t, rows[0], "mean similarity to B training data"), colIndex(t, rows[0], "max similarity to B training data")
+			want := "0.0"
+			if rows[1][0] == rv("kcat (1/s)", c1) {
+				want = "100.0" // seq1, the training sequence, was selected
+			}
+			if rows[1][mx] != want || rows[1][mean] != want || rows[2][mx] != "100.0" || rows[3][mx] != "" {
+				t.Errorf("similarity of the selected candidate: %q %q, want %s; row 2 %q, row 3 %q", rows[1][mean], rows[1][mx], want, rows[2][mx], rows[3][mx])
+			}
 		}
 		if rows[2][0] != rv("kcat (1/s)", c1) ||
 			!strings.Contains(rows[2][2], `{"sequenceIndex":2,"sequence":"`+long+`","prediction":null,"source":"","error":"Sequence too long \u2014 sequence candidate was excluded","selected":false}`) {
