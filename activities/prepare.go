@@ -312,7 +312,6 @@ func (a *Activities) PrepareInput(ctx context.Context, ref JobRef) (PreparedJob,
 	limit := input.EffectiveLimit(maxLens...)
 
 	js := expandSequences(table, limit, job.HandleLongSequences)
-	var out []stageRows
 	res := PreparedJob{Rows: len(table.Rows), DisableGPU: job.DisableGPUPrecompute, Policy: a.policy()}
 	for i, t := range targets {
 		d := descs[i]
@@ -321,7 +320,15 @@ func (a *Activities) PrepareInput(ctx context.Context, ref JobRef) (PreparedJob,
 			return PreparedJob{}, err
 		}
 		sr.Index = i
-		out = append(out, sr)
+		// Each stage's file is written as soon as it is built: a job with
+		// substrate lists has tens of thousands of units per stage.
+		sdir, err := a.stageDir(job.ID, i)
+		if err != nil {
+			return PreparedJob{}, err
+		}
+		if err := fsutil.WriteJSONAtomic(filepath.Join(sdir, "rows.json"), sr); err != nil {
+			return PreparedJob{}, err
+		}
 		res.Stages = append(res.Stages, StageInfo{Index: i, Target: t, MethodKey: d.Key, Profile: d.Profile, GPUEligible: d.GPUEligible, ValidRows: valid})
 		n := len(table.Rows)
 		invalid := 0
@@ -333,15 +340,6 @@ func (a *Activities) PrepareInput(ctx context.Context, ref JobRef) (PreparedJob,
 		if err := a.Store.UpdateStage(ctx, job.ID, i, map[string]any{
 			"molecules_total": n, "molecules_processed": n, "invalid_rows": invalid, "predictions_total": valid,
 		}); err != nil {
-			return PreparedJob{}, err
-		}
-	}
-	for i, sr := range out {
-		sdir, err := a.stageDir(job.ID, i)
-		if err != nil {
-			return PreparedJob{}, err
-		}
-		if err := fsutil.WriteJSONAtomic(filepath.Join(sdir, "rows.json"), sr); err != nil {
 			return PreparedJob{}, err
 		}
 	}
