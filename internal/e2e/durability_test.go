@@ -108,6 +108,8 @@ func TestGPUWorkerKilledMidStepFailsOpen(t *testing.T) {
 			t.Errorf("%s, written by the GPU host, was written again", p)
 		}
 	}
+	// The post-check at the deadline (GetVersion "poll-timeout-post-check").
+	s.replay("prediction:"+job, "prediction_poll_timeout_incomplete")
 }
 
 // TestRemoteDoneWithMissingFilesIsCaughtByThePostCheck runs a GPU host whose
