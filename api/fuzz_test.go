@@ -58,6 +58,7 @@ func FuzzSubmitMultipart(f *testing.F) {
 	f.Add("\xEF\xBB\xBFProtein Sequence,Substrate\n\"MK\nT\",\"C,O\"\n,\n", `["Km", "kcat"]`, `{"kcat":"B","Km":"C"}`, "skip", `"False"`, "x.CSV")
 	f.Add("Protein Sequence,Substrates,Products\nMK,C;O,CC\n", `["kcat"]`, `{"kcat":"D"}`, "", "1", "a.csv")
 	f.Add("a,b\n1,2,3\n", `[`, `{`, "Skip", "", "a.txt")
+	f.Add("Protein Sequence,Substrates,Products\nMKT;MAA,CCO; O;;X(,O;\n;,none,\n", `["kcat","Km"]`, `{"kcat":"E","Km":"B"}`, "skip", "1", "l.csv")
 	f.Fuzz(func(t *testing.T, content, targets, methods, long, flag, filename string) {
 		fields := []string{"targets", targets, "methods", methods, "canonicalizeSubstrates", flag, "disableGpuPrecompute", flag}
 		if long != "" {
@@ -73,6 +74,7 @@ func FuzzValidate(f *testing.F) {
 	h, key := fuzzHarness(f)
 	f.Add([]byte("Protein Sequence,Substrate\nMKT,CCO\n!!,NOT_A_SMILES\n"), false)
 	f.Add([]byte("Protein Sequence,Substrates,Products\nMK,C;O,\n"), false)
+	f.Add([]byte("Protein Sequence,Substrates\nMK;M1;,C; X( ;;\n,NaT\n"), false)
 	f.Add([]byte(`{"data":[{"Protein Sequence":"MK","Substrate":"InChI=1S/H2O/h1H2"}],"runSimilarity":"false"}`), true)
 	f.Fuzz(func(t *testing.T, body []byte, asJSON bool) {
 		var r resp

@@ -109,9 +109,9 @@ func TestRunCommandFailuresAreEngineErrors(t *testing.T) {
 		name, body, want string
 	}{
 		{"exit", "import sys\nprint('CUDA out of patience', file=sys.stderr)\nsys.exit(1)\n", "Method G prediction failed with an internal error (see the job's engine log)."},
-		{"short", "import sys, json\njson.dump([1.0], open(sys.argv[sys.argv.index('--output') + 1], 'w'))\n", "Method G produced 1 prediction(s) for 2 valid input row(s)."},
+		{"short", "import sys, json\njson.dump([1.0], open(sys.argv[sys.argv.index('--output') + 1], 'w'))\n", "Method G produced 1 prediction(s) for 2 input(s)."},
 		{"no output", "pass\n", "Method G output file could not be read."},
-		{"garbage", "import sys\nopen(sys.argv[sys.argv.index('--output') + 1], 'w').write('{')\n", "Method G output format is invalid."},
+		{"garbage", "import sys\nopen(sys.argv[sys.argv.index('--output') + 1], 'w').write('{')\n", "Method G returned an invalid prediction result."},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d, req, _ := program(t, "G", c.body, 2)
@@ -122,9 +122,16 @@ func TestRunCommandFailuresAreEngineErrors(t *testing.T) {
 			}
 		})
 	}
-	d, req, _ := program(t, "G", "pass\n", 1)
-	d.Command = nil
+	d, req, _ := program(t, "G", "pass\n", 2)
+	delete(req.Rows[1].Kwargs, "smiles")
 	_, _, err := methods.RunCommand(context.Background(), d, req)
+	var me *methods.EngineError
+	if !errors.As(err, &me) || me.Msg != "Missing column required for Method G: Substrate" {
+		t.Errorf("missing column: %v", err)
+	}
+	d, req, _ = program(t, "G", "pass\n", 1)
+	d.Command = nil
+	_, _, err = methods.RunCommand(context.Background(), d, req)
 	var ee *methods.EngineError
 	if !errors.As(err, &ee) || !strings.HasPrefix(ee.Msg, "Method G has no command configured") {
 		t.Errorf("no command: %v", err)
