@@ -41,6 +41,7 @@ func commands() []command {
 		{"submit", "submit FILE --target T --method M [--wait]: start a job (client)", runSubmit},
 		{"status", "status JOB: a job's status and progress (client)", runStatus},
 		{"result", "result JOB [-o FILE] [--json]: a completed job's result (client)", runResult},
+		{"jobs", "jobs [--status S] [--limit N] [--all] [--json]: your own jobs, newest first (client)", runJobs},
 	}
 }
 
