@@ -20,9 +20,10 @@ import (
 	"github.com/kinflow/kinflow/internal/stepserver"
 )
 
-// EnvFingerprintOnly asks a one-shot step program for its fingerprint: with
-// it set to 1 the program prints `{"fingerprint": {...}}` on stdout and
-// exits 0 without running a batch (docs/gpu-host.md).
+// EnvFingerprintOnly is set to 1 in the environment of a step's fingerprint
+// command (EnvStepFingerprintPrefix): the program prints
+// `{"fingerprint": {...}}` on stdout and exits 0 without running a batch
+// (docs/gpu-host.md; kinflow_steps also takes --fingerprint).
 const EnvFingerprintOnly = "KINFLOW_FINGERPRINT_ONLY"
 
 // fingerprintTimeout bounds a one-shot program's fingerprint answer: it
@@ -53,8 +54,9 @@ func (r *syntheticServerRunner) Fingerprint(_ context.Context, step string, _ *J
 }
 
 // Fingerprint implements fingerprinter: the `fingerprint` field of the
-// resident server's ready line, or the one-shot program's answer to
-// EnvFingerprintOnly. A program that reports none is identified by the
+// resident server's ready line, or for a one-shot step the answer of its
+// fingerprint command (EnvStepFingerprintPrefix, run with
+// EnvFingerprintOnly=1). A program that reports none is identified by the
 // SHA-256 of its program and of every file named on its command line
 // (ProgramFingerprint), so a changed script or checkpoint still shows.
 func (r *CommandRunner) Fingerprint(ctx context.Context, step string, log *JobLog) (provenance.Fingerprint, error) {
@@ -74,10 +76,15 @@ func (r *CommandRunner) Fingerprint(ctx context.Context, step string, log *JobLo
 	if !ok {
 		return provenance.Fingerprint{}, &ConfigError{Msg: fmt.Sprintf("no program for step %s: set %s%s (resident) or %s%s (one-shot) in the GPU host's env file", step, EnvStepServerPrefix, strings.ToUpper(step), EnvStepCmdPrefix, strings.ToUpper(step))}
 	}
-	rep := strings.NewReplacer("{step_key}", step, "{seq_ids}", "", "{seq_count}", "0",
-		"{seq_id_to_seq_file}", os.DevNull, "{manifest_file}", os.DevNull, "{job_id}", "fingerprint")
-	argv := make([]string, len(tmpl))
-	for i, t := range tmpl {
+	fcmd, ok := r.Settings.Fingerprints[step]
+	if !ok {
+		// Never run a one-shot program to ask: one that does not know the
+		// question would run a batch. Its command's files identify it.
+		return ProgramFingerprint(tmpl, "")
+	}
+	rep := strings.NewReplacer("{step_key}", step, "{media_root}", r.MediaRoot)
+	argv := make([]string, len(fcmd))
+	for i, t := range fcmd {
 		argv[i] = rep.Replace(t)
 	}
 	cctx, cancel := context.WithTimeout(ctx, fingerprintTimeout)
@@ -87,8 +94,8 @@ func (r *CommandRunner) Fingerprint(ctx context.Context, step string, log *JobLo
 		"KINFLOW_STEP_KEY="+step, "KINFLOW_MEDIA_ROOT="+r.MediaRoot, EnvFingerprintOnly+"=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	var stdout bytes.Buffer
-	cmd.Stdout = &stdout
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	if ctx.Err() != nil {
 		return provenance.Fingerprint{}, ctx.Err()
@@ -102,9 +109,13 @@ func (r *CommandRunner) Fingerprint(ctx context.Context, step string, log *JobLo
 				}
 			}
 		}
+		err = errors.New(`no {"fingerprint": …} line on stdout`)
 	}
-	log.Printf("FINGERPRINT step=%s: the one-shot program reports no fingerprint (%s=1); identified by the files of its command line", step, EnvFingerprintOnly)
-	return ProgramFingerprint(argv, "")
+	tail := strings.TrimSpace(stderr.String())
+	if i := strings.LastIndexByte(tail, '\n'); i >= 0 {
+		tail = tail[i+1:]
+	}
+	return provenance.Fingerprint{}, &ConfigError{Msg: fmt.Sprintf("%s%s: %v %s", EnvStepFingerprintPrefix, strings.ToUpper(step), err, tail)}
 }
 
 // ProgramFingerprint identifies a program that reports no fingerprint of

@@ -79,6 +79,7 @@ func TestRealProgramReplacesSyntheticFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.settings.Commands[testStep] = append(f.settings.Commands[testStep], "weights="+weights)
+	f.settings.Fingerprints = map[string][]string{testStep: {os.Args[0], "weights=" + weights}}
 	items := f.items(t, 30, 40)
 	ids := []string{"s00", "s01"}
 	seqs := map[string]string{"s00": items[0].Sequence, "s01": items[1].Sequence}
