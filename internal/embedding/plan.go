@@ -454,6 +454,17 @@ type SeqIDMapper interface {
 // maps them to ids with mapper and builds the plan. Method J (no profile)
 // returns ErrNoCacheProfile without mapping anything.
 func PlanSequences(ctx context.Context, l *Layout, mapper SeqIDMapper, d *methods.Descriptor, t methods.Target, seqs []string) (*Plan, error) {
+	return PlanSequencesWith(ctx, l, mapper, d, t, seqs, PlanOptions{})
+}
+
+// PlanOptions are PlanSequencesWith's options.
+type PlanOptions struct {
+	// RealOnly is PlanRequest.RealOnly.
+	RealOnly bool
+}
+
+// PlanSequencesWith is PlanSequences with options.
+func PlanSequencesWith(ctx context.Context, l *Layout, mapper SeqIDMapper, d *methods.Descriptor, t methods.Target, seqs []string, o PlanOptions) (*Plan, error) {
 	if d.Profile == methods.ProfileNone {
 		return nil, ErrNoCacheProfile
 	}
@@ -469,5 +480,5 @@ func PlanSequences(ctx context.Context, l *Layout, mapper SeqIDMapper, d *method
 	for i, id := range ids {
 		m[id] = norm[i]
 	}
-	return l.BuildPlan(ctx, PlanRequest{MethodKey: d.Key, Target: t, Profile: d.Profile, SeqIDs: ids, SeqIDToSeq: m})
+	return l.BuildPlan(ctx, PlanRequest{MethodKey: d.Key, Target: t, Profile: d.Profile, SeqIDs: ids, SeqIDToSeq: m, RealOnly: o.RealOnly})
 }
