@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -34,18 +33,6 @@ const fingerprintTimeout = 5 * time.Minute
 // runs, so that the engine can check each family before writing to it.
 type fingerprinter interface {
 	Fingerprint(ctx context.Context, step string, log *JobLog) (provenance.Fingerprint, error)
-}
-
-var (
-	hashCacheOnce sync.Once
-	hashCache     *provenance.HashCache
-)
-
-// sharedHashCache is the host's remembered weights sums
-// (provenance.DefaultHashCachePath).
-func sharedHashCache() *provenance.HashCache {
-	hashCacheOnce.Do(func() { hashCache = provenance.NewHashCache(provenance.DefaultHashCachePath()) })
-	return hashCache
 }
 
 // Fingerprint implements fingerprinter for the synthetic executor.
@@ -119,38 +106,9 @@ func (r *CommandRunner) Fingerprint(ctx context.Context, step string, log *JobLo
 }
 
 // ProgramFingerprint identifies a program that reports no fingerprint of
-// its own: the SHA-256 of its executable (found on PATH) and of every other
-// command-line token that names an existing regular file or folder (a
-// script, a checkpoint), with model as the model name ("unreported" when
-// empty).
+// its own (provenance.CommandFingerprint with the host's hash cache).
 func ProgramFingerprint(argv []string, model string) (provenance.Fingerprint, error) {
-	if len(argv) == 0 {
-		return provenance.Fingerprint{}, errors.New("fingerprint of an empty command")
-	}
-	if model == "" {
-		model = "unreported"
-	}
-	fp := provenance.Fingerprint{Model: model, Program: filepath.Base(argv[0]), Weights: map[string]string{}}
-	hc := sharedHashCache()
-	if exe, err := exec.LookPath(argv[0]); err == nil {
-		if s, err := hc.Sum(exe); err == nil {
-			fp.ProgramVersion = s
-		}
-	}
-	for _, a := range argv[1:] {
-		st, err := os.Stat(a)
-		if err != nil || !(st.Mode().IsRegular() || st.IsDir()) || a == os.DevNull {
-			continue
-		}
-		sums, err := hc.SumTree(a)
-		if err != nil {
-			return provenance.Fingerprint{}, err
-		}
-		for k, v := range sums {
-			fp.Weights[filepath.Base(a)+"/"+k] = v
-		}
-	}
-	return fp, nil
+	return provenance.CommandFingerprint(provenance.SharedHashCache(), argv, model)
 }
 
 // FamilyName is the family of a cache folder: its path under

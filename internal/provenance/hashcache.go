@@ -4,10 +4,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -31,6 +33,51 @@ func DefaultHashCachePath() string {
 		return ""
 	}
 	return filepath.Join(d, "kinflow", "sha256.json")
+}
+
+var (
+	sharedOnce sync.Once
+	shared     *HashCache
+)
+
+// SharedHashCache is the process's HashCache over DefaultHashCachePath.
+func SharedHashCache() *HashCache {
+	sharedOnce.Do(func() { shared = NewHashCache(DefaultHashCachePath()) })
+	return shared
+}
+
+// CommandFingerprint identifies a program that reports no fingerprint of
+// its own: the SHA-256 of its executable (found on PATH) and of every other
+// command-line token that names an existing file or folder (a script, a
+// checkpoint, a model folder), with model as the model name ("unreported"
+// when empty).
+func CommandFingerprint(hc *HashCache, argv []string, model string) (Fingerprint, error) {
+	if len(argv) == 0 {
+		return Fingerprint{}, errors.New("fingerprint of an empty command")
+	}
+	if model == "" {
+		model = "unreported"
+	}
+	fp := Fingerprint{Model: model, Program: filepath.Base(argv[0]), Weights: map[string]string{}}
+	if exe, err := exec.LookPath(argv[0]); err == nil {
+		if s, err := hc.Sum(exe); err == nil {
+			fp.ProgramVersion = s
+		}
+	}
+	for _, a := range argv[1:] {
+		st, err := os.Stat(a)
+		if err != nil || !(st.Mode().IsRegular() || st.IsDir()) || a == os.DevNull {
+			continue
+		}
+		sums, err := hc.SumTree(a)
+		if err != nil {
+			return Fingerprint{}, err
+		}
+		for k, v := range sums {
+			fp.Weights[filepath.Base(a)+"/"+k] = v
+		}
+	}
+	return fp, nil
 }
 
 // HashCache computes SHA-256 sums of files and remembers them by absolute

@@ -21,6 +21,9 @@ type Stage struct {
 	// Synthetic is true when the predictions or any artefact they read are
 	// synthetic stand-ins: such numbers are not predictions.
 	Synthetic bool `json:"synthetic"`
+	// SyntheticArtefacts is true when an artefact the stage read is
+	// synthetic (whatever the engine).
+	SyntheticArtefacts bool `json:"syntheticArtefacts,omitempty"`
 	// Unverified lists the families read whose files are not verified.
 	Unverified []string `json:"unverified,omitempty"`
 }
