@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,11 +32,21 @@ type JobProvenance struct {
 	Notice string `json:"notice,omitempty"`
 }
 
-// realOnly reports whether plans must count synthetic files as missing:
-// the method runs on a real engine or the steps on real programs, which
-// never consume synthetic stand-ins (DESIGN.md §8).
-func (a *Activities) realOnly() bool {
-	return a.Config.PredictionEngine == "command" || a.Config.StepExecutor == "command"
+// realOnly reports whether plans must count synthetic files as missing
+// (DESIGN.md §8): whenever a real step program can replace them, that is
+// when this worker's own executor is `command` (the local fallback) or the
+// GPU service reports a `command` executor in its /health (read through the
+// health cache). Otherwise nothing real could be computed, and a result
+// built on synthetic files is flagged synthetic instead (applyProvenance).
+func (a *Activities) realOnly(ctx context.Context) bool {
+	if a.Config.StepExecutor == "command" {
+		return true
+	}
+	if a.Config.GPUEmbedServiceURL == "" || a.Health == nil {
+		return false
+	}
+	h := a.Health.Check(ctx)
+	return h.Online && h.Executor == "command"
 }
 
 // stageProvenance computes and stores (stage folder, provenance.json) the
