@@ -43,7 +43,7 @@ func (a *Activities) BuildPlan(ctx context.Context, in PlanInput) (PlanSummary, 
 	if in.PostCheck && havePrev {
 		plan, err = a.Layout.BuildPlan(ctx, embedding.PlanRequest{
 			MethodKey: first.MethodKey, Target: methods.Target(first.Target), Profile: first.Profile,
-			SeqIDs: first.SeqIDs, SeqIDToSeq: first.SeqIDToSeq,
+			SeqIDs: first.SeqIDs, SeqIDToSeq: first.SeqIDToSeq, RealOnly: a.realOnly(ctx),
 		})
 	} else {
 		var seqs []string
@@ -55,7 +55,7 @@ func (a *Activities) BuildPlan(ctx context.Context, in PlanInput) (PlanSummary, 
 		if len(seqs) == 0 {
 			return PlanSummary{NoSequences: true, Profile: d.Profile}, nil
 		}
-		plan, err = embedding.PlanSequences(ctx, a.Layout, a.Store, d, methods.Target(sr.Target), seqs)
+		plan, err = embedding.PlanSequencesWith(ctx, a.Layout, a.Store, d, methods.Target(sr.Target), seqs, embedding.PlanOptions{RealOnly: a.realOnly(ctx)})
 	}
 	if errors.Is(err, embedding.ErrNoCacheProfile) {
 		return PlanSummary{NoPlan: true}, nil

@@ -68,6 +68,10 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 	}
 	log := a.Log.With("job_id", ref.JobID, "stage", ref.StageIndex, "method", d.Key, "target", sr.Target, "step", "predict")
 	log.Info("prediction started", "rows", len(sr.Rows), "valid", len(valid), "engine", a.Config.PredictionEngine)
+	prov, err := a.stageProvenance(ref, d)
+	if err != nil {
+		return PredictResult{}, err
+	}
 	if len(valid) > 0 {
 		var vals []*float64
 		var reasons map[int]string
@@ -83,6 +87,7 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 			log.Warn("prediction failed", "error", err)
 			return PredictResult{}, err
 		}
+		applyProvenance(&out, prov, d)
 		for k, i := range valid {
 			out.Values[i] = vals[k]
 			if vals[k] == nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/kinflow/kinflow/internal/provenance"
 	"github.com/kinflow/kinflow/internal/store"
 )
 
@@ -61,6 +62,13 @@ type statusBody struct {
 	// Synthetic is kinflow's addition: set when the job runs on the
 	// synthetic backends, whose numbers are stand-ins, not predictions.
 	Synthetic bool `json:"synthetic,omitempty"`
+	// Provenance is kinflow's addition, on a finished job: per stage, the
+	// method and its model version, the engine's fingerprint and the
+	// fingerprint of each artefact family the stage read.
+	Provenance []provenance.Stage `json:"provenance,omitempty"`
+	// Notice is kinflow's addition: one sentence when the job read cached
+	// files of unverified origin or synthetic artefacts.
+	Notice string `json:"notice,omitempty"`
 }
 
 type progressBody struct {
@@ -321,6 +329,9 @@ func (s *Server) status(c *gin.Context) {
 	}
 	b.GPUPrecompute = aggregateGPU(evs)
 	b.Synthetic = j.Synthetic
+	if p, ok := s.readProvenance(j); ok {
+		b.Provenance, b.Notice = p.Stages, p.Notice
+	}
 	switch j.Status {
 	case store.JobCompleted:
 		if j.CompletedAt != nil {

@@ -35,6 +35,7 @@ func commands() []command {
 		{"seqid", "print seq_id<TAB>length per sequence of a FASTA or CSV file", runSeqID},
 		{"seqmap", "seqmap import FILE: take over a reference seqmap.sqlite3, keeping its ids", runSeqmap},
 		{"plan", "show the embedding plan of a method over a FASTA or CSV file", runPlan},
+		{"cache", "cache status|verify|adopt|purge: the embedding cache's files and provenance (operator)", runCache},
 		{"key", "key status|generate|revoke: this address's API key (client); key limit|block|unblock KEY: operator", runKey},
 		{"methods", "list the methods by target (client)", runMethods},
 		{"validate", "validate FILE: check a CSV's rows without submitting (client)", runValidate},
