@@ -46,10 +46,15 @@ func (a *Activities) BuildPlan(ctx context.Context, in PlanInput) (PlanSummary, 
 			SeqIDs: first.SeqIDs, SeqIDToSeq: first.SeqIDToSeq, RealOnly: a.realOnly(ctx),
 		})
 	} else {
+		// One entry per distinct sequence sent: a sequence shared by many
+		// rows, candidates or substrate units is planned (and embedded)
+		// once, and every candidate gets its seq id.
 		var seqs []string
-		for _, r := range sr.Rows {
-			if r.Reason == "" && r.Seq != "" {
-				seqs = append(seqs, r.Seq)
+		seen := map[string]bool{}
+		for _, u := range sr.Units {
+			if u.Skip == "" && u.Seq != "" && !seen[u.Seq] {
+				seen[u.Seq] = true
+				seqs = append(seqs, u.Seq)
 			}
 		}
 		if len(seqs) == 0 {

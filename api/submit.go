@@ -182,6 +182,10 @@ func (s *Server) submit(c *gin.Context) {
 		s.inputError(c, err)
 		return
 	}
+	if err := input.CheckProducts(c.Request.Context(), s.chem, sub.Table); err != nil {
+		s.inputError(c, err)
+		return
+	}
 	if b.file != nil {
 		// The parsed table is all that is needed from here on.
 		_ = c.Request.MultipartForm.RemoveAll()

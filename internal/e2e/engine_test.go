@@ -127,29 +127,30 @@ MKTAYIAKQRQ,C1=CC=CC=C1
 	kcat := cells{col("kcat (1/s)"), col("Source kcat"), col("Extra Info kcat")}
 	km := cells{col("KM (mM)"), col("Source Km"), col("Extra Info Km")}
 
-	// C gives len(seq)+0.5 for KCAT, B gives 2*len(seq) for KM. Row 2 is
-	// blanked in both targets by B's own reason (the cross-target rule),
-	// row 3 by validation before any program runs.
+	// C gives len(seq)+0.5 for KCAT, B gives 2*len(seq) for KM. Row 2's
+	// Km is blanked by B's own reason, its kcat kept (one target's failure
+	// no longer blanks the others, WIRE §13.3); row 3 is blanked in both
+	// targets by the sequence check before any program runs.
 	const water, badSeq = "water is not a substrate", input.ReasonInvalidProtein
 	want := []struct {
-		kcat, km string // the values of a predicted row
-		reason   string // the Source cell of a blank row
+		kcat, km             string // the values of a predicted row
+		kcatReason, kmReason string // the Source cell of a blank cell
 	}{
 		{kcat: "8.5", km: "16"},
-		{reason: water},
-		{reason: badSeq},
+		{kcat: "5.5", kmReason: water},
+		{kcatReason: badSeq, kmReason: badSeq},
 		{kcat: "11.5", km: "22"},
 	}
 	for i, w := range want {
 		r := recs[i+1]
 		for _, c := range []struct {
-			name, want, from string
+			name, want, from, reason string
 			cells
-		}{{"kcat", w.kcat, builtOnSynthetic("C"), kcat}, {"Km", w.km, builtOnSynthetic("B"), km}} {
+		}{{"kcat", w.kcat, builtOnSynthetic("C"), w.kcatReason, kcat}, {"Km", w.km, builtOnSynthetic("B"), w.kmReason, km}} {
 			got, src, extra := r[c.value], r[c.source], r[c.extra]
-			if w.reason != "" {
-				if got != "" || src != w.reason {
-					t.Errorf("row %d %s: value %q source %q, want blank with %q", i, c.name, got, src, w.reason)
+			if c.reason != "" {
+				if got != "" || src != c.reason {
+					t.Errorf("row %d %s: value %q source %q, want blank with %q", i, c.name, got, src, c.reason)
 				}
 				continue
 			}
