@@ -72,10 +72,13 @@ type statusBody struct {
 }
 
 type progressBody struct {
-	MoleculesTotal      int           `json:"moleculesTotal"`
-	MoleculesProcessed  int           `json:"moleculesProcessed"`
-	PredictionsTotal    int           `json:"predictionsTotal"`
-	PredictionsMade     int           `json:"predictionsMade"`
+	MoleculesTotal     int `json:"moleculesTotal"`
+	MoleculesProcessed int `json:"moleculesProcessed"`
+	PredictionsTotal   int `json:"predictionsTotal"`
+	PredictionsMade    int `json:"predictionsMade"`
+	// PredictionsCached is kinflow's addition: the prediction units
+	// served from the prediction cache instead of the engine.
+	PredictionsCached   int           `json:"predictionsCached"`
 	InvalidRows         int           `json:"invalidRows"`
 	Stages              []stageBody   `json:"stages"`
 	ActiveStageIndex    *int          `json:"activeStageIndex"`
@@ -127,6 +130,9 @@ type stagePrediction struct {
 	InvalidRows          int `json:"invalidRows"`
 	PredictionsTotal     int `json:"predictionsTotal"`
 	PredictionsMade      int `json:"predictionsMade"`
+	// PredictionsCached (and its snake_case twin) is kinflow's addition.
+	PredictionsCachedSn int `json:"predictions_cached"`
+	PredictionsCached   int `json:"predictionsCached"`
 }
 
 type stageEmbedding struct {
@@ -229,6 +235,7 @@ func toStageBody(st store.JobStage) stageBody {
 			PredictionsTotalSn: st.PredictionsTotal, PredictionsMadeSn: st.PredictionsMade,
 			MoleculesTotal: st.MoleculesTotal, MoleculesProcessed: st.MoleculesProcessed, InvalidRows: st.InvalidRows,
 			PredictionsTotal: st.PredictionsTotal, PredictionsMade: st.PredictionsMade,
+			PredictionsCachedSn: st.PredictionsCached, PredictionsCached: st.PredictionsCached,
 		},
 		Embedding: stageEmbedding{
 			Enabled: st.EmbeddingEnabled, State: embeddingState(st), MethodKeySnake: st.MethodKey, MethodKey: st.MethodKey,
@@ -316,7 +323,7 @@ func (s *Server) status(c *gin.Context) {
 	b.ActiveStageIndex = activeStage(stages)
 	b.TotalStageCount = len(stages)
 	b.Progress = progressBody{MoleculesTotal: j.TotalMolecules, MoleculesProcessed: j.MoleculesProcessed,
-		PredictionsTotal: j.TotalPredictions, PredictionsMade: j.PredictionsMade, InvalidRows: j.InvalidRows,
+		PredictionsTotal: j.TotalPredictions, PredictionsMade: j.PredictionsMade, PredictionsCached: j.PredictionsCached, InvalidRows: j.InvalidRows,
 		Stages: b.ProgressStages, ActiveStageIndex: b.ActiveStageIndex,
 		CompletedStageCount: b.CompletedStageCount, TotalStageCount: b.TotalStageCount}
 	if len(stages) > 0 {

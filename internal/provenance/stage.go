@@ -26,6 +26,20 @@ type Stage struct {
 	SyntheticArtefacts bool `json:"syntheticArtefacts,omitempty"`
 	// Unverified lists the families read whose files are not verified.
 	Unverified []string `json:"unverified,omitempty"`
+	// PredictionsCached is how many of the stage's prediction units were
+	// served from the prediction cache (internal/predcache) instead of the
+	// engine; CachedRows says which input rows they belong to.
+	PredictionsCached int         `json:"predictionsCached"`
+	CachedRows        []CachedRow `json:"cachedRows,omitempty"`
+}
+
+// CachedRow is one input row (0-based) served, wholly or in part, from the
+// prediction cache: how many of its units, and when the earliest of them
+// was first computed (RFC 3339, UTC).
+type CachedRow struct {
+	Row             int    `json:"row"`
+	Units           int    `json:"units"`
+	FirstComputedAt string `json:"firstComputedAt"`
 }
 
 // UnverifiedID is the Families value of a family without a record.

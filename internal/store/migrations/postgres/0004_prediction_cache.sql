@@ -14,3 +14,8 @@ CREATE TABLE prediction_cache (
     created_at_ms BIGINT NOT NULL
 );
 CREATE INDEX idx_prediction_cache_method ON prediction_cache (method, model_version);
+-- A job's usePredictionCache option, and the units served from the cache
+-- (predictionsCached in the status payload), per job and per stage.
+ALTER TABLE jobs ADD COLUMN use_prediction_cache BOOLEAN NOT NULL DEFAULT TRUE;
+ALTER TABLE jobs ADD COLUMN predictions_cached INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE job_stages ADD COLUMN predictions_cached INTEGER NOT NULL DEFAULT 0;
