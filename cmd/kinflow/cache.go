@@ -11,17 +11,22 @@ import (
 	"github.com/kinflow/kinflow/internal/cacheadmin"
 	"github.com/kinflow/kinflow/internal/embedding"
 	"github.com/kinflow/kinflow/internal/embedjob"
+	"github.com/kinflow/kinflow/internal/predcache"
 )
 
 const cacheUsage = `usage: kinflow cache status [--json]
        kinflow cache verify --family F [--sample N] [--seed S]
        kinflow cache adopt --family F [--sample N] [--seed S]
        kinflow cache purge --family F [--synthetic]
+       kinflow cache predictions status [--method M]
+       kinflow cache predictions purge --method M [--version V]
 
 On the configured media root (KINFLOW_MEDIA_ROOT). verify and adopt recompute
 a sample with the configured step executor (KINFLOW_STEP_EXECUTOR and the GPU
 host's env file, KINFLOW_GPU_ENV_FILE) and read sequences from the seq map
-(KINFLOW_DATABASE_URL).`
+(KINFLOW_DATABASE_URL). cache predictions is the prediction cache in the
+database (KINFLOW_DATABASE_URL): how many units it holds, and removing a
+method's units (of one model_version, or all).`
 
 // runCache is `kinflow cache …`: the operator's view of the embedding cache
 // and its provenance (internal/cacheadmin). Each subcommand prints what it
@@ -32,6 +37,9 @@ func runCache(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return nil
 	}
 	sub := args[0]
+	if sub == "predictions" {
+		return runCachePredictions(ctx, args[1:], stdout, stderr)
+	}
 	fs := newFlags("cache "+sub, stderr)
 	fs.Usage = func() { fmt.Fprintln(stderr, cacheUsage) }
 	family := fs.String("family", "", "artefact family, e.g. esm2_layer_26/mean_vecs (see cache status)")
@@ -132,4 +140,54 @@ func runCache(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return nil
 	}
 	return usageError{fmt.Sprintf("unknown cache command %q (status, verify, adopt or purge)", sub)}
+}
+
+// runCachePredictions is `kinflow cache predictions status|purge`.
+func runCachePredictions(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "status" && args[0] != "purge") {
+		fmt.Fprintln(stderr, cacheUsage)
+		return usageError{"want cache predictions status or cache predictions purge"}
+	}
+	sub := args[0]
+	fs := newFlags("cache predictions "+sub, stderr)
+	fs.Usage = func() { fmt.Fprintln(stderr, cacheUsage) }
+	method := fs.String("method", "", "method key, e.g. B or A-H")
+	version := fs.String("version", "", "purge: only this model_version (default: every version)")
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	if sub == "purge" && *method == "" {
+		return usageError{"want --method M"}
+	}
+	st, err := storeFromEnv(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	pc := predcache.New(st)
+	if sub == "status" {
+		n, err := pc.Count(ctx, *method)
+		if err != nil {
+			return err
+		}
+		what := "every method"
+		if *method != "" {
+			what = "method " + *method
+		}
+		fmt.Fprintf(stdout, "%d cached prediction units for %s\n", n, what)
+		return nil
+	}
+	n, err := pc.Purge(ctx, *method, *version)
+	if err != nil {
+		return err
+	}
+	what := "every model_version"
+	if *version != "" {
+		what = "model_version " + *version
+	}
+	fmt.Fprintf(stdout, "removed %d cached prediction units of method %s (%s)\n", n, *method, what)
+	return nil
 }

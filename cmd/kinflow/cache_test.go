@@ -7,8 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/predcache"
 	"github.com/kinflow/kinflow/internal/store"
 )
 
@@ -79,4 +81,50 @@ func TestCacheCommands(t *testing.T) {
 	}
 	cli(2, "verify")
 	cli(1, "purge", "--family", "no/such")
+}
+
+// TestCachePredictionsCommands: status counts, purge by method and version,
+// usage errors.
+func TestCachePredictionsCommands(t *testing.T) {
+	url := "sqlite:" + filepath.Join(t.TempDir(), "p.db")
+	t.Setenv("KINFLOW_DATABASE_URL", url)
+	ctx := context.Background()
+	st, err := store.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pc := predcache.New(st)
+	v := 1.0
+	for i, mv := range []struct{ m, v string }{{"B", "1"}, {"B", "1"}, {"B", "2"}, {"C", "1"}} {
+		k := predcache.NewKeyer(predcache.Stage{Method: mv.m, ModelVersion: mv.v}).Key(predcache.Unit{Seq: strings.Repeat("M", i+1)})
+		if err := pc.Store(ctx, mv.m, mv.v, []predcache.Put{{Key: k, Value: &v}}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runCode := func(args ...string) (int, string) {
+		var out, errb bytes.Buffer
+		rc := run(ctx, args, &out, &errb)
+		return rc, out.String() + errb.String()
+	}
+	if rc, out := runCode("cache", "predictions", "status"); rc != 0 || !strings.Contains(out, "4 cached prediction units for every method") {
+		t.Fatalf("status: %d %s", rc, out)
+	}
+	if rc, out := runCode("cache", "predictions", "purge", "--method", "B", "--version", "2"); rc != 0 || !strings.Contains(out, "removed 1 cached prediction units of method B (model_version 2)") {
+		t.Fatalf("purge B v2: %d %s", rc, out)
+	}
+	if rc, out := runCode("cache", "predictions", "purge", "--method", "B"); rc != 0 || !strings.Contains(out, "removed 2 ") {
+		t.Fatalf("purge B: %d %s", rc, out)
+	}
+	if rc, out := runCode("cache", "predictions", "status", "--method", "C"); rc != 0 || !strings.Contains(out, "1 cached prediction units for method C") {
+		t.Fatalf("status C: %d %s", rc, out)
+	}
+	for _, args := range [][]string{{"cache", "predictions"}, {"cache", "predictions", "purge"}, {"cache", "predictions", "drop"}} {
+		if rc, _ := runCode(args...); rc != 2 {
+			t.Errorf("%v: rc %d, want 2", args, rc)
+		}
+	}
 }
