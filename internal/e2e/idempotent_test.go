@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	mrand "math/rand/v2"
 	"mime/multipart"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,5 +106,69 @@ func TestRetriedSubmitAfterKillGetsTheOriginalJob(t *testing.T) {
 				t.Fatalf("%d jobs, want %d", n, wantUsed/rows)
 			}
 		})
+	}
+}
+
+// TestRandomKillsWithRetriesMakeOneJobEach is the experiment with a
+// retrying client: submits of 3,000 rows, each with its own
+// Idempotency-Key, the api killed by SIGKILL at a random moment and
+// restarted, the client retrying with the same key until it gets an answer.
+// Every logical submit ends with exactly one job, and the charge is one
+// job's rows per submit.
+func TestRandomKillsWithRetriesMakeOneJobEach(t *testing.T) {
+	s := newStack(t, map[string]string{"KINFLOW_SUBMIT_RECONCILE_AFTER_SECONDS": "1", "KINFLOW_DEFAULT_DAILY_QUOTA": "1000000"}, nil)
+	st, keyID := s.openStoreAndKey(t)
+	var b strings.Builder
+	b.WriteString("Protein Sequence,Substrate\n")
+	for i := range 3000 {
+		fmt.Fprintf(&b, "MKTAYIAKQRQISFVKSHFSRQ%s,CCO\n", strings.Repeat("A", i%4))
+	}
+	csv := b.String()
+	const tries = 8
+	ids := map[string]bool{}
+	for try := range tries {
+		idem := fmt.Sprintf("random-kill-%d-%s", try, randHex(4))
+		res := make(chan error, 1)
+		go func() { _, _, err := s.submitWithKey(csv, idem); res <- err }()
+		time.Sleep(time.Duration(mrand.IntN(80)) * time.Millisecond)
+		s.kill9("api")
+		<-res
+		s.start("api")
+		s.waitHealthy()
+		var id string
+		for attempt := 0; id == "" && attempt < 5; attempt++ {
+			code, got, err := s.submitWithKey(csv, idem)
+			switch {
+			case err == nil && code == http.StatusCreated:
+				id = got
+			case err == nil && code != http.StatusServiceUnavailable:
+				t.Fatalf("try %d: retry answered %d", try, code)
+			default:
+				time.Sleep(time.Second)
+			}
+		}
+		if id == "" {
+			t.Fatalf("try %d: no answer after retries", try)
+		}
+		if ids[id] {
+			t.Fatalf("try %d: job %s given to two logical submits", try, id)
+		}
+		ids[id] = true
+	}
+	waitNoneSubmitting(t, st, 30*time.Second)
+	var jobs []store.Job
+	st.DB.Where("key_id = ?", keyID).Find(&jobs)
+	used, err := st.QuotaUsed(t.Context(), keyID, store.QuotaDay(time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d logical submits, %d jobs, %d rows charged", tries, len(jobs), used)
+	if len(jobs) != tries || used != int64(tries*3000) {
+		t.Fatalf("%d jobs and %d rows charged for %d submits of 3,000 rows", len(jobs), used, tries)
+	}
+	for _, j := range jobs {
+		if !ids[j.ID] {
+			t.Fatalf("job %s belongs to no answered submit", j.ID)
+		}
 	}
 }
