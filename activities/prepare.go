@@ -72,15 +72,32 @@ type jobSequences struct {
 // expandSequences applies the candidate rule and the long-sequence rule,
 // one for the whole job (a row or candidate skipped for length is skipped in
 // every stage). A cell without ';' is one candidate taken as it is (the
-// older wire, byte for byte); a ';' cell is split and trimmed.
+// older wire, byte for byte); a ';' cell is split and trimmed. In a job with
+// candidate lists an empty cell is "Missing protein sequence" (§13.2); in
+// any other job it keeps kinflow difference 9's reason.
 func expandSequences(table *input.Table, limit int, mode string) jobSequences {
 	n := len(table.Rows)
 	js := jobSequences{cands: make([][]units.Candidate, n), sent: make([][]string, n), skip: make([]string, n)}
 	seqCol := table.Col(methods.ProteinSequenceColumn)
+	cellOf := func(row input.Row) string {
+		if seqCol < 0 {
+			return ""
+		}
+		return row.Cells[seqCol]
+	}
+	for _, row := range table.Rows {
+		if cell := cellOf(row); strings.Contains(cell, units.Separator) && len(units.Split(cell)) != 1 {
+			js.candidateMode = true
+			break
+		}
+	}
 	for r, row := range table.Rows {
-		cell := ""
-		if seqCol >= 0 {
-			cell = row.Cells[seqCol]
+		cell := cellOf(row)
+		if js.candidateMode && units.IsNullCell(cell) {
+			// A job with candidate lists speaks §13.2: an empty cell has
+			// no candidate at all.
+			js.skip[r] = units.MissingSequence
+			continue
 		}
 		if !strings.Contains(cell, units.Separator) {
 			out, reason := input.LongSequence(cell, limit, mode)
@@ -93,9 +110,6 @@ func expandSequences(table *input.Table, limit int, mode string) jobSequences {
 			continue
 		}
 		list := units.Split(cell)
-		if len(list) != 1 {
-			js.candidateMode = true
-		}
 		if len(list) == 0 {
 			js.skip[r] = units.MissingSequence
 			continue
@@ -312,7 +326,6 @@ func (a *Activities) PrepareInput(ctx context.Context, ref JobRef) (PreparedJob,
 	limit := input.EffectiveLimit(maxLens...)
 
 	js := expandSequences(table, limit, job.HandleLongSequences)
-	var out []stageRows
 	res := PreparedJob{Rows: len(table.Rows), DisableGPU: job.DisableGPUPrecompute, Policy: a.policy()}
 	for i, t := range targets {
 		d := descs[i]
@@ -321,7 +334,15 @@ func (a *Activities) PrepareInput(ctx context.Context, ref JobRef) (PreparedJob,
 			return PreparedJob{}, err
 		}
 		sr.Index = i
-		out = append(out, sr)
+		// Each stage's file is written as soon as it is built: a job with
+		// substrate lists has tens of thousands of units per stage.
+		sdir, err := a.stageDir(job.ID, i)
+		if err != nil {
+			return PreparedJob{}, err
+		}
+		if err := fsutil.WriteJSONAtomic(filepath.Join(sdir, "rows.json"), sr); err != nil {
+			return PreparedJob{}, err
+		}
 		res.Stages = append(res.Stages, StageInfo{Index: i, Target: t, MethodKey: d.Key, Profile: d.Profile, GPUEligible: d.GPUEligible, ValidRows: valid})
 		n := len(table.Rows)
 		invalid := 0
@@ -333,15 +354,6 @@ func (a *Activities) PrepareInput(ctx context.Context, ref JobRef) (PreparedJob,
 		if err := a.Store.UpdateStage(ctx, job.ID, i, map[string]any{
 			"molecules_total": n, "molecules_processed": n, "invalid_rows": invalid, "predictions_total": valid,
 		}); err != nil {
-			return PreparedJob{}, err
-		}
-	}
-	for i, sr := range out {
-		sdir, err := a.stageDir(job.ID, i)
-		if err != nil {
-			return PreparedJob{}, err
-		}
-		if err := fsutil.WriteJSONAtomic(filepath.Join(sdir, "rows.json"), sr); err != nil {
 			return PreparedJob{}, err
 		}
 	}

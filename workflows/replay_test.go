@@ -20,7 +20,10 @@ func TestReplayRecordedHistories(t *testing.T) {
 	}
 	want := map[string]bool{"prediction_gpu_postcheck_fallback.json": false, "embedjob_missing_outputs.json": false,
 		// The annotation step (GetVersion "annotate-results"): TestJobSimilarityAndExperimental.
-		"prediction_similarity_experimental.json": false}
+		"prediction_similarity_experimental.json": false,
+		// The post-check at the remote deadline (GetVersion
+		// "poll-timeout-post-check"): TestGPUWorkerKilledMidStepFailsOpen.
+		"prediction_poll_timeout_incomplete.json": false}
 	for _, f := range files {
 		want[filepath.Base(f)] = true
 		t.Run(filepath.Base(f), func(t *testing.T) {
@@ -34,7 +37,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 	}
 	for name, found := range want {
 		if !found {
-			t.Errorf("testdata/%s is missing: record it with KINFLOW_RECORD_HISTORIES=1 go test ./internal/e2e -run 'TestRemoteDone|TestJobSimilarity'", name)
+			t.Errorf("testdata/%s is missing: record it with KINFLOW_RECORD_HISTORIES=1 go test ./internal/e2e -run 'TestRemoteDone|TestJobSimilarity|TestGPUWorkerKilledMidStep'", name)
 		}
 	}
 }

@@ -168,8 +168,13 @@
       sel.setAttribute("aria-describedby", hint.id);
       const describe = () => {
         const m = list.find((x) => x.id === sel.value);
-        hint.textContent = m ? "Needs columns: " + (m.requiredColumns || []).join(", ") +
-          (m.maxSeqLen ? " · up to " + m.maxSeqLen + " residues" : "") : "";
+        // A method reading Substrate also takes a ;-separated Substrates
+        // list (WIRE §13.1), and every method several candidate sequences.
+        const cols = (m && m.requiredColumns || []).map((c) => (c === "Substrate" ? "Substrate (or a ;-separated Substrates list)" : c));
+        const behavior = m && m.inputBehaviorByTarget ? m.inputBehaviorByTarget[t] : "";
+        hint.textContent = m ? "Needs columns: " + cols.join(", ") +
+          (m.maxSeqLen ? " · up to " + m.maxSeqLen + " residues" : "") +
+          (behavior === "native_multi" ? " · takes the substrate list whole" : "") : "";
       };
       sel.addEventListener("change", () => { describe(); resetConfirm(); });
       cb.addEventListener("change", () => { sel.disabled = !cb.checked; resetConfirm(); });
@@ -245,9 +250,18 @@
     const out = $("validate-out");
     out.replaceChildren();
     const rows = [];
-    (rep.invalidProteins || []).forEach((p) => rows.push([p.row, "Protein Sequence", short(p.value),
+    (rep.invalidProteins || []).forEach((p) => rows.push([p.row, "Protein Sequence" + (p.position ? " (candidate " + p.position + ")" : ""), short(p.value),
       p.reason + (p.invalid_chars && p.invalid_chars.length ? " (" + p.invalid_chars.join(" ") + ")" : "")]));
-    (rep.invalidSubstrates || []).forEach((s) => rows.push([s.row, "Substrate", short(s.value), s.reason]));
+    (rep.invalidSubstrates || []).forEach((s) => {
+      // A Substrates list reports its bad tokens with their positions.
+      if (Array.isArray(s.value)) {
+        const toks = (s.invalid_substrates || []).map((t) => (t.position ? "substrate " + t.position + ": " : "") + (t.value == null ? "(empty)" : t.value))
+          .concat((s.invalid_products || []).map((t) => (t.position ? "product " + t.position + ": " : "") + (t.value == null ? "(empty)" : t.value)));
+        rows.push([s.row, "Substrates", short(toks.length ? toks.join("; ") : s.value.join("; ")), s.reason]);
+        return;
+      }
+      rows.push([s.row, "Substrate", short(s.value), s.reason]);
+    });
     rows.sort((a, b) => a[0] - b[0]);
     const sel = selection();
     const lv = rep.lengthViolations || {};
@@ -519,6 +533,42 @@
     }
   }
 
+  // arrayCell turns a result cell holding a JSON array (WIRE §13: a Km or
+  // kcat/Km list per substrate, an Extra Info list of substrates or
+  // candidate sequences) into readable lines; null when v is not one.
+  function arrayCell(v) {
+    if (typeof v !== "string" || v[0] !== "[") return null;
+    let a;
+    try { a = JSON.parse(v); } catch (e) { return null; }
+    if (!Array.isArray(a)) return null;
+    if (a.length === 0) return "(none)";
+    const num = (x) => (x == null ? "no value" : String(x));
+    if (a.every((x) => x == null || typeof x === "number")) {
+      return a.map((x, i) => "substrate " + (i + 1) + ": " + num(x)).join("\n");
+    }
+    const line = (it, lead) => {
+      const what = it.error ? it.error : num(it.prediction);
+      return lead + ": " + what + (it.selected ? "  (selected)" : "");
+    };
+    const lines = [];
+    a.forEach((it) => {
+      if (!it || typeof it !== "object") return;
+      if (it.sequenceIndex != null) {
+        const seq = String(it.sequence || "");
+        const lead = "sequence " + it.sequenceIndex + " (" + (seq.length > 12 ? seq.slice(0, 12) + "…" : seq) + ")";
+        if (Array.isArray(it.substrates)) {
+          lines.push(lead + ":");
+          it.substrates.forEach((s) => lines.push(line(s, "  substrate " + s.substrateIndex + " " + s.substrate)));
+        } else {
+          lines.push(line(it, lead));
+        }
+      } else if (it.substrateIndex != null) {
+        lines.push(line(it, "substrate " + it.substrateIndex + " " + it.substrate));
+      }
+    });
+    return lines.join("\n");
+  }
+
   function renderResult(res) {
     const cols = res.columns || [];
     const t = $("result-table");
@@ -531,8 +581,10 @@
       const tr = el("tr");
       cols.forEach((c) => {
         const v = row[c];
-        const td = el("td", v == null ? "" : v);
-        if (typeof v === "number") td.className = "num";
+        const arr = arrayCell(v);
+        const td = el("td", arr != null ? arr : v == null ? "" : v);
+        if (arr != null) { td.className = "cells"; td.title = v; }
+        else if (typeof v === "number") td.className = "num";
         else if (typeof v === "string" && v.length > 40 && !/\s/.test(v)) td.className = "long"; // sequences, SMILES
         else if (typeof v === "string" && v.length > 20) td.className = "text";
         if (typeof v === "string" && SYNTHETIC.test(v)) synthetic = true;

@@ -126,7 +126,11 @@ func runMethods(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			if d.MaxSeqLen != nil {
 				limit = fmt.Sprintf("max %d residues", *d.MaxSeqLen)
 			}
-			fmt.Fprintf(stdout, "  %-5s %-24s columns: %s; %s\n", d.ID, d.DisplayName, strings.Join(d.Required, ", "), limit)
+			input := ""
+			if b := d.InputBehaviorByTarget[t]; b != "" {
+				input = "; Substrates lists: " + b
+			}
+			fmt.Fprintf(stdout, "  %-5s %-24s columns: %s; %s%s\n", d.ID, d.DisplayName, strings.Join(d.Required, ", "), limit, input)
 		}
 	}
 	return nil
@@ -192,9 +196,35 @@ func printReport(w io.Writer, rep *client.ValidateReport) {
 		if len(p.InvalidChars) > 0 {
 			extra = " (" + strings.Join(p.InvalidChars, " ") + ")"
 		}
-		fmt.Fprintf(w, "row %d: protein: %s%s\n", p.Row, p.Reason, extra)
+		where := "protein"
+		if p.Position > 0 {
+			where = fmt.Sprintf("protein (candidate %d)", p.Position)
+		}
+		fmt.Fprintf(w, "row %d: %s: %s%s\n", p.Row, where, p.Reason, extra)
 	}
 	for _, s := range rep.InvalidSubstrates {
+		if s.InvalidSubstrates != nil || s.InvalidProducts != nil {
+			// A `Substrates` list: each bad token with its position.
+			var toks []string
+			add := func(kind string, issues []client.TokenIssue) {
+				for _, t := range issues {
+					v := "(empty list)"
+					if t.Value != nil {
+						v = *t.Value
+					}
+					if t.Position != nil {
+						v = fmt.Sprintf("%s %d %s", kind, *t.Position, v)
+					} else {
+						v = kind + "s " + v
+					}
+					toks = append(toks, v)
+				}
+			}
+			add("substrate", s.InvalidSubstrates)
+			add("product", s.InvalidProducts)
+			fmt.Fprintf(w, "row %d: substrates: %s: %s\n", s.Row, s.Reason, strings.Join(toks, "; "))
+			continue
+		}
 		fmt.Fprintf(w, "row %d: substrate: %s: %v\n", s.Row, s.Reason, s.Value)
 	}
 	var keys []string

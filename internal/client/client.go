@@ -196,6 +196,11 @@ type Method struct {
 	InputFormat string   `json:"inputFormat"`
 	MaxSeqLen   *int     `json:"maxSeqLen"`
 	Required    []string `json:"requiredColumns"`
+	// AcceptedCSVTypes and InputBehaviorByTarget say which substrate
+	// layouts the method takes and how a `Substrates` list reaches it per
+	// target (WIRE §13.4).
+	AcceptedCSVTypes      []string          `json:"acceptedCsvTypes"`
+	InputBehaviorByTarget map[string]string `json:"inputBehaviorByTarget"`
 }
 
 // Methods is GET /api/v1/methods/: methods by target, and the targets in order.
@@ -219,15 +224,26 @@ type ValidateReport struct {
 		Row    int    `json:"row"`
 		Value  any    `json:"value"`
 		Reason string `json:"reason"`
+		// InvalidSubstrates and InvalidProducts are a `Substrates` list's
+		// bad tokens with their 1-based positions (nil for an empty list).
+		InvalidSubstrates []TokenIssue `json:"invalid_substrates"`
+		InvalidProducts   []TokenIssue `json:"invalid_products"`
 	} `json:"invalidSubstrates"`
 	InvalidProteins []struct {
 		Row          int      `json:"row"`
 		Value        string   `json:"value"`
+		Position     int      `json:"position"`
 		InvalidChars []string `json:"invalid_chars"`
 		Reason       string   `json:"reason"`
 	} `json:"invalidProteins"`
 	LengthViolations map[string]int  `json:"lengthViolations"`
 	Raw              json.RawMessage `json:"-"`
+}
+
+// TokenIssue is one bad token of a substrate or product list.
+type TokenIssue struct {
+	Position *int    `json:"position"`
+	Value    *string `json:"value"`
 }
 
 // Problems counts the rows the report flags.

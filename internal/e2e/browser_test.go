@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"mime/multipart"
 	"net/http"
 	"os"
 	"os/exec"
@@ -412,6 +415,29 @@ func TestBrowserKeySubmitProgressResult(t *testing.T) {
 	}
 	b.shot(t, dir, "05-results")
 
+	// A result with substrate lists and candidates (WIRE §13): array cells
+	// are shown as readable lines, the raw JSON in the cell's title. The
+	// similarity box starts checked (the API's default is true).
+	if !eval[bool](t, b, `document.getElementById("opt-sim").checked`) {
+		t.Error(`"Include similarity columns" does not start checked`)
+	}
+	listJob := submitWithKey(t, s.base, key, "Protein Sequence,Substrates\n"+
+		"MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQ;MKTAYIAKQRQ,CCO;O\n", `["kcat","Km"]`, `{"kcat":"B","Km":"B"}`)
+	if st := s.waitDone(listJob, 90*time.Second); st.Status != "Completed" {
+		t.Fatalf("list job %s: %s", st.Status, st.Error)
+	}
+	b.run(t, "open list job", step,
+		chromedp.Navigate(s.base+"/#job="+listJob),
+		waitJS(`!document.getElementById("result-wrap").hidden && document.getElementById("result-count").textContent === "1 row(s)"`),
+	)
+	cells := eval[[]string](t, b, `[...document.querySelectorAll("#result-table tbody td.cells")].map((td) => td.innerText)`)
+	joined := strings.Join(cells, "\n---\n")
+	if len(cells) < 3 || !strings.Contains(joined, "substrate 1: ") || !strings.Contains(joined, "substrate 2: ") ||
+		!strings.Contains(joined, "sequence 1 (MKTAYIAKQRQI…):") || !strings.Contains(joined, "(selected)") || strings.Contains(joined, `"substrateIndex"`) {
+		t.Errorf("array cells not readable:\n%s", joined)
+	}
+	b.shot(t, dir, "05b-substrate-lists")
+
 	// Readable on a phone: no horizontal scrolling of the page itself.
 	b.run(t, "phone", step, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2)))
 	if overflow := eval[int](t, b, `document.documentElement.scrollWidth - document.documentElement.clientWidth`); overflow > 0 {
@@ -445,4 +471,33 @@ func TestBrowserKeySubmitProgressResult(t *testing.T) {
 func jsString(s string) string {
 	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
 	return `"` + r.Replace(s) + `"`
+}
+
+// submitWithKey posts a CSV job with key and returns its id.
+func submitWithKey(t *testing.T, base, key, csvText, targets, methods string) string {
+	t.Helper()
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	fw, _ := mw.CreateFormFile("file", "lists.csv")
+	_, _ = fw.Write([]byte(csvText))
+	_ = mw.WriteField("targets", targets)
+	_ = mw.WriteField("methods", methods)
+	_ = mw.Close()
+	req, _ := http.NewRequest("POST", base+"/api/v1/submit/", &buf)
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		JobID string `json:"jobId"`
+		Error string `json:"error"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	if resp.StatusCode != 201 {
+		t.Fatalf("submit: %d %s", resp.StatusCode, out.Error)
+	}
+	return out.JobID
 }

@@ -105,6 +105,15 @@ func TestCLIAgainstStack(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.cli(withKey, "validate", bad).want(t, "validate bad rows", 1, "out:row 2: protein: Invalid characters in sequence", "err:1 row problem(s) in bad.csv")
+	lists := filepath.Join(t.TempDir(), "lists.csv")
+	if err := os.WriteFile(lists, []byte("Protein Sequence,Substrates\nMKTAYIAKQ;MK1T,CCO;X((\nMKTAYIAKQ,\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.cli(withKey, "validate", lists).want(t, "validate substrate lists", 1,
+		"out:row 1: protein (candidate 2): Invalid characters in sequence (1)",
+		"out:row 1: substrates: Invalid substrate/product SMILES/InChI: substrate 2 X((",
+		"out:row 2: substrates: Empty substrate list: substrates (empty list)")
+	s.cli(nil, "methods").want(t, "methods input behaviour", 0, "out:Substrates lists: native_multi", "out:Substrates lists: expanded_pair", "out:  G-O2 ")
 	js := s.cli(withKey, "validate", "--json", example)
 	js.want(t, "validate --json", 0)
 	var rep map[string]any

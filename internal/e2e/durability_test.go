@@ -95,7 +95,8 @@ func TestGPUWorkerKilledMidStepFailsOpen(t *testing.T) {
 	}
 	r := st.reasons()
 	joined := strings.Join(r, " | ")
-	if !strings.Contains(joined, "gpu_request_failed:") || !strings.Contains(joined, "fallback_local") || r[len(r)-1] != "computed_locally" {
+	// At the deadline the post-check finds files missing (WIRE §13.5).
+	if !strings.Contains(joined, "timeout_incomplete_remote_outputs:") || !strings.Contains(joined, "fallback_local") || r[len(r)-1] != "computed_locally" {
 		t.Fatalf("events %v", r)
 	}
 	after := s.cacheFiles()
@@ -107,6 +108,8 @@ func TestGPUWorkerKilledMidStepFailsOpen(t *testing.T) {
 			t.Errorf("%s, written by the GPU host, was written again", p)
 		}
 	}
+	// The post-check at the deadline (GetVersion "poll-timeout-post-check").
+	s.replay("prediction:"+job, "prediction_poll_timeout_incomplete")
 }
 
 // TestRemoteDoneWithMissingFilesIsCaughtByThePostCheck runs a GPU host whose

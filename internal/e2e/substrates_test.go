@@ -411,3 +411,28 @@ func (s *stack) submitJSON(body map[string]any) string {
 	}
 	return out.JobID
 }
+
+// TestGAndGO2ShareTheirEphemeralFiles runs method G for kcat and its variant
+// G-O2 for Km in one job: G-O2 reads the embeddings G's stage computed (its
+// plan finds them cached), and the ephemeral family is deleted once, after
+// the last of the two stages (WIRE §13.4).
+func TestGAndGO2ShareTheirEphemeralFiles(t *testing.T) {
+	s := newStack(t, nil, nil)
+	id := s.submit(csvRows(randSeed(), 3, 200), []string{"kcat", "Km"}, map[string]string{"kcat": "G", "Km": "G-O2"})
+	st := s.waitDone(id, 90*time.Second)
+	if st.Status != "Completed" {
+		t.Fatalf("job: %s %s", st.Status, st.Error)
+	}
+	if len(st.Stages) != 2 || st.Stages[0].Embedding.Computed == 0 || st.Stages[1].Embedding.Need != 0 || st.Stages[1].Embedding.Cached != st.Stages[1].Embedding.Total {
+		t.Errorf("G-O2 must reuse G's embeddings: %+v", st.Stages)
+	}
+	rows := s.resultRows(id)
+	if rows[1][0] == "" || rows[1][3] == "" || rows[1][0] == rows[1][3] {
+		t.Errorf("cells %q", rows[1][:6])
+	}
+	for p := range s.cacheFiles() {
+		if strings.Contains(p, "methodg_esm2") {
+			t.Errorf("ephemeral file left after the job: %s", p)
+		}
+	}
+}

@@ -126,6 +126,15 @@ func RunCommand(ctx context.Context, d *Descriptor, req CommandRequest) ([]*floa
 	if d.Command == nil {
 		return nil, nil, &EngineError{Msg: fmt.Sprintf("%s has no command configured (KINFLOW_PREDICTION_ENGINE=command needs one in KINFLOW_METHODS_FILE)", d.DisplayName)}
 	}
+	// Every row must carry every mapped column (WIRE §13.3's text); the
+	// submit checks make this a safeguard, not a user path.
+	for _, ck := range d.ColToKwarg {
+		for _, r := range req.Rows {
+			if _, ok := r.Kwargs[ck.Kwarg]; !ok {
+				return nil, nil, &EngineError{Msg: fmt.Sprintf("Missing column required for %s: %s", d.DisplayName, ck.Column)}
+			}
+		}
+	}
 	progress := req.Progress
 	if progress == nil {
 		progress = func(int) {}

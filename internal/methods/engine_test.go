@@ -122,9 +122,16 @@ func TestRunCommandFailuresAreEngineErrors(t *testing.T) {
 			}
 		})
 	}
-	d, req, _ := program(t, "G", "pass\n", 1)
-	d.Command = nil
+	d, req, _ := program(t, "G", "pass\n", 2)
+	delete(req.Rows[1].Kwargs, "smiles")
 	_, _, err := methods.RunCommand(context.Background(), d, req)
+	var me *methods.EngineError
+	if !errors.As(err, &me) || me.Msg != "Missing column required for Method G: Substrate" {
+		t.Errorf("missing column: %v", err)
+	}
+	d, req, _ = program(t, "G", "pass\n", 1)
+	d.Command = nil
+	_, _, err = methods.RunCommand(context.Background(), d, req)
 	var ee *methods.EngineError
 	if !errors.As(err, &ee) || !strings.HasPrefix(ee.Msg, "Method G has no command configured") {
 		t.Errorf("no command: %v", err)

@@ -59,7 +59,12 @@ type Options struct {
 // belongs to units[i].
 func Reduce(target string, row Row, units []Unit, results []Result, opts Options) Cell {
 	if row.Skip != "" {
-		return Cell{Source: row.Skip, Selected: -1}
+		c := Cell{Source: row.Skip, Selected: -1}
+		if opts.CandidateMode && len(row.Candidates) > 0 {
+			// The per-candidate array still says what became of each.
+			c.Extra = reduceCandidates(target, row, nil, nil).Extra
+		}
+		return c
 	}
 	if len(units) != len(results) {
 		panic(fmt.Sprintf("units: %d results for %d units", len(results), len(units)))
@@ -393,6 +398,20 @@ func reduceCandidates(target string, row Row, units []Unit, results []Result) Ce
 			selected[best] = true
 			it := unitItems[best]
 			c.Value, c.Source, c.Filled, c.Selected = FormatFloat(*it.value), it.source, true, units[best].Candidate
+		}
+	}
+	// A candidate that got no unit (its row skipped for a substrate
+	// reason) carries the row's reason.
+	for k, it := range items {
+		if it.children == nil && it.value == nil && it.err == "" {
+			it.err = row.Skip
+			if it.err == "" {
+				it.err = NoPrediction
+			}
+		}
+		if it.children != nil && len(it.children) == 0 && row.Candidates[k].Skip == "" && row.Skip != "" {
+			it.children = nil
+			it.err = row.Skip
 		}
 	}
 	// Mark selections: every leaf item gets selected true/false.

@@ -175,3 +175,24 @@ func TestFormatFloatAndStrings(t *testing.T) {
 		t.Errorf("json: %s", got)
 	}
 }
+
+func TestReduceSkippedRowInCandidateMode(t *testing.T) {
+	row := Row{Candidates: []Candidate{{Sequence: "MKT", Skip: CandidateTooLong}, {Sequence: "MAA", Skip: CandidateTooLong}},
+		Skip: "Sequence too long — row was excluded", SequenceSkip: true}
+	got := Reduce("kcat", row, nil, nil, Options{CandidateMode: true})
+	want := `[{"sequenceIndex":1,"sequence":"MKT","prediction":null,"source":"","error":"Sequence too long \u2014 sequence candidate was excluded","selected":false},` +
+		`{"sequenceIndex":2,"sequence":"MAA","prediction":null,"source":"","error":"Sequence too long \u2014 sequence candidate was excluded","selected":false}]`
+	if got.Source != row.Skip || got.Extra != want || got.Filled {
+		t.Errorf("got %+v", got)
+	}
+	// A row skipped for its substrate: each candidate carries the reason.
+	row = Row{Candidates: []Candidate{{Sequence: "MKT"}}, Skip: "bad substrate"}
+	got = Reduce("Km", row, nil, nil, Options{CandidateMode: true})
+	if got.Extra != `[{"sequenceIndex":1,"sequence":"MKT","prediction":null,"source":"","error":"bad substrate","selected":false}]` {
+		t.Errorf("substrate skip: %+v", got)
+	}
+	// Outside candidate mode a skipped row has no Extra Info.
+	if got := Reduce("Km", row, nil, nil, Options{}); got.Extra != "" || got.Source != "bad substrate" {
+		t.Errorf("legacy skip: %+v", got)
+	}
+}
