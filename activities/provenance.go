@@ -49,6 +49,19 @@ func (a *Activities) realOnly(ctx context.Context) bool {
 	return h.Online && h.Executor == "command"
 }
 
+// planRealOnly is realOnly for a stage's first plan, which decides what is
+// computed (synthetic files go to the real step programs). A post-check
+// demands real files only when this worker's own executor could compute
+// them: after a failed remote phase the fail-open fallback computes locally,
+// and a synthetic fallback's files are accepted, the prediction built on them
+// being flagged synthetic (applyProvenance), rather than failing the job.
+func (a *Activities) planRealOnly(ctx context.Context, postCheck bool) bool {
+	if postCheck {
+		return a.Config.StepExecutor == "command"
+	}
+	return a.realOnly(ctx)
+}
+
 // stageProvenance computes and stores (stage folder, provenance.json) the
 // provenance of a stage before its prediction: method and model version,
 // the engine's fingerprint, and the recorded fingerprint of every family

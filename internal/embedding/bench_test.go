@@ -180,3 +180,49 @@ func newLayoutB(b *testing.B) *Layout {
 	}
 	return l
 }
+
+// BenchmarkPlanMethodA10000Mixed is BenchmarkPlanMethodA10000's worst case
+// for provenance: every family holds files of two origins (a record with
+// synthetic_files set and a manifest of 10,000 entries, one in ten flagged
+// synthetic), so the real engine's plan reads each family's manifest once.
+func BenchmarkPlanMethodA10000Mixed(b *testing.B) {
+	l := newLayoutB(b)
+	ids, m := benchSeqs(10000)
+	paths := warmMethodACache(b, l, ids, m)
+	steps, _ := l.ProfileSteps(methods.ProfileMethodAFull, methods.Kcat)
+	for _, s := range steps {
+		for _, f := range s.Families {
+			commits := make([]Commit, len(ids))
+			for i, sid := range ids {
+				commits[i] = Commit{SeqID: sid, Suffix: f.Suffix(), Bytes: 1, Synthetic: i%10 == 0}
+			}
+			if err := MergeManifest(l.FamilyDir(f), commits, nil); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := provenance.Admit(l.FamilyDir(f), f.Name, provenance.Synthetic(s.Key)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	a, _ := methods.Default().Get("A-H")
+	req := PlanRequest{MethodKey: a.Key, Target: methods.Kcat, Profile: a.Profile, SeqIDs: ids, SeqIDToSeq: m, RealOnly: true}
+	var tp, ts time.Duration
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		p, err := l.BuildPlan(context.Background(), req)
+		if err != nil || p.SyntheticIgnored != 12000 {
+			b.Fatalf("plan: %v (ignored %d)", err, p.SyntheticIgnored)
+		}
+		t1 := time.Now()
+		for _, p := range paths {
+			if _, err := os.Stat(p); err != nil {
+				b.Fatal(err)
+			}
+		}
+		tp += t1.Sub(t0)
+		ts += time.Since(t1)
+	}
+	b.ReportMetric(float64(tp.Milliseconds())/float64(b.N), "plan-ms/op")
+	b.ReportMetric(float64(ts.Milliseconds())/float64(b.N), "stat-ms/op")
+	b.ReportMetric(float64(tp)/float64(ts), "plan/stat")
+}

@@ -387,9 +387,9 @@ func presentWithOrigin(dir, suffix string, index map[string]int, present []bool,
 	// flags), are read per file.
 	mixed := rec == nil || rec.SyntheticFiles || (rec.AllSynthetic() && rec.Unverified)
 	if mixed && (rec != nil || slices.Contains(present, true)) {
-		for sid, e := range ReadManifest(dir) {
+		for sid := range SyntheticInManifest(dir) {
 			i, ok := index[sid]
-			if !ok || !e.Synthetic || !present[i] {
+			if !ok || !present[i] {
 				continue
 			}
 			if realOnly {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kinflow/kinflow/internal/embedding"
 	"github.com/kinflow/kinflow/internal/provenance"
@@ -116,5 +117,39 @@ func TestRealProgramReplacesSyntheticFiles(t *testing.T) {
 	// A second run has nothing to do.
 	if out := f.run(t, items); out.Written != 0 || out.Skipped != 2 {
 		t.Fatalf("rerun: %+v", out)
+	}
+}
+
+// TestOneShotProgramIdentifiedByItsFiles: a one-shot program without a
+// fingerprint command is identified by the files its command line names; a
+// checkpoint changed by one byte is refused.
+func TestOneShotProgramIdentifiedByItsFiles(t *testing.T) {
+	f := newFixture(t, 1000)
+	ckpt := filepath.Join(t.TempDir(), "model.ckpt")
+	if err := os.WriteFile(ckpt, []byte("checkpoint"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.settings.Commands[testStep] = append(f.settings.Commands[testStep], ckpt)
+	items := f.items(t, 30, 40)
+	if out := f.run(t, items[:1]); out.Failure != nil || out.Written != 1 {
+		t.Fatalf("first run: %+v", out)
+	}
+	rec, _ := provenance.ReadRecorded(filepath.Dir(f.path("s00")))
+	if rec == nil || rec.Fingerprint.Model != "unreported" || rec.Fingerprint.Weights["model.ckpt/model.ckpt"] == "" {
+		t.Fatalf("record %+v", rec)
+	}
+	if err := os.WriteFile(ckpt, []byte("checkpoinT"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A distinct mtime whatever the file system's clock granularity (sums
+	// are remembered by path, size and mtime).
+	later := time.Now().Add(2 * time.Second)
+	if err := os.Chtimes(ckpt, later, later); err != nil {
+		t.Fatal(err)
+	}
+	out := f.run(t, items[1:])
+	var ce *ConfigError
+	if !errors.As(out.Failure, &ce) || out.Written != 0 || !strings.Contains(ce.Error(), rec.ID) {
+		t.Fatalf("changed checkpoint: %+v", out)
 	}
 }

@@ -113,38 +113,46 @@ func NewHashCache(path string) *HashCache {
 
 // Sum is the SHA-256 (hex) of the file at path.
 func (c *HashCache) Sum(path string) (string, error) {
+	s, changed, err := c.sum(path)
+	if changed {
+		c.save()
+	}
+	return s, err
+}
+
+// sum is Sum without saving; changed says a sum was computed.
+func (c *HashCache) sum(path string) (string, bool, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	st, err := os.Stat(abs)
 	if err != nil {
-		return "", fmt.Errorf("hash %s: %w", filepath.Base(path), err)
+		return "", false, fmt.Errorf("hash %s: %w", filepath.Base(path), err)
 	}
 	if !st.Mode().IsRegular() {
-		return "", fmt.Errorf("hash %s: not a regular file", filepath.Base(path))
+		return "", false, fmt.Errorf("hash %s: not a regular file", filepath.Base(path))
 	}
 	c.mu.Lock()
 	e, ok := c.m[abs]
 	c.mu.Unlock()
 	if ok && e.Size == st.Size() && e.MtimeNS == st.ModTime().UnixNano() {
-		return e.SHA256, nil
+		return e.SHA256, false, nil
 	}
 	f, err := os.Open(abs)
 	if err != nil {
-		return "", fmt.Errorf("hash %s: %w", filepath.Base(path), err)
+		return "", false, fmt.Errorf("hash %s: %w", filepath.Base(path), err)
 	}
 	defer f.Close()
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("hash %s: %w", filepath.Base(path), err)
+		return "", false, fmt.Errorf("hash %s: %w", filepath.Base(path), err)
 	}
 	sum := hex.EncodeToString(h.Sum(nil))
 	c.mu.Lock()
 	c.m[abs] = hashEntry{Size: st.Size(), MtimeNS: st.ModTime().UnixNano(), SHA256: sum}
 	c.mu.Unlock()
-	c.save()
-	return sum, nil
+	return sum, true, nil
 }
 
 // SumTree is the SHA-256 of every regular file under path (a file or a
@@ -178,8 +186,16 @@ func (c *HashCache) SumTree(path string) (map[string]string, error) {
 		return nil, fmt.Errorf("hash %s: %w", filepath.Base(path), err)
 	}
 	sort.Strings(files)
+	changed := false
+	// One save for the whole folder, not one per file.
+	defer func() {
+		if changed {
+			c.save()
+		}
+	}()
 	for _, p := range files {
-		s, err := c.Sum(p)
+		s, ch, err := c.sum(p)
+		changed = changed || ch
 		if err != nil {
 			return nil, err
 		}
