@@ -454,9 +454,13 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	for _, s := range st.Stages {
 		e := s.Embedding
-		fmt.Fprintf(stdout, "stage %d %s·%s: %s; embeddings %d/%d (cached %d, computed %d, remaining %d); predictions %d/%d\n",
+		cached := ""
+		if n := s.Prediction.PredictionsCached; n > 0 {
+			cached = fmt.Sprintf(" (%d from the prediction cache)", n)
+		}
+		fmt.Fprintf(stdout, "stage %d %s·%s: %s; embeddings %d/%d (cached %d, computed %d, remaining %d); predictions %d/%d%s\n",
 			s.Index+1, s.Target, s.MethodKey, s.Status, e.CachedAlready+e.Computed, e.Total, e.CachedAlready, e.Computed,
-			e.Remaining, s.Prediction.PredictionsMade, s.Prediction.PredictionsTotal)
+			e.Remaining, s.Prediction.PredictionsMade, s.Prediction.PredictionsTotal, cached)
 	}
 	if g := st.GPUPrecompute; g != nil && g.Reason != nil {
 		fmt.Fprintf(stdout, "GPU precompute: %s\n", *g.Reason)

@@ -482,6 +482,8 @@ type Stage struct {
 	Prediction struct {
 		PredictionsTotal int `json:"predictionsTotal"`
 		PredictionsMade  int `json:"predictionsMade"`
+		// PredictionsCached are the units served from the prediction cache.
+		PredictionsCached int `json:"predictionsCached"`
 	} `json:"prediction"`
 	Embedding Embedding `json:"embedding"`
 }
@@ -495,9 +497,10 @@ type Status struct {
 	QueuePosition  *int    `json:"queuePosition"`
 	Stages         []Stage `json:"progressStages"`
 	Progress       struct {
-		PredictionsTotal int        `json:"predictionsTotal"`
-		PredictionsMade  int        `json:"predictionsMade"`
-		Embedding        *Embedding `json:"embedding"`
+		PredictionsTotal  int        `json:"predictionsTotal"`
+		PredictionsMade   int        `json:"predictionsMade"`
+		PredictionsCached int        `json:"predictionsCached"`
+		Embedding         *Embedding `json:"embedding"`
 	} `json:"progress"`
 	ActiveStageIndex    *int `json:"activeStageIndex"`
 	CompletedStageCount int  `json:"completedStageCount"`

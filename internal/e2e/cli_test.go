@@ -216,6 +216,19 @@ func TestCLIAgainstStack(t *testing.T) {
 	k1 := s.cli(withKey, "submit", example, "--methods", "kcat=B", "--idempotency-key", "cli-run-1")
 	k1.want(t, "submit with key", 0)
 	s.cli(withKey, "submit", example, "--methods", "kcat=B", "--idempotency-key", "cli-run-1").want(t, "submit same key", 0, "out:"+strings.TrimSpace(k1.stdout))
+	// The example's kcat rows by B were predicted by job1: served from the
+	// prediction cache, and status says so; --no-prediction-cache predicts
+	// them afresh.
+	k1id := strings.TrimSpace(k1.stdout)
+	if st := s.waitDone(k1id, 60*time.Second); st.Status != "Completed" {
+		t.Fatalf("cached job %s", st.Status)
+	}
+	s.cli(withKey, "status", k1id).want(t, "status cached", 0, "out:predictions 3/3 (3 from the prediction cache)")
+	nc := s.cli(withKey, "submit", example, "--methods", "kcat=B", "--no-prediction-cache", "--wait")
+	nc.want(t, "submit --no-prediction-cache", 0)
+	if out := s.cli(withKey, "status", strings.TrimSpace(nc.stdout)); strings.Contains(out.stdout, "prediction cache") {
+		t.Fatalf("--no-prediction-cache job used the cache: %s", out.stdout)
+	}
 	s.cli(withKey, "submit", example, "--methods", "kcat=C", "--idempotency-key", "cli-run-1").want(t, "submit same key other request", 1, "err:(HTTP 422)")
 
 	// Unknown jobs and bad keys.
