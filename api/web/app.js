@@ -480,7 +480,8 @@
     setText("emb-computed", emb ? emb.computed : "–");
     setText("emb-remaining", emb ? emb.remaining : "–");
     const pr = st.progress || {};
-    setText("pred-count", (pr.predictionsMade || 0) + " / " + (pr.predictionsTotal || 0));
+    setText("pred-count", (pr.predictionsMade || 0) + " / " + (pr.predictionsTotal || 0) +
+      (pr.predictionsCached ? " (" + pr.predictionsCached + " from the prediction cache)" : ""));
     setText("job-elapsed", (st.elapsedSeconds || 0) + " s");
 
     const ol = $("job-stages");
@@ -491,7 +492,8 @@
       li.append(el("strong", s.target + " · " + s.methodName + " (" + s.methodKey + ")"), document.createTextNode(": " + s.status));
       li.append(document.createTextNode(" — embeddings " + ((e.cachedAlready || 0) + (e.computed || 0)) + "/" + (e.total || 0) +
         " (cached " + (e.cachedAlready || 0) + ", computed " + (e.computed || 0) + ", remaining " + (e.remaining || 0) + ")" +
-        ", predictions " + (pp.predictionsMade || 0) + "/" + (pp.predictionsTotal || 0) + (s.message ? ". " + s.message : "")));
+        ", predictions " + (pp.predictionsMade || 0) + "/" + (pp.predictionsTotal || 0) +
+        (pp.predictionsCached ? " (" + pp.predictionsCached + " cached)" : "") + (s.message ? ". " + s.message : "")));
       return li;
     });
     if (ol.textContent !== items.map((i) => i.textContent).join("")) ol.replaceChildren(...items);
