@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/kinflow/kinflow/internal/fsutil"
@@ -28,14 +29,24 @@ type stagePredCache struct {
 }
 
 // stageCache looks up the stage's units in the prediction cache. It returns
-// nil, and the stage predicts every unit, when the cache is off (no cache
-// wired, the job's usePredictionCache false) or cannot vouch for the
-// stage: a family of unknown origin has no fingerprint that a key could
-// name. A lookup that fails is logged and the stage predicts every unit:
-// the cache only ever saves work.
+// nil, and the stage neither reads nor writes the cache, when no cache is
+// wired or the keys could not name everything the values depend on: a
+// family of unknown origin has no fingerprint, and a real engine that read
+// synthetic files of a family recorded as real (a mixed family) made
+// numbers its family fingerprint does not describe. With the job's
+// usePredictionCache false nothing is looked up, and what the engine
+// computes is still stored. A lookup that fails is logged and the stage
+// predicts every unit: the cache only ever saves work.
 func (a *Activities) stageCache(ctx context.Context, job *store.Job, d *methods.Descriptor, sr stageRows, prov provenance.Stage, send []int, log *slog.Logger) *stagePredCache {
 	if a.PredCache == nil || len(prov.Unverified) > 0 {
 		return nil
+	}
+	if prov.SyntheticArtefacts && a.Config.PredictionEngine != "synthetic" {
+		for _, id := range prov.Families {
+			if !strings.HasPrefix(id, "synthetic-") {
+				return nil
+			}
+		}
 	}
 	keyer := predcache.NewKeyer(predcache.Stage{
 		Target: sr.Target, Method: d.Key, ModelVersion: prov.ModelVersion,

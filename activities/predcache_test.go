@@ -15,6 +15,7 @@ import (
 	"github.com/kinflow/kinflow/internal/provenance"
 	"github.com/kinflow/kinflow/internal/store"
 	"github.com/kinflow/kinflow/internal/testenv"
+	"github.com/kinflow/kinflow/internal/units"
 )
 
 // cacheJob submits csv as job id (kcat by B) with the prediction cache on
@@ -160,4 +161,31 @@ func readJSONFile(path string, v any) error {
 		return err
 	}
 	return json.Unmarshal(b, v)
+}
+
+// TestStageCacheBypass: the cache is neither read nor written when a key
+// could not name what the values depend on: a family of unknown origin, or
+// a real engine that read synthetic files of a family recorded as real.
+func TestStageCacheBypass(t *testing.T) {
+	s := testenv.OpenStore(t, store.SQLite)
+	h := newPredictHarness(t, s, nil, "")
+	h.a.PredCache = predcache.New(s)
+	d, _ := h.a.Catalogue.Get("B")
+	sr := stageRows{Target: "kcat", MethodKey: "B", Units: []units.Unit{{Seq: "MKT", Substrates: []string{"CCO"}}}}
+	job := &store.Job{UsePredictionCache: true}
+	for _, tc := range []struct {
+		name string
+		prov provenance.Stage
+		want bool
+	}{
+		{"verified", provenance.Stage{Families: map[string]string{"f": "fp-1"}}, true},
+		{"unverified", provenance.Stage{Families: map[string]string{"f": provenance.UnverifiedID}, Unverified: []string{"f"}}, false},
+		{"mixed family", provenance.Stage{Families: map[string]string{"f": "fp-1"}, SyntheticArtefacts: true}, false},
+		{"all synthetic", provenance.Stage{Families: map[string]string{"f": "synthetic-1"}, SyntheticArtefacts: true}, true},
+	} {
+		got := h.a.stageCache(context.Background(), job, d, sr, tc.prov, []int{0}, h.a.Log) != nil
+		if got != tc.want {
+			t.Errorf("%s: cache used %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }
