@@ -14,7 +14,8 @@ import (
 // 10 sequences' embeddings) twice on the full stack and reports both runs:
 // submit → Completed, the Predict activity, and the cache lookup (the
 // worker's "prediction cache" log line). KINFLOW_BENCH_ENGINE=command runs
-// a stand-in B program (it appends the rows it got to rows.log) instead of
+// a stand-in B program (it appends the rows it got to rows.log, and takes
+// KINFLOW_BENCH_MS_PER_ROW ms per row, default 0, like a model) instead of
 // the synthetic engine; KINFLOW_BENCH_DB=sqlite puts the application
 // database on SQLite instead of Postgres.
 func BenchmarkPredictionCache10k(b *testing.B) {
@@ -26,7 +27,11 @@ func BenchmarkPredictionCache10k(b *testing.B) {
 			b.Fatal(err)
 		}
 		methods := filepath.Join(dir, "methods.yaml")
-		if err := os.WriteFile(methods, []byte("methods:\n  - key: B\n    command: {python: /usr/bin/python3, script: "+script+"}\n"), 0o644); err != nil {
+		msPerRow := os.Getenv("KINFLOW_BENCH_MS_PER_ROW")
+		if msPerRow == "" {
+			msPerRow = "0"
+		}
+		if err := os.WriteFile(methods, []byte("methods:\n  - key: B\n    command: {python: /usr/bin/python3, script: "+script+", extra_env: {MS_PER_ROW: \""+msPerRow+"\"}}\n"), 0o644); err != nil {
 			b.Fatal(err)
 		}
 		env["KINFLOW_PREDICTION_ENGINE"], env["KINFLOW_METHODS_FILE"] = "command", methods

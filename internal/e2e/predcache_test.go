@@ -15,12 +15,14 @@ import (
 
 // engineBCounting stands in for method B's program and appends the number
 // of rows it was given to rows.log beside itself: the test reads how many
-// rows reached the program on each call.
-const engineBCounting = `import json, os, sys
+// rows reached the program on each call. MS_PER_ROW (default 0) makes it
+// take that long per row, like a model.
+const engineBCounting = `import json, os, sys, time
 a = sys.argv[1:]
 inp, out = a[a.index("--input") + 1], a[a.index("--output") + 1]
 job = json.load(open(inp))
 rows, preds, reasons = job["rows"], [], {}
+time.sleep(len(rows) * float(os.environ.get("MS_PER_ROW", "0")) / 1000)
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "rows.log"), "a") as f:
     f.write("%d\n" % len(rows))
 for i, row in enumerate(rows):
