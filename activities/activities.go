@@ -62,7 +62,7 @@ func (a *Activities) trackers() *progress.Registry {
 
 // New builds the activities from their dependencies.
 func New(cfg *config.Config, st *store.Store, cat *methods.Catalogue, layout *embedding.Layout, log *slog.Logger) *Activities {
-	return &Activities{Config: cfg, Store: st, Catalogue: cat, Layout: layout, Chem: input.NewChemistry(nil, log), Log: log, Health: gpuhealth.New(cfg), Trackers: progress.NewRegistry(), PredCache: predcache.New(st)}
+	return &Activities{Config: cfg, Store: st, Catalogue: cat, Layout: layout, Chem: input.NewChemistry(nil, log), Log: log, Health: gpuhealth.New(cfg), Trackers: progress.NewRegistry(), PredCache: predcache.New(st).WithMemory(0)}
 }
 
 // GPUHealth is the workflow's reading of the GPU service's health.

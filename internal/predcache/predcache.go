@@ -28,6 +28,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+	"gorm.io/gorm"
 
 	"github.com/kinflow/kinflow/internal/store"
 )
@@ -148,23 +149,26 @@ type Entry struct {
 	FirstComputed time.Time
 }
 
-// Cache is the prediction cache in the application database.
+// Cache is the prediction cache in the application database, with an
+// optional memory tier in front of it (WithMemory).
 type Cache struct {
-	st *store.Store
+	st  *store.Store
+	mem *memTier
 }
 
-// New returns the cache kept in st (migration 0004_prediction_cache).
+// New returns the cache kept in st (migration 0004_prediction_cache),
+// without a memory tier.
 func New(st *store.Store) *Cache { return &Cache{st: st} }
 
 // lookupChunk is the most keys per lookup query: one query for a
 // 10,000-unit stage, and a bounded parameter for larger ones.
 const lookupChunk = 20000
 
-// Lookup returns the cached entries of keys, by key; a missing key is
-// absent from the map. The keys travel as one parameter per chunk (a JSON
-// array of hex keys on SQLite, a bytea[] on Postgres): binding 10,000
+// lookupDB returns the database's entries of keys, by key; a missing key
+// is absent from the map. The keys travel as one parameter per chunk (a
+// JSON array of hex keys on SQLite, a bytea[] on Postgres): binding 10,000
 // separate variables cost several times more than the index probes.
-func (c *Cache) Lookup(ctx context.Context, keys []Key) (map[Key]Entry, error) {
+func (c *Cache) lookupDB(ctx context.Context, keys []Key) (map[Key]Entry, error) {
 	out := make(map[Key]Entry, len(keys))
 	sqlDB, err := c.st.DB.DB()
 	if err != nil {
@@ -305,12 +309,12 @@ type Put struct {
 	Error string
 }
 
-// Store writes entries for method at modelVersion, stamped now. An entry
+// storeDB writes entries for method at modelVersion, stamped now. An entry
 // already present is kept (its first-computed time stands): two jobs that
 // computed one unit at once store it once. An entry with neither a value
-// nor an error is refused. Like Lookup, the entries travel as a few array
+// nor an error is refused. Like lookupDB, the entries travel as a few array
 // parameters, not one variable per field.
-func (c *Cache) Store(ctx context.Context, method, modelVersion string, puts []Put, now time.Time) error {
+func (c *Cache) storeDB(ctx context.Context, method, modelVersion string, puts []Put, now time.Time) error {
 	if len(puts) == 0 {
 		return nil
 	}
@@ -375,15 +379,27 @@ func (c *Cache) Purge(ctx context.Context, method, version string) (int64, error
 	if method == "" {
 		return 0, ErrNoMethod
 	}
-	q := c.st.DB.WithContext(ctx).Where("method = ?", method)
-	if version != "" {
-		q = q.Where("model_version = ?", version)
+	var n int64
+	err := c.st.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		q := tx.Where("method = ?", method)
+		if version != "" {
+			q = q.Where("model_version = ?", version)
+		}
+		res := q.Delete(&row{})
+		if res.Error != nil {
+			return res.Error
+		}
+		n = res.RowsAffected
+		// Every process's memory tier drops its entries at its next lookup.
+		return tx.Exec("UPDATE prediction_cache_epoch SET epoch = epoch + 1 WHERE id = 1").Error
+	})
+	if err != nil {
+		return 0, fmt.Errorf("purge cached predictions of %s: %w", method, err)
 	}
-	res := q.Delete(&row{})
-	if res.Error != nil {
-		return 0, fmt.Errorf("purge cached predictions of %s: %w", method, res.Error)
+	if c.mem != nil {
+		c.mem.clear()
 	}
-	return res.RowsAffected, nil
+	return n, nil
 }
 
 // Count is the number of entries, for method when not empty.

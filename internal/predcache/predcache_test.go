@@ -255,3 +255,58 @@ func tableBytes(tb testing.TB, s *store.Store) int64 {
 	}
 	return fi.Size()
 }
+
+// TestMemoryTier: a cache with a memory tier answers what it stored or
+// looked up without the database; a purge by another process (another
+// Cache on the same database) reaches it through the epoch; it stays
+// within its bound.
+func TestMemoryTier(t *testing.T) {
+	testenv.EachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		worker := New(s).WithMemory(0)
+		operator := New(s)
+		ks := keys(4, 3)
+		v := 2.5
+		if err := worker.Store(ctx, "B", "1", []Put{{Key: ks[0], Value: &v}, {Key: ks[1], Error: "no"}}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if err := operator.Store(ctx, "B", "1", []Put{{Key: ks[2], Value: &v}}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		got, err := worker.Lookup(ctx, ks)
+		if err != nil || len(got) != 3 || got[ks[1]].Error != "no" {
+			t.Fatalf("lookup %+v %v", got, err)
+		}
+		// Served from memory: gone from the table, still answered.
+		s.DB.Exec("DELETE FROM prediction_cache")
+		if got, _ := worker.Lookup(ctx, ks); len(got) != 3 {
+			t.Fatalf("memory tier answered %d of 3", len(got))
+		}
+		if got, _ := operator.Lookup(ctx, ks); len(got) != 0 {
+			t.Fatalf("a cache without memory found %d deleted rows", len(got))
+		}
+		// A purge elsewhere empties the tier at the next lookup.
+		if _, err := operator.Purge(ctx, "B", ""); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := worker.Lookup(ctx, ks); len(got) != 0 {
+			t.Fatalf("after a purge elsewhere the tier still answered %d", len(got))
+		}
+		// The bound.
+		small := New(s).WithMemory(3)
+		many := keys(10, 4)
+		puts := make([]Put, len(many))
+		for i := range many {
+			puts[i] = Put{Key: many[i], Value: &v}
+		}
+		if err := small.Store(ctx, "B", "1", puts, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(small.mem.entries); n > 3 {
+			t.Fatalf("tier holds %d entries, bound 3", n)
+		}
+		if got, _ := small.Lookup(ctx, many); len(got) != 10 {
+			t.Fatalf("lookup through a small tier found %d of 10", len(got))
+		}
+	})
+}

@@ -19,3 +19,10 @@ CREATE INDEX idx_prediction_cache_method ON prediction_cache (method, model_vers
 ALTER TABLE jobs ADD COLUMN use_prediction_cache BOOLEAN NOT NULL DEFAULT TRUE;
 ALTER TABLE jobs ADD COLUMN predictions_cached INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE job_stages ADD COLUMN predictions_cached INTEGER NOT NULL DEFAULT 0;
+-- Bumped by every purge of the prediction cache: a worker's memory tier in
+-- front of the table drops its entries when it sees another value.
+CREATE TABLE prediction_cache_epoch (
+    id    INTEGER PRIMARY KEY,
+    epoch BIGINT NOT NULL
+);
+INSERT INTO prediction_cache_epoch (id, epoch) VALUES (1, 0);
