@@ -42,6 +42,9 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeRe
 			predicted = out.fullyPredicted
 		}
 		refund := max(0, job.RequestedRows-predicted)
+		if _, err := a.writeJobProvenance(job); err != nil {
+			a.Log.Warn("job provenance", "job_id", job.ID, "error", err)
+		}
 		msg := in.Message
 		if strings.TrimSpace(msg) == "" {
 			msg = "The prediction failed with an unknown error."
@@ -65,6 +68,9 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeRe
 		return FinalizeResult{}, err
 	}
 	if err := a.noteUnappliedAnnotations(ctx, job, out.annotations); err != nil {
+		return FinalizeResult{}, err
+	}
+	if _, err := a.writeJobProvenance(job); err != nil {
 		return FinalizeResult{}, err
 	}
 	refund := max(0, job.RequestedRows-out.fullyPredicted)

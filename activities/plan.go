@@ -39,11 +39,12 @@ func (a *Activities) BuildPlan(ctx context.Context, in PlanInput) (PlanSummary, 
 
 	var plan *embedding.Plan
 	var first embedding.Plan
+	realOnly := a.planRealOnly(ctx, in.PostCheck)
 	havePrev := fsutil.ReadJSON(planFile, &first) == nil
 	if in.PostCheck && havePrev {
 		plan, err = a.Layout.BuildPlan(ctx, embedding.PlanRequest{
 			MethodKey: first.MethodKey, Target: methods.Target(first.Target), Profile: first.Profile,
-			SeqIDs: first.SeqIDs, SeqIDToSeq: first.SeqIDToSeq,
+			SeqIDs: first.SeqIDs, SeqIDToSeq: first.SeqIDToSeq, RealOnly: realOnly,
 		})
 	} else {
 		// One entry per distinct sequence sent: a sequence shared by many
@@ -60,7 +61,7 @@ func (a *Activities) BuildPlan(ctx context.Context, in PlanInput) (PlanSummary, 
 		if len(seqs) == 0 {
 			return PlanSummary{NoSequences: true, Profile: d.Profile}, nil
 		}
-		plan, err = embedding.PlanSequences(ctx, a.Layout, a.Store, d, methods.Target(sr.Target), seqs)
+		plan, err = embedding.PlanSequencesWith(ctx, a.Layout, a.Store, d, methods.Target(sr.Target), seqs, embedding.PlanOptions{RealOnly: realOnly})
 	}
 	if errors.Is(err, embedding.ErrNoCacheProfile) {
 		return PlanSummary{NoPlan: true}, nil

@@ -15,6 +15,7 @@ import (
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
+	"gorm.io/gorm"
 
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/fsutil"
@@ -79,22 +80,56 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 	}
 	log := a.Log.With("job_id", ref.JobID, "stage", ref.StageIndex, "method", d.Key, "target", sr.Target, "step", "predict")
 	log.Info("prediction started", "rows", len(sr.Shapes), "units", len(sr.Units), "sent", len(send), "engine", a.Config.PredictionEngine)
+	prov, err := a.stageProvenance(ref, d)
+	if err != nil {
+		return PredictResult{}, err
+	}
+	cached := 0
 	if len(send) > 0 {
-		var vals []*float64
-		var reasons map[int]string
 		if a.Config.PredictionEngine == "synthetic" {
 			out.Synthetic = true
 			out.Source = "Synthetic placeholder from " + d.DisplayName + " (not a prediction)"
-			vals, err = a.predictSynthetic(ctx, ref, d, sr, send)
 		} else {
 			out.Source = "Prediction from " + d.DisplayName
-			vals, reasons, err = a.predictCommand(ctx, ref, job.CanonicalizeSubstrates, d, sr, send, dir)
+		}
+		applyProvenance(&out, prov, d)
+		// The units the cache has are served from it; only the rest go to
+		// the engine.
+		pc := a.stageCache(ctx, job, d, sr, prov, send, log)
+		toSend := send
+		if pc != nil {
+			toSend = toSend[:0:0]
+			for k, i := range send {
+				e, ok := pc.hits[pc.keys[k]]
+				if !ok {
+					toSend = append(toSend, i)
+					continue
+				}
+				r := &out.Results[i]
+				at := e.FirstComputed
+				r.Cached = &at
+				if e.Value != nil {
+					r.Value, r.Source = e.Value, out.Source
+				} else {
+					r.Error = e.Error
+				}
+			}
+		}
+		var vals []*float64
+		var reasons map[int]string
+		switch {
+		case len(toSend) == 0:
+			// Every unit came from the cache: the engine is not called.
+		case a.Config.PredictionEngine == "synthetic":
+			vals, err = a.predictSynthetic(ctx, ref, d, sr, toSend)
+		default:
+			vals, reasons, err = a.predictCommand(ctx, ref, job.CanonicalizeSubstrates, d, sr, toSend, dir)
 		}
 		if err != nil {
 			log.Warn("prediction failed", "error", err)
 			return PredictResult{}, err
 		}
-		for k, i := range send {
+		for k, i := range toSend {
 			r := &out.Results[i]
 			switch reason, ok := reasons[k]; {
 			case ok:
@@ -105,17 +140,25 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 				r.Value, r.Source = vals[k], out.Source
 			}
 		}
+		if pc != nil {
+			a.storeComputed(ctx, pc, d, out.Results, toSend, log)
+		}
+		cached = len(send) - len(toSend)
+		if err := a.recordCacheUse(ref, prov, sr, out.Results); err != nil {
+			return PredictResult{}, err
+		}
 	}
 	if err := fsutil.WriteJSONAtomic(predFile, out); err != nil {
 		return PredictResult{}, err
 	}
 	res := countPredictions(out)
-	log.Info("prediction done", "predicted", res.Predicted, "skipped", res.Skipped, "synthetic", res.Synthetic)
-	if err := a.Store.UpdateStage(ctx, ref.JobID, ref.StageIndex, map[string]any{"predictions_made": res.Predicted}); err != nil {
+	log.Info("prediction done", "predicted", res.Predicted, "skipped", res.Skipped, "cached", cached, "synthetic", res.Synthetic)
+	if err := a.Store.UpdateStage(ctx, ref.JobID, ref.StageIndex, map[string]any{"predictions_made": res.Predicted, "predictions_cached": cached}); err != nil {
 		return res, err
 	}
 	err = a.Store.UpdateJob(ctx, ref.JobID, map[string]any{
 		"total_predictions": len(send), "predictions_made": res.Predicted, "invalid_rows": invalidRows,
+		"predictions_cached": gorm.Expr("(SELECT COALESCE(SUM(predictions_cached), 0) FROM job_stages WHERE job_id = ?)", ref.JobID),
 	})
 	return res, err
 }

@@ -30,6 +30,9 @@ type methodObject struct {
 	MaxSeqLen                *int         `json:"maxSeqLen"`
 	RequiredColumns          []string     `json:"requiredColumns"`
 	SubstrateFormat          string       `json:"substrateFormat"`
+	// ModelVersion is kinflow's addition: the method's model_version,
+	// bumped whenever a change would alter its predicted values.
+	ModelVersion string `json:"modelVersion"`
 }
 
 type methodGroups struct {
@@ -112,7 +115,8 @@ const (
 func toMethodObject(d *methods.Descriptor) methodObject {
 	o := methodObject{ID: d.Key, DisplayName: d.DisplayName, Authors: d.Authors, PublicationTitle: d.PublicationTitle,
 		CitationURL: d.CitationURL, RepoURL: d.RepoURL, MoreInfo: d.MoreInfo, Supports: make([]string, 0, len(d.Supports)),
-		InputFormat: d.InputFormat, RequiredColumns: d.RequiredColumns(), SubstrateFormat: substrateFormatSingle}
+		InputFormat: d.InputFormat, RequiredColumns: d.RequiredColumns(), SubstrateFormat: substrateFormatSingle,
+		ModelVersion: d.ModelVersion}
 	union := map[string]bool{}
 	for _, t := range d.Supports {
 		o.Supports = append(o.Supports, string(t))

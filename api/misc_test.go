@@ -28,6 +28,7 @@ func TestMethods(t *testing.T) {
 				MaxSeqLen       *int     `json:"maxSeqLen"`
 				RequiredColumns []string `json:"requiredColumns"`
 				SubstrateFormat string   `json:"substrateFormat"`
+				ModelVersion    string   `json:"modelVersion"`
 			} `json:"methods"`
 			PredictionTypes     []string          `json:"predictionTypes"`
 			LongSequenceOptions map[string]string `json:"longSequenceOptions"`
@@ -50,6 +51,13 @@ func TestMethods(t *testing.T) {
 		if d.ID != "D" || d.InputFormat != "multi" || *d.MaxSeqLen != 1024 || strings.Join(d.RequiredColumns, ",") != "Protein Sequence,Substrates,Products" ||
 			!strings.Contains(d.SubstrateFormat, "Products") {
 			t.Fatalf("D %+v", d)
+		}
+		for tg, ms := range b.Methods {
+			for _, m := range ms {
+				if m.ModelVersion != "1" {
+					t.Errorf("%s %s: modelVersion %q", tg, m.ID, m.ModelVersion)
+				}
+			}
 		}
 		if strings.Join(b.PredictionTypes, ",") != "kcat,Km,kcat/Km" || b.LongSequenceOptions["skip"] == "" ||
 			b.Notes["targets"] == "" || b.Notes["quota"] == "" || b.Notes["experimental"] != "" {

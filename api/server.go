@@ -4,10 +4,12 @@ package api
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -68,6 +70,12 @@ type Server struct {
 	methodsBody methodsBody
 	chem        *input.Chemistry
 	openapi     []byte
+	// idemLocks serialise, within this process, the submits that carry the
+	// same Idempotency-Key (striped by its hash): the database's primary
+	// key decides which one creates the job, but a crowd of transactions
+	// waiting on one row lock would hold every pooled connection while
+	// the winner waits for one (GORM prepares statements on the pool).
+	idemLocks [64]sync.Mutex
 }
 
 // New builds the router with every route and middleware.
@@ -114,6 +122,7 @@ func New(d Deps) *Server {
 	anyMethod(authed, "/submit", s.postOnly(s.submit))
 	anyMethod(authed, "/status/:id", s.status)
 	anyMethod(authed, "/result/:id", s.result)
+	handle(authed, http.MethodGet, "/jobs", s.jobsList)
 
 	keys := e.Group("/api/api-key")
 	keys.GET("", s.keyStatus)
@@ -179,6 +188,10 @@ func abortError(c *gin.Context, status int, msg string) {
 
 const requestIDKey = "request_id"
 
+// statusClientClosed is the status recorded for a request whose client
+// disconnected before the answer (nginx's 499); nobody reads the answer.
+const statusClientClosed = 499
+
 func (s *Server) requestID(c *gin.Context) {
 	id := strings.TrimSpace(c.GetHeader("X-Request-ID"))
 	if id == "" || len(id) > 200 {
@@ -211,6 +224,13 @@ func (s *Server) accessLog(c *gin.Context) {
 // internalError logs err with the request id and answers a generic 500.
 func (s *Server) internalError(c *gin.Context, what string, err error) {
 	rid := c.GetString(requestIDKey)
+	if c.Request.Context().Err() != nil && errors.Is(err, context.Canceled) {
+		// The client went away mid-request: not an error of the service.
+		// 499 is the access logs' usual "client closed request".
+		s.log.Debug(what, "request_id", rid, "error", err, "client_gone", true)
+		c.AbortWithStatus(statusClientClosed)
+		return
+	}
 	s.log.Error(what, "request_id", rid, "error", err)
 	abortError(c, http.StatusInternalServerError, "Internal server error (request id "+rid+").")
 }

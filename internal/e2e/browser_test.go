@@ -317,6 +317,13 @@ func TestBrowserKeySubmitProgressResult(t *testing.T) {
 		waitJS(`location.hash.startsWith("#job=")`),
 	)
 	jobID := strings.TrimPrefix(eval[string](t, b, `location.hash`), "#job=")
+	// The page sent an Idempotency-Key with the submit (issue 21).
+	st, _ := s.openStoreAndKey(t)
+	var claims int64
+	st.DB.Raw("SELECT COUNT(*) FROM idempotency_keys WHERE job_id = ?", jobID).Scan(&claims)
+	if claims != 1 {
+		t.Errorf("the page's submit carried no Idempotency-Key (%d claims for job %s)", claims, jobID)
+	}
 	if validated := eval[string](t, b, `document.getElementById("validate-summary").textContent`); validated != "3 row(s) read. No row problems." {
 		t.Errorf("validation before submit: %q", validated)
 	}

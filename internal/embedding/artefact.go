@@ -107,6 +107,31 @@ func ReadManifest(dir string) map[string]ManifestEntry {
 	return m.Entries
 }
 
+// SyntheticInManifest returns the seq ids that dir/manifest.json flags
+// `"synthetic": true`. It decodes only that flag, and nothing at all when
+// the file does not mention it: planners call it on large folders.
+func SyntheticInManifest(dir string) map[string]bool {
+	out := map[string]bool{}
+	b, err := os.ReadFile(filepath.Join(dir, ManifestName))
+	if err != nil || !bytes.Contains(b, []byte(`"synthetic"`)) {
+		return out
+	}
+	var m struct {
+		Entries map[string]struct {
+			Synthetic bool `json:"synthetic"`
+		} `json:"entries"`
+	}
+	if json.Unmarshal(b, &m) != nil {
+		return out
+	}
+	for sid, e := range m.Entries {
+		if e.Synthetic {
+			out[sid] = true
+		}
+	}
+	return out
+}
+
 // MergeManifest adds commits to dir/manifest.json and removes the entries of
 // the ids in remove, then atomically replaces it: `{"count": N, "entries":
 // {sid: {"bytes", "filename", "ready": true, "updated_at"}}, "updated_at",

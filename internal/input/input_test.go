@@ -195,9 +195,24 @@ func TestValidateOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Options{Targets: []string{"kcat", "Km"}, Methods: map[string]string{"kcat": "D", "Km": "C", "kcat/Km": "7"},
-		HandleLongSequences: "skip", UseExperimental: true, IncludeSimilarityColumns: false, CanonicalizeSubstrates: true, DisableGPUPrecompute: true}
+		HandleLongSequences: "skip", UseExperimental: true, IncludeSimilarityColumns: false, CanonicalizeSubstrates: true, DisableGPUPrecompute: true,
+		UsePredictionCache: true}
 	if !reflect.DeepEqual(o, want) {
 		t.Fatalf("got %+v\nwant %+v", o, want)
+	}
+	// usePredictionCache: default true, any false spelling turns it off.
+	for _, tc := range []struct {
+		raw  RawOptions
+		want bool
+	}{
+		{formOpts(t, "targets", `["kcat"]`, "methods", `{"kcat":"B"}`, "usePredictionCache", "false"), false},
+		{jsonOpts(t, `{"targets":["kcat"],"methods":{"kcat":"B"},"usePredictionCache":false}`), false},
+		{jsonOpts(t, `{"targets":["kcat"],"methods":{"kcat":"B"},"usePredictionCache":true}`), true},
+	} {
+		o, err := ValidateOptions(cat, tc.raw)
+		if err != nil || o.UsePredictionCache != tc.want {
+			t.Fatalf("usePredictionCache: %+v %v, want %v", o, err, tc.want)
+		}
 	}
 	// Legacy fields (difference 14).
 	o, err = ValidateOptions(cat, jsonOpts(t, `{"predictionType": "both", "kcatMethod": "B", "kmMethod": "J"}`))

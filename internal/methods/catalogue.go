@@ -36,6 +36,9 @@ func New(descs []*Descriptor) (*Catalogue, error) {
 		if err := d.Validate(); err != nil {
 			return nil, fmt.Errorf("method catalogue: %w", err)
 		}
+		if d.ModelVersion == "" {
+			d.ModelVersion = DefaultModelVersion
+		}
 		if _, dup := c.byKey[d.Key]; dup {
 			return nil, fmt.Errorf("method catalogue: duplicate method key %q", d.Key)
 		}

@@ -305,7 +305,14 @@ type Descriptor struct {
 	Command *Command `json:"command,omitempty" yaml:"command,omitempty"`
 	// FileContract is the files the command reads and writes; empty: json.
 	FileContract FileContract `json:"file_contract,omitempty" yaml:"file_contract,omitempty"`
+	// ModelVersion is the method's model version (the reference's 2026
+	// rule): bump it whenever a change would alter predicted values. Empty
+	// in a descriptor is DefaultModelVersion (set by New).
+	ModelVersion string `json:"model_version,omitempty" yaml:"model_version,omitempty"`
 }
+
+// DefaultModelVersion is the model version of every method that names none.
+const DefaultModelVersion = "1"
 
 // Input behaviours of a method per target (WIRE §13.1, §13.4); the same
 // words as internal/units.

@@ -17,6 +17,7 @@ package units
 
 import (
 	"strings"
+	"time"
 )
 
 // Input behaviours of a method for one target (WIRE §13.1, §13.4).
@@ -114,6 +115,9 @@ type Result struct {
 	Error string `json:"error,omitempty"`
 	// Details is an experimental sentence for this unit, when one applies.
 	Details string `json:"details,omitempty"`
+	// Cached, when set, is when this unit's value (or error) was first
+	// computed: it was served from the prediction cache (internal/predcache).
+	Cached *time.Time `json:"cached,omitempty"`
 }
 
 // Row is how one input row of a stage was expanded: what Reduce needs
