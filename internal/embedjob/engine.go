@@ -135,7 +135,8 @@ func (e *Engine) RunStep(ctx context.Context, req StepRequest) (StepOutcome, err
 	}
 	// The check before every write: a family made by another model is
 	// refused (one line naming it, both fingerprints and the fix).
-	if err := e.admit(ctx, req, todo, synth); err != nil {
+	admitted, err := e.admit(ctx, req, todo, synth)
+	if err != nil {
 		if ctx.Err() != nil {
 			return out, ctx.Err()
 		}
@@ -171,6 +172,20 @@ func (e *Engine) RunStep(ctx context.Context, req StepRequest) (StepOutcome, err
 		out.Batches++
 		job := BatchJob{JobID: req.JobID, StepKey: req.StepKey, Index: out.Batches, Items: items, Log: req.Log}
 		req.Log.Printf("BATCH_START job_id=%s step=%s batch=%d seq_count=%d tokens=%d", req.JobID, req.StepKey, job.Index, len(items), BatchCost(items))
+		if err := e.recheck(ctx, req, admitted, items); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			for _, it := range items {
+				for _, p := range it.MissingOutputs {
+					missing[p] = MissingFile{SeqID: it.SeqID, Path: p, Reason: "not written: " + err.Error()}
+				}
+			}
+			if out.Failure == nil {
+				out.Failure = err
+			}
+			return nil
+		}
 		err := e.Runner.RunBatch(ctx, job)
 		// Count what the batch wrote whatever its exit: a program that
 		// crashes half-way keeps the files it committed.

@@ -94,6 +94,7 @@ func fakeStepServer(opts []string) int {
 //	record=FILE     append "id:len,id:len…" per batch to FILE
 //	cuda-oom-above=N  PyTorch's "CUDA out of memory" message, exit 1
 //	sleep=DURATION  sleep first
+//	mutate=FILE     with crash: flip FILE's first byte before crashing
 //	weights=FILE    report a fingerprint with FILE's SHA-256 (ready line,
 //	                or the KINFLOW_FINGERPRINT_ONLY answer)
 func fakeStepProgram(args []string) int {
@@ -180,6 +181,14 @@ func fakeStepProgram(args []string) int {
 			}
 		}
 		if _, ok := opts["crash"]; ok && i == 0 {
+			if f := opts["mutate"]; f != "" {
+				// The weights change while the server is down.
+				b, _ := os.ReadFile(f)
+				if len(b) > 0 {
+					b[0] ^= 1
+					_ = os.WriteFile(f, b, 0o644)
+				}
+			}
 			fmt.Fprintln(os.Stderr, "Traceback (most recent call last): segfault")
 			return 3
 		}

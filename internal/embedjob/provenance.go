@@ -164,15 +164,49 @@ func syntheticOutputs(seqs []SeqItem) (map[string]bool, error) {
 // the synthetic files a real program is about to replace (with their
 // manifest entries), since step programs skip files that exist. A family
 // made by another model is a *ConfigError carrying the one-line message.
-func (e *Engine) admit(ctx context.Context, req StepRequest, todo []SeqItem, synth map[string]bool) error {
+// It returns the fingerprint admitted (zero when the runner reports none).
+func (e *Engine) admit(ctx context.Context, req StepRequest, todo []SeqItem, synth map[string]bool) (provenance.Fingerprint, error) {
 	f, ok := e.Runner.(fingerprinter)
 	if !ok || len(todo) == 0 {
-		return nil
+		return provenance.Fingerprint{}, nil
 	}
 	fp, err := f.Fingerprint(ctx, req.StepKey, req.Log)
 	if err != nil {
-		return err
+		return fp, err
 	}
+	return fp, e.admitFamilies(req, fp, todo, synth)
+}
+
+// recheck is the check before each batch of a resident server: a server
+// restarted since the step was admitted (it crashed, or was stopped when
+// idle) may have loaded other weights. Its ready line's fingerprint is
+// compared with the admitted one (no process is started: Pool.Ready finds
+// the running server, or starts the one the batch would start anyway), and
+// a different one is admitted afresh, so it is refused like any other.
+func (e *Engine) recheck(ctx context.Context, req StepRequest, admitted provenance.Fingerprint, items []SeqItem) error {
+	r, ok := e.Runner.(*CommandRunner)
+	if !ok || admitted.IsZero() || r.Pool == nil {
+		return nil
+	}
+	tmpl, ok := r.Settings.Servers[req.StepKey]
+	if !ok {
+		return nil
+	}
+	info, err := r.Pool.Ready(ctx, r.serverSpec(req.StepKey, tmpl), func(l string) { req.Log.Printf("%s", l) })
+	if err != nil {
+		return r.serverErr(ctx, req.StepKey, err)
+	}
+	fp, ok := provenance.Parse(info["fingerprint"])
+	if !ok || fp.ID() == admitted.ID() {
+		return nil
+	}
+	req.Log.Printf("FINGERPRINT_CHANGED job_id=%s step=%s from=%s to=%s (the step server restarted)", req.JobID, req.StepKey, admitted.ID(), fp.ID())
+	return e.admitFamilies(req, fp, items, nil)
+}
+
+// admitFamilies admits fp for the families of items' missing outputs and
+// replaces the synthetic ones (synth).
+func (e *Engine) admitFamilies(req StepRequest, fp provenance.Fingerprint, todo []SeqItem, synth map[string]bool) error {
 	dirs := map[string]map[string]string{} // dir → path → seq id
 	for _, it := range todo {
 		for _, p := range it.MissingOutputs {

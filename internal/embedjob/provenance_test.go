@@ -153,3 +153,30 @@ func TestOneShotProgramIdentifiedByItsFiles(t *testing.T) {
 		t.Fatalf("changed checkpoint: %+v", out)
 	}
 }
+
+// TestRestartedServerIsCheckedAgain: a resident server that restarts in the
+// middle of a step with other weights is refused before its next batch.
+func TestRestartedServerIsCheckedAgain(t *testing.T) {
+	f := newFixture(t, 1000)
+	weights := filepath.Join(t.TempDir(), "esm1b.pt")
+	if err := os.WriteFile(weights, []byte("weights"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.settings.Servers = map[string][]string{testStep: {os.Args[0], "--serve", "weights=" + weights, "crash", "mutate=" + weights}}
+	f.settings.MaxBatchSeqs = 1
+	pool := stepserver.NewPool(stepserver.Options{Max: 1})
+	t.Cleanup(pool.Close)
+	e := f.engine()
+	e.Runner = &CommandRunner{Settings: f.settings, MediaRoot: f.media, Pool: pool}
+	out, err := e.RunStep(context.Background(), StepRequest{JobID: jobA, StepKey: testStep, Seqs: f.items(t, 40, 30)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ce *ConfigError
+	if !errors.As(out.Failure, &ce) || !strings.Contains(ce.Error(), "refusing to mix") || out.Written != 1 {
+		t.Fatalf("want the first batch written and the second refused: %+v", out)
+	}
+	if _, err := os.Stat(f.path("s01")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("the restarted server wrote with other weights")
+	}
+}

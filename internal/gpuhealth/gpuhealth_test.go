@@ -41,6 +41,7 @@ func TestCheck(t *testing.T) {
 	}{
 		{200, `{"online": true}`, Health{Configured: true, Online: true}},
 		{200, `{}`, Health{Configured: true, Online: true}},
+		{200, `{"online": true, "executor": "command"}`, Health{Configured: true, Online: true, Executor: "command"}},
 		{200, `{"online": false}`, Health{Configured: true, Reason: "remote_offline"}},
 		{503, `{}`, Health{Configured: true, Reason: "unreachable: HTTP 503"}},
 		{200, `not json`, Health{Configured: true, Reason: "unreachable: invalid JSON from /health"}},
