@@ -40,12 +40,19 @@ def progress_view(st: JobStatus) -> tuple[str, int, int | None, str, str]:
     return desc, done, (total or None), "rows", ", ".join(post)
 
 
+# No rate and no ETA: the count jumps between stages and between files and
+# rows, so a rate computed by tqdm would be meaningless.
+BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} {unit} [{elapsed}{postfix}]"
+
+
 class ProgressBar:
     """A tqdm bar fed by job statuses."""
 
     def __init__(self, job_id: str, file: IO[str] | None = None) -> None:
         kw: dict[str, Any] = {"file": file} if file is not None else {}
-        self._bar = tqdm(total=None, desc=f"job {job_id}", unit="rows", leave=True, dynamic_ncols=True, **kw)
+        self._bar = tqdm(
+            total=None, desc=f"job {job_id}", unit="rows", leave=True, dynamic_ncols=True, bar_format=BAR_FORMAT, **kw
+        )
 
     def update(self, st: JobStatus) -> None:
         desc, done, total, unit, post = progress_view(st)
