@@ -142,6 +142,9 @@ def test_typed_errors(stack: Stack, client: Client) -> None:
     assert bad.value.status == 400 and "Invalid method 'NOPE'" in bad.value.message
     with pytest.raises(ValueError):
         client.job("../etc")
+    with pytest.raises(Conflict) as dup:  # the stack already generated this address's key
+        Client(stack.url, "").generate_key()
+    assert dup.value.status == 409
 
 
 def test_result_before_completion_is_conflict(client: Client) -> None:

@@ -123,6 +123,17 @@ class Client:
         """Today's quota of the key."""
         return Quota.from_json(self._t.get("/api/v1/quota/").json())
 
+    def generate_key(self) -> str:
+        """Generate the API key of this machine's address (POST /api/api-key/generate/).
+
+        The key is shown only once: keep it (e.g. in ``KINFLOW_API_KEY``). This
+        client uses it from now on. An address with an active key gets Conflict (409).
+        """
+        resp = self._t.post_unauthenticated("/api/api-key/generate/")
+        key = str(resp.json()["key"])
+        self._t.api_key = key
+        return key
+
     # -- jobs -----------------------------------------------------------------
 
     def validate(self, data: InputData, *, run_similarity: bool = False) -> ValidationReport:

@@ -291,6 +291,15 @@ class Transport:
             raise
         return self._check(resp, ())
 
+    def post_unauthenticated(self, path: str) -> httpx.Response:
+        """A POST without the key (the key routes), retried only when it was never sent."""
+        resp = self._run(
+            lambda: self.http.post(path),
+            retry_exc=lambda e: isinstance(e, _NOT_SENT),
+            retry_status=lambda s: False,
+        )
+        return self._check(resp, ())
+
     def supports_idempotency(self) -> bool:
         """Whether the server documents the Idempotency-Key header on submit (its OpenAPI).
 
