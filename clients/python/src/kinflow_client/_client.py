@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import string
 import tempfile
 import time
 import uuid
@@ -26,12 +27,16 @@ from ._version import __version__
 Target = Literal["kcat", "Km", "kcat/Km"]
 
 
+# The API's job-id slug (WIRE §1.0): anything else never names a job.
+_JOB_ID_CHARS = frozenset(string.ascii_letters + string.digits + "-_")
+
+
 def _flag(v: bool) -> str:
     return "true" if v else "false"
 
 
 def _job_path(kind: str, job_id: str) -> str:
-    if not job_id or any(not (ch.isalnum() or ch in "-_") for ch in job_id):
+    if not job_id or any(ch not in _JOB_ID_CHARS for ch in job_id):
         raise ValueError(f"invalid job id {job_id!r}: job ids are letters, digits, '-' and '_'")
     return f"/api/v1/{kind}/{job_id}/"
 
