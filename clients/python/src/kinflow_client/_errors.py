@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -97,7 +97,9 @@ class QuotaExceeded(APIError):
         self.resets_in_seconds = resets_in_seconds
         self.reset_at: datetime | None = None
         if resets_in_seconds is not None:
-            self.reset_at = datetime.now(timezone.utc) + timedelta(seconds=resets_in_seconds)
+            from ._models import reset_time
+
+            self.reset_at = reset_time(resets_in_seconds)
 
     def __str__(self) -> str:
         s = super().__str__()

@@ -33,6 +33,18 @@ def _str(d: Mapping[str, Any], *keys: str) -> str:
     return ""
 
 
+def reset_time(seconds: float) -> datetime:
+    """When a quota resets, from the API's seconds-until-reset.
+
+    The API truncates to whole seconds, so now + seconds falls up to a second
+    short of the real time (23:59:59.6 for a reset at 00:00): a result within
+    a second of a whole minute is that minute.
+    """
+    t = datetime.now(timezone.utc) + timedelta(seconds=seconds)
+    nearest = (t + timedelta(seconds=30)).replace(second=0, microsecond=0)
+    return nearest if abs(nearest - t) <= timedelta(seconds=1) else t
+
+
 def _dict(v: Any) -> dict[str, Any]:
     return v if isinstance(v, dict) else {}
 
@@ -56,7 +68,7 @@ class Quota:
             used=_int(d, "used"),
             remaining=_int(d, "remaining"),
             resets_in_seconds=secs,
-            reset_at=datetime.now(timezone.utc) + timedelta(seconds=secs),
+            reset_at=reset_time(secs),
             raw=dict(d),
         )
 
