@@ -318,17 +318,19 @@ class Transport:
 
 
 def _documents_idempotency(doc: Any) -> bool:
-    """Whether an OpenAPI document lists an Idempotency-Key header on POST /api/v1/submit/."""
+    """Whether an OpenAPI document says POST /api/v1/submit/ honours Idempotency-Key.
+
+    A header parameter of that name (inline or by $ref) counts, and so does the
+    name in the operation's own text (a server that describes it there).
+    """
     if not isinstance(doc, dict):
         return False
     paths = doc.get("paths")
-    op: Any = None
     item: Any = None
     if isinstance(paths, dict):
         item = paths.get("/api/v1/submit/") or paths.get("/api/v1/submit")
-        if isinstance(item, dict):
-            op = item.get("post")
-    if not isinstance(op, dict) or not isinstance(item, dict):
+    op: Any = item.get("post") if isinstance(item, dict) else None
+    if not isinstance(op, dict):
         return False
     params = list(op.get("parameters") or []) + list(item.get("parameters") or [])
     for p in params:
@@ -336,7 +338,7 @@ def _documents_idempotency(doc: Any) -> bool:
             p = _resolve(doc, p["$ref"])
         if isinstance(p, dict) and p.get("in") == "header" and str(p.get("name", "")).lower() == "idempotency-key":
             return True
-    return False
+    return "idempotency-key" in json.dumps(op).lower()
 
 
 def _resolve(doc: dict[str, Any], ref: Any) -> Any:
