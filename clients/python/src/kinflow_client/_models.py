@@ -127,6 +127,8 @@ class StageStatus:
     predictions_total: int
     predictions_made: int
     embedding: EmbeddingProgress
+    #: Predictions served from kinflow's prediction cache (0 where the server has none).
+    predictions_cached: int = 0
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> StageStatus:
@@ -141,6 +143,7 @@ class StageStatus:
             predictions_total=_int(pred, "predictionsTotal", "predictions_total"),
             predictions_made=_int(pred, "predictionsMade", "predictions_made"),
             embedding=EmbeddingProgress.from_json(_dict(d.get("embedding"))),
+            predictions_cached=_int(pred, "predictionsCached", "predictions_cached"),
         )
 
 

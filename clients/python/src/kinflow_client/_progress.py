@@ -29,6 +29,8 @@ def progress_view(st: JobStatus) -> tuple[str, int, int | None, str, str]:
         post.append(f"queue position {st.queue_position}")
     if emb is not None and emb.total > 0:
         post.append(f"embeddings {emb.done}/{emb.total} ({emb.computed} computed, {emb.remaining} remaining)")
+    if stage is not None and stage.predictions_cached > 0:
+        post.append(f"{stage.predictions_cached} predictions from the cache")
     if st.synthetic:
         post.append("synthetic")
     if emb is not None and emb.total > 0 and emb.remaining > 0 and st.status != "Completed":
