@@ -21,6 +21,7 @@ import kinflow_client
 from kinflow_client import (
     Client,
     Conflict,
+    Forbidden,
     InvalidInput,
     JobFailed,
     NotFound,
@@ -145,6 +146,17 @@ def test_typed_errors(stack: Stack, client: Client) -> None:
     with pytest.raises(Conflict) as dup:  # the stack already generated this address's key
         Client(stack.url, "").generate_key()
     assert dup.value.status == 409
+
+
+def test_blocked_owner_is_forbidden(stack: Stack, client: Client) -> None:
+    stack.kinflow("key", "block", stack.key)
+    try:
+        with pytest.raises(Forbidden) as ei:
+            client.quota()
+        assert ei.value.status == 403 and ei.value.message
+    finally:
+        stack.kinflow("key", "unblock", stack.key)
+    assert client.quota().limit == 20000
 
 
 def test_result_before_completion_is_conflict(client: Client) -> None:
