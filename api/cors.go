@@ -9,10 +9,10 @@ import (
 )
 
 // corsAllowHeaders are the request headers the contract allows (WIRE §1.0).
-const corsAllowHeaders = "accept, accept-encoding, authorization, content-type, dnt, origin, user-agent, x-csrftoken, x-requested-with"
+const corsAllowHeaders = "accept, accept-encoding, authorization, content-type, dnt, idempotency-key, origin, user-agent, x-csrftoken, x-requested-with"
 
 // corsExposeHeaders lets browser clients read kinflow's own response headers.
-const corsExposeHeaders = "X-Request-ID, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, Content-Disposition"
+const corsExposeHeaders = "X-Request-ID, Idempotent-Replayed, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, Content-Disposition"
 
 // cors applies CORS to every path (WIRE §1.0). Because credentials are
 // allowed, the allowed origin is echoed back, never sent as "*". A preflight

@@ -10,9 +10,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"go.temporal.io/api/serviceerror"
 
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/store"
@@ -49,6 +52,10 @@ func (f *fakeStarter) StartJob(_ context.Context, id string) error {
 	defer f.mu.Unlock()
 	if f.err != nil {
 		return f.err
+	}
+	// Temporal refuses a second start of one workflow id.
+	if slices.Contains(f.ids, id) {
+		return serviceerror.NewWorkflowExecutionAlreadyStarted("already started", "", "")
 	}
 	f.ids = append(f.ids, id)
 	return nil

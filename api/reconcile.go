@@ -93,14 +93,18 @@ func (s *Server) ReconcileSubmits(ctx context.Context) (queued, undone int, err 
 	return queued, undone, nil
 }
 
-// RunSubmitReconciler runs ReconcileSubmits at once and then every
-// SubmitReconcileEvery until ctx ends.
+// RunSubmitReconciler runs ReconcileSubmits (and removes expired
+// Idempotency-Keys) at once and then every SubmitReconcileEvery until ctx
+// ends.
 func (s *Server) RunSubmitReconciler(ctx context.Context) {
 	t := time.NewTicker(SubmitReconcileEvery(s.submitReconcileAfter()))
 	defer t.Stop()
 	for {
 		if _, _, err := s.ReconcileSubmits(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("submit.reconcile_failed", "error", err)
+		}
+		if _, err := s.deps.Store.ExpireIdempotencyKeys(ctx, s.now()); err != nil && ctx.Err() == nil {
+			s.log.Warn("submit.expire_idempotency_keys_failed", "error", err)
 		}
 		select {
 		case <-ctx.Done():

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -68,6 +69,12 @@ type Server struct {
 	methodsBody methodsBody
 	chem        *input.Chemistry
 	openapi     []byte
+	// idemLocks serialise, within this process, the submits that carry the
+	// same Idempotency-Key (striped by its hash): the database's primary
+	// key decides which one creates the job, but a crowd of transactions
+	// waiting on one row lock would hold every pooled connection while
+	// the winner waits for one (GORM prepares statements on the pool).
+	idemLocks [64]sync.Mutex
 }
 
 // New builds the router with every route and middleware.

@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -154,6 +156,10 @@ type submitBody struct {
 // submit answers POST /submit/: validate, reserve quota, store the input and
 // the job, then start its workflow.
 func (s *Server) submit(c *gin.Context) {
+	idemKey, ok := idempotencyKey(c)
+	if !ok {
+		return
+	}
 	b, ok := s.readBody(c)
 	if !ok {
 		return
@@ -196,17 +202,35 @@ func (s *Server) submit(c *gin.Context) {
 		s.internalError(c, "job.create_failed", err)
 		return
 	}
-	// 1. Charge and job row (Submitting) in one transaction.
-	admitted, used, err := s.deps.Store.ChargeAndCreateJob(ctx, job, stages, day, limit)
+	// 1. Charge and job row (Submitting) in one transaction; with an
+	// Idempotency-Key, the key's claim too.
+	var res store.SubmitResult
+	if idemKey == "" {
+		res.Admitted, res.Used, err = s.deps.Store.ChargeAndCreateJob(ctx, job, stages, day, limit)
+	} else {
+		idem := store.Idempotency{KeyHash: store.HashKey(idemKey), RequestHash: requestHash(sub)}
+		mu := &s.idemLocks[(uint64(k.ID)+uint64(idem.KeyHash[0])<<8+uint64(idem.KeyHash[1]))%uint64(len(s.idemLocks))]
+		mu.Lock()
+		res, err = s.deps.Store.ChargeAndCreateJobOnce(ctx, job, stages, day, limit, idem, now)
+		mu.Unlock()
+	}
 	if err != nil {
 		s.internalError(c, "job.create_failed", err)
 		return
 	}
+	used := res.Used
 	setRateHeaders(c, limit, limit-used, now)
-	if !admitted {
+	switch {
+	case res.Mismatch:
+		abortError(c, http.StatusUnprocessableEntity, "This Idempotency-Key was already used for a different request in the last 24 hours: send a new key for a new request, or the same request to get its job.")
+		return
+	case !res.Admitted:
 		s.deps.Metrics.QuotaRejected()
 		abortError(c, http.StatusTooManyRequests, fmt.Sprintf(
-			"Daily prediction limit exceeded: %d predictions remaining today; this upload requires %d.", limit-used, n))
+			"Daily prediction limit exceeded: %d predictions remaining today; this upload requires %d.", max(0, limit-used), n))
+		return
+	case res.Replay != nil:
+		s.replaySubmit(c, ctx, res.Replay, sub, limit, used, now)
 		return
 	}
 	id := job.ID
@@ -222,8 +246,9 @@ func (s *Server) submit(c *gin.Context) {
 		// Bookkeeping of the caller's address only; the job stands.
 		s.log.Warn("apiuser.touch_failed", "request_id", c.GetString(requestIDKey), "error", err)
 	}
-	// 3. The workflow (id prediction:<jobId>: a second start is refused).
-	if err := s.startJob(ctx, id); err != nil {
+	// 3. The workflow (id prediction:<jobId>: a second start is refused,
+	// and means a retry with the same Idempotency-Key started it).
+	if err := s.startJob(ctx, id); err != nil && !alreadyStarted(err) {
 		s.log.Error("job.start_failed", "request_id", c.GetString(requestIDKey), "job_id", id, "error", err)
 		if ok, ferr := s.deps.Store.AbandonSubmit(ctx, id, "The job could not be queued.", false, s.now()); ferr != nil {
 			s.log.Error("job.fail_failed", "request_id", c.GetString(requestIDKey), "job_id", id, "error", ferr)
@@ -251,9 +276,86 @@ func (s *Server) submit(c *gin.Context) {
 	}
 	crashPoint("queued")
 	s.log.Info("job.created", "request_id", c.GetString(requestIDKey), "job_public_id", id, "rows", n)
-	c.JSON(http.StatusCreated, submitBody{JobID: id, Status: store.JobPending,
+	c.JSON(http.StatusCreated, newSubmitBody(id, store.JobPending, limit, used, now))
+}
+
+func newSubmitBody(id, status string, limit, used int64, now time.Time) submitBody {
+	return submitBody{JobID: id, Status: status,
 		StatusURL: "/api/v1/status/" + id + "/", ResultURL: "/api/v1/result/" + id + "/",
-		Quota: newQuotaBody(limit, used, now)})
+		Quota: newQuotaBody(limit, used, now)}
+}
+
+// idempotencyKeyMax is the longest Idempotency-Key accepted (Stripe's
+// limit; a UUID is 36 characters).
+const idempotencyKeyMax = 255
+
+// idempotencyKey reads the optional Idempotency-Key header: 1 to 255
+// printable ASCII characters. It answers 400 and reports false when the
+// header is present but malformed.
+func idempotencyKey(c *gin.Context) (string, bool) {
+	vs := c.Request.Header.Values("Idempotency-Key")
+	if len(vs) == 0 {
+		return "", true
+	}
+	v := strings.TrimSpace(vs[0])
+	bad := len(vs) > 1 || v == "" || len(v) > idempotencyKeyMax
+	for i := 0; i < len(v) && !bad; i++ {
+		bad = v[i] < 0x20 || v[i] > 0x7e
+	}
+	if bad {
+		abortError(c, http.StatusBadRequest, fmt.Sprintf("Invalid Idempotency-Key header: send one value of 1 to %d printable ASCII characters (a UUID is a good choice).", idempotencyKeyMax))
+		return "", false
+	}
+	return v, true
+}
+
+// requestHash is the SHA-256 of what a submit asks for: its validated
+// options and its input rows as they would be stored. Two requests that
+// differ only in form encoding (multipart boundary, field order, JSON
+// spacing) hash alike.
+func requestHash(sub *input.Submission) string {
+	h := sha256.New()
+	opts, _ := json.Marshal(sub.Options)
+	h.Write(opts)
+	h.Write([]byte{0})
+	_ = input.WriteCSV(h, sub.Table)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// replaySubmit answers a submit whose Idempotency-Key and request match an
+// earlier one: 201 with the earlier job, nothing charged. When the earlier
+// submit was cut off before its job was queued (the api killed, the client
+// never answered), the retry finishes it with the same idempotent steps:
+// write the input if absent (the request is the same, so is the input),
+// start the workflow (a second start is refused and counts as started),
+// mark it Pending.
+func (s *Server) replaySubmit(c *gin.Context, ctx context.Context, j *store.Job, sub *input.Submission, limit, used int64, now time.Time) {
+	rid := c.GetString(requestIDKey)
+	c.Header("Idempotent-Replayed", "true")
+	if j.Status == store.JobSubmitting {
+		if _, err := os.Stat(s.mediaPath(j.InputPath)); err != nil {
+			if err := s.writeInput(j.InputPath, sub.Table); err != nil {
+				s.internalError(c, "job.input_failed", err)
+				return
+			}
+		}
+		if err := s.startJob(ctx, j.ID); err != nil && !alreadyStarted(err) {
+			s.log.Error("job.start_failed", "request_id", rid, "job_id", j.ID, "error", err)
+			abortError(c, http.StatusServiceUnavailable, "The job could not be queued: the scheduler is unavailable. Please retry shortly with the same Idempotency-Key.")
+			return
+		}
+		if queued, err := s.deps.Store.MarkQueued(ctx, j.ID); err != nil {
+			s.log.Warn("job.mark_queued_failed", "request_id", rid, "job_id", j.ID, "error", err)
+		} else if !queued {
+			if _, jerr := s.deps.Store.Job(ctx, j.ID); errors.Is(jerr, store.ErrNotFound) {
+				// The reconciler undid it meanwhile, and released the key.
+				abortError(c, http.StatusServiceUnavailable, "The job could not be queued in time. Nothing was charged; please retry.")
+				return
+			}
+		}
+	}
+	s.log.Info("job.replayed", "request_id", rid, "job_public_id", j.ID)
+	c.JSON(http.StatusCreated, newSubmitBody(j.ID, jobStatusOnWire(j.Status), limit, used, now))
 }
 
 // abandon refunds and removes a Submitting job whose input could not be

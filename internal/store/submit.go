@@ -53,7 +53,8 @@ func (s *Store) MarkQueued(ctx context.Context, id string) (bool, error) {
 // same transaction. With remove the job and its stages are deleted (nothing
 // is left of a submit the caller never heard back from); otherwise the job
 // is kept as Failed with msg and the refund recorded. It reports whether it
-// did anything, so that of two racing callers exactly one refunds.
+// did anything, so that of two racing callers exactly one refunds. Either
+// way the job's Idempotency-Key is released, so that a retry submits anew.
 func (s *Store) AbandonSubmit(ctx context.Context, id, msg string, remove bool, now time.Time) (bool, error) {
 	done := false
 	err := s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -83,6 +84,10 @@ func (s *Store) AbandonSubmit(ctx context.Context, id, msg string, remove bool, 
 		}
 		if res.RowsAffected != 1 {
 			return nil
+		}
+		// A refunded submit frees its Idempotency-Key: a retry submits anew.
+		if err := tx.Where("job_id = ?", id).Delete(&IdempotencyKey{}).Error; err != nil {
+			return fmt.Errorf("release idempotency key of job %s: %w", id, err)
 		}
 		if err := (&Store{DB: tx, Dialect: s.Dialect}).RefundQuota(ctx, j.KeyID, QuotaDay(j.SubmittedAt), int64(j.RequestedRows)); err != nil {
 			return fmt.Errorf("job %s: %w", id, err)
