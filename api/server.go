@@ -121,6 +121,7 @@ func New(d Deps) *Server {
 	anyMethod(authed, "/submit", s.postOnly(s.submit))
 	anyMethod(authed, "/status/:id", s.status)
 	anyMethod(authed, "/result/:id", s.result)
+	handle(authed, http.MethodGet, "/jobs", s.jobsList)
 
 	keys := e.Group("/api/api-key")
 	keys.GET("", s.keyStatus)

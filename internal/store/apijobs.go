@@ -102,3 +102,30 @@ func reverse[T any](s []T) {
 		s[i], s[j] = s[j], s[i]
 	}
 }
+
+// JobCursor is a position in a key's list of jobs, newest first: the list
+// goes on with the jobs submitted before SubmittedAt, or at that instant
+// with a smaller id.
+type JobCursor struct {
+	SubmittedAt time.Time
+	ID          string
+}
+
+// JobsOf lists key keyID's jobs, newest first (submitted_at, then id,
+// descending), at most limit, after cursor when given, and only those in
+// statuses when given. The index on (key_id, submitted_at, id) serves it.
+func (s *Store) JobsOf(ctx context.Context, keyID int64, statuses []string, after *JobCursor, limit int) ([]Job, error) {
+	q := s.DB.WithContext(ctx).Where("key_id = ?", keyID)
+	if len(statuses) > 0 {
+		q = q.Where("status IN ?", statuses)
+	}
+	if after != nil {
+		at := after.SubmittedAt.UTC()
+		q = q.Where("(submitted_at < ? OR (submitted_at = ? AND id < ?))", at, at, after.ID)
+	}
+	var js []Job
+	if err := q.Order("submitted_at DESC, id DESC").Limit(limit).Find(&js).Error; err != nil {
+		return nil, fmt.Errorf("list jobs of key %d: %w", keyID, err)
+	}
+	return js, nil
+}

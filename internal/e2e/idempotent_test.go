@@ -1,0 +1,108 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"mime/multipart"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/kinflow/kinflow/internal/store"
+)
+
+// submitWithKey posts a kcat/B submit of csv with an Idempotency-Key and
+// returns the status code and job id, or the transport error when the api
+// died before answering.
+func (s *stack) submitWithKey(csv, idem string) (int, string, error) {
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	fw, _ := mw.CreateFormFile("file", "input.csv")
+	_, _ = fw.Write([]byte(csv))
+	_ = mw.WriteField("targets", `["kcat"]`)
+	_ = mw.WriteField("methods", `{"kcat":"B"}`)
+	_ = mw.Close()
+	req, err := http.NewRequest("POST", s.base+"/api/v1/submit/", &buf)
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+s.key)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	req.Header.Set("Idempotency-Key", idem)
+	resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+	if err != nil {
+		return 0, "", fmt.Errorf("submit: %w", err)
+	}
+	defer resp.Body.Close()
+	var b struct {
+		JobID string `json:"jobId"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&b)
+	return resp.StatusCode, b.JobID, nil
+}
+
+// TestRetriedSubmitAfterKillGetsTheOriginalJob is the issue's lost
+// response: the api process is killed (SIGKILL) at each step of a submit
+// after the charge, so the client gets no answer; it is started again and
+// the client retries with the same Idempotency-Key. The retry answers 201
+// with the job that the first attempt created, which runs to completion,
+// and the key is charged once.
+func TestRetriedSubmitAfterKillGetsTheOriginalJob(t *testing.T) {
+	// The reconciler waits longer than the retry takes, so the retry meets
+	// the cut-off submit (a reconciler that undid it first would free the
+	// key: then the retry is a clean new submit, tested in the api package).
+	s := newStack(t, map[string]string{"KINFLOW_SUBMIT_RECONCILE_AFTER_SECONDS": "120"}, nil)
+	st, keyID := s.openStoreAndKey(t)
+	const rows = 9
+	wantUsed := int64(0)
+	for _, point := range []string{"charged", "input-written", "workflow-started", "queued"} {
+		t.Run(point, func(t *testing.T) {
+			s.stopRole("api")
+			s.roles["api"] = map[string]string{"KINFLOW_TEST_CRASH_POINT": point}
+			s.start("api")
+			s.waitHealthy()
+			csv := csvRows(randSeed(), rows, 60)
+			idem := "retry-" + point + "-" + randHex(4)
+			if code, _, err := s.submitWithKey(csv, idem); err == nil {
+				t.Fatalf("submit answered %d; the api should have died at %s", code, point)
+			}
+			select {
+			case <-s.exited["api"]:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("api still alive after the crash point %s", point)
+			}
+			var created []string
+			st.DB.Raw("SELECT j.id FROM jobs j JOIN idempotency_keys k ON k.job_id = j.id WHERE k.key_hash = ?", store.HashKey(idem)).Scan(&created)
+			if len(created) != 1 {
+				t.Fatalf("%d jobs behind the cut-off submit, want 1", len(created))
+			}
+			s.roles["api"] = nil
+			s.start("api")
+			s.waitHealthy()
+			code, id, err := s.submitWithKey(csv, idem)
+			if err != nil || code != http.StatusCreated {
+				t.Fatalf("retry: %d %v", code, err)
+			}
+			if id != created[0] {
+				t.Fatalf("retry got job %s, want the original %s", id, created[0])
+			}
+			wantUsed += rows
+			if got := s.waitDone(id, 90*time.Second); got.Status != "Completed" {
+				t.Fatalf("job %s: %s %s", id, got.Status, got.Error)
+			}
+			used, err := st.QuotaUsed(t.Context(), keyID, store.QuotaDay(time.Now()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if used != wantUsed {
+				t.Fatalf("quota used %d, want %d (one charge per job)", used, wantUsed)
+			}
+			var n int64
+			st.DB.Model(&store.Job{}).Where("key_id = ?", keyID).Count(&n)
+			if n != int64(wantUsed/rows) {
+				t.Fatalf("%d jobs, want %d", n, wantUsed/rows)
+			}
+		})
+	}
+}
