@@ -185,13 +185,22 @@ def test_progress_bar_output(client: Client) -> None:
 def test_jobs_lists_own_jobs(client: Client, stack: Stack) -> None:
     if httpx.get(f"{stack.url}/api/v1/jobs/", headers={"Authorization": f"Bearer {stack.key}"}).status_code == 404:
         pytest.skip("this server has no GET /api/v1/jobs/ yet (issue 21)")
+    older = client.submit(input_rows(1, seed=20), targets="Km", methods="C")
     job = client.submit(input_rows(2, seed=21), targets="kcat", methods="B")
     jobs = client.jobs()
+    assert older.id in [j.job_id for j in jobs]
     assert jobs and jobs[0].job_id == job.id
     assert jobs[0].targets == ["kcat"] and jobs[0].methods.get("kcat") == "B"
     assert len(client.jobs(limit=1)) == 1
     job.wait(progress=False, timeout=180)
-    assert job.id in [j.job_id for j in client.jobs(status="Completed")]
+    done = client.jobs(status="Completed")
+    assert job.id in [j.job_id for j in done] and all(j.status == "Completed" for j in done)
+    mine = next(j for j in done if j.job_id == job.id)
+    assert mine.rows == 2 and mine.synthetic and mine.completed_at and mine.started_at
+    # Every job, across pages of one: the cursor is followed to the end, newest first, no repeats.
+    every = list(client.iter_jobs(page_size=1))
+    assert len(every) == len({j.job_id for j in every}) == len(client.jobs()) >= 2
+    assert [j.submitted_at for j in every] == sorted((j.submitted_at for j in every), reverse=True)
 
 
 def test_quota_exceeded(stack: Stack, client: Client) -> None:

@@ -227,7 +227,11 @@ class Client:
         return job
 
     def iter_jobs(self, *, status: str | None = None, page_size: int = C.JOBS_PAGE_SIZE) -> Iterator[JobSummary]:
-        """The key's own jobs, newest first, following the API's cursor page by page."""
+        """The key's own jobs, newest first, following the API's cursor page by page.
+
+        ``status`` keeps only jobs in that status (several: comma-separated,
+        ``"Pending,Processing"``). ``page_size`` is 1 to 100.
+        """
         cursor: str | None = None
         while True:
             params: dict[str, str] = {"limit": str(page_size)}
@@ -248,7 +252,8 @@ class Client:
     def jobs(self, *, status: str | None = None, limit: int | None = None) -> list[JobSummary]:
         """The key's own jobs, newest first (all of them, or the first ``limit``)."""
         out: list[JobSummary] = []
-        for j in self.iter_jobs(status=status):
+        size = C.JOBS_PAGE_SIZE if limit is None else max(1, min(limit, C.JOBS_PAGE_SIZE))
+        for j in self.iter_jobs(status=status, page_size=size):
             out.append(j)
             if limit is not None and len(out) >= limit:
                 break

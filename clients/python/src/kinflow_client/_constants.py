@@ -49,7 +49,8 @@ POLL_INITIAL_INTERVAL = 1.0
 POLL_MAX_INTERVAL = 10.0
 POLL_GROWTH = 1.5
 
-# Page size asked of GET /api/v1/jobs/ (the server may cap it lower).
+# Page size asked of GET /api/v1/jobs/: the API's maximum (100), so listing
+# many jobs takes few requests.
 JOBS_PAGE_SIZE = 100
 
 # How the synthetic backend labels each number it makes (the Source

@@ -286,13 +286,16 @@ class JobSummary:
     methods: dict[str, str]
     rows: int | None
     submitted_at: str
+    started_at: str | None
     completed_at: str | None
+    synthetic: bool
     raw: dict[str, Any] = field(repr=False)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> JobSummary:
         targets = d.get("targets")
         methods = d.get("methods")
+        started = d.get("startedAt")
         completed = d.get("completedAt")
         rows = d.get("rows", d.get("rowCount"))
         return cls(
@@ -302,6 +305,8 @@ class JobSummary:
             methods={k: v for k, v in methods.items() if isinstance(v, str)} if isinstance(methods, dict) else {},
             rows=int(rows) if isinstance(rows, (int, float)) and not isinstance(rows, bool) else None,
             submitted_at=_str(d, "submittedAt"),
+            started_at=started if isinstance(started, str) else None,
             completed_at=completed if isinstance(completed, str) else None,
+            synthetic=d.get("synthetic") is True,
             raw=dict(d),
         )
