@@ -12,6 +12,7 @@ import (
 	"github.com/kinflow/kinflow/internal/input"
 	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/metrics"
+	"github.com/kinflow/kinflow/internal/predcache"
 	"github.com/kinflow/kinflow/internal/progress"
 	"github.com/kinflow/kinflow/internal/similarity"
 	"github.com/kinflow/kinflow/internal/store"
@@ -41,6 +42,9 @@ type Activities struct {
 	// Experimental holds the measured-value tables; nil: made on first use
 	// under MEDIA/experimental.
 	Experimental *experimental.Tables
+	// PredCache is the prediction cache (internal/predcache); nil: every
+	// unit is predicted.
+	PredCache *predcache.Cache
 
 	trackersOnce     sync.Once
 	experimentalOnce sync.Once
@@ -58,7 +62,7 @@ func (a *Activities) trackers() *progress.Registry {
 
 // New builds the activities from their dependencies.
 func New(cfg *config.Config, st *store.Store, cat *methods.Catalogue, layout *embedding.Layout, log *slog.Logger) *Activities {
-	return &Activities{Config: cfg, Store: st, Catalogue: cat, Layout: layout, Chem: input.NewChemistry(nil, log), Log: log, Health: gpuhealth.New(cfg), Trackers: progress.NewRegistry()}
+	return &Activities{Config: cfg, Store: st, Catalogue: cat, Layout: layout, Chem: input.NewChemistry(nil, log), Log: log, Health: gpuhealth.New(cfg), Trackers: progress.NewRegistry(), PredCache: predcache.New(st)}
 }
 
 // GPUHealth is the workflow's reading of the GPU service's health.

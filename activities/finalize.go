@@ -17,6 +17,7 @@ import (
 	"github.com/kinflow/kinflow/internal/input"
 	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/store"
+	"github.com/kinflow/kinflow/internal/units"
 )
 
 // syntheticExtraInfo is the Extra Info cell of every synthetic value.
@@ -41,6 +42,9 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeRe
 			predicted = out.fullyPredicted
 		}
 		refund := max(0, job.RequestedRows-predicted)
+		if _, err := a.writeJobProvenance(job); err != nil {
+			a.Log.Warn("job provenance", "job_id", job.ID, "error", err)
+		}
 		msg := in.Message
 		if strings.TrimSpace(msg) == "" {
 			msg = "The prediction failed with an unknown error."
@@ -64,6 +68,9 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeRe
 		return FinalizeResult{}, err
 	}
 	if err := a.noteUnappliedAnnotations(ctx, job, out.annotations); err != nil {
+		return FinalizeResult{}, err
+	}
+	if _, err := a.writeJobProvenance(job); err != nil {
 		return FinalizeResult{}, err
 	}
 	refund := max(0, job.RequestedRows-out.fullyPredicted)
@@ -139,8 +146,11 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 		valueCol string
 		target   string
 		display  string
+		sr       stageRows
 		pred     stagePredictions
 		has      bool
+		// first[r] is the index of row r's first unit in sr.Units.
+		first []int
 	}
 	triples := make([]triple, len(targets))
 	res := &assembled{rows: n}
@@ -151,23 +161,35 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 			col, display = d.OutputCols[methods.Target(t)], d.DisplayName
 		}
 		tr := triple{valueCol: col, target: t, display: display}
-		sd, err := a.stageDir(job.ID, i)
-		if err == nil && fsutil.ReadJSON(filepath.Join(sd, "pred.json"), &tr.pred) == nil && len(tr.pred.Values) == n {
-			tr.has = true
-			res.synthetic = res.synthetic || tr.pred.Synthetic
+		if sr, err := a.loadStageRows(job.ID, i); err == nil && len(sr.Shapes) == n {
+			tr.sr = sr
+			sd, _ := a.stageDir(job.ID, i)
+			if fsutil.ReadJSON(filepath.Join(sd, "pred.json"), &tr.pred) == nil && upgradePredictions(&tr.pred, sr) {
+				tr.has = true
+				res.synthetic = res.synthetic || tr.pred.Synthetic
+				tr.first = make([]int, n+1)
+				k := 0
+				for r := 0; r < n; r++ {
+					tr.first[r] = k
+					for k < len(sr.Units) && sr.Units[k].Row == r {
+						k++
+					}
+				}
+				tr.first[n] = k
+			}
 		}
 		triples[i] = tr
 	}
-	// Cross-target rule: a row skipped by any stage is blanked in every
-	// target, with the last stage's reason.
+	// Cross-target rule (WIRE §13.3): only a sequence-level skip blanks a
+	// row in every target; any other failure blanks its own target only.
 	skip := make([]string, n)
 	for _, tr := range triples {
 		if !tr.has {
 			continue
 		}
 		for r := 0; r < n; r++ {
-			if tr.pred.Values[r] == nil && tr.pred.Reasons[r] != "" {
-				skip[r] = tr.pred.Reasons[r]
+			if sh := tr.sr.Shapes[r]; sh.SequenceSkip && sh.Skip != "" {
+				skip[r] = sh.Skip
 			}
 		}
 	}
@@ -211,10 +233,35 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 	for r := 0; r < n; r++ {
 		record = record[:0]
 		full := true
+		failed := skip[r]
+		kcatSelected := -1
 		for _, tr := range triples {
-			if cells, ok := experimentalCells(an, tr.target, tr.display, r, tr.has, tr.pred, skip[r]); ok {
-				record = append(record, cells[:]...)
-				continue
+			var cell units.Cell
+			legacy := false
+			var model *float64
+			if tr.has {
+				shape := tr.sr.Shapes[r]
+				lo, hi := tr.first[r], tr.first[r+1]
+				legacy = !tr.sr.CandidateMode && !shape.PerSubstrate
+				if legacy && hi-lo == 1 {
+					model = tr.pred.Results[lo].Value
+				}
+				opts := units.Options{CandidateMode: tr.sr.CandidateMode}
+				if tr.pred.Synthetic {
+					opts.LegacyExtra = syntheticExtraInfo
+				}
+				cell = units.Reduce(tr.target, shape, tr.sr.Units[lo:hi], tr.pred.Results[lo:hi], opts)
+				if tr.target == "kcat" {
+					kcatSelected = cell.Selected
+				}
+			}
+			// Experimental values apply to rows of the older shape (one
+			// sequence, one substrate input), looked up per row (§3.5).
+			if legacy || !tr.has {
+				if cells, ok := experimentalCells(an, tr.target, tr.display, r, model, skip[r]); ok {
+					record = append(record, cells[:]...)
+					continue
+				}
 			}
 			switch {
 			case skip[r] != "":
@@ -223,19 +270,18 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 			case !tr.has:
 				record = append(record, "", "", "")
 				full = false
-			case tr.pred.Values[r] == nil:
-				record = append(record, "", tr.pred.Source, "")
-				full = false
 			default:
-				extra := ""
-				if tr.pred.Synthetic {
-					extra = syntheticExtraInfo
+				record = append(record, cell.Value, cell.Source, cell.Extra)
+				if !cell.Filled {
+					full = false
+					if failed == "" {
+						failed = cell.Source
+					}
 				}
-				record = append(record, experimental.FormatFloat(*tr.pred.Values[r]), tr.pred.Source, extra)
 			}
 		}
-		if skip[r] != "" {
-			skipped[skip[r]] = append(skipped[skip[r]], r)
+		if failed != "" {
+			skipped[failed] = append(skipped[failed], r)
 		}
 		if full && len(triples) > 0 {
 			res.fullyPredicted++
@@ -244,7 +290,7 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 			record = append(record, table.Rows[r].Cells[c])
 		}
 		if simCols == 2 {
-			mean, mx := an.similarityCells(r)
+			mean, mx := an.similarityCells(r, kcatSelected)
 			record = append(record, mean, mx)
 		}
 		_ = w.Write(record)
@@ -273,10 +319,10 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 // experimentalCells are the (value, Source, Extra Info) cells of row r for
 // target when the job's experimental look-up matched it (WIRE §3.5): the
 // measured value, the table's Source label and the Extra Info sentences,
-// which name the model's own value when it made one. A row skipped by any
-// stage keeps its skip reason instead (the cross-target rule blanks after
+// which name the model's own value when it made one. A row skipped for its
+// sequence keeps its skip reason instead (the cross-target rule blanks after
 // the overrides).
-func experimentalCells(an annotations, target, display string, r int, has bool, pred stagePredictions, skip string) ([3]string, bool) {
+func experimentalCells(an annotations, target, display string, r int, model *float64, skip string) ([3]string, bool) {
 	if skip != "" {
 		return [3]string{}, false
 	}
@@ -289,9 +335,21 @@ func experimentalCells(an annotations, target, display string, r int, has bool, 
 	if !ok {
 		return [3]string{}, false
 	}
-	var model *float64
-	if has {
-		model = pred.Values[r]
-	}
 	return [3]string{experimental.FormatFloat(v), rec.Source(), rec.ExtraInfo(param, model, display)}, true
+}
+
+// upgradePredictions fills p.Results from the per-row form an older worker
+// wrote (one unit per valid row), and reports whether p matches sr's units.
+func upgradePredictions(p *stagePredictions, sr stageRows) bool {
+	if p.Results == nil && len(p.Values) == len(sr.Shapes) {
+		p.Results = make([]units.Result, len(sr.Units))
+		for i, u := range sr.Units {
+			if v := p.Values[u.Row]; v != nil {
+				p.Results[i] = units.Result{Value: v, Source: p.Source}
+			} else if p.Reasons[u.Row] != "" {
+				p.Results[i].Error = p.Reasons[u.Row]
+			}
+		}
+	}
+	return p.Results != nil && len(p.Results) == len(sr.Units)
 }

@@ -43,19 +43,24 @@ func (a *Activities) BuildPlan(ctx context.Context, in PlanInput) (PlanSummary, 
 	if in.PostCheck && havePrev {
 		plan, err = a.Layout.BuildPlan(ctx, embedding.PlanRequest{
 			MethodKey: first.MethodKey, Target: methods.Target(first.Target), Profile: first.Profile,
-			SeqIDs: first.SeqIDs, SeqIDToSeq: first.SeqIDToSeq,
+			SeqIDs: first.SeqIDs, SeqIDToSeq: first.SeqIDToSeq, RealOnly: a.realOnly(ctx),
 		})
 	} else {
+		// One entry per distinct sequence sent: a sequence shared by many
+		// rows, candidates or substrate units is planned (and embedded)
+		// once, and every candidate gets its seq id.
 		var seqs []string
-		for _, r := range sr.Rows {
-			if r.Reason == "" && r.Seq != "" {
-				seqs = append(seqs, r.Seq)
+		seen := map[string]bool{}
+		for _, u := range sr.Units {
+			if u.Skip == "" && u.Seq != "" && !seen[u.Seq] {
+				seen[u.Seq] = true
+				seqs = append(seqs, u.Seq)
 			}
 		}
 		if len(seqs) == 0 {
 			return PlanSummary{NoSequences: true, Profile: d.Profile}, nil
 		}
-		plan, err = embedding.PlanSequences(ctx, a.Layout, a.Store, d, methods.Target(sr.Target), seqs)
+		plan, err = embedding.PlanSequencesWith(ctx, a.Layout, a.Store, d, methods.Target(sr.Target), seqs, embedding.PlanOptions{RealOnly: a.realOnly(ctx)})
 	}
 	if errors.Is(err, embedding.ErrNoCacheProfile) {
 		return PlanSummary{NoPlan: true}, nil

@@ -15,24 +15,30 @@ import (
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
+	"gorm.io/gorm"
 
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/methods"
+	"github.com/kinflow/kinflow/internal/units"
 )
 
-// stagePredictions is MEDIA/jobs/<id>/work/stage-<i>/pred.json: one value
-// (or null) and one skip reason per input row.
+// stagePredictions is MEDIA/jobs/<id>/work/stage-<i>/pred.json: one
+// result per prediction unit of the stage (rows.json's Units, same order).
 type stagePredictions struct {
-	Values  []*float64 `json:"values"`
-	Reasons []string   `json:"reasons"`
-	// Source is the Source cell of a predicted row.
+	Results []units.Result `json:"results"`
+	// Values and Reasons are the per-row form written before units (one
+	// unit per valid row); Finalize converts them.
+	Values  []*float64 `json:"values,omitempty"`
+	Reasons []string   `json:"reasons,omitempty"`
+	// Source is the Source cell of a predicted unit.
 	Source    string `json:"source"`
 	Synthetic bool   `json:"synthetic"`
 }
 
-// Predict runs the stage's method over its valid rows with the configured
-// engine and stores one value or skip reason per row.
+// Predict runs the stage's method over its prediction units with the
+// configured engine and stores one result per unit. A unit that failed
+// before the engine (an invalid substrate token) keeps its reason.
 func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, error) {
 	sr, err := a.loadStageRows(ref.JobID, ref.StageIndex)
 	if err != nil {
@@ -48,69 +54,120 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 	}
 	predFile := filepath.Join(dir, "pred.json")
 	var done stagePredictions
-	if fsutil.ReadJSON(predFile, &done) == nil && len(done.Values) == len(sr.Rows) {
+	if fsutil.ReadJSON(predFile, &done) == nil && done.Results != nil && len(done.Results) == len(sr.Units) {
 		// A retry after the file was written: nothing to redo.
 		return countPredictions(done), nil
 	}
 
-	out := stagePredictions{Values: make([]*float64, len(sr.Rows)), Reasons: make([]string, len(sr.Rows))}
-	var valid []int
-	for i, r := range sr.Rows {
-		if r.Reason != "" {
-			out.Reasons[i] = r.Reason
+	out := stagePredictions{Results: make([]units.Result, len(sr.Units))}
+	var send []int
+	for i, u := range sr.Units {
+		if u.Skip != "" {
+			out.Results[i].Error = u.Skip
 			continue
 		}
-		valid = append(valid, i)
+		send = append(send, i)
+	}
+	invalidRows := 0
+	for _, sh := range sr.Shapes {
+		if sh.Skip != "" {
+			invalidRows++
+		}
 	}
 	job, err := a.Store.Job(ctx, ref.JobID)
 	if err != nil {
 		return PredictResult{}, err
 	}
 	log := a.Log.With("job_id", ref.JobID, "stage", ref.StageIndex, "method", d.Key, "target", sr.Target, "step", "predict")
-	log.Info("prediction started", "rows", len(sr.Rows), "valid", len(valid), "engine", a.Config.PredictionEngine)
-	if len(valid) > 0 {
-		var vals []*float64
-		var reasons map[int]string
+	log.Info("prediction started", "rows", len(sr.Shapes), "units", len(sr.Units), "sent", len(send), "engine", a.Config.PredictionEngine)
+	prov, err := a.stageProvenance(ref, d)
+	if err != nil {
+		return PredictResult{}, err
+	}
+	cached := 0
+	if len(send) > 0 {
 		if a.Config.PredictionEngine == "synthetic" {
 			out.Synthetic = true
 			out.Source = "Synthetic placeholder from " + d.DisplayName + " (not a prediction)"
-			vals, err = a.predictSynthetic(ctx, ref, d, sr, valid)
 		} else {
 			out.Source = "Prediction from " + d.DisplayName
-			vals, reasons, err = a.predictCommand(ctx, ref, job.CanonicalizeSubstrates, d, sr, valid, dir)
+		}
+		applyProvenance(&out, prov, d)
+		// The units the cache has are served from it; only the rest go to
+		// the engine.
+		pc := a.stageCache(ctx, job, d, sr, prov, send, log)
+		toSend := send
+		if pc != nil {
+			toSend = toSend[:0:0]
+			for k, i := range send {
+				e, ok := pc.hits[pc.keys[k]]
+				if !ok {
+					toSend = append(toSend, i)
+					continue
+				}
+				r := &out.Results[i]
+				at := e.FirstComputed
+				r.Cached = &at
+				if e.Value != nil {
+					r.Value, r.Source = e.Value, out.Source
+				} else {
+					r.Error = e.Error
+				}
+			}
+		}
+		var vals []*float64
+		var reasons map[int]string
+		switch {
+		case len(toSend) == 0:
+			// Every unit came from the cache: the engine is not called.
+		case a.Config.PredictionEngine == "synthetic":
+			vals, err = a.predictSynthetic(ctx, ref, d, sr, toSend)
+		default:
+			vals, reasons, err = a.predictCommand(ctx, ref, job.CanonicalizeSubstrates, d, sr, toSend, dir)
 		}
 		if err != nil {
 			log.Warn("prediction failed", "error", err)
 			return PredictResult{}, err
 		}
-		for k, i := range valid {
-			out.Values[i] = vals[k]
-			if vals[k] == nil {
-				out.Reasons[i] = methods.ReasonNoPrediction
+		for k, i := range toSend {
+			r := &out.Results[i]
+			switch reason, ok := reasons[k]; {
+			case ok:
+				r.Error = reason
+			case vals[k] == nil || math.IsNaN(*vals[k]) || math.IsInf(*vals[k], 0):
+				r.Error = methods.ReasonNoPrediction
+			default:
+				r.Value, r.Source = vals[k], out.Source
 			}
-			if r, ok := reasons[k]; ok {
-				out.Values[i], out.Reasons[i] = nil, r
-			}
+		}
+		if pc != nil {
+			a.storeComputed(ctx, pc, d, out.Results, toSend, log)
+		}
+		cached = len(send) - len(toSend)
+		if err := a.recordCacheUse(ref, prov, sr, out.Results); err != nil {
+			return PredictResult{}, err
 		}
 	}
 	if err := fsutil.WriteJSONAtomic(predFile, out); err != nil {
 		return PredictResult{}, err
 	}
 	res := countPredictions(out)
-	log.Info("prediction done", "predicted", res.Predicted, "skipped", res.Skipped, "synthetic", res.Synthetic)
-	if err := a.Store.UpdateStage(ctx, ref.JobID, ref.StageIndex, map[string]any{"predictions_made": res.Predicted}); err != nil {
+	log.Info("prediction done", "predicted", res.Predicted, "skipped", res.Skipped, "cached", cached, "synthetic", res.Synthetic)
+	if err := a.Store.UpdateStage(ctx, ref.JobID, ref.StageIndex, map[string]any{"predictions_made": res.Predicted, "predictions_cached": cached}); err != nil {
 		return res, err
 	}
 	err = a.Store.UpdateJob(ctx, ref.JobID, map[string]any{
-		"total_predictions": len(valid), "predictions_made": res.Predicted, "invalid_rows": len(sr.Rows) - len(valid),
+		"total_predictions": len(send), "predictions_made": res.Predicted, "invalid_rows": invalidRows,
+		"predictions_cached": gorm.Expr("(SELECT COALESCE(SUM(predictions_cached), 0) FROM job_stages WHERE job_id = ?)", ref.JobID),
 	})
 	return res, err
 }
 
+// countPredictions counts the stage's units with and without a value.
 func countPredictions(p stagePredictions) PredictResult {
 	var r PredictResult
-	for _, v := range p.Values {
-		if v != nil {
+	for _, res := range p.Results {
+		if res.Value != nil {
 			r.Predicted++
 		} else {
 			r.Skipped++
@@ -124,20 +181,20 @@ func countPredictions(p stagePredictions) PredictResult {
 // checks, like a real method, that every artefact the row's plan expects is
 // on disk, then derives a deterministic stand-in number from the method,
 // target, sequence and substrate. Its output is flagged synthetic everywhere.
-func (a *Activities) predictSynthetic(ctx context.Context, ref StageRef, d *methods.Descriptor, sr stageRows, valid []int) ([]*float64, error) {
+func (a *Activities) predictSynthetic(ctx context.Context, ref StageRef, d *methods.Descriptor, sr stageRows, send []int) ([]*float64, error) {
 	if err := a.checkArtefacts(ref); err != nil {
 		return nil, err
 	}
 	lo, hi := syntheticRange(sr.Target)
-	vals := make([]*float64, len(valid))
-	for k, i := range valid {
+	vals := make([]*float64, len(send))
+	for k, i := range send {
 		if k%500 == 0 {
 			activity.RecordHeartbeat(ctx, k)
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 		}
-		r := sr.Rows[i]
+		r := sr.Units[i]
 		keys := make([]string, 0, len(r.Kwargs))
 		for kw := range r.Kwargs {
 			keys = append(keys, kw)
@@ -201,10 +258,10 @@ func (a *Activities) checkArtefacts(ref StageRef) error {
 // (methods.RunCommand) over the stage's valid rows: heartbeats while it
 // runs, its progress stored on the stage, its failures reported as
 // non-retryable PredictionFailed errors.
-func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonicalize bool, d *methods.Descriptor, sr stageRows, valid []int, dir string) ([]*float64, map[int]string, error) {
-	rows := make([]methods.EngineRow, len(valid))
-	for k, i := range valid {
-		rows[k] = methods.EngineRow{Seq: sr.Rows[i].Seq, Kwargs: sr.Rows[i].Kwargs}
+func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonicalize bool, d *methods.Descriptor, sr stageRows, send []int, dir string) ([]*float64, map[int]string, error) {
+	rows := make([]methods.EngineRow, len(send))
+	for k, i := range send {
+		rows[k] = methods.EngineRow{Seq: sr.Units[i].Seq, Kwargs: sr.Units[i].Kwargs}
 	}
 	last := 0
 	var lastWrite time.Time
@@ -233,7 +290,8 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 	})
 	var ee *methods.EngineError
 	if errors.As(err, &ee) {
-		return nil, nil, temporal.NewNonRetryableApplicationError(ee.Msg, ErrPrediction, ee.Err)
+		// The job's error text names the target (WIRE §13.3).
+		return nil, nil, temporal.NewNonRetryableApplicationError(sr.Target+": "+ee.Msg, ErrPrediction, ee.Err)
 	}
 	return vals, reasons, err
 }

@@ -233,6 +233,19 @@ func (h *predictHarness) predict(id string, stage int) (stagePredictions, error)
 	if err := json.Unmarshal(raw, &p); err != nil {
 		h.t.Fatal(err)
 	}
+	// The per-row view of the older tests: one unit per valid row here.
+	sr, err := h.a.loadStageRows(id, stage)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	p.Values = make([]*float64, len(sr.Shapes))
+	p.Reasons = make([]string, len(sr.Shapes))
+	for r, sh := range sr.Shapes {
+		p.Reasons[r] = sh.Skip
+	}
+	for i, u := range sr.Units {
+		p.Values[u.Row], p.Reasons[u.Row] = p.Results[i].Value, p.Results[i].Error
+	}
 	return p, nil
 }
 
@@ -449,9 +462,9 @@ func TestPredictCommandFailures(t *testing.T) {
 		stage int
 		want  string
 	}{
-		{"jobfail01", 0, "Method G prediction failed with an internal error (see the job's engine log)."},
-		{"jobfail01", 1, "Method H produced 1 prediction(s) for 4 valid input row(s)."},
-		{"jobfail02", 0, "Method J has no command configured"},
+		{"jobfail01", 0, "kcat: Method G prediction failed with an internal error (see the job's engine log)."},
+		{"jobfail01", 1, "Km: Method H produced 1 prediction(s) for 4 input(s)."},
+		{"jobfail02", 0, "Km: Method J has no command configured"},
 	} {
 		_, err := h.predict(c.id, c.stage)
 		var app *temporal.ApplicationError

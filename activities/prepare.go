@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -15,27 +17,242 @@ import (
 	"github.com/kinflow/kinflow/internal/input"
 	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/store"
+	"github.com/kinflow/kinflow/internal/units"
 )
 
-// stageRows is MEDIA/jobs/<id>/work/stage-<i>/rows.json: every input row
-// as the stage's method gets it and, for a skipped row, why. One file per
-// stage, so BuildPlan and Predict read only their own stage's rows.
+// stageRows is MEDIA/jobs/<id>/work/stage-<i>/rows.json: how the stage
+// expanded every input row (units.Row: candidates, substrate tokens, skip
+// reason) and the stage's prediction units (internal/units) in row order.
+// One file per stage, so BuildPlan and Predict read only their own stage.
 type stageRows struct {
-	Index     int           `json:"index"`
-	Target    string        `json:"target"`
-	MethodKey string        `json:"method_key"`
-	Rows      []preparedRow `json:"rows"`
+	Index     int    `json:"index"`
+	Target    string `json:"target"`
+	MethodKey string `json:"method_key"`
+	// Shapes has one entry per input row.
+	Shapes []units.Row `json:"shapes"`
+	// Units are the stage's prediction units, grouped by row in row order.
+	Units []units.Unit `json:"units"`
+	// CandidateMode: some row of the job has several candidate sequences
+	// (every row's Extra Info is then the per-candidate array, §13.2).
+	CandidateMode bool `json:"candidate_mode,omitempty"`
+	// Legacy is the one-row-per-unit form written before units existed;
+	// loadStageRows converts it (a job prepared by an older worker).
+	Legacy []preparedRow `json:"rows,omitempty"`
 }
 
-// preparedRow is one input row as a stage sees it.
+// preparedRow is one input row as a stage saw it before prediction units
+// (read only, for jobs prepared by an older worker).
 type preparedRow struct {
-	// Seq is the sequence handed to the method (after long-sequence
-	// handling); empty for a skipped row.
-	Seq string `json:"seq,omitempty"`
-	// Kwargs are the method's mapped input columns (col_to_kwarg).
+	Seq    string            `json:"seq,omitempty"`
 	Kwargs map[string]string `json:"kwargs,omitempty"`
-	// Reason is the skip reason; empty for a valid row.
-	Reason string `json:"reason,omitempty"`
+	Reason string            `json:"reason,omitempty"`
+}
+
+// sequenceReasons are the skip reasons that are about the row's sequence:
+// such a row is blanked in every target (WIRE §13.3); every other reason
+// blanks only its own target.
+func sequenceReason(reason string) bool {
+	switch reason {
+	case input.ReasonInvalidProtein, input.SkipTooLong, units.MissingSequence:
+		return true
+	}
+	return false
+}
+
+// jobSequences is the job-wide sequence side of the expansion (§4.3,
+// §13.2): every row's candidates with the sequence each sends, and the
+// row's sequence-level skip reason.
+type jobSequences struct {
+	cands         [][]units.Candidate
+	sent          [][]string
+	skip          []string
+	candidateMode bool
+}
+
+// expandSequences applies the candidate rule and the long-sequence rule,
+// one for the whole job (a row or candidate skipped for length is skipped in
+// every stage). A cell without ';' is one candidate taken as it is (the
+// older wire, byte for byte); a ';' cell is split and trimmed.
+func expandSequences(table *input.Table, limit int, mode string) jobSequences {
+	n := len(table.Rows)
+	js := jobSequences{cands: make([][]units.Candidate, n), sent: make([][]string, n), skip: make([]string, n)}
+	seqCol := table.Col(methods.ProteinSequenceColumn)
+	for r, row := range table.Rows {
+		cell := ""
+		if seqCol >= 0 {
+			cell = row.Cells[seqCol]
+		}
+		if !strings.Contains(cell, units.Separator) {
+			out, reason := input.LongSequence(cell, limit, mode)
+			if reason == "" && (out == "" || !input.ValidResidues(out)) {
+				reason = input.ReasonInvalidProtein
+			}
+			js.cands[r] = []units.Candidate{{Sequence: cell, Skip: reason}}
+			js.sent[r] = []string{out}
+			js.skip[r] = reason
+			continue
+		}
+		list := units.Split(cell)
+		if len(list) != 1 {
+			js.candidateMode = true
+		}
+		if len(list) == 0 {
+			js.skip[r] = units.MissingSequence
+			continue
+		}
+		cs := make([]units.Candidate, len(list))
+		sent := make([]string, len(list))
+		var reasons []string
+		for k, seq := range list {
+			out, reason := input.LongSequence(seq, limit, mode)
+			if reason != "" {
+				reason = units.CandidateTooLong
+			} else if !input.ValidResidues(out) {
+				reason = input.ReasonInvalidProtein
+			}
+			cs[k] = units.Candidate{Sequence: seq, Skip: reason}
+			if reason == "" {
+				sent[k] = out
+			} else if !slices.Contains(reasons, reason) {
+				reasons = append(reasons, reason)
+			}
+		}
+		js.cands[r], js.sent[r] = cs, sent
+		if len(reasons) > 0 && countSkipped(cs) == len(cs) {
+			switch {
+			case len(reasons) == 1 && reasons[0] == units.CandidateTooLong:
+				js.skip[r] = input.SkipTooLong
+			case len(reasons) == 1:
+				js.skip[r] = reasons[0]
+			default:
+				js.skip[r] = input.ReasonInvalidProtein
+			}
+		}
+	}
+	return js
+}
+
+func countSkipped(cs []units.Candidate) int {
+	n := 0
+	for _, c := range cs {
+		if c.Skip != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// expandStage builds one stage's row shapes and prediction units
+// (WIRE §13.1): the method's input behaviour for the target decides whether
+// a `Substrates` list is expanded per token (expanded_pair) or taken whole.
+// Substrate checks follow the method's engine rule: per token when expanded,
+// per row otherwise.
+func (a *Activities) expandStage(ctx context.Context, table *input.Table, js jobSequences, d *methods.Descriptor, target string) (stageRows, int, error) {
+	n := len(table.Rows)
+	sr := stageRows{Target: target, MethodKey: d.Key, Shapes: make([]units.Row, n), CandidateMode: js.candidateMode}
+	info := input.InfoOf(d)
+	behavior := d.InputBehavior(methods.Target(target))
+	// A table with both substrate columns is the older wire: `Substrate`
+	// feeds the single-substrate methods.
+	perSubstrate := behavior == methods.BehaviorExpandedPair && table.Has(input.ColSubstrates) && !table.Has(input.ColSubstrate)
+	// Chemistry is checked only for rows with a sequence to predict.
+	placeholder := make([]string, n)
+	for r := range placeholder {
+		if js.skip[r] == "" {
+			placeholder[r] = "A"
+		}
+	}
+	var rowReasons []string
+	tokReasons := map[string]string{}
+	tokens := make([][]string, n)
+	subKwarg := ""
+	if perSubstrate {
+		for _, ck := range d.ColToKwarg {
+			if ck.Column == input.ColSubstrate {
+				subKwarg = ck.Kwarg
+			}
+		}
+		sc := table.Col(input.ColSubstrates)
+		var all []string
+		seen := map[string]bool{}
+		for r, row := range table.Rows {
+			if js.skip[r] != "" {
+				continue
+			}
+			tokens[r] = units.Split(row.Cells[sc])
+			for _, tok := range tokens[r] {
+				if !seen[tok] {
+					seen[tok] = true
+					all = append(all, tok)
+				}
+			}
+		}
+		verdicts, err := input.ValidateTokens(ctx, a.Chem, info, all)
+		if err != nil {
+			return stageRows{}, 0, err
+		}
+		for i, tok := range all {
+			tokReasons[tok] = verdicts[i]
+		}
+	} else {
+		var err error
+		rowReasons, err = input.ValidateRows(ctx, a.Chem, info, table, placeholder)
+		if err != nil {
+			return stageRows{}, 0, err
+		}
+	}
+	// colFor resolves a mapped column: a method reading `Substrate` takes
+	// the `Substrates` cell whole when the table has that instead.
+	colFor := func(name string) int {
+		c := table.Col(name)
+		if c < 0 && name == input.ColSubstrate {
+			c = table.Col(input.ColSubstrates)
+		}
+		return c
+	}
+	valid := 0
+	for r, row := range table.Rows {
+		shape := units.Row{Candidates: js.cands[r], PerSubstrate: perSubstrate, Substrates: tokens[r]}
+		if js.skip[r] != "" {
+			shape.Skip, shape.SequenceSkip = js.skip[r], true
+			sr.Shapes[r] = shape
+			continue
+		}
+		if !perSubstrate && rowReasons[r] != "" {
+			shape.Skip = rowReasons[r]
+			sr.Shapes[r] = shape
+			continue
+		}
+		kwargs := make(map[string]string, len(d.ColToKwarg))
+		var whole, products []string
+		for _, ck := range d.ColToKwarg {
+			c := colFor(ck.Column)
+			if c < 0 {
+				continue
+			}
+			kwargs[ck.Kwarg] = row.Cells[c]
+			switch {
+			case ck.Column == input.ColProducts:
+				products = units.Split(row.Cells[c])
+			case behavior == methods.BehaviorExpandedPair:
+				whole = []string{row.Cells[c]}
+			default:
+				whole = append(whole, units.Split(row.Cells[c])...)
+			}
+		}
+		us := units.Expand(r, target, shape, js.sent[r], kwargs, subKwarg, whole, products)
+		for i := range us {
+			if perSubstrate {
+				us[i].Skip = tokReasons[us[i].Substrates[0]]
+			}
+			if us[i].Skip == "" {
+				valid++
+			}
+		}
+		sr.Units = append(sr.Units, us...)
+		sr.Shapes[r] = shape
+	}
+	return sr, valid, nil
 }
 
 // PrepareInput reads the job's stored input, applies the long-sequence rule
@@ -94,48 +311,27 @@ func (a *Activities) PrepareInput(ctx context.Context, ref JobRef) (PreparedJob,
 	}
 	limit := input.EffectiveLimit(maxLens...)
 
-	// The long-sequence rule is one for the whole job (§4.3): a row skipped
-	// for length is skipped in every stage.
-	seqCol := table.Col(methods.ProteinSequenceColumn)
-	seqs := make([]string, len(table.Rows))
-	longSkip := make([]string, len(table.Rows))
-	for r, row := range table.Rows {
-		if seqCol >= 0 {
-			seqs[r], longSkip[r] = input.LongSequence(row.Cells[seqCol], limit, job.HandleLongSequences)
-		}
-	}
+	js := expandSequences(table, limit, job.HandleLongSequences)
 	var out []stageRows
 	res := PreparedJob{Rows: len(table.Rows), DisableGPU: job.DisableGPUPrecompute, Policy: a.policy()}
 	for i, t := range targets {
 		d := descs[i]
-		reasons, err := input.ValidateRows(ctx, a.Chem, input.InfoOf(d), table, seqs)
+		sr, valid, err := a.expandStage(ctx, table, js, d, t)
 		if err != nil {
 			return PreparedJob{}, err
 		}
-		sr := stageRows{Index: i, Target: t, MethodKey: d.Key, Rows: make([]preparedRow, len(table.Rows))}
-		valid := 0
-		for r, row := range table.Rows {
-			pr := preparedRow{Reason: longSkip[r]}
-			if pr.Reason == "" {
-				pr.Reason = reasons[r]
-			}
-			if pr.Reason == "" {
-				pr.Seq = seqs[r]
-				pr.Kwargs = make(map[string]string, len(d.ColToKwarg))
-				for _, ck := range d.ColToKwarg {
-					if c := table.Col(ck.Column); c >= 0 {
-						pr.Kwargs[ck.Kwarg] = row.Cells[c]
-					}
-				}
-				valid++
-			}
-			sr.Rows[r] = pr
-		}
+		sr.Index = i
 		out = append(out, sr)
 		res.Stages = append(res.Stages, StageInfo{Index: i, Target: t, MethodKey: d.Key, Profile: d.Profile, GPUEligible: d.GPUEligible, ValidRows: valid})
 		n := len(table.Rows)
+		invalid := 0
+		for _, sh := range sr.Shapes {
+			if sh.Skip != "" {
+				invalid++
+			}
+		}
 		if err := a.Store.UpdateStage(ctx, job.ID, i, map[string]any{
-			"molecules_total": n, "molecules_processed": n, "invalid_rows": n - valid, "predictions_total": valid,
+			"molecules_total": n, "molecules_processed": n, "invalid_rows": invalid, "predictions_total": valid,
 		}); err != nil {
 			return PreparedJob{}, err
 		}
@@ -184,6 +380,17 @@ func (a *Activities) loadStageRows(jobID string, index int) (stageRows, error) {
 				fmt.Sprintf("stage %d of job %s has no prepared rows", index, jobID), ErrInvalidInput, err)
 		}
 		return stageRows{}, fmt.Errorf("read prepared rows of job %s stage %d: %w", jobID, index, err)
+	}
+	if sr.Shapes == nil && sr.Legacy != nil {
+		// Prepared before units: one unit per valid row.
+		sr.Shapes = make([]units.Row, len(sr.Legacy))
+		for r, pr := range sr.Legacy {
+			sr.Shapes[r] = units.Row{Candidates: []units.Candidate{{Sequence: pr.Seq, Skip: pr.Reason}}, Skip: pr.Reason, SequenceSkip: sequenceReason(pr.Reason)}
+			if pr.Reason == "" {
+				sr.Units = append(sr.Units, units.Unit{Row: r, Target: sr.Target, Substrate: -1, Seq: pr.Seq, Kwargs: pr.Kwargs})
+			}
+		}
+		sr.Legacy = nil
 	}
 	return sr, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/similarity"
 	"github.com/kinflow/kinflow/internal/store"
+	"github.com/kinflow/kinflow/internal/units"
 )
 
 // Annotation states, as written in similarity.json / experimental.json and
@@ -42,6 +43,12 @@ type similarityFile struct {
 	Dataset string     `json:"dataset,omitempty"`
 	Max     []*float64 `json:"max,omitempty"`
 	Mean    []*float64 `json:"mean,omitempty"`
+	// CandMax and CandMean are, for a row whose cell lists candidate
+	// sequences (WIRE §13.2), each candidate's values (null outside the 20
+	// amino acids); Finalize shows the selected candidate's. Nil for a row
+	// with one sequence.
+	CandMax  [][]*float64 `json:"cand_max,omitempty"`
+	CandMean [][]*float64 `json:"cand_mean,omitempty"`
 }
 
 // experimentalFile is MEDIA/jobs/<id>/experimental.json: per target, the
@@ -138,11 +145,24 @@ func (a *Activities) TrainingSimilarity(ctx context.Context, in JobRef) (Annotat
 
 	// The reference strips the sequences of the result rows before searching.
 	seqs := t.Column(input.ColProteinSequence)
+	cands := make([][]string, len(seqs))
+	queries := make([]string, 0, len(seqs))
 	for i := range seqs {
+		if strings.Contains(seqs[i], units.Separator) {
+			cands[i] = units.Split(seqs[i])
+			seqs[i] = ""
+			for _, c := range cands[i] {
+				if input.ValidResidues(c) {
+					queries = append(queries, c)
+				}
+			}
+			continue
+		}
 		seqs[i] = strings.TrimSpace(seqs[i])
+		queries = append(queries, seqs[i])
 	}
 	stop := heartbeat.Start(ctx)
-	res, err := a.Similarity.Searcher.Search(ctx, ds, seqs)
+	res, err := a.Similarity.Searcher.Search(ctx, ds, queries)
 	stop()
 	if err != nil {
 		return AnnotationResult{}, fmt.Errorf("similarity of job %s: %w", job.ID, err)
@@ -157,6 +177,23 @@ func (a *Activities) TrainingSimilarity(ctx context.Context, in JobRef) (Annotat
 		id := res[q]
 		mx, mean := similarity.Round2(id.Max), similarity.Round2(id.Mean)
 		out.Max[i], out.Mean[i] = &mx, &mean
+	}
+	for i, cs := range cands {
+		if cs == nil {
+			continue
+		}
+		if out.CandMax == nil {
+			out.CandMax, out.CandMean = make([][]*float64, len(seqs)), make([][]*float64, len(seqs))
+		}
+		out.CandMax[i], out.CandMean[i] = make([]*float64, len(cs)), make([]*float64, len(cs))
+		for k, c := range cs {
+			if !input.ValidResidues(c) {
+				continue
+			}
+			id := res[c]
+			mx, mean := similarity.Round2(id.Max), similarity.Round2(id.Mean)
+			out.CandMax[i][k], out.CandMean[i][k] = &mx, &mean
+		}
 	}
 	if err := fsutil.WriteJSONAtomic(path, out); err != nil {
 		return AnnotationResult{}, err
@@ -278,8 +315,16 @@ func (a *Activities) readAnnotations(dir string) annotations {
 	return an
 }
 
-// similarityCells returns the row's (mean, max) cells.
-func (an annotations) similarityCells(r int) (string, string) {
+// similarityCells are row r's (mean, max) similarity cells; selected is
+// the candidate whose kcat the row shows (-1: none), used for a row with
+// candidate sequences.
+func (an annotations) similarityCells(r, selected int) (string, string) {
+	if an.sim.State == AnnotationDone && r < len(an.sim.CandMax) && an.sim.CandMax[r] != nil {
+		if selected < 0 || selected >= len(an.sim.CandMax[r]) || an.sim.CandMax[r][selected] == nil {
+			return "", ""
+		}
+		return experimental.FormatFloat(*an.sim.CandMean[r][selected]), experimental.FormatFloat(*an.sim.CandMax[r][selected])
+	}
 	if an.sim.State != AnnotationDone || r >= len(an.sim.Max) || an.sim.Max[r] == nil || an.sim.Mean[r] == nil {
 		return "", ""
 	}

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -19,9 +21,18 @@ type methodObject struct {
 	MoreInfo         string   `json:"moreInfo"`
 	Supports         []string `json:"supports"`
 	InputFormat      string   `json:"inputFormat"`
-	MaxSeqLen        *int     `json:"maxSeqLen"`
-	RequiredColumns  []string `json:"requiredColumns"`
-	SubstrateFormat  string   `json:"substrateFormat"`
+	// AcceptedCSVTypes, AcceptedCSVTypesByTarget and InputBehaviorByTarget
+	// are WIRE §13.4's fields: which substrate layouts the method takes and
+	// how a `Substrates` list reaches it, per target.
+	AcceptedCSVTypes         []string     `json:"acceptedCsvTypes"`
+	AcceptedCSVTypesByTarget orderedLists `json:"acceptedCsvTypesByTarget"`
+	InputBehaviorByTarget    orderedTexts `json:"inputBehaviorByTarget"`
+	MaxSeqLen                *int         `json:"maxSeqLen"`
+	RequiredColumns          []string     `json:"requiredColumns"`
+	SubstrateFormat          string       `json:"substrateFormat"`
+	// ModelVersion is kinflow's addition: the method's model_version,
+	// bumped whenever a change would alter its predicted values.
+	ModelVersion string `json:"modelVersion"`
 }
 
 type methodGroups struct {
@@ -38,9 +49,62 @@ type methodsBody struct {
 		Skip     string `json:"skip"`
 	} `json:"longSequenceOptions"`
 	Notes struct {
-		Targets string `json:"targets"`
-		Quota   string `json:"quota"`
+		Targets        string `json:"targets"`
+		SubstrateLists string `json:"substrateLists"`
+		Quota          string `json:"quota"`
 	} `json:"notes"`
+}
+
+// orderedLists is a JSON object of string lists with keys in a fixed order
+// (a method's targets in its declared order).
+type orderedLists struct {
+	keys []string
+	vals [][]string
+}
+
+// MarshalJSON writes the entries in order.
+func (o orderedLists) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, k := range o.keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		kb, _ := json.Marshal(k)
+		vb, err := json.Marshal(o.vals[i])
+		if err != nil {
+			return nil, err
+		}
+		b.Write(kb)
+		b.WriteByte(':')
+		b.Write(vb)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// orderedTexts is the same for string values.
+type orderedTexts struct {
+	keys []string
+	vals []string
+}
+
+// MarshalJSON writes the entries in order.
+func (o orderedTexts) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, k := range o.keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		kb, _ := json.Marshal(k)
+		vb, _ := json.Marshal(o.vals[i])
+		b.Write(kb)
+		b.WriteByte(':')
+		b.Write(vb)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
 }
 
 const (
@@ -51,9 +115,25 @@ const (
 func toMethodObject(d *methods.Descriptor) methodObject {
 	o := methodObject{ID: d.Key, DisplayName: d.DisplayName, Authors: d.Authors, PublicationTitle: d.PublicationTitle,
 		CitationURL: d.CitationURL, RepoURL: d.RepoURL, MoreInfo: d.MoreInfo, Supports: make([]string, 0, len(d.Supports)),
-		InputFormat: d.InputFormat, RequiredColumns: d.RequiredColumns(), SubstrateFormat: substrateFormatSingle}
+		InputFormat: d.InputFormat, RequiredColumns: d.RequiredColumns(), SubstrateFormat: substrateFormatSingle,
+		ModelVersion: d.ModelVersion}
+	union := map[string]bool{}
 	for _, t := range d.Supports {
 		o.Supports = append(o.Supports, string(t))
+		types := d.AcceptedCSVTypes(t)
+		o.AcceptedCSVTypesByTarget.keys = append(o.AcceptedCSVTypesByTarget.keys, string(t))
+		o.AcceptedCSVTypesByTarget.vals = append(o.AcceptedCSVTypesByTarget.vals, types)
+		o.InputBehaviorByTarget.keys = append(o.InputBehaviorByTarget.keys, string(t))
+		o.InputBehaviorByTarget.vals = append(o.InputBehaviorByTarget.vals, d.InputBehavior(t))
+		for _, ty := range types {
+			union[ty] = true
+		}
+	}
+	o.AcceptedCSVTypes = []string{}
+	for _, ty := range []string{methods.CSVSingle, methods.CSVMulti, methods.CSVFullReaction} {
+		if union[ty] {
+			o.AcceptedCSVTypes = append(o.AcceptedCSVTypes, ty)
+		}
 	}
 	if d.MaxSeqLen > 0 {
 		n := d.MaxSeqLen
@@ -83,7 +163,8 @@ func buildMethodsBody(cat *methods.Catalogue) methodsBody {
 	b.LongSequenceOptions.Truncate = "Sequences longer than the selected methods' limit are shortened to their first and last halves and still predicted."
 	b.LongSequenceOptions.Skip = "Rows whose sequence is longer than the selected methods' limit are left out of the prediction."
 	b.Notes.Targets = "Choose what to predict with `targets` (a list of kcat, Km, kcat/Km) and `methods` (an object mapping each selected target to a method id listed here)."
-	b.Notes.Quota = "Each CSV row counts as one prediction against the daily quota, whatever the number of selected targets."
+	b.Notes.SubstrateLists = "A 'Substrates' cell may hold several SMILES or InChI separated by ';' (and 'Protein Sequence' several candidate sequences): each is predicted, kcat keeps the largest value, Km and kcat/Km are written as a JSON array in substrate order."
+	b.Notes.Quota = "Each input reaction row counts once against your daily quota."
 	return b
 }
 

@@ -28,6 +28,7 @@ func TestMethods(t *testing.T) {
 				MaxSeqLen       *int     `json:"maxSeqLen"`
 				RequiredColumns []string `json:"requiredColumns"`
 				SubstrateFormat string   `json:"substrateFormat"`
+				ModelVersion    string   `json:"modelVersion"`
 			} `json:"methods"`
 			PredictionTypes     []string          `json:"predictionTypes"`
 			LongSequenceOptions map[string]string `json:"longSequenceOptions"`
@@ -43,7 +44,7 @@ func TestMethods(t *testing.T) {
 			}
 			return strings.Join(out, ",")
 		}
-		if ids("kcat") != "A-H,A-L,B,C,D,E,F,G,H" || ids("Km") != "A-H,B,C,E,F,G,H,J" || ids("kcat/Km") != "B,I" {
+		if ids("kcat") != "A-H,A-L,B,C,D,E,F,G,G-O2,H" || ids("Km") != "A-H,B,C,E,F,G,G-O2,H,J" || ids("kcat/Km") != "B,I" {
 			t.Fatalf("groups %s | %s | %s", ids("kcat"), ids("Km"), ids("kcat/Km"))
 		}
 		d := b.Methods["kcat"][4]
@@ -51,9 +52,26 @@ func TestMethods(t *testing.T) {
 			!strings.Contains(d.SubstrateFormat, "Products") {
 			t.Fatalf("D %+v", d)
 		}
+		for tg, ms := range b.Methods {
+			for _, m := range ms {
+				if m.ModelVersion != "1" {
+					t.Errorf("%s %s: modelVersion %q", tg, m.ID, m.ModelVersion)
+				}
+			}
+		}
 		if strings.Join(b.PredictionTypes, ",") != "kcat,Km,kcat/Km" || b.LongSequenceOptions["skip"] == "" ||
 			b.Notes["targets"] == "" || b.Notes["quota"] == "" || b.Notes["experimental"] != "" {
 			t.Fatalf("body %s", r.Body)
+		}
+		for _, want := range []string{
+			`"inputFormat":"multi","acceptedCsvTypes":["full_reaction"],"acceptedCsvTypesByTarget":{"kcat":["full_reaction"]},"inputBehaviorByTarget":{"kcat":"native_full_reaction"},"maxSeqLen":1024,`,
+			`"id":"E",`, `"inputFormat":"single","acceptedCsvTypes":["single","multi","full_reaction"],"acceptedCsvTypesByTarget":{"kcat":["single","multi","full_reaction"],"Km":["single","multi","full_reaction"]},"inputBehaviorByTarget":{"kcat":"native_multi","Km":"expanded_pair"},"maxSeqLen":2048,`,
+			`"id":"G-O2","displayName":"Method G-O2"`,
+			`"notes":{"targets":`, `,"substrateLists":"A 'Substrates' cell`, `,"quota":"Each input reaction row counts once against your daily quota."}`,
+		} {
+			if !strings.Contains(r.Body.String(), want) {
+				t.Errorf("/methods/ lacks %s", want)
+			}
 		}
 		if !strings.HasPrefix(r.Body.String(), `{"methods":{"kcat":[{"id":"A-H","displayName":"Method A-H","authors":`) {
 			t.Fatalf("order %s", r.Body.String()[:120])

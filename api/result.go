@@ -45,6 +45,9 @@ func (s *Server) result(c *gin.Context) {
 			s.internalError(c, "result.parse_failed", err)
 			return
 		}
+		if p, ok := s.readProvenance(j); ok {
+			body = withProvenance(body, p)
+		}
 		c.Data(http.StatusOK, "application/json; charset=utf-8", body)
 		return
 	}

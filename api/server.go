@@ -4,6 +4,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -187,6 +188,10 @@ func abortError(c *gin.Context, status int, msg string) {
 
 const requestIDKey = "request_id"
 
+// statusClientClosed is the status recorded for a request whose client
+// disconnected before the answer (nginx's 499); nobody reads the answer.
+const statusClientClosed = 499
+
 func (s *Server) requestID(c *gin.Context) {
 	id := strings.TrimSpace(c.GetHeader("X-Request-ID"))
 	if id == "" || len(id) > 200 {
@@ -219,6 +224,13 @@ func (s *Server) accessLog(c *gin.Context) {
 // internalError logs err with the request id and answers a generic 500.
 func (s *Server) internalError(c *gin.Context, what string, err error) {
 	rid := c.GetString(requestIDKey)
+	if c.Request.Context().Err() != nil && errors.Is(err, context.Canceled) {
+		// The client went away mid-request: not an error of the service.
+		// 499 is the access logs' usual "client closed request".
+		s.log.Debug(what, "request_id", rid, "error", err, "client_gone", true)
+		c.AbortWithStatus(statusClientClosed)
+		return
+	}
 	s.log.Error(what, "request_id", rid, "error", err)
 	abortError(c, http.StatusInternalServerError, "Internal server error (request id "+rid+").")
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/kinflow/kinflow/internal/provenance"
 	"github.com/kinflow/kinflow/internal/store"
 )
 
@@ -61,13 +62,23 @@ type statusBody struct {
 	// Synthetic is kinflow's addition: set when the job runs on the
 	// synthetic backends, whose numbers are stand-ins, not predictions.
 	Synthetic bool `json:"synthetic,omitempty"`
+	// Provenance is kinflow's addition, on a finished job: per stage, the
+	// method and its model version, the engine's fingerprint and the
+	// fingerprint of each artefact family the stage read.
+	Provenance []provenance.Stage `json:"provenance,omitempty"`
+	// Notice is kinflow's addition: one sentence when the job read cached
+	// files of unverified origin or synthetic artefacts.
+	Notice string `json:"notice,omitempty"`
 }
 
 type progressBody struct {
-	MoleculesTotal      int           `json:"moleculesTotal"`
-	MoleculesProcessed  int           `json:"moleculesProcessed"`
-	PredictionsTotal    int           `json:"predictionsTotal"`
-	PredictionsMade     int           `json:"predictionsMade"`
+	MoleculesTotal     int `json:"moleculesTotal"`
+	MoleculesProcessed int `json:"moleculesProcessed"`
+	PredictionsTotal   int `json:"predictionsTotal"`
+	PredictionsMade    int `json:"predictionsMade"`
+	// PredictionsCached is kinflow's addition: the prediction units
+	// served from the prediction cache instead of the engine.
+	PredictionsCached   int           `json:"predictionsCached"`
 	InvalidRows         int           `json:"invalidRows"`
 	Stages              []stageBody   `json:"stages"`
 	ActiveStageIndex    *int          `json:"activeStageIndex"`
@@ -119,6 +130,9 @@ type stagePrediction struct {
 	InvalidRows          int `json:"invalidRows"`
 	PredictionsTotal     int `json:"predictionsTotal"`
 	PredictionsMade      int `json:"predictionsMade"`
+	// PredictionsCached (and its snake_case twin) is kinflow's addition.
+	PredictionsCachedSn int `json:"predictions_cached"`
+	PredictionsCached   int `json:"predictionsCached"`
 }
 
 type stageEmbedding struct {
@@ -221,6 +235,7 @@ func toStageBody(st store.JobStage) stageBody {
 			PredictionsTotalSn: st.PredictionsTotal, PredictionsMadeSn: st.PredictionsMade,
 			MoleculesTotal: st.MoleculesTotal, MoleculesProcessed: st.MoleculesProcessed, InvalidRows: st.InvalidRows,
 			PredictionsTotal: st.PredictionsTotal, PredictionsMade: st.PredictionsMade,
+			PredictionsCachedSn: st.PredictionsCached, PredictionsCached: st.PredictionsCached,
 		},
 		Embedding: stageEmbedding{
 			Enabled: st.EmbeddingEnabled, State: embeddingState(st), MethodKeySnake: st.MethodKey, MethodKey: st.MethodKey,
@@ -308,7 +323,7 @@ func (s *Server) status(c *gin.Context) {
 	b.ActiveStageIndex = activeStage(stages)
 	b.TotalStageCount = len(stages)
 	b.Progress = progressBody{MoleculesTotal: j.TotalMolecules, MoleculesProcessed: j.MoleculesProcessed,
-		PredictionsTotal: j.TotalPredictions, PredictionsMade: j.PredictionsMade, InvalidRows: j.InvalidRows,
+		PredictionsTotal: j.TotalPredictions, PredictionsMade: j.PredictionsMade, PredictionsCached: j.PredictionsCached, InvalidRows: j.InvalidRows,
 		Stages: b.ProgressStages, ActiveStageIndex: b.ActiveStageIndex,
 		CompletedStageCount: b.CompletedStageCount, TotalStageCount: b.TotalStageCount}
 	if len(stages) > 0 {
@@ -321,6 +336,9 @@ func (s *Server) status(c *gin.Context) {
 	}
 	b.GPUPrecompute = aggregateGPU(evs)
 	b.Synthetic = j.Synthetic
+	if p, ok := s.readProvenance(j); ok {
+		b.Provenance, b.Notice = p.Stages, p.Notice
+	}
 	switch j.Status {
 	case store.JobCompleted:
 		if j.CompletedAt != nil {

@@ -182,6 +182,10 @@ func (s *Server) submit(c *gin.Context) {
 		s.inputError(c, err)
 		return
 	}
+	if err := input.CheckProducts(c.Request.Context(), s.chem, sub.Table); err != nil {
+		s.inputError(c, err)
+		return
+	}
 	if b.file != nil {
 		// The parsed table is all that is needed from here on.
 		_ = c.Request.MultipartForm.RemoveAll()
@@ -389,7 +393,7 @@ func (s *Server) newJob(c *gin.Context, k *store.AuthKey, sub *input.Submission,
 		KcatMethod: o.Methods[string(methods.Kcat)], KmMethod: o.Methods[string(methods.Km)], KcatKmMethod: o.Methods[string(methods.KcatKm)],
 		HandleLongSequences: o.HandleLongSequences, CanonicalizeSubstrates: o.CanonicalizeSubstrates,
 		IncludeSimilarityColumns: o.IncludeSimilarityColumns, UseExperimental: o.UseExperimental,
-		DisableGPUPrecompute: o.DisableGPUPrecompute, RequestedRows: len(sub.Table.Rows),
+		DisableGPUPrecompute: o.DisableGPUPrecompute, UsePredictionCache: o.UsePredictionCache, RequestedRows: len(sub.Table.Rows),
 		SubmittedAt: now.UTC(), InputPath: "jobs/" + id + "/input.csv"}
 	stages := make([]store.JobStage, 0, len(o.Targets))
 	for i, t := range o.Targets {

@@ -290,6 +290,19 @@ func (w *prediction) remote(ctx workflow.Context, st activities.StageInfo, plan 
 	w.status.GPUJobID = ""
 	switch {
 	case timedOut:
+		if workflow.GetVersion(ctx, pollTimeoutPostCheckVersion, workflow.DefaultVersion, 1) >= 1 {
+			// At the deadline the files decide (WIRE §13.5): a remote job
+			// that wrote everything but did not report in time is done.
+			w.setStage(ctx, st.Index, "post-check")
+			if post, err := w.plan(ctx, st, true); err == nil {
+				plan = post
+				msg := fmt.Sprintf("remote job did not finish within GPU_EMBED_JOB_TIMEOUT_SECONDS=%d", pol.JobTimeoutSeconds)
+				if post.Complete {
+					return false, plan, w.event(ctx, st, true, true, true, false, "done_after_poll_timeout", msg+"; every file is there")
+				}
+				return failOrFallback(true, true, fmt.Sprintf("timeout_incomplete_remote_outputs:%d", post.Need), msg+fmt.Sprintf("; %d files missing", post.Need))
+			}
+		}
 		return failOrFallback(true, true, fmt.Sprintf("gpu_request_failed: remote job did not finish within GPU_EMBED_JOB_TIMEOUT_SECONDS=%d", pol.JobTimeoutSeconds))
 	case childErr != nil:
 		// The reason is WIRE §2.5's exact word; what failed goes in the
@@ -429,6 +442,12 @@ func gpuJobID(jobID string, stage int, attempt int32) string {
 	sum := sha256.Sum256([]byte(fmt.Sprintf("%s:%d:%d", jobID, stage, attempt)))
 	return hex.EncodeToString(sum[:16])
 }
+
+// pollTimeoutPostCheckVersion names the change that runs the post-check
+// when the remote phase reaches GPU_EMBED_JOB_TIMEOUT_SECONDS, giving the
+// reasons done_after_poll_timeout and timeout_incomplete_remote_outputs:<n>
+// (WIRE §13.5); before it, a timeout went straight to gpu_request_failed.
+const pollTimeoutPostCheckVersion = "poll-timeout-post-check"
 
 // cleanupMarkVersion names the change that marks a stage failed when its
 // Cleanup fails (docs/workflows.md).

@@ -31,8 +31,9 @@
   // api sends a request and returns the parsed JSON (or the raw Response
   // when raw is set); a non-2xx answer throws an APIError with the API's
   // {"error"} text.
-  async function api(method, path, { body, auth = true, raw = false } = {}) {
+  async function api(method, path, { body, auth = true, raw = false, idempotencyKey = "" } = {}) {
     const headers = {};
+    if (idempotencyKey) headers["Idempotency-Key"] = idempotencyKey;
     if (auth) {
       const k = storedKey();
       if (!k) throw new APIError(401, "No API key in this browser: generate one above, or paste one you have.");
@@ -218,8 +219,19 @@
   }
 
   let confirmed = false;
+  // submitKey is the Idempotency-Key of the submit being made: kept across
+  // retries of the same form (a lost answer, a restarting API), so that a
+  // retry gets the job already made instead of a second one; a change of
+  // the form or a success starts a new one.
+  let submitKey = "";
+  function newIdempotencyKey() {
+    if (crypto.randomUUID) return crypto.randomUUID();
+    const b = crypto.getRandomValues(new Uint8Array(16));
+    return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+  }
   function resetConfirm() {
     confirmed = false;
+    submitKey = "";
     $("submit-btn").textContent = "Validate and submit";
   }
 
@@ -355,7 +367,18 @@
           return;
         }
       }
-      const job = await api("POST", "/api/v1/submit/", { body: fd });
+      if (!submitKey) submitKey = newIdempotencyKey();
+      let job;
+      for (let attempt = 0; ; attempt++) {
+        try {
+          job = await api("POST", "/api/v1/submit/", { body: fd, idempotencyKey: submitKey });
+          break;
+        } catch (e) {
+          // No answer or a server error: the same key again, after a pause.
+          if (attempt >= 2 || (e.status !== 0 && e.status < 500)) throw e;
+          await new Promise((r) => setTimeout(r, 1000 * (attempt + 1)));
+        }
+      }
       resetConfirm();
       location.hash = "#job=" + encodeURIComponent(job.jobId);
     } catch (e) {

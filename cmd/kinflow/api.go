@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 
 	"go.temporal.io/sdk/client"
 
@@ -107,9 +108,17 @@ func jobSummary(st *store.Store) func(ctx context.Context, id string) (workflows
 // newChemistry is the substrate checker: the Go syntax checks, plus RDKit
 // through a pool of long-lived /usr/bin/python3 helpers when python3-rdkit is
 // installed (they start on first use; without RDKit the Go checks decide).
+// One pool per process: `kinflow dev` runs the api and the worker in one
+// process, and each helper holds about 80 MiB.
 func newChemistry(log *slog.Logger) *input.Chemistry {
-	return input.NewChemistry(input.NewRDKit(input.RDKitOptions{Log: log}), log)
+	chemOnce.Do(func() { chem = input.NewChemistry(input.NewRDKit(input.RDKitOptions{Log: log}), log) })
+	return chem
 }
+
+var (
+	chemOnce sync.Once
+	chem     *input.Chemistry
+)
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("migrate", stderr)

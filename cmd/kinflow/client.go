@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/kinflow/kinflow/internal/client"
@@ -274,6 +275,8 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	canon := fs.String("canonicalize", "", "canonicalize substrates: true (API default) or false")
 	similarity := fs.Bool("similarity", false, "include similarity columns (includeSimilarityColumns)")
 	noGPU := fs.Bool("no-gpu", false, "skip the GPU precompute; embeddings are computed on the CPU worker (disableGpuPrecompute)")
+	noCache := fs.Bool("no-prediction-cache", false, "predict every row afresh instead of reusing cached predictions (usePredictionCache=false)")
+	idem := fs.String("idempotency-key", "", "Idempotency-Key of this submit (default: a new random one, resent on retries); rerun with the same key to get the same job, never a second")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: kinflow submit FILE --target T --method M [--target T2 --method M2] [--wait [-o OUT]]")
 		fmt.Fprintln(stderr, "       kinflow submit FILE --methods kcat=B,Km=C [--wait]")
@@ -291,7 +294,11 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	opts := client.SubmitOptions{Targets: order, Methods: sel, IncludeSimilarityColumns: *similarity, DisableGPUPrecompute: *noGPU}
+	opts := client.SubmitOptions{Targets: order, Methods: sel, IncludeSimilarityColumns: *similarity, DisableGPUPrecompute: *noGPU, IdempotencyKey: *idem}
+	if *noCache {
+		f := false
+		opts.UsePredictionCache = &f
+	}
 	switch *long {
 	case "", "truncate", "skip":
 		opts.HandleLongSequences = *long
@@ -332,6 +339,61 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return writeResult(ctx, c, job.JobID, false, *out, stderr)
 	}
 	return nil
+}
+
+// runJobs is `kinflow jobs [--status S] [--limit N] [--all] [--json]`.
+func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("jobs", stderr)
+	baseURL, key := clientFlags(fs)
+	status := fs.String("status", "", "only jobs in this status: Pending, Processing, Completed or Failed (comma-separated for several)")
+	limit := fs.Int("limit", 20, "jobs per page (1 to 100)")
+	all := fs.Bool("all", false, "every page, not only the newest")
+	asJSON := fs.Bool("json", false, "print the jobs as a JSON array")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: kinflow jobs [--status S] [--limit N] [--all] [--json]")
+		fmt.Fprintln(stderr, "  Lists this key's jobs, newest first.")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{"jobs takes no arguments"}
+	}
+	c := newClient(*baseURL, *key)
+	var jobs []client.Job
+	cursor := ""
+	for {
+		page, err := c.Jobs(ctx, *status, *limit, cursor)
+		if err != nil {
+			return err
+		}
+		jobs = append(jobs, page.Jobs...)
+		if !*all || page.NextCursor == nil {
+			break
+		}
+		cursor = *page.NextCursor
+	}
+	if *asJSON {
+		if jobs == nil {
+			jobs = []client.Job{}
+		}
+		return writeJSON(stdout, jobs)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tSTATUS\tTARGETS\tROWS\tSUBMITTED\tCOMPLETED")
+	for _, j := range jobs {
+		var tm []string
+		for _, t := range j.Targets {
+			tm = append(tm, t+"="+j.Methods[t])
+		}
+		done := "-"
+		if j.CompletedAt != nil {
+			done = *j.CompletedAt
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", j.JobID, j.Status, strings.Join(tm, ","), j.Rows, j.SubmittedAt, done)
+	}
+	return tw.Flush()
 }
 
 // runStatus is `kinflow status JOB`.

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"log/slog"
 	"reflect"
 	"strings"
 	"testing"
@@ -77,5 +79,14 @@ func TestClientUsage(t *testing.T) {
 		if code := run(context.Background(), append(args, "--url", "http://127.0.0.1:1"), &out, &errb); code != 2 {
 			t.Errorf("%v: exit %d, stderr %s", args, code, errb.String())
 		}
+	}
+}
+
+// TestOneChemistryPerProcess: `kinflow dev` wires the api and the worker in
+// one process; both get the same RDKit pool.
+func TestOneChemistryPerProcess(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if newChemistry(log) != newChemistry(log) {
+		t.Fatal("two RDKit pools in one process")
 	}
 }

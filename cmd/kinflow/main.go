@@ -35,12 +35,14 @@ func commands() []command {
 		{"seqid", "print seq_id<TAB>length per sequence of a FASTA or CSV file", runSeqID},
 		{"seqmap", "seqmap import FILE: take over a reference seqmap.sqlite3, keeping its ids", runSeqmap},
 		{"plan", "show the embedding plan of a method over a FASTA or CSV file", runPlan},
+		{"cache", "cache status|verify|adopt|purge: the embedding cache's files and provenance (operator)", runCache},
 		{"key", "key status|generate|revoke: this address's API key (client); key limit|block|unblock KEY: operator", runKey},
 		{"methods", "list the methods by target (client)", runMethods},
 		{"validate", "validate FILE: check a CSV's rows without submitting (client)", runValidate},
 		{"submit", "submit FILE --target T --method M [--wait]: start a job (client)", runSubmit},
 		{"status", "status JOB: a job's status and progress (client)", runStatus},
 		{"result", "result JOB [-o FILE] [--json]: a completed job's result (client)", runResult},
+		{"jobs", "jobs [--status S] [--limit N] [--all] [--json]: your own jobs, newest first (client)", runJobs},
 	}
 }
 

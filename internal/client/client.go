@@ -8,6 +8,8 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -83,12 +85,20 @@ func (c *Client) httpClient() *http.Client {
 // do sends a request and returns the response when its status is 2xx; any
 // other status becomes an *APIError. The caller closes the body.
 func (c *Client) do(ctx context.Context, method, path string, body io.Reader, contentType string, auth bool) (*http.Response, error) {
+	return c.doHeader(ctx, method, path, body, contentType, auth, nil)
+}
+
+// doHeader is do with extra request headers.
+func (c *Client) doHeader(ctx context.Context, method, path string, body io.Reader, contentType string, auth bool, header http.Header) (*http.Response, error) {
 	if auth && c.Key == "" {
 		return nil, ErrNoKey
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, body)
 	if err != nil {
 		return nil, fmt.Errorf("build request %s %s: %w", method, path, err)
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
 	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
@@ -255,6 +265,12 @@ type SubmitOptions struct {
 	CanonicalizeSubstrates   *bool
 	IncludeSimilarityColumns bool
 	DisableGPUPrecompute     bool
+	// UsePredictionCache nil keeps the default (true): rows predicted
+	// before with the same model are served from the prediction cache.
+	UsePredictionCache *bool
+	// IdempotencyKey is sent as the Idempotency-Key header; empty means a
+	// new random key for this call, resent on each of its retries.
+	IdempotencyKey string
 }
 
 func (o SubmitOptions) fields() (map[string]string, error) {
@@ -280,6 +296,9 @@ func (o SubmitOptions) fields() (map[string]string, error) {
 	if o.DisableGPUPrecompute {
 		f["disableGpuPrecompute"] = "true"
 	}
+	if o.UsePredictionCache != nil {
+		f["usePredictionCache"] = strconv.FormatBool(*o.UsePredictionCache)
+	}
 	return f, nil
 }
 
@@ -291,18 +310,109 @@ type Submitted struct {
 	ResultURL string `json:"resultUrl"`
 }
 
-// Submit uploads a CSV as a new job.
+// Submit retries: a submit that got no answer (connection lost, the API
+// restarting) or a 5xx is sent again with the same Idempotency-Key, so a
+// retry never makes a second job or a second charge. Three retries with
+// doubling delays from half a second ride out an API restart.
+const (
+	submitRetries    = 3
+	submitRetryDelay = 500 * time.Millisecond
+)
+
+// Submit uploads a CSV as a new job. It sends an Idempotency-Key
+// (opts.IdempotencyKey, or a random one) and retries a lost or 5xx answer
+// with the same key: the API answers a repeated key with the job the first
+// attempt created.
 func (c *Client) Submit(ctx context.Context, filename string, csv io.Reader, opts SubmitOptions) (*Submitted, error) {
 	fields, err := opts.fields()
 	if err != nil {
 		return nil, err
 	}
-	body, ctype, err := multipartBody(filename, csv, fields)
+	data, err := io.ReadAll(csv)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read %s: %w", filename, err)
 	}
-	var out Submitted
-	if err := c.getJSON(ctx, http.MethodPost, "/api/v1/submit/", body, ctype, true, &out); err != nil {
+	idem := opts.IdempotencyKey
+	if idem == "" {
+		idem = NewIdempotencyKey()
+	}
+	header := http.Header{"Idempotency-Key": {idem}}
+	delay := submitRetryDelay
+	for attempt := 0; ; attempt++ {
+		body, ctype, err := multipartBody(filename, bytes.NewReader(data), fields)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := c.doHeader(ctx, http.MethodPost, "/api/v1/submit/", body, ctype, true, header)
+		if err == nil {
+			defer resp.Body.Close()
+			var out Submitted
+			if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+				return nil, fmt.Errorf("decode submit answer: %w", err)
+			}
+			return &out, nil
+		}
+		var ae *APIError
+		retryable := !errors.As(err, &ae) || ae.Status >= 500
+		if !retryable || attempt == submitRetries || errors.Is(err, ErrNoKey) || ctx.Err() != nil {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(delay):
+		}
+		delay *= 2
+	}
+}
+
+// NewIdempotencyKey is a random Idempotency-Key (128 bits, hex).
+func NewIdempotencyKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Job is one entry of GET /api/v1/jobs/.
+type Job struct {
+	JobID       string            `json:"jobId"`
+	Status      string            `json:"status"`
+	Targets     []string          `json:"targets"`
+	Methods     map[string]string `json:"methods"`
+	Rows        int               `json:"rows"`
+	SubmittedAt string            `json:"submittedAt"`
+	StartedAt   *string           `json:"startedAt"`
+	CompletedAt *string           `json:"completedAt"`
+	ResultURL   string            `json:"resultUrl"`
+	Synthetic   bool              `json:"synthetic"`
+}
+
+// JobsPage is one page of GET /api/v1/jobs/.
+type JobsPage struct {
+	Jobs       []Job   `json:"jobs"`
+	NextCursor *string `json:"nextCursor"`
+}
+
+// Jobs lists the key's own jobs, newest first: one page of at most limit
+// (0: the API's default), after cursor (""), only in status ("" for all;
+// comma-separated for several).
+func (c *Client) Jobs(ctx context.Context, status string, limit int, cursor string) (*JobsPage, error) {
+	q := url.Values{}
+	if status != "" {
+		q.Set("status", status)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	path := "/api/v1/jobs/"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var out JobsPage
+	if err := c.getJSON(ctx, http.MethodGet, path, nil, "", true, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil

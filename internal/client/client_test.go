@@ -255,3 +255,66 @@ func TestWaitHonoursContext(t *testing.T) {
 		t.Fatalf("wait on a job nobody runs: %+v %v", st, err)
 	}
 }
+
+// TestSubmitRetriesWithItsIdempotencyKey: the API creates the job but the
+// answer is lost (the connection drops); the client retries with the same
+// Idempotency-Key and gets that job, and the key lists exactly one job.
+func TestSubmitRetriesWithItsIdempotencyKey(t *testing.T) {
+	cfg, err := config.Load(func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MediaRoot = t.TempDir()
+	st := testenv.OpenStore(t, store.SQLite)
+	h := api.New(api.Deps{Config: cfg, Store: st, Jobs: &startRecorder{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	var (
+		mu    sync.Mutex
+		calls int
+		keys  []string
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/v1/submit/" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		mu.Lock()
+		calls++
+		first := calls == 1
+		keys = append(keys, r.Header.Get("Idempotency-Key"))
+		mu.Unlock()
+		if !first {
+			h.ServeHTTP(w, r)
+			return
+		}
+		// The job is made; the answer never reaches the client.
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		conn, _, _ := w.(http.Hijacker).Hijack()
+		conn.Close()
+	}))
+	t.Cleanup(srv.Close)
+	c := client.New(srv.URL, "")
+	k, err := c.GenerateKey(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Key = k.Key
+	job, err := c.Submit(context.Background(), "in.csv", strings.NewReader(exampleCSV), client.SubmitOptions{Targets: []string{"kcat"}, Methods: map[string]string{"kcat": "B"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 2 || keys[0] == "" || keys[0] != keys[1] {
+		t.Fatalf("Idempotency-Keys sent: %q", keys)
+	}
+	page, err := c.Jobs(context.Background(), "", 0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Jobs) != 1 || page.Jobs[0].JobID != job.JobID || page.Jobs[0].Rows != 2 || page.NextCursor != nil {
+		t.Fatalf("jobs %+v, submitted %s", page, job.JobID)
+	}
+	// A different request with the same key is refused, not retried.
+	_, err = c.Submit(context.Background(), "in.csv", strings.NewReader(exampleCSV), client.SubmitOptions{Targets: []string{"kcat"}, Methods: map[string]string{"kcat": "C"}, IdempotencyKey: keys[0]})
+	if !client.IsStatus(err, 422) {
+		t.Fatalf("reused key: %v", err)
+	}
+}

@@ -192,6 +192,23 @@ func TestCLIAgainstStack(t *testing.T) {
 		t.Fatalf("result -o json: %v %q", err, b)
 	}
 
+	// kinflow jobs: both jobs, newest first; --status filters; --json.
+	s.cli(withKey, "jobs").want(t, "jobs", 0, "out:JOB", "out:"+job2+"  Completed  kcat=B,Km=C  3", "out:"+job1)
+	lj := s.cli(withKey, "jobs", "--json", "--all", "--limit", "1", "--status", "Completed")
+	lj.want(t, "jobs --json", 0)
+	var listed []map[string]any
+	if err := json.Unmarshal([]byte(lj.stdout), &listed); err != nil || len(listed) != 2 || listed[0]["jobId"] != job2 || listed[1]["jobId"] != job1 {
+		t.Fatalf("jobs --json --all: %v %s", err, lj.stdout)
+	}
+	s.cli(withKey, "jobs", "--status", "Failed").want(t, "jobs none failed", 0)
+	s.cli(withKey, "jobs", "--status", "Done").want(t, "jobs bad status", 1, "err:Invalid status 'Done'", "err:(HTTP 400)")
+	s.cli(withKey, "jobs", "extra").want(t, "jobs extra", 2, "err:jobs takes no arguments")
+	// --idempotency-key: a rerun gets the same job, not a second one.
+	k1 := s.cli(withKey, "submit", example, "--methods", "kcat=B", "--idempotency-key", "cli-run-1")
+	k1.want(t, "submit with key", 0)
+	s.cli(withKey, "submit", example, "--methods", "kcat=B", "--idempotency-key", "cli-run-1").want(t, "submit same key", 0, "out:"+strings.TrimSpace(k1.stdout))
+	s.cli(withKey, "submit", example, "--methods", "kcat=C", "--idempotency-key", "cli-run-1").want(t, "submit same key other request", 1, "err:(HTTP 422)")
+
 	// Unknown jobs and bad keys.
 	s.cli(withKey, "status", "NoSuchJob").want(t, "status unknown", 1, "err:No job found with id 'NoSuchJob'. (HTTP 404)")
 	s.cli(withKey, "result", "NoSuchJob").want(t, "result unknown", 1, "err:(HTTP 404)")

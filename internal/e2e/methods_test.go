@@ -16,7 +16,7 @@ import (
 // prediction by design and so computed again.
 func TestEveryMethodColdThenWarm(t *testing.T) {
 	s := newStack(t, nil, nil)
-	ephemeral := map[string]bool{"F": true, "G": true, "I": true}
+	ephemeral := map[string]bool{"F": true, "G": true, "G-O2": true, "I": true}
 	for _, d := range methods.Default().All() {
 		t.Run(d.Key, func(t *testing.T) {
 			s.t = t

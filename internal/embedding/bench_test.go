@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kinflow/kinflow/internal/methods"
+	"github.com/kinflow/kinflow/internal/provenance"
 )
 
 // benchSeqs returns n distinct 300-residue sequences with hash ids.
@@ -48,6 +49,12 @@ func warmMethodACache(b *testing.B, l *Layout, ids []string, m map[string]string
 			if err := os.MkdirAll(l.FamilyDir(f), 0o755); err != nil {
 				b.Fatal(err)
 			}
+			// Each family recorded by a real writer, as in production: the
+			// plan reads the record (DESIGN.md §8).
+			fp := provenance.Fingerprint{Model: f.Model, Weights: map[string]string{"weights.pt": "00"}}
+			if _, err := provenance.Admit(l.FamilyDir(f), f.Name, fp); err != nil {
+				b.Fatal(err)
+			}
 			for _, sid := range ids {
 				p, _ := l.Path(f, sid)
 				if err := os.WriteFile(p, []byte{0}, 0o644); err != nil {
@@ -68,14 +75,16 @@ func warmMethodACache(b *testing.B, l *Layout, ids []string, m map[string]string
 }
 
 // BenchmarkPlanMethodA10000 plans 10,000 sequences for method A on a warm
-// cache (12 files and a binding-site row each) and compares it, in the same
+// cache (12 files and a binding-site row each, every family recorded by a
+// real writer, planned for a real engine) and compares it, in the same
 // run, with a bare loop that only stats the same 120,000 paths and the table.
 func BenchmarkPlanMethodA10000(b *testing.B) {
 	l := newLayoutB(b)
 	ids, m := benchSeqs(10000)
 	paths := warmMethodACache(b, l, ids, m)
 	a, _ := methods.Default().Get("A-H")
-	req := PlanRequest{MethodKey: a.Key, Target: methods.Kcat, Profile: a.Profile, SeqIDs: ids, SeqIDToSeq: m}
+	// RealOnly: the checked path of a real engine's plan.
+	req := PlanRequest{MethodKey: a.Key, Target: methods.Kcat, Profile: a.Profile, SeqIDs: ids, SeqIDToSeq: m, RealOnly: true}
 	ctx := context.Background()
 	plan := func(b *testing.B) {
 		p, err := l.BuildPlan(ctx, req)

@@ -7,10 +7,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
 	"github.com/kinflow/kinflow/internal/methods"
+	"github.com/kinflow/kinflow/internal/provenance"
 )
 
 // StepPlan is the missing work of one GPU step (SEED-SPEC §2.4, WIRE §9.2).
@@ -51,6 +53,19 @@ type Plan struct {
 	// MissingBindingSites counts ids without a binding-site row (method A);
 	// they are step work of methoda_t5_full even when all their files exist.
 	MissingBindingSites int `json:"missing_binding_sites"`
+	// Families maps each family of the plan to its recorded fingerprint id
+	// (internal/provenance), or "unverified" when it holds files but no
+	// record; families with neither are left out.
+	Families map[string]string `json:"families,omitempty"`
+	// Unverified lists the families whose present files are of unknown
+	// origin (no record, or a record made over such files and not adopted).
+	Unverified []string `json:"unverified,omitempty"`
+	// SyntheticUsed says some file counted as cached is synthetic (only when
+	// the request did not ask for real files only).
+	SyntheticUsed bool `json:"synthetic_used,omitempty"`
+	// SyntheticIgnored counts the synthetic files counted as missing because
+	// the request asked for real files only.
+	SyntheticIgnored int `json:"synthetic_ignored,omitempty"`
 }
 
 // StepWork is the sparse `step_work` of the plan: step key → missing ids,
@@ -99,6 +114,10 @@ type PlanRequest struct {
 	Profile    string
 	SeqIDs     []string
 	SeqIDToSeq map[string]string
+	// RealOnly counts synthetic files as missing: the method runs on a
+	// real engine or real step programs, which must never consume synthetic
+	// stand-ins (DESIGN.md §8). The first real writer replaces them.
+	RealOnly bool
 }
 
 // BuildPlan builds the plan for req. A profile without shared cache (method
@@ -144,13 +163,14 @@ func (l *Layout) BuildPlan(ctx context.Context, req PlanRequest) (*Plan, error) 
 	}
 	dirs := make([]string, len(fams))
 	present := make([][]bool, len(fams))
+	origins := make([]familyOrigin, len(fams))
 	for fi, f := range fams {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		dirs[fi] = l.FamilyDir(f)
 		present[fi] = make([]bool, n)
-		if err := listPresent(dirs[fi], f.Suffix(), index, present[fi]); err != nil {
+		if origins[fi], err = presentWithOrigin(dirs[fi], f.Suffix(), index, present[fi], req.RealOnly); err != nil {
 			return nil, err
 		}
 	}
@@ -237,6 +257,24 @@ func (l *Layout) BuildPlan(ctx context.Context, req PlanRequest) (*Plan, error) 
 		}
 	}
 	p.NeedComputation = p.Total - p.CachedAlready
+	for fi, f := range fams {
+		o := origins[fi]
+		p.SyntheticUsed = p.SyntheticUsed || o.syntheticUsed
+		p.SyntheticIgnored += o.syntheticIgnored
+		id := o.id
+		if id == "" && o.present > 0 {
+			id = provenance.UnverifiedID
+		}
+		if id != "" {
+			if p.Families == nil {
+				p.Families = map[string]string{}
+			}
+			p.Families[f.Name] = id
+		}
+		if o.present > 0 && o.unverified && !slices.Contains(p.Unverified, f.Name) {
+			p.Unverified = append(p.Unverified, f.Name)
+		}
+	}
 	for si, s := range steps {
 		ids := stepMissing[si]
 		sort.Strings(ids)
@@ -293,6 +331,86 @@ func buildPaths(dirs []string, fams []Family, sid string) []string {
 	return out
 }
 
+// familyOrigin is what a plan learnt of one family's provenance.
+type familyOrigin struct {
+	// id is the recorded fingerprint id ("" when none).
+	id string
+	// present counts the files counted as cached.
+	present int
+	// unverified: the present files are of unknown origin.
+	unverified bool
+	// syntheticUsed: some file counted as cached is synthetic.
+	syntheticUsed bool
+	// syntheticIgnored counts synthetic files counted as missing.
+	syntheticIgnored int
+}
+
+// presentWithOrigin is listPresent with the family's provenance: it reads
+// the family's fingerprint record (one small file) and, only when the record
+// says the folder holds synthetic files beside others, its manifest (the
+// per-file origin). With realOnly, synthetic files are not marked present;
+// a folder whose record says all its files are synthetic is not even
+// listed. So planning costs one extra small read per family, not per file.
+func presentWithOrigin(dir, suffix string, index map[string]int, present []bool, realOnly bool) (familyOrigin, error) {
+	var o familyOrigin
+	rec, err := provenance.ReadRecorded(dir)
+	if err != nil {
+		return o, err
+	}
+	allSynthetic := rec.AllSynthetic() && !rec.Unverified
+	if realOnly && allSynthetic {
+		// Every file is synthetic: nothing counts, and no listing is needed
+		// except to say how many were ignored.
+		tmp := make([]bool, len(present))
+		if err := listPresent(dir, suffix, index, tmp); err != nil {
+			return o, err
+		}
+		for _, b := range tmp {
+			if b {
+				o.syntheticIgnored++
+			}
+		}
+		o.id = rec.ID
+		return o, nil
+	}
+	if err := listPresent(dir, suffix, index, present); err != nil {
+		return o, err
+	}
+	if rec != nil {
+		o.id = rec.ID
+		o.unverified = rec.Unverified
+	} else {
+		o.unverified = true
+	}
+	// Mixed folders, and folders without a record (files of unknown origin,
+	// or synthetic files from before records existed, which the manifest
+	// flags), are read per file.
+	mixed := rec == nil || rec.SyntheticFiles || (rec.AllSynthetic() && rec.Unverified)
+	if mixed && (rec != nil || slices.Contains(present, true)) {
+		for sid, e := range ReadManifest(dir) {
+			i, ok := index[sid]
+			if !ok || !e.Synthetic || !present[i] {
+				continue
+			}
+			if realOnly {
+				present[i] = false
+				o.syntheticIgnored++
+			} else {
+				o.syntheticUsed = true
+			}
+		}
+	}
+	for _, b := range present {
+		if b {
+			o.present++
+		}
+	}
+	if allSynthetic && o.present > 0 {
+		o.syntheticUsed = true
+	}
+	return o, nil
+}
+
 // listPresent marks present[i] for every regular file `<sid><suffix>` in dir
 // whose sid is index's key i. Hidden names (temp files, locks) and
 // manifest.json never match. A missing folder has nothing present.
@@ -336,6 +454,17 @@ type SeqIDMapper interface {
 // maps them to ids with mapper and builds the plan. Method J (no profile)
 // returns ErrNoCacheProfile without mapping anything.
 func PlanSequences(ctx context.Context, l *Layout, mapper SeqIDMapper, d *methods.Descriptor, t methods.Target, seqs []string) (*Plan, error) {
+	return PlanSequencesWith(ctx, l, mapper, d, t, seqs, PlanOptions{})
+}
+
+// PlanOptions are PlanSequencesWith's options.
+type PlanOptions struct {
+	// RealOnly is PlanRequest.RealOnly.
+	RealOnly bool
+}
+
+// PlanSequencesWith is PlanSequences with options.
+func PlanSequencesWith(ctx context.Context, l *Layout, mapper SeqIDMapper, d *methods.Descriptor, t methods.Target, seqs []string, o PlanOptions) (*Plan, error) {
 	if d.Profile == methods.ProfileNone {
 		return nil, ErrNoCacheProfile
 	}
@@ -351,5 +480,5 @@ func PlanSequences(ctx context.Context, l *Layout, mapper SeqIDMapper, d *method
 	for i, id := range ids {
 		m[id] = norm[i]
 	}
-	return l.BuildPlan(ctx, PlanRequest{MethodKey: d.Key, Target: t, Profile: d.Profile, SeqIDs: ids, SeqIDToSeq: m})
+	return l.BuildPlan(ctx, PlanRequest{MethodKey: d.Key, Target: t, Profile: d.Profile, SeqIDs: ids, SeqIDToSeq: m, RealOnly: o.RealOnly})
 }

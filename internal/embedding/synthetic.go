@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"unicode/utf8"
 
 	"github.com/kinflow/kinflow/internal/fsutil"
+	"github.com/kinflow/kinflow/internal/provenance"
 )
 
 // The synthetic embedder stands in for the real models (the `synthetic`
@@ -119,6 +121,14 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 		present[fi] = make([]bool, len(ids))
 		if err := listPresent(dirs[fi], f.Suffix(), index, present[fi]); err != nil {
 			return 0, err
+		}
+		// The check before the write (internal/provenance): a synthetic
+		// writer is never refused, but the family's record says that
+		// synthetic files are in it, so no real engine consumes them.
+		if slices.Contains(present[fi], false) {
+			if _, err := provenance.Admit(dirs[fi], f.Name, provenance.Synthetic(spec.Key)); err != nil {
+				return 0, fmt.Errorf("step %s: %w", spec.Key, err)
+			}
 		}
 	}
 	flush := func(fi int) error {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -103,9 +104,23 @@ func (e *Engine) RunStep(ctx context.Context, req StepRequest) (StepOutcome, err
 	maxRes := e.Settings.MaxResidues[req.StepKey]
 	var todo []SeqItem
 	total := 0
+	// A real step program treats synthetic files as missing and replaces
+	// them (internal/provenance); the synthetic one counts them as present.
+	var synth map[string]bool
+	if _, isSynthetic := e.Runner.(*syntheticServerRunner); !isSynthetic {
+		var err error
+		if synth, err = syntheticOutputs(req.Seqs); err != nil {
+			return out, err
+		}
+	}
 	for _, it := range req.Seqs {
 		total += len(it.Outputs)
 		it.MissingOutputs = MissingOutputs(it.Outputs)
+		for _, p := range it.Outputs {
+			if synth[p] && !slices.Contains(it.MissingOutputs, p) {
+				it.MissingOutputs = append(it.MissingOutputs, p)
+			}
+		}
 		out.Existing += len(it.Outputs) - len(it.MissingOutputs)
 		if len(it.MissingOutputs) == 0 {
 			out.Skipped++
@@ -117,6 +132,20 @@ func (e *Engine) RunStep(ctx context.Context, req StepRequest) (StepOutcome, err
 			req.Log.Printf("TRUNCATE job_id=%s step=%s seq_id=%s length=%d to=%d rule=first500+last500", req.JobID, req.StepKey, it.SeqID, it.OriginalLength, len(t))
 		}
 		todo = append(todo, it)
+	}
+	// The check before every write: a family made by another model is
+	// refused (one line naming it, both fingerprints and the fix).
+	if err := e.admit(ctx, req, todo, synth); err != nil {
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+		out.Failure = err
+		for _, it := range todo {
+			for _, p := range it.MissingOutputs {
+				out.Missing = append(out.Missing, MissingFile{SeqID: it.SeqID, Path: p, Reason: "not written: " + err.Error()})
+			}
+		}
+		return out, nil
 	}
 	done := out.Existing
 	report := func() {

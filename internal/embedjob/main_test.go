@@ -2,9 +2,12 @@ package embedjob
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -39,7 +42,12 @@ func TestMain(m *testing.M) {
 // answers done (exit 0), oom (exit 75 or KINFLOW_OOM) or error; "crash"
 // kills the whole server mid-batch. pids=FILE appends its pid per batch.
 func fakeStepServer(opts []string) int {
-	fmt.Println(`{"ready": true, "model": "fake"}`)
+	if fp := fakeFingerprint(opts); fp != nil {
+		b, _ := json.Marshal(map[string]any{"ready": true, "model": "fake", "fingerprint": fp})
+		fmt.Println(string(b))
+	} else {
+		fmt.Println(`{"ready": true, "model": "fake"}`)
+	}
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(make([]byte, 1<<20), 64<<20)
 	for in.Scan() {
@@ -86,7 +94,18 @@ func fakeStepServer(opts []string) int {
 //	record=FILE     append "id:len,id:len…" per batch to FILE
 //	cuda-oom-above=N  PyTorch's "CUDA out of memory" message, exit 1
 //	sleep=DURATION  sleep first
+//	weights=FILE    report a fingerprint with FILE's SHA-256 (ready line,
+//	                or the KINFLOW_FINGERPRINT_ONLY answer)
 func fakeStepProgram(args []string) int {
+	if os.Getenv(EnvFingerprintOnly) == "1" {
+		// The one-shot fingerprint question (docs/gpu-host.md).
+		if fp := fakeFingerprint(args); fp != nil {
+			b, _ := json.Marshal(map[string]any{"fingerprint": fp})
+			fmt.Println(string(b))
+			return 0
+		}
+		return 2
+	}
 	if len(args) < 1 {
 		fmt.Fprintln(os.Stderr, "usage: fake MANIFEST [options]")
 		return 2
@@ -175,4 +194,21 @@ func writeNPY(path string, dim int) error {
 		return err
 	}
 	return fsutil.WriteFileAtomic(path, body, 0o644)
+}
+
+// fakeFingerprint is the fingerprint the fake programs report when given
+// weights=FILE: the model "fake" and FILE's SHA-256; nil without one.
+func fakeFingerprint(opts []string) map[string]any {
+	for _, o := range opts {
+		if f, ok := strings.CutPrefix(o, "weights="); ok {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				return nil
+			}
+			sum := sha256.Sum256(data)
+			return map[string]any{"model": "fake", "weights": map[string]string{filepath.Base(f): hex.EncodeToString(sum[:])},
+				"precision": "fp32", "program": "fake step program", "program_version": "1"}
+		}
+	}
+	return nil
 }

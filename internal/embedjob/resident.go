@@ -15,6 +15,7 @@ import (
 
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/provenance"
 	"github.com/kinflow/kinflow/internal/stepserver"
 )
 
@@ -22,43 +23,14 @@ import (
 // GPU_EMBED_STEP_SERVER_* template): the pool starts the server at its first
 // batch and keeps it across batches, steps and jobs (docs/gpu-host.md).
 func (r *CommandRunner) runResident(ctx context.Context, b BatchJob, tmpl []string) error {
-	rep := strings.NewReplacer("{step_key}", b.StepKey, "{media_root}", r.MediaRoot)
-	argv := make([]string, len(tmpl))
-	for i, t := range tmpl {
-		argv[i] = rep.Replace(t)
-	}
-	env := append(append([]string(nil), r.Settings.ProgramEnv...),
-		"KINFLOW_STEP_KEY="+b.StepKey,
-		"KINFLOW_MEDIA_ROOT="+r.MediaRoot,
-	)
 	line, err := json.Marshal(Manifest{Version: 1, JobID: b.JobID, StepKey: b.StepKey, Batch: b.Index, MediaRoot: r.MediaRoot, Seqs: b.Items})
 	if err != nil {
 		return fmt.Errorf("encode batch: %w", err)
 	}
-	spec := stepserver.Spec{Key: b.StepKey, Argv: argv, Env: env}
+	spec := r.serverSpec(b.StepKey, tmpl)
 	ans, err := r.Pool.Do(ctx, spec, b.Index, line, func(l string) { b.Log.Printf("%s", l) })
 	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		var se *stepserver.ServerError
-		if errors.As(err, &se) {
-			if se.Op == "start" && (errors.Is(se.Err, exec.ErrNotFound) || errors.Is(se.Err, os.ErrNotExist) || errors.Is(se.Err, os.ErrPermission)) {
-				return &ConfigError{Msg: fmt.Sprintf("start step server for %s: %v", b.StepKey, se.Err)}
-			}
-			// A server that died of CUDA memory exhaustion is split like
-			// a one-shot program that did.
-			for _, l := range se.StderrTail {
-				for _, t := range oomTexts {
-					if strings.Contains(l, t) {
-						return fmt.Errorf("step server died: %w", ErrOutOfMemory)
-					}
-				}
-			}
-		}
-		// The reason and the tail of the server's stderr (the same lines
-		// are in the job's log).
-		return err
+		return r.serverErr(ctx, b.StepKey, err)
 	}
 	switch ans.Status {
 	case stepserver.StatusDone:
@@ -68,6 +40,33 @@ func (r *CommandRunner) runResident(ctx context.Context, b BatchJob, tmpl []stri
 	default:
 		return fmt.Errorf("step server error: %s", ans.Message)
 	}
+}
+
+// serverErr maps a pool error for step to the runner's errors: a program
+// that cannot start is a *ConfigError, a server that died of CUDA memory
+// exhaustion is ErrOutOfMemory, the rest is returned as is.
+func (r *CommandRunner) serverErr(ctx context.Context, step string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var se *stepserver.ServerError
+	if errors.As(err, &se) {
+		if se.Op == "start" && (errors.Is(se.Err, exec.ErrNotFound) || errors.Is(se.Err, os.ErrNotExist) || errors.Is(se.Err, os.ErrPermission)) {
+			return &ConfigError{Msg: fmt.Sprintf("start step server for %s: %v", step, se.Err)}
+		}
+		// A server that died of CUDA memory exhaustion is split like
+		// a one-shot program that did.
+		for _, l := range se.StderrTail {
+			for _, t := range oomTexts {
+				if strings.Contains(l, t) {
+					return fmt.Errorf("step server died: %w", ErrOutOfMemory)
+				}
+			}
+		}
+	}
+	// The reason and the tail of the server's stderr (the same lines
+	// are in the job's log).
+	return err
 }
 
 // syntheticServerRunner is the synthetic executor: every step runs on a
@@ -145,7 +144,9 @@ func StepServerMain(ctx context.Context, args []string, stdin io.Reader, stdout,
 		delay = time.Duration(ms) * time.Millisecond
 	}
 	out := json.NewEncoder(stdout)
-	if err := out.Encode(map[string]any{"ready": true, "model": "synthetic", "device": "cpu", "synthetic": true}); err != nil {
+	ready := map[string]any{"ready": true, "model": "synthetic", "device": "cpu", "synthetic": true,
+		"fingerprint": provenance.Synthetic(os.Getenv("KINFLOW_STEP_KEY"))}
+	if err := out.Encode(ready); err != nil {
 		return 1
 	}
 	in := bufio.NewReader(stdin)

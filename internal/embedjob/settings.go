@@ -20,6 +20,10 @@ const (
 	// EnvStepServerPrefix + upper-cased step key holds a step's resident
 	// server template (docs/gpu-host.md); it wins over the command.
 	EnvStepServerPrefix = "GPU_EMBED_STEP_SERVER_"
+	// EnvStepFingerprintPrefix + upper-cased step key holds the command
+	// that prints a one-shot step program's fingerprint (docs/gpu-host.md);
+	// without one the program is identified by the files of its command.
+	EnvStepFingerprintPrefix = "GPU_EMBED_STEP_FINGERPRINT_"
 	// EnvToksPerBatch is the token budget of one batch (all steps).
 	EnvToksPerBatch = "GPU_EMBED_TOKS_PER_BATCH"
 	// EnvToksPerBatchPrefix + STEP overrides the budget for one step.
@@ -53,6 +57,8 @@ type Settings struct {
 	Commands map[string][]string
 	// Servers holds each step's tokenised resident server template.
 	Servers map[string][]string
+	// Fingerprints holds each one-shot step's fingerprint command.
+	Fingerprints map[string][]string
 	// Pool tunes the resident servers (KINFLOW_STEP_SERVERS_MAX, …).
 	Pool stepserver.Options
 	// ToksPerBatch is the default token budget of one batch.
@@ -104,6 +110,7 @@ func LoadSettings(look Lookup, file map[string]string, mediaRoot string) (*Setti
 	s := &Settings{
 		Commands:          map[string][]string{},
 		Servers:           map[string][]string{},
+		Fingerprints:      map[string][]string{},
 		ToksPerBatch:      DefaultToksPerBatch,
 		StepToksPerBatch:  map[string]int{},
 		MaxResidues:       map[string]int{},
@@ -167,6 +174,14 @@ func LoadSettings(look Lookup, file map[string]string, mediaRoot string) (*Setti
 				argv, err := commandWords(v)
 				if argv != nil {
 					s.Commands[step] = argv
+				}
+				return err
+			})
+		case strings.HasPrefix(k, EnvStepFingerprintPrefix):
+			err = s.setStep(k, EnvStepFingerprintPrefix, get(k), func(step, v string) error {
+				argv, err := commandWords(v)
+				if argv != nil {
+					s.Fingerprints[step] = argv
 				}
 				return err
 			})

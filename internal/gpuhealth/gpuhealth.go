@@ -24,6 +24,9 @@ type Health struct {
 	Configured bool   `json:"configured"`
 	Online     bool   `json:"online"`
 	Reason     string `json:"reason"`
+	// Executor is the GPU host's step executor ("command" or
+	// "synthetic", from its /health), when it says.
+	Executor string `json:"executor,omitempty"`
 }
 
 // Checker reads the GPU service's /health and keeps the reading for
@@ -89,7 +92,8 @@ func (h *Checker) fetch(ctx context.Context, url string) Health {
 		return Health{Configured: true, Reason: fmt.Sprintf("unreachable: HTTP %d", resp.StatusCode)}
 	}
 	var payload struct {
-		Online *bool `json:"online"`
+		Online   *bool  `json:"online"`
+		Executor string `json:"executor"`
 	}
 	if err := json.Unmarshal(body, &payload); err != nil {
 		return Health{Configured: true, Reason: "unreachable: invalid JSON from /health"}
@@ -98,5 +102,5 @@ func (h *Checker) fetch(ctx context.Context, url string) Health {
 	if payload.Online != nil && !*payload.Online {
 		return Health{Configured: true, Online: false, Reason: "remote_offline"}
 	}
-	return Health{Configured: true, Online: true}
+	return Health{Configured: true, Online: true, Executor: payload.Executor}
 }

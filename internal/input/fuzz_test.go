@@ -2,7 +2,10 @@ package input
 
 import (
 	"bytes"
+	"context"
+	"encoding/csv"
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 )
@@ -135,3 +138,44 @@ func FuzzCheckSMILES(f *testing.F) {
 		_ = genericTokens(s)
 	})
 }
+
+// FuzzSubstrateLists feeds /validate/ and the submit checks tables with
+// `Substrates`/`Products` lists and `;`-separated candidate sequences
+// (WIRE §13.1–13.2): no panic, typed errors, and every list finding carries
+// both token arrays.
+func FuzzSubstrateLists(f *testing.F) {
+	for _, s := range []string{"CCO;O", " ; ;", "nan", "NaT", "C1CC;CCO;;O", "InChI=1S/H2O/h1H2;X(", "\"a;b\""} {
+		f.Add(s, "CC=O;O", "MKV;MAA")
+	}
+	f.Add("", "", "")
+	f.Add("CCO", ";", ";;")
+	cat := catalogue(f)
+	chem := NewChemistry(nil, nil)
+	f.Fuzz(func(t *testing.T, subs, prods, seqs string) {
+		var buf bytes.Buffer
+		w := csvWriter(&buf)
+		_ = w.Write([]string{ColProteinSequence, ColSubstrates, ColProducts})
+		_ = w.Write([]string{seqs, subs, prods})
+		w.Flush()
+		tb, err := ParseCSV(&buf, 10)
+		if err != nil {
+			typedOrNil(t, err)
+			return
+		}
+		rep, err := Validate(context.Background(), cat, chem, tb, false)
+		typedOrNil(t, err)
+		if err == nil {
+			for _, is := range rep.InvalidSubstrates {
+				if is.InvalidSubstrateTokens == nil || is.InvalidProductTokens == nil {
+					t.Fatalf("list finding without token arrays: %+v", is)
+				}
+			}
+			if _, err := json.Marshal(rep); err != nil {
+				t.Fatal(err)
+			}
+		}
+		typedOrNil(t, CheckProducts(context.Background(), chem, tb))
+	})
+}
+
+func csvWriter(w io.Writer) *csv.Writer { return csv.NewWriter(w) }

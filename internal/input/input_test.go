@@ -221,7 +221,7 @@ func TestValidateOptions(t *testing.T) {
 		{"bad target 2", jsonOpts(t, `{"targets": ["kcat", "KM", 3], "methods": {}}`), "Invalid targets: KM, 3."},
 		{"bad methods key", jsonOpts(t, `{"targets": ["kcat"], "methods": {"kcat": "D", "km": "C"}}`), "Invalid methods keys: km."},
 		{"missing method", jsonOpts(t, `{"targets": ["Km", "kcat"], "methods": {"Km": " "}}`), "Missing method selection for target 'kcat'."},
-		{"unsupported", jsonOpts(t, `{"targets": ["Km"], "methods": {"Km": "D"}}`), "Invalid method 'D' for target 'Km'. Valid methods: A-H, B, C, E, F, G, H, J."},
+		{"unsupported", jsonOpts(t, `{"targets": ["Km"], "methods": {"Km": "D"}}`), "Invalid method 'D' for target 'Km'. Valid methods: A-H, B, C, E, F, G, G-O2, H, J."},
 		{"case", jsonOpts(t, `{"targets": ["kcat/Km"], "methods": {"kcat/Km": "b"}}`), "Invalid method 'b' for target 'kcat/Km'. Valid methods: B, I."},
 		{"hls empty", formOpts(t, "targets", `["kcat"]`, "methods", `{"kcat":"B"}`, "handleLongSequences", ""), "handleLongSeq"},
 		{"hls null", jsonOpts(t, `{"targets": ["kcat"], "methods": {"kcat": "B"}, "handleLongSequences": null}`), "handleLongSeq"},
@@ -249,7 +249,7 @@ func TestValidateSubmitPipeline(t *testing.T) {
 		return func() (*Table, error) { return ParseCSV(strings.NewReader(s), 100) }
 	}
 	_, err := ValidateSubmit(cat, raw, load("Seq\nMKV\n"))
-	if err == nil || err.(*Error).Msg != "Missing required columns: Protein Sequence, Products, Substrate, Substrates" {
+	if err == nil || err.(*Error).Msg != "Missing required columns: Protein Sequence, Products, Substrates" {
 		t.Fatalf("columns: %v", err)
 	}
 	_, err = ValidateSubmit(cat, raw, load("a,b\n1,2,3\n"))
@@ -261,12 +261,29 @@ func TestValidateSubmitPipeline(t *testing.T) {
 	if err == nil || called {
 		t.Fatalf("options must fail before the table is read")
 	}
-	hdr := "Protein Sequence,Substrate,Substrates,Products\n"
-	s, err := ValidateSubmit(cat, raw, load(hdr+"MKV,CCO,C,O\n,,,\nMKV,,C,O\n"+strings.Repeat("MKV,CCO,C,O\n", 8)))
+	// Both substrate columns: the older wire's reading, not a 400.
+	if _, err = ValidateSubmit(cat, raw, load("Protein Sequence,Substrate,Substrates,Products\nMKV,CCO,C,O\n")); err != nil {
+		t.Fatalf("both: %v", err)
+	}
+	_, err = ValidateSubmit(cat, raw, load("Protein Sequence,Substrate,Products\nMKV,CCO,O\n"))
+	if err == nil || err.(*Error).Msg != "'Products' requires a 'Substrates' column." {
+		t.Fatalf("orphan products: %v", err)
+	}
+	s, err := ValidateSubmit(cat, raw, load("Protein Sequence,Substrates,Products\nMKV,CCO;O,C\n"))
+	if err != nil || len(s.Table.Rows) != 1 {
+		t.Fatalf("D and C from one Substrates list: %v", err)
+	}
+	onlyC := jsonOpts(t, `{"targets": ["Km"], "methods": {"Km": "C"}}`)
+	_, err = ValidateSubmit(cat, onlyC, load("Protein Sequence,x\nMKV,1\n"))
+	if err == nil || err.(*Error).Msg != "Missing required columns: Substrate or Substrates" {
+		t.Fatalf("either substrate column: %v", err)
+	}
+	hdr := "Protein Sequence,Substrate\n"
+	s, err = ValidateSubmit(cat, onlyC, load(hdr+"MKV,CCO\n,\nMKV,\n"+strings.Repeat("MKV,CCO\n", 8)))
 	if err != nil || len(s.Table.Rows) != 10 {
 		t.Fatalf("10%% empty passes: %v", err)
 	}
-	_, err = ValidateSubmit(cat, raw, load(hdr+"MKV,CCO,C,O\n,,,\nMKV,,C,O\n MKV,  ,C,O\n"))
+	_, err = ValidateSubmit(cat, onlyC, load(hdr+"MKV,CCO\n,\nMKV,\n MKV,  \n"))
 	if err == nil || err.(*Error).Msg != "Rows 4, 5 have no Substrate value" {
 		t.Fatalf("rows message: %v", err)
 	}
@@ -366,8 +383,8 @@ func TestValidateReportShape(t *testing.T) {
 		`{"row":5,"value":"NOT_A_SMILES","reason":"Invalid SMILES/InChI","invalid_components":["NOT_A_SMILES"]}`,
 		`{"row":6,"value":"NaN","reason":"Invalid SMILES/InChI"}`,
 		`"invalidProteins":[{"row":2,"value":"!!!ABC123!!!","invalid_chars":["!","1","2","3","B"],"reason":"Invalid characters in sequence"},{"row":3,"value":"NaN","reason":"Empty sequence"},{"row":5,"value":"  ","reason":"Empty sequence"}]`,
-		`"lengthViolations":{"A-H":0,"A-L":0,"B":1,"C":1,"D":1,"E":0,"F":1,"G":1,"H":1,"I":1,"J":1,"Server":0}`,
-		`"lengthLimits":{"A-H":1500,"A-L":1500,"B":1000,"C":1000,"D":1024,"E":2048,"F":1024,"G":1000,"H":1022,"I":1000,"J":500,"Server":10000}`,
+		`"lengthViolations":{"A-H":0,"A-L":0,"B":1,"C":1,"D":1,"E":0,"F":1,"G":1,"G-O2":1,"H":1,"I":1,"J":1,"Server":0}`,
+		`"lengthLimits":{"A-H":1500,"A-L":1500,"B":1000,"C":1000,"D":1024,"E":2048,"F":1024,"G":1000,"G-O2":1000,"H":1022,"I":1000,"J":500,"Server":10000}`,
 		`"similarity":{"error":"Similarity analysis is not available on this server."}}`,
 	} {
 		if !strings.Contains(got, want) {
@@ -376,11 +393,12 @@ func TestValidateReportShape(t *testing.T) {
 	}
 	rep, _ = Validate(context.Background(), cat, chem, mustCSV(t, "Protein Sequence,Substrates,Products\nMKV,CCO;,\nMKV,;;,O;X(\n"), false)
 	b, _ = json.Marshal(rep)
-	if !strings.Contains(string(b), `"invalidSubstrates":[{"row":1,"value":["nan"],"reason":"Invalid substrate/product SMILES/InChI"},{"row":2,"value":["X("],"reason":"Invalid substrate/product SMILES/InChI"}]`) ||
+	if !strings.Contains(string(b), `"invalidSubstrates":[{"row":1,"value":[null],"reason":"Invalid substrate/product SMILES/InChI","invalid_substrates":[],"invalid_products":[{"position":null,"value":null}]},`+
+		`{"row":2,"value":[";;","X("],"reason":"Invalid substrate/product SMILES/InChI","invalid_substrates":[{"position":null,"value":";;"}],"invalid_products":[{"position":2,"value":"X("}]}]`) ||
 		!strings.HasSuffix(string(b), `"similarity":null}`) {
 		t.Errorf("reaction report: %s", b)
 	}
-	for _, in := range []string{"Protein Sequence,Substrates\nA,C\n", "Substrate\nC\n"} {
+	for _, in := range []string{"Protein Sequence,Products\nA,C\n", "Substrate\nC\n", "Protein Sequence,Substrate,Products\nA,C,C\n", "Protein Sequence\nA\n"} {
 		if _, err := Validate(context.Background(), cat, chem, mustCSV(t, in), false); err == nil {
 			t.Errorf("structure %q accepted", in)
 		}
@@ -426,3 +444,74 @@ func TestCheckUploadName(t *testing.T) {
 func methodsDefault() *methods.Catalogue { return methods.Default() }
 
 type methodsDescriptor = methods.Descriptor
+
+func TestSubstrateListsReport(t *testing.T) {
+	cat := catalogue(t)
+	chem := NewChemistry(nil, nil)
+	tb := mustCSV(t, "Protein Sequence,Substrates\nMKV,CCO;X(;O\nMKV,\nMKV; MA1A ;;MKVV,none\n;,CCO\n")
+	rep, err := Validate(context.Background(), cat, chem, tb, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(rep)
+	for _, want := range []string{
+		`"invalidSubstrates":[{"row":1,"value":["X("],"reason":"Invalid substrate/product SMILES/InChI","invalid_substrates":[{"position":2,"value":"X("}],"invalid_products":[]},` +
+			`{"row":2,"value":[null],"reason":"Empty substrate list","invalid_substrates":[{"position":null,"value":null}],"invalid_products":[]},` +
+			`{"row":3,"value":["none"],"reason":"Empty substrate list","invalid_substrates":[{"position":null,"value":"none"}],"invalid_products":[]}]`,
+		`"invalidProteins":[{"row":3,"value":"MA1A","position":2,"invalid_chars":["1"],"reason":"Invalid characters in sequence"},{"row":4,"value":";","reason":"Empty sequence"}]`,
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("report lacks %s\nreport: %s", want, b)
+		}
+	}
+	// Length violations are counted per candidate.
+	long := strings.Repeat("A", 1001)
+	rep, _ = Validate(context.Background(), cat, chem, mustCSV(t, "Protein Sequence,Substrate\n"+long+";"+long+";MKV,CCO\n"), false)
+	if v, _ := rep.LengthViolations.Get("B"); *v != 2 {
+		t.Errorf("per-candidate length count %d", *v)
+	}
+}
+
+func TestCheckProducts(t *testing.T) {
+	chem := NewChemistry(nil, nil)
+	cases := map[string]string{
+		"Protein Sequence,Substrates,Products\nMKV,CCO,O;CC=O\n":       "",
+		"Protein Sequence,Substrates\nMKV,CCO\n":                       "",
+		"Protein Sequence,Substrates,Products\nMKV,CCO,O\nMKV,O,\n":    "Invalid Products value at row 2: the product list is empty. Products must be semicolon-separated SMILES or InChI strings.",
+		"Protein Sequence,Substrates,Products\nMKV,CCO,O;X(\n":         `Invalid Products value at row 1, product 2: "X(" is not a valid SMILES or InChI. Products must be semicolon-separated SMILES or InChI strings.`,
+		"Protein Sequence,Substrates,Products\nMKV,CCO, NaN \nM,C,O\n": "Invalid Products value at row 1: the product list is empty. Products must be semicolon-separated SMILES or InChI strings.",
+	}
+	for in, want := range cases {
+		err := CheckProducts(context.Background(), chem, mustCSV(t, in))
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if got != want {
+			t.Errorf("%q: %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestValidateTokensAndNativeMulti(t *testing.T) {
+	cat := catalogue(t)
+	chem := NewChemistry(nil, nil)
+	b, _ := methodInfo(cat, "B")
+	c, _ := methodInfo(cat, "C")
+	got, err := ValidateTokens(context.Background(), chem, b, []string{"CCO", "X(", "CC..O"})
+	if err != nil || !reflect.DeepEqual(got, []string{"", ReasonInvalidSubstrate, ""}) {
+		t.Errorf("generic tokens %q %v", got, err)
+	}
+	got, _ = ValidateTokens(context.Background(), chem, c, []string{"CCO", "CC..O"})
+	if !reflect.DeepEqual(got, []string{"", ReasonInvalidSubstrate}) {
+		t.Errorf("whole-cell tokens %q", got)
+	}
+	// Method E's kcat reads a `Substrates` list whole through its
+	// `Substrate` mapping.
+	e, _ := methodInfo(cat, "E")
+	tb := mustCSV(t, "Protein Sequence,Substrates\nMKV,CCO;O\nMKV,CCO;X(\n")
+	got, _ = ValidateRows(context.Background(), chem, e, tb, tb.Column(ColProteinSequence))
+	if !reflect.DeepEqual(got, []string{"", ReasonInvalidSubstrate}) {
+		t.Errorf("native multi %q", got)
+	}
+}

@@ -26,6 +26,7 @@ const (
 	FieldIncludeSimilarityColumns = "includeSimilarityColumns"
 	FieldCanonicalizeSubstrates   = "canonicalizeSubstrates"
 	FieldDisableGPUPrecompute     = "disableGpuPrecompute"
+	FieldUsePredictionCache       = "usePredictionCache"
 	FieldRunSimilarity            = "runSimilarity"
 	FieldPredictionType           = "predictionType"
 	FieldKcatMethod               = "kcatMethod"
@@ -34,7 +35,7 @@ const (
 
 // optionFields are the fields RawOptions keeps.
 var optionFields = []string{FieldTargets, FieldMethods, FieldHandleLongSequences, FieldUseExperimental,
-	FieldIncludeSimilarityColumns, FieldCanonicalizeSubstrates, FieldDisableGPUPrecompute,
+	FieldIncludeSimilarityColumns, FieldCanonicalizeSubstrates, FieldDisableGPUPrecompute, FieldUsePredictionCache,
 	FieldPredictionType, FieldKcatMethod, FieldKmMethod}
 
 // Options are a submit request's options after §1.7 steps 1–7.
@@ -51,6 +52,10 @@ type Options struct {
 	IncludeSimilarityColumns bool
 	CanonicalizeSubstrates   bool
 	DisableGPUPrecompute     bool
+	// UsePredictionCache (kinflow's option, default true) serves units
+	// predicted before from the prediction cache; false predicts every
+	// unit afresh (and still stores what it computed).
+	UsePredictionCache bool
 }
 
 // MethodFor returns the method key selected for target.
@@ -389,6 +394,7 @@ func ValidateOptions(cat *methods.Catalogue, r RawOptions) (Options, error) {
 	opts.IncludeSimilarityColumns = r.bool(FieldIncludeSimilarityColumns, true)
 	opts.CanonicalizeSubstrates = r.bool(FieldCanonicalizeSubstrates, true)
 	opts.DisableGPUPrecompute = r.bool(FieldDisableGPUPrecompute, false)
+	opts.UsePredictionCache = r.bool(FieldUsePredictionCache, true)
 	return opts, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/kinflow/kinflow/internal/methods"
+	"github.com/kinflow/kinflow/internal/units"
 )
 
 // Reasons and values of the /validate/ report (§4.6), verbatim.
@@ -54,12 +55,32 @@ type SubstrateIssue struct {
 	// UncheckedComponents are the components RDKit could not check in time
 	// (reason ReasonUnchecked when no component is invalid).
 	UncheckedComponents []string `json:"unchecked_components,omitempty"`
+	// InvalidSubstrateTokens and InvalidProductTokens are the list schema's
+	// per-token findings (WIRE §13.1); both present, possibly empty, for a
+	// `Substrates` table, absent otherwise.
+	InvalidSubstrateTokens *[]TokenIssue `json:"invalid_substrates,omitempty"`
+	InvalidProductTokens   *[]TokenIssue `json:"invalid_products,omitempty"`
 }
+
+// TokenIssue is one bad token of a `Substrates` or `Products` list: its
+// 1-based position and text, both null for an empty list (the reference
+// writes "NaN" there).
+type TokenIssue struct {
+	Position *int    `json:"position"`
+	Value    *string `json:"value"`
+}
+
+// ReasonEmptySubstrateList is the list schema's reason for a row without
+// substrates (and no bad product).
+const ReasonEmptySubstrateList = "Empty substrate list"
 
 // ProteinIssue is one invalidProteins entry (§4.6.3).
 type ProteinIssue struct {
-	Row          int      `json:"row"`
-	Value        string   `json:"value"`
+	Row   int    `json:"row"`
+	Value string `json:"value"`
+	// Position is the 1-based candidate of a `;`-separated cell (§13.2);
+	// absent for a cell with one sequence.
+	Position     int      `json:"position,omitempty"`
 	InvalidChars []string `json:"invalid_chars,omitempty"`
 	Reason       string   `json:"reason"`
 }
@@ -105,13 +126,20 @@ func (o OrderedInts) MarshalJSON() ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// CheckStructure is /validate/'s structure rule (§4.6.1): a Substrate
-// column, or both Substrates and Products, then Protein Sequence.
+// CheckStructure is /validate/'s structure rule (WIRE §13.1): not both
+// `Substrate` and `Substrates`, no `Products` without `Substrates`, one of
+// the two substrate columns, then `Protein Sequence`.
 func CheckStructure(t *Table) error {
-	if !t.Has(ColSubstrate) && !(t.Has(ColSubstrates) && t.Has(ColProducts)) {
-		return invalidf("The table needs a 'Substrate' column, or both 'Substrates' and 'Products' columns.")
-	}
-	if !t.Has(ColProteinSequence) {
+	// A table with both Substrate and Substrates is checked with the
+	// Substrate schema, as before (see CheckColumns), instead of the
+	// reference's `CSV cannot contain both "Substrate" and "Substrates"
+	// columns`.
+	switch {
+	case t.Has(ColProducts) && !t.Has(ColSubstrates):
+		return invalidf(`CSV cannot contain "Products" without a "Substrates" column`)
+	case !t.Has(ColSubstrate) && !t.Has(ColSubstrates):
+		return invalidf(`CSV must contain either a "Substrate" or "Substrates" column`)
+	case !t.Has(ColProteinSequence):
 		return invalidf("The table needs a 'Protein Sequence' column.")
 	}
 	return nil
@@ -144,7 +172,10 @@ func Validate(ctx context.Context, cat *methods.Catalogue, chem *Chemistry, t *T
 		if single {
 			rowToks[i] = substrateComponents(r.Cells[subCol])
 		} else {
-			rowToks[i] = append(reactionTokens(r.Cells[sCol]), reactionTokens(r.Cells[pCol])...)
+			rowToks[i] = units.Split(r.Cells[sCol])
+			if pCol >= 0 {
+				rowToks[i] = append(rowToks[i], units.Split(r.Cells[pCol])...)
+			}
 		}
 		texts = append(texts, rowToks[i]...)
 	}
@@ -191,11 +222,8 @@ func Validate(ctx context.Context, cat *methods.Catalogue, chem *Chemistry, t *T
 			rep.InvalidSubstrates = append(rep.InvalidSubstrates, issue)
 			continue
 		}
-		switch {
-		case len(bad) > 0:
-			rep.InvalidSubstrates = append(rep.InvalidSubstrates, SubstrateIssue{Row: i + 1, Value: bad, Reason: ReasonInvalidReaction, UncheckedComponents: late})
-		case len(late) > 0:
-			rep.InvalidSubstrates = append(rep.InvalidSubstrates, SubstrateIssue{Row: i + 1, Value: late, Reason: ReasonUnchecked, UncheckedComponents: late})
+		if issue, ok := listIssue(i+1, r.Cells[sCol], cellOf(r, pCol), pCol >= 0, verdict, unchecked); ok {
+			rep.InvalidSubstrates = append(rep.InvalidSubstrates, issue)
 		}
 	}
 
@@ -212,8 +240,13 @@ func Validate(ctx context.Context, cat *methods.Catalogue, chem *Chemistry, t *T
 	pc := t.Col(ColProteinSequence)
 	for i, r := range t.Rows {
 		raw := r.Cells[pc]
-		seq := strings.TrimSpace(raw)
-		if seq == "" {
+		cands := []string{strings.TrimSpace(raw)}
+		list := strings.Contains(raw, units.Separator)
+		if list {
+			// Candidate sequences (§13.2): each is checked and counted.
+			cands = units.Split(raw)
+		}
+		if len(cands) == 0 || cands[0] == "" {
 			v := raw
 			if raw == "" {
 				v = nullCellText
@@ -221,17 +254,23 @@ func Validate(ctx context.Context, cat *methods.Catalogue, chem *Chemistry, t *T
 			rep.InvalidProteins = append(rep.InvalidProteins, ProteinIssue{Row: i + 1, Value: v, Reason: ReasonEmptySequence})
 			continue
 		}
-		if !ValidResidues(seq) {
-			rep.InvalidProteins = append(rep.InvalidProteins, ProteinIssue{Row: i + 1, Value: seq, InvalidChars: InvalidResidues(seq), Reason: ReasonInvalidChars})
-		}
-		n := SeqLen(seq)
-		for k, l := range limits {
-			if l > 0 && n > l {
-				counts[k]++
+		for k, seq := range cands {
+			if !ValidResidues(seq) {
+				issue := ProteinIssue{Row: i + 1, Value: seq, InvalidChars: InvalidResidues(seq), Reason: ReasonInvalidChars}
+				if list {
+					issue.Position = k + 1
+				}
+				rep.InvalidProteins = append(rep.InvalidProteins, issue)
 			}
-		}
-		if n > ServerLimit {
-			server++
+			n := SeqLen(seq)
+			for k, l := range limits {
+				if l > 0 && n > l {
+					counts[k]++
+				}
+			}
+			if n > ServerLimit {
+				server++
+			}
 		}
 	}
 	for k, key := range keys {
@@ -248,6 +287,69 @@ func Validate(ctx context.Context, cat *methods.Catalogue, chem *Chemistry, t *T
 	rep.LengthViolations = append(rep.LengthViolations, KeyInt{Key: "Server", Value: &server})
 	rep.LengthLimits = append(rep.LengthLimits, KeyInt{Key: "Server", Value: &sl})
 	return rep, nil
+}
+
+func cellOf(r Row, c int) string {
+	if c < 0 {
+		return ""
+	}
+	return r.Cells[c]
+}
+
+// listIssue is the list schema's finding for one row (WIRE §13.1): the bad
+// substrate tokens, then the bad products (when the table has Products), with
+// positions; an empty list is one entry with null position and value. ok is
+// false for a clean row. A token RDKit could not check in time is listed
+// in unchecked_components, and makes the reason ReasonUnchecked when
+// nothing is invalid.
+func listIssue(row int, subCell, prodCell string, hasProducts bool, verdict, unchecked map[string]bool) (SubstrateIssue, bool) {
+	subs, prods := []TokenIssue{}, []TokenIssue{}
+	var late []string
+	scan := func(cell string, out *[]TokenIssue) int {
+		toks := units.Split(cell)
+		if len(toks) == 0 {
+			var v *string
+			if cell != "" {
+				c := cell
+				v = &c
+			}
+			*out = append(*out, TokenIssue{Value: v})
+		}
+		for p, tok := range toks {
+			switch {
+			case unchecked[tok]:
+				late = append(late, tok)
+			case !verdict[tok]:
+				pos, v := p+1, tok
+				*out = append(*out, TokenIssue{Position: &pos, Value: &v})
+			}
+		}
+		return len(toks)
+	}
+	nSubs := scan(subCell, &subs)
+	if hasProducts {
+		scan(prodCell, &prods)
+	}
+	if len(subs) == 0 && len(prods) == 0 {
+		if len(late) == 0 {
+			return SubstrateIssue{}, false
+		}
+		return SubstrateIssue{Row: row, Value: late, Reason: ReasonUnchecked, UncheckedComponents: late,
+			InvalidSubstrateTokens: &subs, InvalidProductTokens: &prods}, true
+	}
+	values := make([]*string, 0, len(subs)+len(prods))
+	for _, t := range subs {
+		values = append(values, t.Value)
+	}
+	for _, t := range prods {
+		values = append(values, t.Value)
+	}
+	reason := ReasonInvalidReaction
+	if nSubs == 0 && len(prods) == 0 {
+		reason = ReasonEmptySubstrateList
+	}
+	return SubstrateIssue{Row: row, Value: values, Reason: reason, UncheckedComponents: late,
+		InvalidSubstrateTokens: &subs, InvalidProductTokens: &prods}, true
 }
 
 // substrateComponents are a Substrate cell's components for /validate/

@@ -75,6 +75,11 @@ func ValidateRows(ctx context.Context, chem *Chemistry, m MethodInfo, t *Table, 
 	idx := make([]int, len(cols))
 	for i, c := range cols {
 		idx[i] = t.Col(c)
+		if idx[i] < 0 && c == ColSubstrate {
+			// A method reading `Substrate` takes a `Substrates` list
+			// whole (native_multi, WIRE §13.1).
+			idx[i] = t.Col(ColSubstrates)
+		}
 	}
 	// Tokens per row and per column, then one batch check.
 	toks := make([][][]string, len(t.Rows))
@@ -162,4 +167,26 @@ func genericTokens(cell string) []string {
 		}
 	}
 	return out
+}
+
+// ValidateTokens checks substrate tokens one by one as method m's engine
+// checks a `Substrate` cell (the expanded_pair behaviour of WIRE §13.1: each
+// token of a `Substrates` list is its own prediction). It returns, per
+// token, "" or the skip reason (ReasonInvalidSubstrate or
+// ReasonUncheckedSubstrate). An error is returned only when ctx ends.
+func ValidateTokens(ctx context.Context, chem *Chemistry, m MethodInfo, toks []string) ([]string, error) {
+	if len(toks) == 0 {
+		return nil, nil
+	}
+	t := &Table{Rows: make([]Row, len(toks))}
+	seqs := make([]string, len(toks))
+	for i, tok := range toks {
+		t.Rows[i] = Row{Index: i, Cells: []string{"A", tok}}
+		seqs[i] = "A"
+	}
+	t.finish([]string{ColProteinSequence, ColSubstrate})
+	single := m
+	single.InputFormat = "single"
+	single.RequiredColumns = []string{ColProteinSequence, ColSubstrate}
+	return ValidateRows(ctx, chem, single, t, seqs)
 }

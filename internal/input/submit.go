@@ -1,6 +1,7 @@
 package input
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
@@ -8,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/kinflow/kinflow/internal/methods"
+	"github.com/kinflow/kinflow/internal/units"
 )
 
 // Submission is a submit request that passed steps 1–11 of §1.7; the API
@@ -58,15 +60,29 @@ func ValidateSubmit(cat *methods.Catalogue, raw RawOptions, load func() (*Table,
 	return &Submission{Options: opts, Table: t}, nil
 }
 
-// CheckColumns is step 9: `Protein Sequence` and every column the selected
-// methods read must be present. The message lists the missing ones,
+// CheckColumns is step 9 with the substrate-list rules of WIRE §13.1: no
+// `Products` without `Substrates`; then `Protein Sequence` and every column
+// the selected methods read must be present, where a method reading
+// `Substrate` also takes a `Substrates` list. A table with both `Substrate`
+// and `Substrates` is accepted as the older wire reads it (kinflow differs
+// from the reference's 400 here, so that older clients, which send every
+// column for every method, keep working): single-substrate methods read
+// `Substrate`, the full-reaction method `Substrates` and `Products`. The message lists the missing ones,
 // `Protein Sequence` first and the rest alphabetically:
-// "Missing required columns: Protein Sequence, Substrate".
+// "Missing required columns: Protein Sequence, Substrate or Substrates".
 func CheckColumns(cat *methods.Catalogue, opts Options, t *Table) error {
+	if t.Has(ColProducts) && !t.Has(ColSubstrates) {
+		return invalidf("'Products' requires a 'Substrates' column.")
+	}
 	need := map[string]bool{ColProteinSequence: true}
+	eitherSubstrate := false
 	for _, target := range opts.Targets {
 		if m, ok := methodInfo(cat, opts.Methods[target]); ok {
 			for _, c := range m.RequiredColumns {
+				if c == ColSubstrate {
+					eitherSubstrate = true
+					continue
+				}
 				need[c] = true
 			}
 		}
@@ -77,12 +93,53 @@ func CheckColumns(cat *methods.Catalogue, opts Options, t *Table) error {
 			missing = append(missing, c)
 		}
 	}
+	if eitherSubstrate && !need[ColSubstrates] && !t.Has(ColSubstrate) && !t.Has(ColSubstrates) {
+		missing = append(missing, ColSubstrate+" or "+ColSubstrates)
+	}
 	sort.Strings(missing)
 	if !t.Has(ColProteinSequence) {
 		missing = append([]string{ColProteinSequence}, missing...)
 	}
 	if len(missing) > 0 {
 		return invalidf("Missing required columns: %s", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// productsHint ends every Products error (WIRE §13.1).
+const productsHint = "Products must be semicolon-separated SMILES or InChI strings."
+
+// CheckProducts is the submit-time check of a `Products` column (WIRE
+// §13.1): every row needs a non-empty list of valid SMILES/InChI. The first
+// bad row wins: "Invalid Products value at row N[, product P]: …. Products
+// must be semicolon-separated SMILES or InChI strings." (N is the 1-based
+// data row, P the 1-based product). A product RDKit could not check in time
+// passes here; the job skips the row if it is bad. An error other than
+// *Error is returned only when ctx ends.
+func CheckProducts(ctx context.Context, chem *Chemistry, t *Table) error {
+	c := t.Col(ColProducts)
+	if c < 0 {
+		return nil
+	}
+	toks := make([][]string, len(t.Rows))
+	var all []string
+	for i, r := range t.Rows {
+		toks[i] = units.Split(r.Cells[c])
+		all = append(all, toks[i]...)
+	}
+	verdict, unchecked, err := chem.ValidManyDetail(ctx, all)
+	if err != nil {
+		return err
+	}
+	for i := range t.Rows {
+		if len(toks[i]) == 0 {
+			return invalidf("Invalid Products value at row %d: the product list is empty. %s", i+1, productsHint)
+		}
+		for p, tok := range toks[i] {
+			if !verdict[tok] && !unchecked[tok] {
+				return invalidf("Invalid Products value at row %d, product %d: %s is not a valid SMILES or InChI. %s", i+1, p+1, strconv.Quote(tok), productsHint)
+			}
+		}
 	}
 	return nil
 }

@@ -36,6 +36,9 @@ func New(descs []*Descriptor) (*Catalogue, error) {
 		if err := d.Validate(); err != nil {
 			return nil, fmt.Errorf("method catalogue: %w", err)
 		}
+		if d.ModelVersion == "" {
+			d.ModelVersion = DefaultModelVersion
+		}
 		if _, dup := c.byKey[d.Key]; dup {
 			return nil, fmt.Errorf("method catalogue: duplicate method key %q", d.Key)
 		}
@@ -288,6 +291,12 @@ func builtin() []*Descriptor {
 		}
 		return m
 	}
+	variant := func(m map[Target]map[string]string, v string) map[Target]map[string]string {
+		for _, kw := range m {
+			kw["variant"] = v
+		}
+		return m
+	}
 	biblio := func(d *Descriptor, label string) *Descriptor {
 		// The spec anonymises the methods; these placeholders are neutral
 		// on purpose and an operator file can set the real references.
@@ -353,7 +362,9 @@ func builtin() []*Descriptor {
 		}, "D"),
 		biblio(&Descriptor{
 			Key: "E", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, MaxSeqLen: 2048,
-			ColToKwarg: single, TargetKwargs: kt(Kcat, Km), Engine: EngineGeneric,
+			// Method E's kcat model reads the ordered substrate list whole.
+			InputBehaviors: map[Target]string{Kcat: BehaviorNativeMulti},
+			ColToKwarg:     single, TargetKwargs: kt(Kcat, Km), Engine: EngineGeneric,
 			Profile: ProfileMethodEEmbed, GPUEligible: true,
 			StepKeys:       []string{StepMethodEEmbedKcat, StepMethodEEmbedKm},
 			EmbeddingsUsed: []string{"methode_esm2"},
@@ -376,6 +387,17 @@ func builtin() []*Descriptor {
 			EnvPaths: env("METHODG_EMBED_CACHE_DIR", "{sequence_info}/methodg_esm2", "METHODG_CACHE_DIR", "{model_dir}",
 				"METHODG_ADDITIONAL_DATA", "{data_dir}"),
 		}, "G"),
+		// G-O2 is a second variant of method G (WIRE §13.4): method G's
+		// profile, step and ephemeral family, its own checkpoint (the
+		// operator's command.paths model_dir for this key).
+		biblio(&Descriptor{
+			Key: "G-O2", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, MaxSeqLen: 1000,
+			ColToKwarg: single, TargetKwargs: variant(kt(Kcat, Km), "o2denet"), Engine: EngineGeneric,
+			Profile: ProfileMethodGESM2, GPUEligible: true, StepKeys: []string{StepMethodGESM2},
+			EmbeddingsUsed: []string{"methodg_esm2"}, EphemeralFamilies: []string{"methodg_esm2"},
+			EnvPaths: env("METHODG_EMBED_CACHE_DIR", "{sequence_info}/methodg_esm2", "METHODG_CACHE_DIR", "{model_dir}",
+				"METHODG_ADDITIONAL_DATA", "{data_dir}"),
+		}, "G-O2"),
 		biblio(&Descriptor{
 			Key: "H", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, MaxSeqLen: 1022,
 			ColToKwarg: single, TargetKwargs: kt(Kcat, Km), Engine: EngineGeneric,

@@ -250,7 +250,7 @@ func readOutputColumn(path, col string, n int, keys [][2]string, name string) ([
 	}
 	vi, ok := colIdx[col]
 	if !ok {
-		return bad(fmt.Sprintf("output has no %q column.", col), nil)
+		return bad(fmt.Sprintf("result mapping failed: output has no %q column.", col), nil)
 	}
 	si, hasSeq := colIdx["sequence"]
 	mi, hasSmiles := colIdx["smiles"]
@@ -269,7 +269,7 @@ func readOutputColumn(path, col string, n int, keys [][2]string, name string) ([
 			break
 		}
 		if err != nil {
-			return bad("output format is invalid.", err)
+			return bad("returned an invalid prediction result.", err)
 		}
 		v := parseCell(cell(rec, vi))
 		if byKey {
@@ -286,7 +286,7 @@ func readOutputColumn(path, col string, n int, keys [][2]string, name string) ([
 		return vals, nil
 	}
 	if len(vals) != n {
-		return bad(fmt.Sprintf("produced %d prediction(s) for %d valid input row(s).", len(vals), n), nil)
+		return bad(fmt.Sprintf("produced %d prediction(s) for %d input(s).", len(vals), n), nil)
 	}
 	return vals, nil
 }

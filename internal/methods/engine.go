@@ -265,11 +265,11 @@ func readEngineOutput(path string, n int, name string) ([]*float64, map[int]stri
 	}
 	if err := json.Unmarshal(raw, &obj.Predictions); err != nil {
 		if err := json.Unmarshal(raw, &obj); err != nil {
-			return nil, nil, &EngineError{Msg: name + " output format is invalid.", Err: err}
+			return nil, nil, &EngineError{Msg: name + " returned an invalid prediction result.", Err: err}
 		}
 	}
 	if len(obj.Predictions) != n {
-		return nil, nil, &EngineError{Msg: fmt.Sprintf("%s produced %d prediction(s) for %d valid input row(s).", name, len(obj.Predictions), n)}
+		return nil, nil, &EngineError{Msg: fmt.Sprintf("%s produced %d prediction(s) for %d input(s).", name, len(obj.Predictions), n)}
 	}
 	vals := make([]*float64, n)
 	for i, p := range obj.Predictions {

@@ -109,9 +109,9 @@ func TestRunCommandFailuresAreEngineErrors(t *testing.T) {
 		name, body, want string
 	}{
 		{"exit", "import sys\nprint('CUDA out of patience', file=sys.stderr)\nsys.exit(1)\n", "Method G prediction failed with an internal error (see the job's engine log)."},
-		{"short", "import sys, json\njson.dump([1.0], open(sys.argv[sys.argv.index('--output') + 1], 'w'))\n", "Method G produced 1 prediction(s) for 2 valid input row(s)."},
+		{"short", "import sys, json\njson.dump([1.0], open(sys.argv[sys.argv.index('--output') + 1], 'w'))\n", "Method G produced 1 prediction(s) for 2 input(s)."},
 		{"no output", "pass\n", "Method G output file could not be read."},
-		{"garbage", "import sys\nopen(sys.argv[sys.argv.index('--output') + 1], 'w').write('{')\n", "Method G output format is invalid."},
+		{"garbage", "import sys\nopen(sys.argv[sys.argv.index('--output') + 1], 'w').write('{')\n", "Method G returned an invalid prediction result."},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d, req, _ := program(t, "G", c.body, 2)

@@ -272,6 +272,10 @@ type Descriptor struct {
 	Supports []Target `json:"supports" yaml:"supports"`
 	// InputFormat is InputSingle or InputMulti.
 	InputFormat string `json:"input_format" yaml:"input_format"`
+	// InputBehaviors overrides, per target, how a `Substrates` list reaches
+	// the model (WIRE §13.1): units.NativeMulti sends the ordered list
+	// whole. Unset targets get the default of InputBehavior.
+	InputBehaviors map[Target]string `json:"input_behaviors,omitempty" yaml:"input_behaviors,omitempty"`
 	// OutputCols maps each supported target to its result column header.
 	OutputCols map[Target]string `json:"output_cols" yaml:"output_cols"`
 	// MaxSeqLen is the longest sequence the method accepts; 0 = unlimited.
@@ -301,6 +305,54 @@ type Descriptor struct {
 	Command *Command `json:"command,omitempty" yaml:"command,omitempty"`
 	// FileContract is the files the command reads and writes; empty: json.
 	FileContract FileContract `json:"file_contract,omitempty" yaml:"file_contract,omitempty"`
+	// ModelVersion is the method's model version (the reference's 2026
+	// rule): bump it whenever a change would alter predicted values. Empty
+	// in a descriptor is DefaultModelVersion (set by New).
+	ModelVersion string `json:"model_version,omitempty" yaml:"model_version,omitempty"`
+}
+
+// DefaultModelVersion is the model version of every method that names none.
+const DefaultModelVersion = "1"
+
+// Input behaviours of a method per target (WIRE §13.1, §13.4); the same
+// words as internal/units.
+const (
+	BehaviorExpandedPair       = "expanded_pair"
+	BehaviorNativeMulti        = "native_multi"
+	BehaviorNativeFullReaction = "native_full_reaction"
+)
+
+// CSV input types a method accepts (WIRE §13.4 acceptedCsvTypes): a
+// `Substrate` column, a `Substrates` list, `Substrates` + `Products`.
+const (
+	CSVSingle       = "single"
+	CSVMulti        = "multi"
+	CSVFullReaction = "full_reaction"
+)
+
+// InputBehavior is how d takes a substrate list for target t: the
+// descriptor's override, else native_full_reaction for a full-reaction
+// method and expanded_pair for every single-substrate one.
+func (d *Descriptor) InputBehavior(t Target) string {
+	if b := d.InputBehaviors[t]; b != "" {
+		return b
+	}
+	if d.InputFormat == InputMulti {
+		return BehaviorNativeFullReaction
+	}
+	return BehaviorExpandedPair
+}
+
+// AcceptedCSVTypes are the CSV input types d accepts for target t.
+// expanded_pair takes all three (Products carried, unused); native_multi
+// takes a list with or without Products and, in kinflow, also a `Substrate`
+// cell as a one-cell list (the older wire keeps working);
+// native_full_reaction needs Substrates and Products.
+func (d *Descriptor) AcceptedCSVTypes(t Target) []string {
+	if d.InputBehavior(t) == BehaviorNativeFullReaction {
+		return []string{CSVFullReaction}
+	}
+	return []string{CSVSingle, CSVMulti, CSVFullReaction}
 }
 
 // Supported reports whether d predicts t.
@@ -352,6 +404,12 @@ func (d *Descriptor) Clone() *Descriptor {
 		c.OutputCols = make(map[Target]string, len(d.OutputCols))
 		for k, v := range d.OutputCols {
 			c.OutputCols[k] = v
+		}
+	}
+	if d.InputBehaviors != nil {
+		c.InputBehaviors = make(map[Target]string, len(d.InputBehaviors))
+		for k, v := range d.InputBehaviors {
+			c.InputBehaviors[k] = v
 		}
 	}
 	if d.TargetKwargs != nil {
@@ -414,6 +472,23 @@ func (d *Descriptor) Validate() error {
 	}
 	if d.InputFormat != InputSingle && d.InputFormat != InputMulti {
 		return fmt.Errorf("method %q: input_format %q (want single or multi)", d.Key, d.InputFormat)
+	}
+	for t, b := range d.InputBehaviors {
+		if !seen[t] {
+			return fmt.Errorf("method %q: input_behaviors for unsupported target %q", d.Key, t)
+		}
+		switch b {
+		case BehaviorExpandedPair, BehaviorNativeMulti:
+			if d.InputFormat == InputMulti {
+				return fmt.Errorf("method %q: input_behaviors %q for a full-reaction method", d.Key, b)
+			}
+		case BehaviorNativeFullReaction:
+			if d.InputFormat != InputMulti {
+				return fmt.Errorf("method %q: native_full_reaction needs input_format multi", d.Key)
+			}
+		default:
+			return fmt.Errorf("method %q: input_behaviors %q (want expanded_pair, native_multi or native_full_reaction)", d.Key, b)
+		}
 	}
 	if d.MaxSeqLen < 0 {
 		return fmt.Errorf("method %q: negative max_seq_len", d.Key)

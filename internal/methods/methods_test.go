@@ -10,7 +10,7 @@ import (
 
 func TestDefaultCatalogueMatchesWire(t *testing.T) {
 	c := Default()
-	if got, want := c.Keys(), []string{"A-H", "A-L", "B", "C", "D", "E", "F", "G", "H", "I", "J"}; !reflect.DeepEqual(got, want) {
+	if got, want := c.Keys(), []string{"A-H", "A-L", "B", "C", "D", "E", "F", "G", "G-O2", "H", "I", "J"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("registry order = %v, want %v", got, want)
 	}
 	type row struct {
@@ -33,10 +33,11 @@ func TestDefaultCatalogueMatchesWire(t *testing.T) {
 		"C": {[]Target{Kcat, Km}, "single", 1000, single, EngineDedicated, "prot_t5_mean", true, kk},
 		"D": {[]Target{Kcat}, "multi", 1024, []string{"Protein Sequence", "Substrates", "Products"}, EngineDedicated, "methodd_esm1b", true,
 			map[Target]string{Kcat: "kcat (1/s)"}},
-		"E": {[]Target{Kcat, Km}, "single", 2048, single, EngineGeneric, "methode_embed", true, kk},
-		"F": {[]Target{Kcat, Km}, "single", 1024, single, EngineBatchScript, "methodf_esm1v", true, kk},
-		"G": {[]Target{Kcat, Km}, "single", 1000, single, EngineGeneric, "methodg_esm2", true, kk},
-		"H": {[]Target{Kcat, Km}, "single", 1022, single, EngineGeneric, "methodh_esm2_last_mean", true, kk},
+		"E":    {[]Target{Kcat, Km}, "single", 2048, single, EngineGeneric, "methode_embed", true, kk},
+		"F":    {[]Target{Kcat, Km}, "single", 1024, single, EngineBatchScript, "methodf_esm1v", true, kk},
+		"G":    {[]Target{Kcat, Km}, "single", 1000, single, EngineGeneric, "methodg_esm2", true, kk},
+		"G-O2": {[]Target{Kcat, Km}, "single", 1000, single, EngineGeneric, "methodg_esm2", true, kk},
+		"H":    {[]Target{Kcat, Km}, "single", 1022, single, EngineGeneric, "methodh_esm2_last_mean", true, kk},
 		"I": {[]Target{KcatKm}, "single", 1000, single, EngineGeneric, "methodi_prot_t5_residues", true,
 			map[Target]string{KcatKm: "kcat/Km (1/(s*mM))"}},
 		"J": {[]Target{Km}, "single", 500, single, EngineGeneric, "", false, map[Target]string{Km: "KM (mM)"}},
@@ -79,8 +80,8 @@ func TestDefaultCatalogueMatchesWire(t *testing.T) {
 func TestValidKeysPerTarget(t *testing.T) {
 	c := Default()
 	cases := map[Target][]string{
-		Kcat:   {"A-H", "A-L", "B", "C", "D", "E", "F", "G", "H"},
-		Km:     {"A-H", "B", "C", "E", "F", "G", "H", "J"},
+		Kcat:   {"A-H", "A-L", "B", "C", "D", "E", "F", "G", "G-O2", "H"},
+		Km:     {"A-H", "B", "C", "E", "F", "G", "G-O2", "H", "J"},
 		KcatKm: {"B", "I"},
 	}
 	for tg, want := range cases {
@@ -181,7 +182,7 @@ methods:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := c.Keys(), []string{"A-L", "A-high", "B", "C", "D", "E", "F", "G", "H", "I", "K"}; !reflect.DeepEqual(got, want) {
+	if got, want := c.Keys(), []string{"A-L", "A-high", "B", "C", "D", "E", "F", "G", "G-O2", "H", "I", "K"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("keys %v, want %v", got, want)
 	}
 	b, _ := c.Get("B")
@@ -202,7 +203,7 @@ methods:
 	if got := k.Command.Render(k.FileContract, map[string]string{"input": "i", "output": "o", "target": "Km"}); !reflect.DeepEqual(got, []string{"/opt/k/run", "i", "o", "Km"}) {
 		t.Errorf("K argv %v", got)
 	}
-	if got := c.ValidKeys(Km); !reflect.DeepEqual(got, []string{"A-high", "B", "C", "E", "F", "G", "H", "K"}) {
+	if got := c.ValidKeys(Km); !reflect.DeepEqual(got, []string{"A-high", "B", "C", "E", "F", "G", "G-O2", "H", "K"}) {
 		t.Errorf("Km keys %v", got)
 	}
 }
@@ -253,7 +254,7 @@ func TestOperatorFileJSONAndErrors(t *testing.T) {
 	if cols, _ := c.RequiredColumns("X"); !reflect.DeepEqual(cols, []string{"Protein Sequence", "Substrates", "Products"}) {
 		t.Errorf("cols %v", cols)
 	}
-	if c, err := Parse(nil); err != nil || len(c.Keys()) != 11 {
+	if c, err := Parse(nil); err != nil || len(c.Keys()) != 12 {
 		t.Errorf("empty file: %v", err)
 	}
 	bad := map[string]string{
@@ -287,5 +288,35 @@ func TestOperatorFileJSONAndErrors(t *testing.T) {
 	}
 	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
 		t.Error("missing file accepted")
+	}
+}
+
+func TestInputBehaviorsAndGO2(t *testing.T) {
+	c := Default()
+	e, _ := c.Get("E")
+	d, _ := c.Get("D")
+	b, _ := c.Get("B")
+	if e.InputBehavior(Kcat) != BehaviorNativeMulti || e.InputBehavior(Km) != BehaviorExpandedPair ||
+		d.InputBehavior(Kcat) != BehaviorNativeFullReaction || b.InputBehavior(KcatKm) != BehaviorExpandedPair {
+		t.Fatal("input behaviours")
+	}
+	if !reflect.DeepEqual(d.AcceptedCSVTypes(Kcat), []string{CSVFullReaction}) || len(b.AcceptedCSVTypes(Km)) != 3 {
+		t.Fatal("accepted CSV types")
+	}
+	g, _ := c.Get("G")
+	o2, ok := c.Get("G-O2")
+	if !ok || o2.DisplayName != "Method G-O2" || o2.Profile != g.Profile || !reflect.DeepEqual(o2.StepKeys, g.StepKeys) ||
+		!reflect.DeepEqual(o2.EphemeralFamilies, g.EphemeralFamilies) || o2.TargetKwargs[Km]["variant"] != "o2denet" ||
+		o2.TargetKwargs[Kcat]["kinetics_type"] != "KCAT" || g.TargetKwargs[Kcat]["variant"] != "" {
+		t.Fatalf("G-O2 %+v", o2)
+	}
+	bad := &Descriptor{Key: "X", DisplayName: "X", Supports: []Target{Kcat}, OutputCols: map[Target]string{Kcat: "k"},
+		InputFormat: InputSingle, Engine: EngineGeneric, InputBehaviors: map[Target]string{Km: BehaviorNativeMulti}}
+	if bad.Validate() == nil {
+		t.Fatal("behaviour for an unsupported target accepted")
+	}
+	bad.InputBehaviors = map[Target]string{Kcat: "whole"}
+	if bad.Validate() == nil {
+		t.Fatal("unknown behaviour accepted")
 	}
 }

@@ -18,8 +18,10 @@ type SimilarityDataset struct {
 }
 
 // DefaultSimilarityDatasets are the reference's datasets (§4.8's label
-// table), each read from MEDIA/fastas/<slug>_sequences.fasta. Methods G, H,
-// I and J have none.
+// table, with §13.5's changes: method G's dataset also serves G-O2 and is
+// labelled for both, as the reference's became "CatPred/OmniESI"; method I
+// has one), each read from MEDIA/fastas/<slug>_sequences.fasta. Methods H and
+// J have none.
 func DefaultSimilarityDatasets() []SimilarityDataset {
 	return []SimilarityDataset{
 		{Label: "C", FASTA: "fastas/C_sequences.fasta", Methods: []string{"C"}},
@@ -27,6 +29,8 @@ func DefaultSimilarityDatasets() []SimilarityDataset {
 		{Label: "D", FASTA: "fastas/D_sequences.fasta", Methods: []string{"D"}},
 		{Label: "B", FASTA: "fastas/B_sequences.fasta", Methods: []string{"B"}},
 		{Label: "E", FASTA: "fastas/E_sequences.fasta", Methods: []string{"E"}},
+		{Label: "G/G-O2", FASTA: "fastas/G_G-O2_sequences.fasta", Methods: []string{"G", "G-O2"}},
+		{Label: "I", FASTA: "fastas/I_sequences.fasta", Methods: []string{"I"}},
 	}
 }
 

@@ -4,13 +4,13 @@ import "testing"
 
 func TestSimilarityDatasetsDefault(t *testing.T) {
 	c := Default()
-	for key, want := range map[string]string{"C": "C", "F": "F/A", "A-H": "F/A", "A-L": "F/A", "D": "D", "B": "B", "E": "E"} {
+	for key, want := range map[string]string{"C": "C", "F": "F/A", "A-H": "F/A", "A-L": "F/A", "D": "D", "B": "B", "E": "E", "G": "G/G-O2", "G-O2": "G/G-O2", "I": "I"} {
 		d, ok := c.SimilarityDatasetFor(key)
 		if !ok || d.Label != want {
 			t.Errorf("%s: dataset %q %v, want %q", key, d.Label, ok, want)
 		}
 	}
-	for _, key := range []string{"G", "H", "I", "J"} {
+	for _, key := range []string{"H", "J"} {
 		if _, ok := c.SimilarityDatasetFor(key); ok {
 			t.Errorf("%s has a dataset", key)
 		}

@@ -174,6 +174,33 @@ func (p *Pool) Do(ctx context.Context, spec Spec, batch int, line []byte, logLin
 	return p.run(ctx, e, pr, batch, msg, logLine)
 }
 
+// Ready starts the server for spec.Key if none runs (as Do would) and
+// returns the extra fields of its ready line ("model", "device",
+// "fingerprint", …), so that a caller can check what the server will write
+// before sending it a batch.
+func (p *Pool) Ready(ctx context.Context, spec Spec, logLine func(string)) (map[string]any, error) {
+	if spec.Key == "" {
+		return nil, errors.New("step server spec without a key")
+	}
+	if logLine == nil {
+		logLine = func(string) {}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	e, err := p.acquire(ctx, spec.Key)
+	if err != nil {
+		return nil, err
+	}
+	defer p.release(e)
+	pr, err := p.ensure(ctx, e, spec, logLine)
+	if err != nil {
+		return nil, err
+	}
+	defer pr.setLog(nil)
+	return pr.readyFields(), nil
+}
+
 // acquire holds key's entry, waiting while another caller holds it.
 func (p *Pool) acquire(ctx context.Context, key string) (*entry, error) {
 	p.mu.Lock()

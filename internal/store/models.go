@@ -60,6 +60,7 @@ type Job struct {
 	IncludeSimilarityColumns bool      `gorm:"not null"`
 	UseExperimental          bool      `gorm:"not null"`
 	DisableGPUPrecompute     bool      `gorm:"not null"`
+	UsePredictionCache       bool      `gorm:"not null"`
 	RequestedRows            int       `gorm:"not null"`
 	RefundedRows             int       `gorm:"not null"`
 	ErrorMessage             string    `gorm:"not null"`
@@ -71,6 +72,7 @@ type Job struct {
 	InvalidRows              int    `gorm:"not null"`
 	TotalPredictions         int    `gorm:"not null"`
 	PredictionsMade          int    `gorm:"not null"`
+	PredictionsCached        int    `gorm:"not null"`
 	InputPath                string `gorm:"not null"`
 	OutputPath               string `gorm:"not null"`
 	Synthetic                bool   `gorm:"not null"`
@@ -96,6 +98,7 @@ type JobStage struct {
 	InvalidRows        int    `gorm:"not null"`
 	PredictionsTotal   int    `gorm:"not null"`
 	PredictionsMade    int    `gorm:"not null"`
+	PredictionsCached  int    `gorm:"not null"`
 	EmbeddingEnabled   bool   `gorm:"not null"`
 	EmbeddingState     string `gorm:"size:16;not null"`
 	EmbeddingTotal     int    `gorm:"not null"`

@@ -1,9 +1,12 @@
 """The step-program protocol (docs/gpu-host.md).
 
-Resident (default): load the model, print ``{"ready": true, "model", "device"}``, then
+Resident (default): load the model, print ``{"ready": true, "model", "device",
+"fingerprint"}``, then
 answer each manifest line on stdin with one line ``{"batch": N, "status": "done" |
 "oom" | "error"}``, in order; EOF ends the program (exit 0). One-shot: ``--manifest
-FILE`` runs that batch and exits 0, 75 on out of memory, 1 on error.
+FILE`` runs that batch and exits 0, 75 on out of memory, 1 on error. ``--fingerprint``
+(or ``KINFLOW_FINGERPRINT_ONLY=1``) prints ``{"fingerprint": {...}}`` without loading
+the model and exits 0 (kinflow_steps/fingerprint.py).
 
 Only protocol lines go to stdout; every log line goes to stderr. A configuration
 problem (a weights path unset or absent, a package missing) is one clear stderr line
@@ -42,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         const="MKTAYIAKQRQISFVKSHFSRQ",
         help="load the model, embed one sequence in memory, print a report and exit",
     )
+    ap.add_argument("--fingerprint", action="store_true", help="print the step's fingerprint and exit")
     args = ap.parse_args(argv)
 
     # Nothing is downloaded at run time: weights come from local paths only.
@@ -60,6 +64,15 @@ def main(argv: list[str] | None = None) -> int:
     # Libraries that print to stdout must not break the protocol: everything else
     # printed goes to stderr.
     sys.stdout = sys.stderr
+    from kinflow_steps.fingerprint import fingerprint
+
+    if args.fingerprint or os.environ.get("KINFLOW_FINGERPRINT_ONLY", "").strip() == "1":
+        try:
+            answer(proto, {"fingerprint": fingerprint(factory())})
+        except (ConfigError, OSError) as exc:
+            log(f"{args.step}: fingerprint: {exc}")
+            return EX_CONFIG
+        return 0
     t0 = time.monotonic()
     try:
         step = factory()
@@ -107,7 +120,10 @@ def main(argv: list[str] | None = None) -> int:
             return EX_TEMPFAIL
         return 0 if res["status"] == "done" else 1
 
-    answer(proto, {"ready": True, "model": info.get("model", ""), "device": str(step.device)})
+    answer(
+        proto,
+        {"ready": True, "model": info.get("model", ""), "device": str(step.device), "fingerprint": fingerprint(step)},
+    )
     for line in sys.stdin:
         line = line.strip()
         if not line:

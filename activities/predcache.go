@@ -1,0 +1,137 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/kinflow/kinflow/internal/fsutil"
+	"github.com/kinflow/kinflow/internal/methods"
+	"github.com/kinflow/kinflow/internal/predcache"
+	"github.com/kinflow/kinflow/internal/provenance"
+	"github.com/kinflow/kinflow/internal/store"
+	"github.com/kinflow/kinflow/internal/units"
+)
+
+// stagePredCache is one stage's use of the prediction cache: the key of
+// each unit sent (same order as send) and the entries found.
+type stagePredCache struct {
+	keys []predcache.Key
+	// keyOf is the key of each unit sent, by unit index.
+	keyOf map[int]predcache.Key
+	hits  map[predcache.Key]predcache.Entry
+	// version is the method's model version the entries are stored under.
+	version string
+}
+
+// stageCache looks up the stage's units in the prediction cache. It returns
+// nil, and the stage predicts every unit, when the cache is off (no cache
+// wired, the job's usePredictionCache false) or cannot vouch for the
+// stage: a family of unknown origin has no fingerprint that a key could
+// name. A lookup that fails is logged and the stage predicts every unit:
+// the cache only ever saves work.
+func (a *Activities) stageCache(ctx context.Context, job *store.Job, d *methods.Descriptor, sr stageRows, prov provenance.Stage, send []int, log *slog.Logger) *stagePredCache {
+	if a.PredCache == nil || len(prov.Unverified) > 0 {
+		return nil
+	}
+	keyer := predcache.NewKeyer(predcache.Stage{
+		Target: sr.Target, Method: d.Key, ModelVersion: prov.ModelVersion,
+		EngineFingerprint: prov.EngineFingerprint, Families: prov.Families,
+		FixedArgs: fixedArgs(d, methods.Target(sr.Target)), Canonicalize: job.CanonicalizeSubstrates,
+	})
+	pc := &stagePredCache{keys: make([]predcache.Key, len(send)), keyOf: make(map[int]predcache.Key, len(send)), version: prov.ModelVersion}
+	for k, i := range send {
+		u := sr.Units[i]
+		pc.keys[k] = keyer.Key(predcache.Unit{Seq: u.Seq, Substrates: u.Substrates, Products: u.Products, Kwargs: u.Kwargs})
+		pc.keyOf[i] = pc.keys[k]
+	}
+	if !job.UsePredictionCache {
+		// Predicted afresh, and still stored for later jobs.
+		pc.hits = map[predcache.Key]predcache.Entry{}
+		return pc
+	}
+	start := time.Now()
+	hits, err := a.PredCache.Lookup(ctx, pc.keys)
+	if err != nil {
+		log.Warn("prediction cache lookup failed; predicting every unit", "error", err)
+		hits = map[predcache.Key]predcache.Entry{}
+	}
+	pc.hits = hits
+	log.Info("prediction cache", "units", len(send), "cached", len(hits), "lookup_ms", time.Since(start).Milliseconds())
+	return pc
+}
+
+// storeComputed writes the units the engine just computed (indices
+// computed into results) back to the cache: a value or the engine's
+// per-unit failure reason. A failed write is logged; the stage's results
+// stand.
+func (a *Activities) storeComputed(ctx context.Context, pc *stagePredCache, d *methods.Descriptor, results []units.Result, computed []int, log *slog.Logger) {
+	if len(computed) == 0 {
+		return
+	}
+	puts := make([]predcache.Put, 0, len(computed))
+	for _, i := range computed {
+		r := results[i]
+		key, ok := pc.keyOf[i]
+		if !ok {
+			continue
+		}
+		puts = append(puts, predcache.Put{Key: key, Value: r.Value, Error: r.Error})
+	}
+	if err := a.PredCache.Store(context.WithoutCancel(ctx), d.Key, pc.version, puts, time.Now()); err != nil {
+		log.Warn("prediction cache write failed", "error", err)
+	}
+}
+
+// fixedArgs is the method's fixed arguments for target t in a stable text
+// form: its command (program, arguments, working folder) and file contract
+// and the input behaviour of t. The engine's fingerprint covers the
+// program's and model's files; these cover how it is called.
+func fixedArgs(d *methods.Descriptor, t methods.Target) string {
+	b, _ := json.Marshal(struct {
+		Command  *methods.Command
+		Contract methods.FileContract
+		Behavior string
+	}{d.Command, d.FileContract, d.InputBehavior(t)})
+	return string(b)
+}
+
+// recordCacheUse adds the stage's use of the prediction cache to its
+// provenance.json (the JSON result's provenance): the number of units
+// served from the cache and which rows they belong to.
+func (a *Activities) recordCacheUse(ref StageRef, prov provenance.Stage, sr stageRows, results []units.Result) error {
+	byRow := map[int]*provenance.CachedRow{}
+	first := map[int]time.Time{}
+	n := 0
+	for i, r := range results {
+		if r.Cached == nil {
+			continue
+		}
+		n++
+		row := sr.Units[i].Row
+		c := byRow[row]
+		if c == nil {
+			c = &provenance.CachedRow{Row: row}
+			byRow[row] = c
+			first[row] = *r.Cached
+		}
+		c.Units++
+		if r.Cached.Before(first[row]) {
+			first[row] = *r.Cached
+		}
+	}
+	prov.PredictionsCached = n
+	prov.CachedRows = make([]provenance.CachedRow, 0, len(byRow))
+	for row, c := range byRow {
+		prov.CachedRows = append(prov.CachedRows, provenance.CachedRow{Row: row, Units: c.Units, FirstComputedAt: first[row].UTC().Format(time.RFC3339Nano)})
+	}
+	sort.Slice(prov.CachedRows, func(i, j int) bool { return prov.CachedRows[i].Row < prov.CachedRows[j].Row })
+	dir, err := a.stageDir(ref.JobID, ref.StageIndex)
+	if err != nil {
+		return err
+	}
+	return fsutil.WriteJSONAtomic(filepath.Join(dir, provenanceFile), prov)
+}

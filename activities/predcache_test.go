@@ -1,0 +1,163 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kinflow/kinflow/internal/methods"
+	"github.com/kinflow/kinflow/internal/predcache"
+	"github.com/kinflow/kinflow/internal/provenance"
+	"github.com/kinflow/kinflow/internal/store"
+	"github.com/kinflow/kinflow/internal/testenv"
+)
+
+// cacheJob submits csv as job id (kcat by B) with the prediction cache on
+// (use true) or off, runs Predict, and returns the results and the number
+// of rows the engine program was given (0: not called).
+func (h *predictHarness) cacheJob(id, csv string, use bool) (stagePredictions, int) {
+	h.t.Helper()
+	h.submit(id, map[string]string{"kcat": "B"}, true, csv)
+	h.a.Store.DB.Model(&store.Job{}).Where("id = ?", id).Update("use_prediction_cache", use)
+	p, err := h.predict(id, 0)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(h.keep, "B_input_"+id+".json"))
+	if os.IsNotExist(err) {
+		return p, 0
+	}
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var in methods.EngineInput
+	if err := json.Unmarshal(raw, &in); err != nil {
+		h.t.Fatal(err)
+	}
+	return p, len(in.Rows)
+}
+
+func rowsCSV(seqs ...string) string {
+	var b strings.Builder
+	b.WriteString("Protein Sequence,Substrate\n")
+	for _, s := range seqs {
+		sub := "CCO"
+		if strings.HasSuffix(s, "W") {
+			sub = "O" // the stand-in engine's per-row failure
+		}
+		fmt.Fprintf(&b, "%s,%s\n", s, sub)
+	}
+	return b.String()
+}
+
+// TestPredictionCacheCommandEngine: with the command engine and a stand-in
+// program, a second run of the same job calls the program for 0 rows and
+// gives the same values and failure reasons, marked cached; a job with half
+// its rows new sends exactly those; a changed model_version or engine
+// program misses; usePredictionCache=false predicts everything.
+func TestPredictionCacheCommandEngine(t *testing.T) {
+	testenv.EachDialect(t, func(t *testing.T, s *store.Store) {
+		h := newPredictHarness(t, s, nil, "")
+		h.a.PredCache = predcache.New(s)
+		seqs := []string{"MKTAYIAK", "MKTAYW", "MKTAYIAKQRQ", "MKTAYI"}
+		first, n := h.cacheJob("cachejob1", rowsCSV(seqs...), true)
+		if n != 4 {
+			t.Fatalf("first run sent %d rows, want 4", n)
+		}
+		wantValues(t, first, "8", "-: water is not a substrate", "11", "6")
+		again, n := h.cacheJob("cachejob2", rowsCSV(seqs...), true)
+		if n != 0 {
+			t.Fatalf("second run sent %d rows, want 0", n)
+		}
+		wantValues(t, again, values(first)...)
+		for i, r := range again.Results {
+			if r.Cached == nil || r.Cached.After(time.Now()) {
+				t.Fatalf("unit %d not marked cached: %+v", i, r)
+			}
+		}
+		if again.Source != "Prediction from Method B" || again.Results[0].Source != again.Source {
+			t.Errorf("source %q / %q", again.Source, again.Results[0].Source)
+		}
+		stages, _ := s.JobStages(context.Background(), "cachejob2")
+		job, _ := s.Job(context.Background(), "cachejob2")
+		if stages[0].PredictionsCached != 4 || job.PredictionsCached != 4 || stages[0].PredictionsMade != 3 {
+			t.Fatalf("counters: stage %d/%d, job %d", stages[0].PredictionsCached, stages[0].PredictionsMade, job.PredictionsCached)
+		}
+		dir, _ := h.a.stageDir("cachejob2", 0)
+		var prov provenance.Stage
+		if err := readJSONFile(filepath.Join(dir, provenanceFile), &prov); err != nil {
+			t.Fatal(err)
+		}
+		if prov.PredictionsCached != 4 || len(prov.CachedRows) != 4 || prov.CachedRows[3].Row != 3 || prov.CachedRows[0].FirstComputedAt == "" {
+			t.Fatalf("provenance %+v", prov)
+		}
+
+		// Half new: exactly the new rows are sent.
+		_, n = h.cacheJob("cachejob3", rowsCSV("MKTAYIAK", "MKTAYIAKQRQ", "MKTAYIAKQRQIS", "MKTAYIAKQRQISF"), true)
+		if n != 2 {
+			t.Fatalf("half-new run sent %d rows, want 2", n)
+		}
+		// The cache off: everything sent (and the cache still filled).
+		if _, n = h.cacheJob("cachejob4", rowsCSV(seqs...), false); n != 4 {
+			t.Fatalf("usePredictionCache=false sent %d rows, want 4", n)
+		}
+		// A new model_version misses.
+		d, _ := h.a.Catalogue.Get("B")
+		d.ModelVersion = "2"
+		if _, n = h.cacheJob("cachejob5", rowsCSV(seqs...), true); n != 4 {
+			t.Fatalf("new model version sent %d rows, want 4", n)
+		}
+		if _, n = h.cacheJob("cachejob6", rowsCSV(seqs...), true); n != 0 {
+			t.Fatalf("version 2 again sent %d rows, want 0", n)
+		}
+		// A changed engine program (its fingerprint) misses.
+		prog := d.Command.Script
+		b, _ := os.ReadFile(prog)
+		if err := os.WriteFile(prog, append(b, []byte("\n# changed\n")...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, n = h.cacheJob("cachejob7", rowsCSV(seqs...), true); n != 4 {
+			t.Fatalf("changed engine sent %d rows, want 4", n)
+		}
+	})
+}
+
+// TestPredictionCacheSyntheticEngine: the synthetic engine caches too; the
+// second run's values are the first's, all marked cached and synthetic.
+func TestPredictionCacheSyntheticEngine(t *testing.T) {
+	s := testenv.OpenStore(t, store.SQLite)
+	h := newPredictHarness(t, s, nil, "")
+	h.a.Config.PredictionEngine = "synthetic"
+	h.a.PredCache = predcache.New(s)
+	seqs := []string{"MKTAYIAK", "MKTAYV", "MKTAYIAKQRQ"}
+	first, _ := h.cacheJob("synjob1", rowsCSV(seqs...), true)
+	second, _ := h.cacheJob("synjob2", rowsCSV(append(seqs, "MKTAYIAKQRQISF")...), true)
+	if !first.Synthetic || !second.Synthetic || !strings.Contains(second.Source, "Synthetic placeholder") {
+		t.Fatalf("synthetic flags %v %v %q", first.Synthetic, second.Synthetic, second.Source)
+	}
+	for i := range seqs {
+		if second.Results[i].Cached == nil || *second.Results[i].Value != *first.Results[i].Value {
+			t.Fatalf("unit %d: %+v vs %+v", i, second.Results[i], first.Results[i])
+		}
+	}
+	if second.Results[3].Cached != nil || second.Results[3].Value == nil {
+		t.Fatalf("new unit %+v", second.Results[3])
+	}
+	stages, _ := s.JobStages(context.Background(), "synjob2")
+	if stages[0].PredictionsCached != 3 {
+		t.Fatalf("cached %d", stages[0].PredictionsCached)
+	}
+}
+
+func readJSONFile(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/kinflow/kinflow/internal/cacheadmin"
+	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/embedjob"
+	"github.com/kinflow/kinflow/internal/predcache"
+)
+
+const cacheUsage = `usage: kinflow cache status [--json]
+       kinflow cache verify --family F [--sample N] [--seed S]
+       kinflow cache adopt --family F [--sample N] [--seed S]
+       kinflow cache purge --family F [--synthetic]
+       kinflow cache predictions status [--method M]
+       kinflow cache predictions purge --method M [--version V]
+
+On the configured media root (KINFLOW_MEDIA_ROOT). verify and adopt recompute
+a sample with the configured step executor (KINFLOW_STEP_EXECUTOR and the GPU
+host's env file, KINFLOW_GPU_ENV_FILE) and read sequences from the seq map
+(KINFLOW_DATABASE_URL). cache predictions is the prediction cache in the
+database (KINFLOW_DATABASE_URL): how many units it holds, and removing a
+method's units (of one model_version, or all).`
+
+// runCache is `kinflow cache …`: the operator's view of the embedding cache
+// and its provenance (internal/cacheadmin). Each subcommand prints what it
+// did; a verify or adopt that finds a file off its bound exits 1.
+func runCache(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprintln(stdout, cacheUsage)
+		return nil
+	}
+	sub := args[0]
+	if sub == "predictions" {
+		return runCachePredictions(ctx, args[1:], stdout, stderr)
+	}
+	fs := newFlags("cache "+sub, stderr)
+	fs.Usage = func() { fmt.Fprintln(stderr, cacheUsage) }
+	family := fs.String("family", "", "artefact family, e.g. esm2_layer_26/mean_vecs (see cache status)")
+	sample := fs.Int("sample", cacheadmin.DefaultSample, "files to recompute (verify, adopt)")
+	seed := fs.Uint64("seed", 0, "seed of the sample (0: random)")
+	synthetic := fs.Bool("synthetic", false, "purge only the synthetic files")
+	asJSON := fs.Bool("json", false, "status as JSON")
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	layout, err := embedding.LayoutFromConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if sub != "status" && *family == "" {
+		return usageError{"want --family F"}
+	}
+	switch sub {
+	case "status":
+		st, err := cacheadmin.Status(layout)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			if st == nil {
+				st = []cacheadmin.FamilyStatus{}
+			}
+			return json.NewEncoder(stdout).Encode(st)
+		}
+		if len(st) == 0 {
+			fmt.Fprintf(stdout, "no cached artefacts under %s\n", layout.SequenceInfo())
+			return nil
+		}
+		w := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "FAMILY\tFILES\tBYTES\tORIGIN\tSYNTHETIC\tUNVERIFIED\tFINGERPRINT\tMODEL")
+		for _, s := range st {
+			fp := s.Fingerprint
+			if fp == "" {
+				fp = "(none recorded)"
+			}
+			fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%d\t%d\t%s\t%s\n", s.Family, s.Files, s.Bytes, s.Origin(), s.Synthetic, s.Unverified, fp, s.Model)
+		}
+		return w.Flush()
+	case "purge":
+		res, err := cacheadmin.Purge(layout, *family, *synthetic)
+		if err != nil {
+			return err
+		}
+		what := "files"
+		if *synthetic {
+			what = "synthetic files"
+		}
+		fmt.Fprintf(stdout, "purged %d %s (%d bytes) from %s", res.Removed, what, res.Bytes, *family)
+		if res.RecordRemoved {
+			fmt.Fprint(stdout, "; its fingerprint record removed")
+		}
+		fmt.Fprintln(stdout)
+		return nil
+	case "verify", "adopt":
+		st, err := embedjob.SettingsFromConfig(cfg)
+		if err != nil {
+			return err
+		}
+		db, err := openStore(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		v := &cacheadmin.Verifier{Layout: layout, Settings: st, Executor: cfg.StepExecutor, Sequences: db.SequencesByID, Seed: *seed,
+			Log: func(format string, args ...any) { fmt.Fprintf(stdout, format+"\n", args...) }}
+		var res cacheadmin.VerifyResult
+		if sub == "verify" {
+			res, err = v.Verify(ctx, *family, *sample)
+		} else {
+			res, err = v.Adopt(ctx, *family, *sample)
+		}
+		if res.NoSequence > 0 {
+			fmt.Fprintf(stdout, "%d sampled file(s) skipped: their sequence is not in the seq map\n", res.NoSequence)
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s: %d of %d recomputed file(s) within the bound (step %s, configured fingerprint %s)\n",
+			*family, res.Checked-res.Failed, res.Checked, res.Step, res.Fingerprint.ID())
+		if res.Failed > 0 {
+			return errors.New("verify failed: the cache holds files the configured step program does not reproduce")
+		}
+		if sub == "adopt" {
+			fmt.Fprintf(stdout, "adopted %s under fingerprint %s\n", *family, res.Fingerprint.ID())
+		}
+		return nil
+	}
+	return usageError{fmt.Sprintf("unknown cache command %q (status, verify, adopt or purge)", sub)}
+}
+
+// runCachePredictions is `kinflow cache predictions status|purge`.
+func runCachePredictions(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "status" && args[0] != "purge") {
+		fmt.Fprintln(stderr, cacheUsage)
+		return usageError{"want cache predictions status or cache predictions purge"}
+	}
+	sub := args[0]
+	fs := newFlags("cache predictions "+sub, stderr)
+	fs.Usage = func() { fmt.Fprintln(stderr, cacheUsage) }
+	method := fs.String("method", "", "method key, e.g. B or A-H")
+	version := fs.String("version", "", "purge: only this model_version (default: every version)")
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	if sub == "purge" && *method == "" {
+		return usageError{"want --method M"}
+	}
+	st, err := storeFromEnv(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	pc := predcache.New(st)
+	if sub == "status" {
+		n, err := pc.Count(ctx, *method)
+		if err != nil {
+			return err
+		}
+		what := "every method"
+		if *method != "" {
+			what = "method " + *method
+		}
+		fmt.Fprintf(stdout, "%d cached prediction units for %s\n", n, what)
+		return nil
+	}
+	n, err := pc.Purge(ctx, *method, *version)
+	if err != nil {
+		return err
+	}
+	what := "every model_version"
+	if *version != "" {
+		what = "model_version " + *version
+	}
+	fmt.Fprintf(stdout, "removed %d cached prediction units of method %s (%s)\n", n, *method, what)
+	return nil
+}

@@ -1,0 +1,255 @@
+// Package cacheadmin is the operator's view of the embedding cache (`kinflow
+// cache status|verify|adopt|purge`, DESIGN.md §8): what each artefact
+// family holds and which model made it, recomputing a sample with the
+// configured step program to check it, taking files of unknown origin under
+// the configured fingerprint once they pass, and removing files.
+package cacheadmin
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/embedjob"
+	"github.com/kinflow/kinflow/internal/provenance"
+)
+
+// Families lists the layout's families: the fixed ones and every method E
+// checkpoint family found on disk or in the checkpoint root, sorted by name.
+func Families(l *embedding.Layout) []embedding.Family {
+	out := embedding.Families()
+	seen := map[string]bool{}
+	for _, f := range out {
+		seen[f.Name] = true
+	}
+	add := func(f embedding.Family) {
+		if !seen[f.Name] {
+			seen[f.Name] = true
+			out = append(out, f)
+		}
+	}
+	for _, param := range []string{"kcat", "km"} {
+		keys, _ := l.MethodEModelKeys(param)
+		ents, _ := os.ReadDir(filepath.Join(l.SequenceInfo(), embedding.FamilyMethodEESM2Prefix, param))
+		for _, e := range ents {
+			if e.IsDir() {
+				keys = append(keys, e.Name())
+			}
+		}
+		for _, k := range keys {
+			if f, err := embedding.MethodEFamily(param, k); err == nil {
+				add(f)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// FamilyByName finds a family of the layout by name.
+func FamilyByName(l *embedding.Layout, name string) (embedding.Family, error) {
+	for _, f := range Families(l) {
+		if f.Name == name {
+			return f, nil
+		}
+	}
+	return embedding.Family{}, fmt.Errorf("unknown family %q (see `kinflow cache status`)", name)
+}
+
+// StepOf is the step key that writes family name.
+func StepOf(l *embedding.Layout, name string) (string, error) {
+	for _, k := range embedjob.ActiveSteps {
+		spec, err := l.Step(k)
+		if err != nil {
+			continue
+		}
+		for _, f := range spec.Families {
+			if f.Name == name {
+				return k, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("no step writes family %q", name)
+}
+
+// FamilyStatus is one family's line of `kinflow cache status`.
+type FamilyStatus struct {
+	Family string `json:"family"`
+	Files  int    `json:"files"`
+	Bytes  int64  `json:"bytes"`
+	// Fingerprint is the recorded fingerprint id ("" when none).
+	Fingerprint string `json:"fingerprint"`
+	// Model is the recorded fingerprint's model.
+	Model string `json:"model,omitempty"`
+	// Synthetic counts the synthetic files; Unverified the files of unknown
+	// origin (no record, or a record made over them and not adopted).
+	Synthetic  int `json:"synthetic"`
+	Unverified int `json:"unverified"`
+}
+
+// Origin is one word: empty, synthetic, real, mixed or unverified.
+func (s FamilyStatus) Origin() string {
+	switch {
+	case s.Files == 0:
+		return "empty"
+	case s.Unverified > 0 && s.Unverified == s.Files:
+		return "unverified"
+	case s.Synthetic == s.Files:
+		return "synthetic"
+	case s.Synthetic > 0 || s.Unverified > 0:
+		return "mixed"
+	}
+	return "real"
+}
+
+// artefacts lists dir's artefact files with their sizes, by seq id.
+func artefacts(dir, suffix string) (map[string]int64, error) {
+	out := map[string]int64{}
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, suffix) || len(name) == len(suffix) || !e.Type().IsRegular() {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		out[strings.TrimSuffix(name, suffix)] = info.Size()
+	}
+	return out, nil
+}
+
+// syntheticIDs returns the ids of dir's synthetic files among have.
+func syntheticIDs(dir string, rec *provenance.Recorded, have map[string]int64) map[string]bool {
+	out := map[string]bool{}
+	if rec.AllSynthetic() && !rec.Unverified {
+		for sid := range have {
+			out[sid] = true
+		}
+		return out
+	}
+	if rec != nil && !rec.SyntheticFiles && !rec.AllSynthetic() {
+		return out
+	}
+	for sid, e := range embedding.ReadManifest(dir) {
+		if _, ok := have[sid]; ok && e.Synthetic {
+			out[sid] = true
+		}
+	}
+	return out
+}
+
+// Status describes every family that holds files (or a record).
+func Status(l *embedding.Layout) ([]FamilyStatus, error) {
+	var out []FamilyStatus
+	for _, f := range Families(l) {
+		dir := l.FamilyDir(f)
+		have, err := artefacts(dir, f.Suffix())
+		if err != nil {
+			return nil, err
+		}
+		rec, err := provenance.ReadRecorded(dir)
+		if err != nil {
+			return nil, err
+		}
+		if len(have) == 0 && rec == nil {
+			continue
+		}
+		s := FamilyStatus{Family: f.Name, Files: len(have)}
+		for _, n := range have {
+			s.Bytes += n
+		}
+		if rec != nil {
+			s.Fingerprint, s.Model = rec.ID, rec.Fingerprint.Model
+		}
+		synth := syntheticIDs(dir, rec, have)
+		s.Synthetic = len(synth)
+		if rec == nil || (rec.Unverified && rec.Adopted == nil) {
+			s.Unverified = len(have) - len(synth)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// PurgeResult says what Purge removed.
+type PurgeResult struct {
+	Removed int
+	Bytes   int64
+	// RecordRemoved: the family's fingerprint record went too.
+	RecordRemoved bool
+}
+
+// Purge removes family's files: all of them (with the manifest and the
+// record), or with syntheticOnly only the synthetic ones (and their manifest
+// entries; a synthetic record of a family left empty goes too).
+func Purge(l *embedding.Layout, family string, syntheticOnly bool) (PurgeResult, error) {
+	var res PurgeResult
+	f, err := FamilyByName(l, family)
+	if err != nil {
+		return res, err
+	}
+	dir := l.FamilyDir(f)
+	have, err := artefacts(dir, f.Suffix())
+	if err != nil {
+		return res, err
+	}
+	rec, err := provenance.ReadRecorded(dir)
+	if err != nil {
+		return res, err
+	}
+	victims := map[string]bool{}
+	if syntheticOnly {
+		victims = syntheticIDs(dir, rec, have)
+	} else {
+		for sid := range have {
+			victims[sid] = true
+		}
+	}
+	ids := make([]string, 0, len(victims))
+	for sid := range victims {
+		ids = append(ids, sid)
+	}
+	sort.Strings(ids)
+	for _, sid := range ids {
+		if err := os.Remove(filepath.Join(dir, sid+f.Suffix())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return res, err
+		}
+		res.Removed++
+		res.Bytes += have[sid]
+	}
+	if err := embedding.MergeManifest(dir, nil, ids); err != nil && len(ids) > 0 {
+		return res, err
+	}
+	left := len(have) - res.Removed
+	switch {
+	case !syntheticOnly || (left == 0 && rec.AllSynthetic()):
+		if rec != nil {
+			if err := os.Remove(filepath.Join(dir, provenance.RecordName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return res, err
+			}
+			res.RecordRemoved = true
+		}
+		if !syntheticOnly {
+			_ = os.Remove(filepath.Join(dir, embedding.ManifestName))
+		}
+	case rec != nil && rec.SyntheticFiles:
+		rec.SyntheticFiles = false
+		if err := provenance.Write(dir, rec); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}

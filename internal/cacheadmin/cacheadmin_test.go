@@ -1,0 +1,237 @@
+package cacheadmin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/embedjob"
+	"github.com/kinflow/kinflow/internal/fsutil"
+	"github.com/kinflow/kinflow/internal/provenance"
+)
+
+// standInEnv, set in a child's environment, turns the test binary into a
+// stand-in one-shot step program: an independent process that writes what
+// the configured model writes (here: internal/embedding's deterministic
+// artefact of each family and sequence), and answers the fingerprint
+// question.
+const standInEnv = "KINFLOW_TEST_STANDIN_STEP"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(standInEnv) == "1" {
+		os.Exit(standIn(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+func standIn(args []string) int {
+	if os.Getenv(embedjob.EnvFingerprintOnly) == "1" {
+		fmt.Println(`{"fingerprint": {"model": "stand-in", "weights": {"w.pt": "5eed"}, "precision": "fp32", "program": "stand-in", "program_version": "1"}}`)
+		return 0
+	}
+	data, err := os.ReadFile(args[0])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	var m embedjob.Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	for _, s := range m.Seqs {
+		for _, p := range s.MissingOutputs {
+			rel, _ := filepath.Rel(filepath.Join(m.MediaRoot, "sequence_info"), filepath.Dir(p))
+			f, ok := embedding.FamilyByName(filepath.ToSlash(rel))
+			if !ok {
+				fmt.Fprintln(os.Stderr, "unknown family", rel)
+				return 1
+			}
+			body, _ := embedding.EncodeArtefact(f.Format, embedding.SyntheticArtefact(f, s.Sequence))
+			if err := fsutil.WriteFileAtomic(p, body, 0o644); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+		}
+	}
+	return 0
+}
+
+const famH = embedding.FamilyESM2LayerLastMean
+
+type fixture struct {
+	l    *embedding.Layout
+	seqs map[string]string
+	ids  []string
+}
+
+func newFixture(t *testing.T, n int) *fixture {
+	t.Helper()
+	l, err := embedding.NewLayout(filepath.Join(t.TempDir(), "media"), "", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx := &fixture{l: l, seqs: map[string]string{}}
+	for i := 0; i < n; i++ {
+		seq := "MKT" + strings.Repeat("ACDEFGHIKLMNPQRSTVWY"[i%20:i%20+1], 5+i)
+		sid := embedding.BaseSeqID(seq)
+		fx.seqs[sid] = seq
+		fx.ids = append(fx.ids, sid)
+	}
+	return fx
+}
+
+// writeIndependently writes family's files as another writer would (the
+// reference's workers): the model's values, no record, no manifest.
+func (fx *fixture) writeIndependently(t *testing.T, family string, ids []string) {
+	t.Helper()
+	f, _ := embedding.FamilyByName(family)
+	if err := os.MkdirAll(fx.l.FamilyDir(f), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, sid := range ids {
+		body, _ := embedding.EncodeArtefact(f.Format, embedding.SyntheticArtefact(f, fx.seqs[sid]))
+		if err := os.WriteFile(filepath.Join(fx.l.FamilyDir(f), sid+f.Suffix()), body, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// plant overwrites sid's file with another sequence's vector: well formed,
+// right shape, wrong values.
+func (fx *fixture) plant(t *testing.T, family, sid, other string) {
+	t.Helper()
+	f, _ := embedding.FamilyByName(family)
+	body, _ := embedding.EncodeArtefact(f.Format, embedding.SyntheticArtefact(f, fx.seqs[other]))
+	if err := os.WriteFile(filepath.Join(fx.l.FamilyDir(f), sid+f.Suffix()), body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (fx *fixture) lookup(_ context.Context, ids []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, id := range ids {
+		if s, ok := fx.seqs[id]; ok {
+			out[id] = s
+		}
+	}
+	return out, nil
+}
+
+// commandVerifier configures the stand-in as the step program of method H's
+// step (one-shot, with a fingerprint command).
+func (fx *fixture) commandVerifier(t *testing.T) *Verifier {
+	step := "methodh_esm2_last_mean"
+	st := &embedjob.Settings{
+		Commands:     map[string][]string{step: {os.Args[0], "{manifest_file}"}},
+		Servers:      map[string][]string{},
+		Fingerprints: map[string][]string{step: {os.Args[0]}},
+		ToksPerBatch: 100000, StepToksPerBatch: map[string]int{}, MaxResidues: map[string]int{},
+		ScratchDir: filepath.Join(t.TempDir(), "scratch"),
+		ProgramEnv: append(os.Environ(), standInEnv+"=1"),
+	}
+	return &Verifier{Layout: fx.l, Settings: st, Executor: "command", Sequences: fx.lookup, Seed: 1, Log: t.Logf}
+}
+
+// TestVerifyFindsAPlantedFile: a recomputed sample finds the one file whose
+// values are another sequence's, with the configured (stand-in) program.
+func TestVerifyFindsAPlantedFile(t *testing.T) {
+	fx := newFixture(t, 5)
+	fx.writeIndependently(t, famH, fx.ids)
+	fx.plant(t, famH, fx.ids[2], fx.ids[3])
+	v := fx.commandVerifier(t)
+	res, err := v.Verify(context.Background(), famH, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Checked != 5 || res.Failed != 1 || !strings.HasPrefix(res.Failures[0], fx.ids[2]+": cosine") {
+		t.Fatalf("verify: %+v", res)
+	}
+	// Adopt refuses a family that fails its verify, and records nothing.
+	if _, err := v.Adopt(context.Background(), famH, 5); err == nil || !strings.Contains(err.Error(), "not adopted") {
+		t.Fatalf("adopt of a poisoned family: %v", err)
+	}
+	f, _ := embedding.FamilyByName(famH)
+	if rec, _ := provenance.ReadRecorded(fx.l.FamilyDir(f)); rec != nil {
+		t.Fatalf("a refused adopt recorded %+v", rec)
+	}
+	// The synthetic executor as the configured program finds it too.
+	v.Executor = "synthetic"
+	if res, err := v.Verify(context.Background(), famH, 5); err != nil || res.Failed != 1 {
+		t.Fatalf("synthetic executor: %+v %v", res, err)
+	}
+}
+
+// TestAdoptAcceptsAnIndependentWriterOfTheSameModel: files of unknown
+// origin made by another writer of the same model pass the verify and are
+// taken under the configured fingerprint; status then says real.
+func TestAdoptAcceptsAnIndependentWriterOfTheSameModel(t *testing.T) {
+	fx := newFixture(t, 4)
+	fx.writeIndependently(t, famH, fx.ids)
+	st, err := Status(fx.l)
+	if err != nil || len(st) != 1 || st[0].Origin() != "unverified" || st[0].Unverified != 4 {
+		t.Fatalf("status before: %+v %v", st, err)
+	}
+	v := fx.commandVerifier(t)
+	res, err := v.Adopt(context.Background(), famH, 3)
+	if err != nil || res.Checked != 3 || res.Failed != 0 {
+		t.Fatalf("adopt: %+v %v", res, err)
+	}
+	f, _ := embedding.FamilyByName(famH)
+	rec, err := provenance.ReadRecorded(fx.l.FamilyDir(f))
+	if err != nil || rec == nil || rec.Adopted == nil || rec.Fingerprint.Model != "stand-in" || rec.Unverified {
+		t.Fatalf("record %+v %v", rec, err)
+	}
+	st, _ = Status(fx.l)
+	if st[0].Origin() != "real" || st[0].Fingerprint != rec.ID || st[0].Bytes == 0 {
+		t.Fatalf("status after: %+v", st)
+	}
+	// The same program now writes into the family without a refusal.
+	if v, err := provenance.Admit(fx.l.FamilyDir(f), famH, rec.Fingerprint); err != nil || v != provenance.Equal {
+		t.Fatalf("admit after adopt: %v %v", v, err)
+	}
+}
+
+// TestPurge: --synthetic removes only the synthetic files of a mixed
+// family; a full purge removes the rest, the manifest and the record.
+func TestPurge(t *testing.T) {
+	fx := newFixture(t, 4)
+	ctx := context.Background()
+	if _, err := embedding.ComputeStep(ctx, fx.l, "methodh_esm2_last_mean", fx.ids[:2], fx.seqs, nil); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := embedding.FamilyByName(famH)
+	dir := fx.l.FamilyDir(f)
+	real := provenance.Fingerprint{Model: "esm2", Weights: map[string]string{"w": "1"}}
+	if _, err := provenance.Admit(dir, famH, real); err != nil {
+		t.Fatal(err)
+	}
+	fx.writeIndependently(t, famH, fx.ids[2:])
+	st, _ := Status(fx.l)
+	if st[0].Files != 4 || st[0].Synthetic != 2 || st[0].Origin() != "mixed" {
+		t.Fatalf("status mixed: %+v", st)
+	}
+	res, err := Purge(fx.l, famH, true)
+	if err != nil || res.Removed != 2 {
+		t.Fatalf("purge --synthetic: %+v %v", res, err)
+	}
+	st, _ = Status(fx.l)
+	if st[0].Files != 2 || st[0].Synthetic != 0 || st[0].Origin() != "real" {
+		t.Fatalf("status after purge --synthetic: %+v", st)
+	}
+	res, err = Purge(fx.l, famH, false)
+	if err != nil || res.Removed != 2 || !res.RecordRemoved {
+		t.Fatalf("purge: %+v %v", res, err)
+	}
+	if st, _ := Status(fx.l); len(st) != 0 {
+		t.Fatalf("status after purge: %+v", st)
+	}
+	if _, err := Purge(fx.l, "no/such", false); err == nil {
+		t.Fatal("unknown family purged")
+	}
+}

@@ -1,0 +1,158 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/input"
+	"github.com/kinflow/kinflow/internal/provenance"
+)
+
+// TestSyntheticCacheThenRealModels is issue 18's scenario on real
+// processes: a first deployment on the embedded defaults fills the cache with
+// synthetic files; a second one on the same media root, with real step
+// programs (kinflow's own, on tiny random-weight models) and a real
+// prediction engine (a stand-in program of method B), submits the same rows.
+// The step program computes the three sequences (the synthetic files are
+// replaced, never consumed), the result is a prediction with its provenance
+// (the family's recorded fingerprint, the engine's, the model version), and
+// a host whose weights differ by one byte refuses the family with one line.
+func TestSyntheticCacheThenRealModels(t *testing.T) {
+	py := stepsPython(t)
+	if _, err := os.Stat(input.DefaultPython); err != nil {
+		t.Skipf("the engine stand-in needs %s", input.DefaultPython)
+	}
+	lines := tinyModels(t, py)
+	models := map[string]string{}
+	for _, l := range lines {
+		k, v, _ := strings.Cut(l, "=")
+		models[k] = v
+	}
+	media := filepath.Join(t.TempDir(), "media")
+	rows := csvRows(randSeed(), 3, 30)
+	famDir := filepath.Join(media, "sequence_info", "prot_t5_last", "mean_vecs")
+	const fam = "prot_t5_last/mean_vecs"
+
+	// 1. `make run`: synthetic step executor and engine.
+	a := newStack(t, map[string]string{"KINFLOW_MEDIA_ROOT": media}, nil)
+	job := a.submit(rows, []string{"kcat"}, map[string]string{"kcat": "B"})
+	if st := a.waitDone(job, 120*time.Second); st.Status != "Completed" || !st.Synthetic {
+		t.Fatalf("synthetic job: %+v", st)
+	}
+	rec, err := provenance.ReadRecorded(famDir)
+	if err != nil || !rec.AllSynthetic() {
+		t.Fatalf("after the synthetic job the family's record is %+v (%v)", rec, err)
+	}
+	synthetic := map[string]bool{}
+	for sid, e := range embedding.ReadManifest(famDir) {
+		if e.Synthetic {
+			synthetic[sid] = true
+		}
+	}
+	if len(synthetic) != 3 {
+		t.Fatalf("manifest flags %d synthetic files, want 3", len(synthetic))
+	}
+	a.stop()
+
+	// 2. Real step programs and a real engine on the same media root.
+	dir := t.TempDir()
+	bScript := filepath.Join(dir, "b.py")
+	if err := os.WriteFile(bScript, []byte(engineB), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	methodsFile := filepath.Join(dir, "methods.yaml")
+	if err := os.WriteFile(methodsFile, []byte(fmt.Sprintf("methods:\n  - key: B\n    command: {python: %s, script: %s}\n", input.DefaultPython, bScript)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hostEnv := envFile(t, append(lines, "KINFLOW_STEPS_DEVICE=cpu",
+		"GPU_EMBED_STEP_SERVER_PROT_T5_MEAN="+py+" -m kinflow_steps --step prot_t5_mean")...)
+	hashCache := filepath.Join(dir, "sha256.json")
+	b := newStack(t, map[string]string{
+		"KINFLOW_MEDIA_ROOT": media, "KINFLOW_PREDICTION_ENGINE": "command", "KINFLOW_METHODS_FILE": methodsFile,
+		"GPU_EMBED_JOB_TIMEOUT_SECONDS": "300", "KINFLOW_HASH_CACHE": hashCache,
+	}, map[string]map[string]string{"gpu-worker": {"KINFLOW_GPU_ENV_FILE": hostEnv, "KINFLOW_STEP_EXECUTOR": "command"}})
+	job2 := b.submit(rows, []string{"kcat"}, map[string]string{"kcat": "B"})
+	st := b.waitDone(job2, 300*time.Second)
+	if st.Status != "Completed" || st.Synthetic {
+		t.Fatalf("real job: %+v", st)
+	}
+	if len(st.Stages) != 1 || st.Stages[0].Embedding.Cached != 0 || st.Stages[0].Embedding.Need != 3 {
+		t.Fatalf("the plan must count the synthetic files as missing: %+v", st.Stages)
+	}
+	if r := st.reasons(); len(r) == 0 || r[len(r)-1] != "done" {
+		t.Fatalf("events %v: want the GPU host's step program to compute the files", r)
+	}
+	rec, err = provenance.ReadRecorded(famDir)
+	if err != nil || rec.AllSynthetic() || !strings.HasPrefix(rec.ID, "fp-") || len(rec.Fingerprint.Weights) == 0 {
+		t.Fatalf("after the real job the record is %+v (%v)", rec, err)
+	}
+	for sid, e := range embedding.ReadManifest(famDir) {
+		if e.Synthetic {
+			t.Errorf("%s is still flagged synthetic", sid)
+		}
+	}
+	body := b.resultCSV(job2)
+	if strings.Contains(strings.ToLower(body), "synthetic") || !strings.Contains(body, "Prediction from Method B") {
+		t.Fatalf("result:\n%s", body)
+	}
+	var res struct {
+		Synthetic  *bool              `json:"synthetic"`
+		Provenance []provenance.Stage `json:"provenance"`
+	}
+	if code := b.do("GET", "/api/v1/result/"+job2+"/?format=json", nil, "", &res); code != 200 {
+		t.Fatalf("JSON result: %d", code)
+	}
+	if res.Synthetic != nil || len(res.Provenance) != 1 {
+		t.Fatalf("JSON result: %+v", res)
+	}
+	p := res.Provenance[0]
+	if p.Method != "B" || p.ModelVersion != "1" || p.Engine != "command" || !strings.HasPrefix(p.EngineFingerprint, "fp-") ||
+		p.Families[fam] != rec.ID || p.Synthetic || len(p.Unverified) != 0 {
+		t.Fatalf("provenance %+v (family record %s)", p, rec.ID)
+	}
+	var raw map[string]json.RawMessage
+	if code := b.do("GET", "/api/v1/status/"+job2+"/", nil, "", &raw); code != 200 || !strings.Contains(string(raw["provenance"]), rec.ID) {
+		t.Fatalf("final status provenance: %s", raw["provenance"])
+	}
+
+	// 3. One byte of the weights changes: a GPU host refuses the family.
+	weights := filepath.Join(models["KINFLOW_PROT_T5_PATH"], "model.safetensors")
+	data, err := os.ReadFile(weights)
+	if err != nil {
+		t.Skipf("the tiny ProtT5 has no model.safetensors: %v", err)
+	}
+	data[len(data)-1] ^= 1
+	if err := os.WriteFile(weights, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b.kill9("gpu-worker")
+	b.start("gpu-worker")
+	b.waitHealthy()
+	job3 := b.submit(csvRows(randSeed(), 1, 25), []string{"kcat"}, map[string]string{"kcat": "B"})
+	st = b.waitDone(job3, 300*time.Second)
+	if st.Status != "Failed" {
+		t.Fatalf("a job whose family is refused: %+v, want Failed (nothing made by another model is mixed in)", st)
+	}
+	t.Logf("the refused job's error: %s; events %v", st.Error, st.reasons())
+	logData, _ := os.ReadFile(b.logs["gpu-worker"])
+	want := "kinflow cache purge --family " + fam
+	var line string
+	for _, l := range strings.Split(string(logData), "\n") {
+		if strings.Contains(l, want) {
+			line = l
+			break
+		}
+	}
+	if line == "" || !strings.Contains(line, rec.ID) {
+		t.Fatalf("the GPU host's log has no refusal naming %s and %s:\n%s", fam, rec.ID, tail(logData, 3000))
+	}
+	if now, _ := provenance.ReadRecorded(famDir); now.ID != rec.ID {
+		t.Fatalf("the refused host changed the record: %s", now.ID)
+	}
+}

@@ -1,0 +1,120 @@
+package embedjob
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/provenance"
+	"github.com/kinflow/kinflow/internal/stepserver"
+)
+
+// TestChangedWeightsRefuseTheFamily: a host whose weights file differs by one
+// byte from the one that made a family refuses to write into it, with one
+// line naming the family, both fingerprints and the commands that fix it.
+func TestChangedWeightsRefuseTheFamily(t *testing.T) {
+	f := newFixture(t, 1000)
+	weights := filepath.Join(t.TempDir(), "esm1b.pt")
+	if err := os.WriteFile(weights, []byte("weights of the first model"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	host := func() *Engine {
+		f.settings.Servers = map[string][]string{testStep: {os.Args[0], "--serve", "weights=" + weights}}
+		pool := stepserver.NewPool(stepserver.Options{Max: 1})
+		t.Cleanup(pool.Close)
+		e := f.engine()
+		e.Runner = &CommandRunner{Settings: f.settings, MediaRoot: f.media, Pool: pool}
+		return e
+	}
+	items := f.items(t, 30, 40)
+	out, err := host().RunStep(context.Background(), StepRequest{JobID: jobA, StepKey: testStep, Seqs: items[:1]})
+	if err != nil || out.Failure != nil || out.Written != 1 {
+		t.Fatalf("first host: %+v %v", out, err)
+	}
+	dir := filepath.Dir(f.path("s00"))
+	rec, err := provenance.ReadRecorded(dir)
+	if err != nil || rec == nil || rec.Fingerprint.Model != "fake" || rec.AllSynthetic() {
+		t.Fatalf("record %+v %v", rec, err)
+	}
+
+	// One byte changed: a second host (fresh server) refuses the family.
+	b, _ := os.ReadFile(weights)
+	b[0] ^= 1
+	if err := os.WriteFile(weights, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err = host().RunStep(context.Background(), StepRequest{JobID: jobA, StepKey: testStep, Seqs: items[1:]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ce *ConfigError
+	if !errors.As(out.Failure, &ce) || out.Written != 0 || len(out.Missing) != 1 {
+		t.Fatalf("want a refusal, got %+v", out)
+	}
+	msg := ce.Error()
+	for _, want := range []string{"esm1b_methodd", rec.ID, "kinflow cache purge --family esm1b_methodd", "adopt"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message %q lacks %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "\n") || strings.Contains(msg, f.media) {
+		t.Errorf("want one line without server paths: %q", msg)
+	}
+	if _, err := os.Stat(f.path("s01")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused host wrote %s", f.path("s01"))
+	}
+}
+
+// TestRealProgramReplacesSyntheticFiles: synthetic files are never refused:
+// a real one-shot program treats them as missing, rewrites them, and the
+// manifest no longer flags them.
+func TestRealProgramReplacesSyntheticFiles(t *testing.T) {
+	f := newFixture(t, 1000)
+	weights := filepath.Join(t.TempDir(), "esm1b.pt")
+	if err := os.WriteFile(weights, []byte("w"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.settings.Commands[testStep] = append(f.settings.Commands[testStep], "weights="+weights)
+	f.settings.Fingerprints = map[string][]string{testStep: {os.Args[0], "weights=" + weights}}
+	items := f.items(t, 30, 40)
+	ids := []string{"s00", "s01"}
+	seqs := map[string]string{"s00": items[0].Sequence, "s01": items[1].Sequence}
+	if _, err := embedding.ComputeStep(context.Background(), f.layout.L, testStep, ids, seqs, nil); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(f.path("s00"))
+	if rec, _ := provenance.ReadRecorded(dir); !rec.AllSynthetic() {
+		t.Fatalf("synthetic record: %+v", rec)
+	}
+	out := f.run(t, items)
+	if out.Failure != nil || out.Written != 2 || out.Skipped != 0 {
+		t.Fatalf("real program over synthetic files: %+v", out)
+	}
+	rec, _ := provenance.ReadRecorded(dir)
+	if rec.AllSynthetic() || !rec.SyntheticFiles || rec.Fingerprint.Model != "fake" {
+		t.Fatalf("record after the real writer: %+v", rec)
+	}
+	for sid, e := range embedding.ReadManifest(dir) {
+		if e.Synthetic {
+			t.Errorf("%s still flagged synthetic", sid)
+		}
+	}
+	// The files are the real program's (an [8] vector), not the synthetic [1280].
+	fh, err := os.Open(f.path("s00"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	tn, err := embedding.DecodeNPY(fh)
+	if err != nil || len(tn.Data) != 8 {
+		t.Fatalf("rewritten file: %v %v", err, tn.Shape)
+	}
+	// A second run has nothing to do.
+	if out := f.run(t, items); out.Written != 0 || out.Skipped != 2 {
+		t.Fatalf("rerun: %+v", out)
+	}
+}

@@ -1,0 +1,342 @@
+// Package predcache is kinflow's prediction cache (DESIGN.md §8): every
+// prediction unit the engine computed, keyed by everything that determined
+// its value, so that no unit is predicted twice.
+//
+// A key is the SHA-256 of the unit's target, the method and its
+// model_version, the engine's fingerprint, the fingerprint of every
+// artefact family the method read, the method's fixed per-target arguments,
+// the sequence actually sent (after splitting, trimming and truncation), the
+// substrate and product tokens and the engine arguments as sent, and
+// whether the engine canonicalises substrates. A change to any of them is
+// simply another key: a new model version or fingerprint misses, and
+// nothing is ever invalidated in place. The value is the engine's raw value
+// or its failure reason for the unit (never both), taken before reductions
+// and experimental overrides, with the time it was first computed.
+package predcache
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/kinflow/kinflow/internal/store"
+)
+
+// Key identifies one prediction unit's value.
+type Key [sha256.Size]byte
+
+// Value implements driver.Valuer: a key is stored as its 32 bytes (GORM
+// would otherwise spread a byte slice over 32 bound variables).
+func (k Key) Value() (driver.Value, error) { return k[:], nil }
+
+// Stage is what every unit of one stage shares in its key.
+type Stage struct {
+	Target            string
+	Method            string
+	ModelVersion      string
+	EngineFingerprint string
+	// Families maps each artefact family the method reads to its
+	// fingerprint id.
+	Families map[string]string
+	// FixedArgs is the method's fixed per-target arguments, in a stable
+	// text form (the engine's command and its contract, for example).
+	FixedArgs string
+	// Canonicalize is whether the engine canonicalises substrates before
+	// the model sees them.
+	Canonicalize bool
+}
+
+// Unit is what is particular to one unit.
+type Unit struct {
+	// Seq is the sequence sent to the model.
+	Seq string
+	// Substrates and Products are the tokens sent, in the order sent.
+	Substrates []string
+	Products   []string
+	// Kwargs are the engine arguments of the unit.
+	Kwargs map[string]string
+}
+
+// Keyer makes the keys of one stage's units: the stage's part is hashed
+// once.
+type Keyer struct {
+	prefix [sha256.Size]byte
+}
+
+// keyVersion changes whenever the key's layout changes, so that keys made
+// by an older layout can never be read as this one's.
+const keyVersion = "kinflow-predcache-v1"
+
+// NewKeyer returns the keyer of stage st.
+func NewKeyer(st Stage) *Keyer {
+	h := sha256.New()
+	field := func(s string) {
+		// Length-prefixed fields: no separator can be forged by a value.
+		fmt.Fprintf(h, "%d:%s", len(s), s)
+	}
+	field(keyVersion)
+	field(st.Target)
+	field(st.Method)
+	field(st.ModelVersion)
+	field(st.EngineFingerprint)
+	fams := make([]string, 0, len(st.Families))
+	for f := range st.Families {
+		fams = append(fams, f)
+	}
+	sort.Strings(fams)
+	field(fmt.Sprint(len(fams)))
+	for _, f := range fams {
+		field(f)
+		field(st.Families[f])
+	}
+	field(st.FixedArgs)
+	field(fmt.Sprint(st.Canonicalize))
+	var k Keyer
+	copy(k.prefix[:], h.Sum(nil))
+	return &k
+}
+
+// Key is the key of unit u of the keyer's stage.
+func (k *Keyer) Key(u Unit) Key {
+	h := sha256.New()
+	buf := make([]byte, 0, 64+len(u.Seq))
+	field := func(s string) {
+		buf = fmt.Appendf(buf[:0], "%d:", len(s))
+		h.Write(buf)
+		h.Write([]byte(s))
+	}
+	h.Write(k.prefix[:])
+	field(u.Seq)
+	list := func(xs []string) {
+		field(fmt.Sprint(len(xs)))
+		for _, x := range xs {
+			field(x)
+		}
+	}
+	list(u.Substrates)
+	list(u.Products)
+	kws := make([]string, 0, len(u.Kwargs))
+	for kw := range u.Kwargs {
+		kws = append(kws, kw)
+	}
+	sort.Strings(kws)
+	field(fmt.Sprint(len(kws)))
+	for _, kw := range kws {
+		field(kw)
+		field(u.Kwargs[kw])
+	}
+	var out Key
+	copy(out[:], h.Sum(nil))
+	return out
+}
+
+// Entry is one cached value: Value, or Error when the engine gave none.
+type Entry struct {
+	Value *float64
+	Error string
+	// FirstComputed is when the value was computed and stored.
+	FirstComputed time.Time
+}
+
+// Cache is the prediction cache in the application database.
+type Cache struct {
+	st *store.Store
+}
+
+// New returns the cache kept in st (migration 0004_prediction_cache).
+func New(st *store.Store) *Cache { return &Cache{st: st} }
+
+// lookupChunk is the most keys per lookup query: one query for a
+// 10,000-unit stage, and a bounded parameter for larger ones.
+const lookupChunk = 20000
+
+// Lookup returns the cached entries of keys, by key; a missing key is
+// absent from the map. The keys travel as one parameter per chunk (a JSON
+// array of hex keys on SQLite, a bytea[] on Postgres): binding 10,000
+// separate variables cost several times more than the index probes.
+func (c *Cache) Lookup(ctx context.Context, keys []Key) (map[Key]Entry, error) {
+	out := make(map[Key]Entry, len(keys))
+	sqlDB, err := c.st.DB.DB()
+	if err != nil {
+		return nil, err
+	}
+	for from := 0; from < len(keys); from += lookupChunk {
+		part := keys[from:min(from+lookupChunk, len(keys))]
+		var rows *sql.Rows
+		if c.st.Dialect == store.Postgres {
+			arg := make([][]byte, len(part))
+			for i := range part {
+				arg[i] = part[i][:]
+			}
+			rows, err = sqlDB.QueryContext(ctx, "SELECT unit_key, value, error, created_at_ms FROM prediction_cache WHERE unit_key = ANY($1)", arg)
+		} else {
+			rows, err = sqlDB.QueryContext(ctx, "SELECT unit_key, value, error, created_at_ms FROM prediction_cache WHERE unit_key IN (SELECT unhex(value) FROM json_each(?))", hexArray(part))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("look up %d predictions: %w", len(part), err)
+		}
+		for rows.Next() {
+			var (
+				kb  []byte
+				v   sql.NullFloat64
+				e   sql.NullString
+				ms  int64
+				key Key
+			)
+			if err := rows.Scan(&kb, &v, &e, &ms); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("read cached prediction: %w", err)
+			}
+			copy(key[:], kb)
+			ent := Entry{Error: e.String, FirstComputed: time.UnixMilli(ms).UTC()}
+			if v.Valid {
+				f := v.Float64
+				ent.Value = &f
+			}
+			out[key] = ent
+		}
+		if err := rows.Close(); err != nil {
+			return nil, err
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("look up predictions: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// hexArray is keys as a JSON array of hex strings.
+func hexArray(keys []Key) string {
+	b := make([]byte, 0, len(keys)*(2*len(Key{})+3)+2)
+	b = append(b, '[')
+	for i := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = hex.AppendEncode(b, keys[i][:])
+		b = append(b, '"')
+	}
+	return string(append(b, ']'))
+}
+
+// Put is one entry to store.
+type Put struct {
+	Key   Key
+	Value *float64
+	Error string
+}
+
+// Store writes entries for method at modelVersion, stamped now. An entry
+// already present is kept (its first-computed time stands): two jobs that
+// computed one unit at once store it once. An entry with neither a value
+// nor an error is refused. Like Lookup, the entries travel as a few array
+// parameters, not one variable per field.
+func (c *Cache) Store(ctx context.Context, method, modelVersion string, puts []Put, now time.Time) error {
+	if len(puts) == 0 {
+		return nil
+	}
+	ms := now.UnixMilli()
+	for _, p := range puts {
+		if (p.Value == nil) == (p.Error == "") {
+			return fmt.Errorf("cache entry %x: want exactly one of a value and an error", p.Key[:4])
+		}
+	}
+	sqlDB, err := c.st.DB.DB()
+	if err != nil {
+		return err
+	}
+	for from := 0; from < len(puts); from += lookupChunk {
+		part := puts[from:min(from+lookupChunk, len(puts))]
+		if c.st.Dialect == store.Postgres {
+			ks := make([][]byte, len(part))
+			vs := make([]*float64, len(part))
+			es := make([]*string, len(part))
+			for i := range part {
+				ks[i], vs[i] = part[i].Key[:], part[i].Value
+				if part[i].Error != "" {
+					es[i] = &part[i].Error
+				}
+			}
+			_, err = sqlDB.ExecContext(ctx, `INSERT INTO prediction_cache (unit_key, method, model_version, value, error, created_at_ms)
+SELECT k, $4, $5, v, e, $6 FROM unnest($1::bytea[], $2::float8[], $3::text[]) AS u(k, v, e)
+ON CONFLICT (unit_key) DO NOTHING`, ks, vs, es, method, modelVersion, ms)
+		} else {
+			type entry struct {
+				K string   `json:"k"`
+				V *float64 `json:"v,omitempty"`
+				E string   `json:"e,omitempty"`
+			}
+			es := make([]entry, len(part))
+			for i, p := range part {
+				es[i] = entry{K: hex.EncodeToString(p.Key[:]), V: p.Value, E: p.Error}
+			}
+			js, jerr := json.Marshal(es)
+			if jerr != nil {
+				return jerr
+			}
+			// WHERE true: SQLite's parser needs it between a SELECT and
+			// ON CONFLICT.
+			_, err = sqlDB.ExecContext(ctx, `INSERT INTO prediction_cache (unit_key, method, model_version, value, error, created_at_ms)
+SELECT unhex(json_extract(value, '$.k')), ?, ?, json_extract(value, '$.v'), json_extract(value, '$.e'), ? FROM json_each(?) WHERE true
+ON CONFLICT (unit_key) DO NOTHING`, method, modelVersion, ms, string(js))
+		}
+		if err != nil {
+			return fmt.Errorf("store %d predictions: %w", len(part), err)
+		}
+	}
+	return nil
+}
+
+// ErrNoMethod is returned by Purge without a method.
+var ErrNoMethod = errors.New("purge needs a method")
+
+// Purge removes the entries of method (all its versions when version is
+// empty) and returns how many.
+func (c *Cache) Purge(ctx context.Context, method, version string) (int64, error) {
+	if method == "" {
+		return 0, ErrNoMethod
+	}
+	q := c.st.DB.WithContext(ctx).Where("method = ?", method)
+	if version != "" {
+		q = q.Where("model_version = ?", version)
+	}
+	res := q.Delete(&row{})
+	if res.Error != nil {
+		return 0, fmt.Errorf("purge cached predictions of %s: %w", method, res.Error)
+	}
+	return res.RowsAffected, nil
+}
+
+// Count is the number of entries, for method when not empty.
+func (c *Cache) Count(ctx context.Context, method string) (int64, error) {
+	q := c.st.DB.WithContext(ctx).Model(&row{})
+	if method != "" {
+		q = q.Where("method = ?", method)
+	}
+	var n int64
+	if err := q.Count(&n).Error; err != nil {
+		return 0, fmt.Errorf("count cached predictions: %w", err)
+	}
+	return n, nil
+}
+
+// row is the table's GORM model, for Purge, Count and the schema test.
+type row struct {
+	UnitKey      []byte `gorm:"primaryKey"`
+	Method       string `gorm:"size:64;not null"`
+	ModelVersion string `gorm:"size:64;not null"`
+	Value        *float64
+	Error        *string
+	CreatedAtMs  int64 `gorm:"not null"`
+}
+
+// TableName implements gorm's Tabler.
+func (row) TableName() string { return "prediction_cache" }

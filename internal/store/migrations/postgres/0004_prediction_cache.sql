@@ -1,0 +1,21 @@
+-- The prediction cache (internal/predcache, DESIGN.md §8): one row per
+-- prediction unit ever computed, keyed by the SHA-256 of everything that
+-- determined its value. Exactly one of value and error is set: the raw
+-- engine value, or why the engine gave none. method and model_version are
+-- kept in the clear for `kinflow cache predictions purge`; created_at_ms is
+-- the first computation's time in Unix milliseconds (an integer reads back
+-- several times faster than a timestamp in a 10,000-key lookup).
+CREATE TABLE prediction_cache (
+    unit_key      BYTEA PRIMARY KEY,
+    method        VARCHAR(64) NOT NULL,
+    model_version VARCHAR(64) NOT NULL,
+    value         DOUBLE PRECISION,
+    error         TEXT,
+    created_at_ms BIGINT NOT NULL
+);
+CREATE INDEX idx_prediction_cache_method ON prediction_cache (method, model_version);
+-- A job's usePredictionCache option, and the units served from the cache
+-- (predictionsCached in the status payload), per job and per stage.
+ALTER TABLE jobs ADD COLUMN use_prediction_cache BOOLEAN NOT NULL DEFAULT TRUE;
+ALTER TABLE jobs ADD COLUMN predictions_cached INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE job_stages ADD COLUMN predictions_cached INTEGER NOT NULL DEFAULT 0;
