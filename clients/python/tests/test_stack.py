@@ -106,6 +106,8 @@ def test_submit_wait_result_dataframe(client: Client, tmp_path: Path) -> None:
     assert all(isinstance(v, str) for v in df["Extra Info kcat"])
     assert df.attrs["job_id"] == job.id and df.attrs["synthetic"] is True and df.attrs["rowCount"] == 4
     assert list(df["Name"]) == ["r0", "r1", "r2", "r3"]
+    # The server's provenance (issue 18) rides along in df.attrs, whatever its shape.
+    assert df.attrs.get("provenance"), sorted(df.attrs)
     # The CSV, byte for byte as served, written atomically.
     with pytest.warns(SyntheticResultWarning):
         out = job.result_csv(tmp_path / "out.csv")
