@@ -173,8 +173,13 @@ func TestLookupManyAndConcurrentStores(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(got) != len(ks) || *got[ks[len(ks)-1]].Value != float64(len(ks)-1) {
+		if len(got) != len(ks) {
 			t.Fatalf("%d of %d found", len(got), len(ks))
+		}
+		for i, k := range ks {
+			if v := got[k].Value; v == nil || *v != float64(i) {
+				t.Fatalf("key %d: value %v", i, v)
+			}
 		}
 	})
 }
