@@ -195,6 +195,17 @@ class JobStatus:
             raw=dict(d),
         )
 
+    def __repr__(self) -> str:
+        # Short: a notebook shows it after job.wait(); the fields hold the rest.
+        parts = [f"job_id={self.job_id!r}", f"status={self.status!r}"]
+        for s in self.stages:
+            parts.append(f"{s.target}·{s.method_key}: {s.status} {s.predictions_made}/{s.predictions_total} rows")
+        if self.error:
+            parts.append(f"error={self.error!r}")
+        if self.synthetic:
+            parts.append("synthetic=True")
+        return f"JobStatus({', '.join(parts)})"
+
     @property
     def done(self) -> bool:
         """Whether the job reached a final status (Completed or Failed)."""
