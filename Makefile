@@ -9,6 +9,7 @@ GO_TEST_FLAGS  ?= -count=1 -timeout 45m
 BENCH          ?= .
 BENCHTIME      ?= 1s
 STEPS_PY       := .venv-steps/bin/python
+CLIENT_PY      := .venv-client/bin/python
 
 .DEFAULT_GOAL := help
 
@@ -36,11 +37,13 @@ test: test-deps ## run every test, unit and integration, against real Temporal, 
 	$(GO) vet ./...
 	$(GO) test $(GO_TEST_FLAGS) ./...
 	$(STEPS_PY) -m pytest steps -q
+	$(MAKE) build
+	cd clients/python && ../../$(CLIENT_PY) -m pytest -q
 
 bench: bin/temporal ## run the Go benchmarks (figures go to docs/BENCHMARKS.md)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) ./...
 
-lint: ## gofmt, go vet, staticcheck, workflowcheck (determinism of workflow code); ruff (check + format) on steps/
+lint: ## gofmt, go vet, staticcheck, workflowcheck (determinism of workflow code); ruff (check + format) on steps/; mypy --strict + ruff on clients/python
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
@@ -48,6 +51,8 @@ lint: ## gofmt, go vet, staticcheck, workflowcheck (determinism of workflow code
 	bash scripts/steps-venv.sh
 	.venv-steps/bin/ruff check steps
 	.venv-steps/bin/ruff format --check steps
+	bash scripts/client-venv.sh
+	cd clients/python && ../../.venv-client/bin/mypy && ../../.venv-client/bin/ruff check . && ../../.venv-client/bin/ruff format --check .
 
 fmt: ## format the Go code
 	gofmt -w $$(git ls-files '*.go')

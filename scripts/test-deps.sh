@@ -62,6 +62,10 @@ fi
 # PyPI over Debian's torch), for `pytest steps`.
 bash scripts/steps-venv.sh
 
+# The Python client's venv (.venv-client/: clients/python with pytest, mypy,
+# ruff), for its tests in `make test` and its checks in `make lint`.
+bash scripts/client-venv.sh
+
 # Headless Chromium for the browser test of the web page (internal/e2e).
 if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
   echo "test-deps: installing Chromium"

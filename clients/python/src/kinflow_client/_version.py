@@ -1,0 +1,3 @@
+"""The package version (kept in step with pyproject.toml)."""
+
+__version__ = "0.1.0"
