@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from kinflow_steps import cache_io
-from kinflow_steps.errors import BatchError, ConfigError
-from kinflow_steps.models import ESMC, LAST, FairESM, ProtT5, pick_device, pick_dtype, require_path
+from kinflow_steps.errors import BatchError, ConfigError, NonFiniteError
+from kinflow_steps.models import ESMC, LAST, FairESM, ProtT5, nonfinite_rows, pick_device, require_path
+from kinflow_steps.precision import dtype_of, precision_for
 
 SEQUENCE_INFO = "sequence_info"
 AMINO = set("ACDEFGHIKLMNPQRSTVWYXUZOB")
@@ -108,12 +109,15 @@ def mean_vec(res: np.ndarray) -> np.ndarray:
 
 
 def weighted_vec(res: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Binding-site-weighted average: weights normalised to sum 1, computed in float64
-    as the reference does, stored as float32 (kinflow's NPY reader takes float32)."""
+    """Binding-site-weighted average as the reference computes it: the table's weights
+    at their full precision, NaN weights as 0, normalised to sum 1 in float64; weights
+    summing to 0 or less (or to infinity) give the plain mean. Stored as float32
+    (kinflow's NPY reader takes float32)."""
     w = np.asarray(w, dtype=np.float64)
+    w = np.where(np.isnan(w), 0.0, w)
     total = w.sum()
     if not np.isfinite(total) or total <= 0:
-        raise ValueError("binding-site weights sum to zero")
+        return mean_vec(res)
     return (res.astype(np.float64) * (w / total)[:, None]).sum(axis=0).astype(np.float32)
 
 
@@ -138,22 +142,40 @@ def pack(seqs: list[Seq], budget: int) -> list[list[Seq]]:
 
 
 class Writer:
-    """Writes a batch's files atomically and merges each folder's manifest.json."""
+    """Collects a batch's files and writes them atomically at ``commit`` (then merges
+    each folder's manifest.json): a batch that turns out to hold a non-finite value
+    is ``discard``-ed and writes nothing."""
 
     def __init__(self) -> None:
-        self.commits: dict[str, list[cache_io.Commit]] = {}
+        self.pending: list[tuple[str, str, bytes]] = []
         self.written = 0
 
     def put(self, path: str, seq_id: str, data: bytes) -> None:
-        n = cache_io.write_bytes_atomic(path, data)
-        folder = os.path.dirname(path)
-        self.commits.setdefault(folder, []).append(cache_io.Commit(seq_id, os.path.basename(path), n))
-        self.written += 1
+        self.pending.append((path, seq_id, data))
 
-    def flush(self) -> None:
-        for folder, commits in self.commits.items():
-            cache_io.merge_manifest(folder, commits)
-        self.commits.clear()
+    def discard(self) -> None:
+        self.pending.clear()
+
+    def commit(self) -> None:
+        commits: dict[str, list[cache_io.Commit]] = {}
+        try:
+            for path, seq_id, data in self.pending:
+                n = cache_io.write_bytes_atomic(path, data)
+                folder = os.path.dirname(path)
+                commits.setdefault(folder, []).append(cache_io.Commit(seq_id, os.path.basename(path), n))
+                self.written += 1
+        finally:
+            self.pending.clear()
+            for folder, cs in commits.items():
+                cache_io.merge_manifest(folder, cs)
+
+
+def check_finite(seqs: list[Seq], reps: dict[Any, list[np.ndarray]], what: str) -> None:
+    """NonFiniteError naming every sequence whose output holds a NaN or an infinity."""
+    bad = nonfinite_rows([s.sequence for s in seqs], reps)
+    if bad:
+        names = ", ".join(seqs[i].seq_id for i in bad)
+        raise NonFiniteError(f"non-finite values in the {what} output of seq {names}; nothing written for this batch")
 
 
 def env_int(name: str, default: int) -> int:
@@ -169,12 +191,16 @@ class Step:
 
     key = ""
     families: tuple[str, ...] = ()
+    #: the model family of kinflow_steps.precision.
+    family = ""
     #: residues the model takes; longer sequences follow the step's own rule.
     max_residues = 0
 
     def __init__(self) -> None:
         self.device = pick_device()
-        self.dtype = pick_dtype(self.device)
+        # An unproven KINFLOW_STEPS_PRECISION is refused here, before any model loads.
+        self.precision = precision_for(self.family, self.device)
+        self.dtype = dtype_of(self.precision)
         self.budget = env_int("KINFLOW_STEPS_TOKS_PER_BATCH", 0)
 
     def load(self) -> dict[str, str]:
@@ -205,16 +231,28 @@ class Step:
         return fam in self.families
 
     def run(self, b: Batch) -> int:
-        """Write every missing file of the batch; return how many were written."""
+        """Write every missing file of the batch; return how many were written. Files
+        are written once every forward pass of the batch is done: a non-finite value
+        anywhere fails the batch with nothing written; another BatchError (a missing
+        binding-site row) still writes what was computed."""
         todo = self.pending(b)
         w = Writer()
+        problems: list[str] = []
+        by_id = {s.seq_id: (s, want) for s, want in todo}
         try:
-            by_id = {s.seq_id: (s, want) for s, want in todo}
             for group in pack([s for s, _ in todo], self.budget):
-                self.produce(b, [(s, by_id[s.seq_id][1]) for s in group], w)
-                w.flush()
-        finally:
-            w.flush()
+                try:
+                    self.produce(b, [(s, by_id[s.seq_id][1]) for s in group], w)
+                except NonFiniteError:
+                    raise
+                except BatchError as exc:
+                    problems.append(str(exc))
+        except BaseException:
+            w.discard()
+            raise
+        w.commit()
+        if problems:
+            raise BatchError("; ".join(problems))
         return w.written
 
     def produce(self, b: Batch, group: list[tuple[Seq, dict[str, str]]], w: Writer) -> None:
@@ -240,6 +278,7 @@ class PooledStep(Step):
         seqs = [self.fit(s.sequence) for s, _ in group]
         layers = sorted({self.spec[f][0] for _, want in group for f in want}, key=str)
         reps = self.model.embed(seqs, layers)
+        check_finite([s for s, _ in group], reps, self.key)
         need_w = {s.seq_id for s, want in group if any(self.spec[f][1] == "weighted" for f in want)}
         weights = self.weights_for(b, need_w) if need_w else {}
         problems = []
@@ -265,20 +304,19 @@ class PooledStep(Step):
                             f"seq {s.seq_id}: {len(ws)} binding-site weights for {res.shape[0]} residues, so no {fam}"
                         )
                         continue
-                    try:
-                        vec = weighted_vec(res, ws)
-                    except ValueError as e:
-                        problems.append(f"seq {s.seq_id}: {e}, so no {fam}")
-                        continue
-                    w.put(path, s.seq_id, cache_io.npy_bytes(vec))
+                    w.put(path, s.seq_id, cache_io.npy_bytes(weighted_vec(res, ws)))
         if problems:
-            w.flush()
             raise BatchError("; ".join(problems))
 
 
+#: The binding-site table's folder under the media root: the reference deployment's
+#: ``media/pseq2sites/`` (internal/embedding.DefaultBindingSiteDir).
+DEFAULT_BINDING_SITE_DIR = "pseq2sites"
+
+
 def binding_site_table(media_root: str) -> str:
-    """MEDIA/<KINFLOW_BINDING_SITE_DIR or binding_sites>/binding_sites_all.tsv."""
-    folder = os.environ.get("KINFLOW_BINDING_SITE_DIR", "").strip() or "binding_sites"
+    """MEDIA/<KINFLOW_BINDING_SITE_DIR or pseq2sites>/binding_sites_all.tsv."""
+    folder = os.environ.get("KINFLOW_BINDING_SITE_DIR", "").strip() or DEFAULT_BINDING_SITE_DIR
     return os.path.join(media_root, folder, cache_io.BINDING_SITE_TABLE)
 
 
@@ -288,6 +326,7 @@ ESM2_PATH = ("KINFLOW_ESM2_650M_PATH",)
 
 
 class ESM2Step(PooledStep):
+    family = "esm2"
     what = "the ESM-2 650M checkpoint esm2_t33_650M_UR50D.pt (fair-esm format, contact-regression file beside it)"
 
     def load(self) -> dict[str, str]:
@@ -338,6 +377,7 @@ class MethodFESM1v(PooledStep):
     1,022 residues becomes its first 500 + last 500 (the host normally did that)."""
 
     key = "methodf_esm1v"
+    family = "esm1v"
     spec = {"esm1v": (LAST, "residue_npy")}
 
     def fit(self, seq: str) -> str:
@@ -358,6 +398,7 @@ class MethodDESM1b(Step):
 
     key = "methodd_esm1b"
     families = ("esm1b_methodd",)
+    family = "esm1b"
 
     def load(self) -> dict[str, str]:
         import torch
@@ -382,7 +423,9 @@ class MethodDESM1b(Step):
         return seq[:ESM_WINDOW]
 
     def produce(self, b: Batch, group: list[tuple[Seq, dict[str, str]]], w: Writer) -> None:
-        reps = self.model.embed([self.fit(s.sequence) for s, _ in group], [LAST], cls=True)[LAST]
+        out = self.model.embed([self.fit(s.sequence) for s, _ in group], [LAST], cls=True)
+        check_finite([s for s, _ in group], out, self.key)
+        reps = out[LAST]
         for row, (s, want) in enumerate(group):
             w.put(want["esm1b_methodd"], s.seq_id, cache_io.npy_bytes(reps[row].astype(np.float32)))
 
@@ -394,6 +437,7 @@ class MethodAESMCLayers(PooledStep):
     """Method A: ESMC 600M layers 24 and 32, mean and binding-site-weighted."""
 
     key = "methoda_esmc_layers"
+    family = "esmc"
     spec = {
         "esmc_layer_24/mean_vecs": (24, "mean"),
         "esmc_layer_24/weighted_vecs": (24, "weighted"),
@@ -414,6 +458,8 @@ T5_WHAT = "the ProtT5-XL folder (Rostlab/prot_t5_xl_uniref50: config, weights, s
 
 
 class T5Step(PooledStep):
+    family = "prot_t5"
+
     def load(self) -> dict[str, str]:
         path = require_path(*T5_PATH, what=T5_WHAT, is_dir=True)
         self.model = ProtT5(path, self.device, self.dtype)
@@ -479,6 +525,8 @@ class MethodAT5Full(T5Step):
             todo = [(s, want) for s, want in group if want]
             if todo:
                 super().produce(b, todo, w)
+        except NonFiniteError:
+            raise
         except BatchError as exc:
             problems.append(str(exc))
         if problems:
