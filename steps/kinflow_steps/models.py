@@ -125,6 +125,21 @@ def require_path(*names: str, what: str, is_dir: bool = False) -> str:
     raise ConfigError(f"{names[0]} is not set: the local path of {what}")
 
 
+def fair_esm_load(path: str):
+    """fair-esm's ``load_model_and_alphabet_local`` on torch >= 2.6, whose ``torch.load``
+    defaults to ``weights_only=True``: fair-esm checkpoints carry their config as an
+    ``argparse.Namespace``, which is allowed for the load (nothing else is)."""
+    import argparse
+
+    import esm
+
+    ctx = getattr(torch.serialization, "safe_globals", None)
+    if ctx is None:  # torch < 2.5: weights_only is off by default
+        return esm.pretrained.load_model_and_alphabet_local(path)
+    with ctx([argparse.Namespace]):
+        return esm.pretrained.load_model_and_alphabet_local(path)
+
+
 class FairESM:
     """An ESM-2 / ESM-1b / ESM-1v checkpoint loaded with fair-esm's
     ``load_model_and_alphabet_local`` (the file's name picks the architecture, as in
@@ -132,9 +147,7 @@ class FairESM:
     ESM-2 and ESM-1b checkpoints)."""
 
     def __init__(self, path: str, device: torch.device, dtype: torch.dtype, state_dict: dict | None = None):
-        import esm
-
-        model, alphabet = esm.pretrained.load_model_and_alphabet_local(path)
+        model, alphabet = fair_esm_load(path)
         if state_dict is not None:
             model.load_state_dict(state_dict)
         model.eval()

@@ -590,9 +590,16 @@ class MethodEEmbed(Step):
     its ESM-2 features -> methode_esm2/<parameter>/<grandparent>__<parent>/<sid>.pt.
     Needs the method's own package (``catpred``: ``catpred.utils.load_checkpoint``,
     ``catpred.data.esm_utils.get_single_esm_repr``) from KINFLOW_CATPRED_ROOT and the
-    checkpoints under METHODE_CHECKPOINT_ROOT/<parameter>/."""
+    checkpoints under METHODE_CHECKPOINT_ROOT/<parameter>/.
+
+    Offline: CatPred's ``init_esm`` fetches ESM-2 650M through the torch hub; here the
+    model comes from KINFLOW_ESM2_650M_PATH (fair-esm's local loader, fp32 as CatPred
+    runs it) and is handed to ``esm_utils`` before its first use. CatPred refuses to
+    unpickle checkpoints outside CATPRED_TRUSTED_DESERIALIZATION_ROOTS; the step adds
+    METHODE_CHECKPOINT_ROOT to it, as the reference deployment sets it."""
 
     parameter = ""
+    family = "catpred"
 
     def owns(self, fam: str) -> bool:
         parts = fam.split("/")
@@ -607,6 +614,10 @@ class MethodEEmbed(Step):
             "KINFLOW_CATPRED_ROOT", what="method E's source tree (the folder holding catpred/)", is_dir=True
         )
         root = require_path("METHODE_CHECKPOINT_ROOT", what="method E's checkpoints", is_dir=True)
+        esm2 = require_path(*ESM2_PATH, what="ESM-2 650M for method E's features (" + ESM2Step.what + ")")
+        trusted_roots_add(root)
+        if self.device.type == "cpu":
+            os.environ["PROTEIN_EMBED_USE_CPU"] = "1"  # read by esm_utils at import
         if src not in sys.path:
             sys.path.insert(0, src)
         try:
@@ -614,6 +625,7 @@ class MethodEEmbed(Step):
             self.esm_utils = importlib.import_module("catpred.data.esm_utils")
         except ImportError as exc:
             raise ConfigError(f"method E's package catpred cannot be imported from {src}: {exc}") from exc
+        offline_esm(self.esm_utils, FairESM(esm2, self.device, torch.float32))
         self.torch = torch
         self.checkpoints: dict[str, str] = {}
         base = os.path.join(root, self.parameter)
@@ -636,7 +648,9 @@ class MethodEEmbed(Step):
     def produce(self, b: Batch, group: list[tuple[Seq, dict[str, str]]], w: Writer) -> None:
         torch = self.torch
         for s, want in group:
-            feats = self.esm_utils.get_single_esm_repr(s.sequence).cpu()
+            feats = self.esm_utils.get_single_esm_repr(s.sequence).float().cpu()
+            if not torch.isfinite(feats).all():
+                raise NonFiniteError(f"non-finite values in method E's ESM-2 features of seq {s.seq_id}")
             for fam, path in sorted(want.items()):
                 key = fam.split("/")[2]
                 model = self.models.get(key)
@@ -644,7 +658,27 @@ class MethodEEmbed(Step):
                     raise BatchError(f"seq {s.seq_id}: no method E checkpoint {key} on this host")
                 with torch.no_grad():
                     pooled = catpred_pool(model, s.sequence, s.seq_id, feats, self.device)
+                if not torch.isfinite(pooled).all():
+                    raise NonFiniteError(f"non-finite values in {self.key} ({key}) of seq {s.seq_id}")
                 w.put(path, s.seq_id, cache_io.pt_bytes(pooled))
+
+
+def trusted_roots_add(root: str) -> None:
+    """Add root to CATPRED_TRUSTED_DESERIALIZATION_ROOTS (os.pathsep-separated), the
+    folders CatPred unpickles checkpoints from (catpred/security/deserialization.py)."""
+    name = "CATPRED_TRUSTED_DESERIALIZATION_ROOTS"
+    have = [p for p in os.environ.get(name, "").split(os.pathsep) if p.strip()]
+    if os.path.abspath(root) not in {os.path.abspath(p) for p in have}:
+        have.append(os.path.abspath(root))
+    os.environ[name] = os.pathsep.join(have)
+
+
+def offline_esm(esm_utils: Any, model: FairESM) -> None:
+    """Give CatPred's esm_utils the locally loaded ESM-2 (its ``GLOBAL_VARIABLES['model']``
+    = (model, batch converter), what ``init_esm`` stores) and make ``init_esm`` a no-op,
+    so ``get_single_esm_repr`` never reaches the torch hub."""
+    esm_utils.GLOBAL_VARIABLES["model"] = (model.model, model.converter)
+    esm_utils.init_esm = lambda: None
 
 
 # CatPred's residue index (catpred_embed_gpu.py).

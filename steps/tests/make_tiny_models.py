@@ -15,8 +15,8 @@ at them:
   reference's layout (``module.model.`` keys plus an ``fc1..fc3`` head) as
   ``methodd_tuned.pkl``;
 * ESM-1v (the same architecture) as ``esm1v_t33_tiny.pt``;
-* ProtT5 (transformers ``T5EncoderModel``, 24 layers, 16 wide) with a SentencePiece
-  tokenizer trained here on the amino-acid alphabet, saved with ``save_pretrained``;
+* ProtT5 (transformers ``T5EncoderModel``, 24 layers, 16 wide, ``save_pretrained``) with
+  a SentencePiece model trained here on the amino-acid alphabet as ``spiece.model``;
 * ESM C stand-in weights ``esmc_tiny.pth`` (36 layers, 32 wide;
   tests/kinflow_esmc_standin).
 
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from argparse import Namespace
 
@@ -126,10 +127,12 @@ def write_prot_t5(out: str) -> str:
         hard_vocab_limit=False,
         minloglevel=2,
     )
-    tok = T5Tokenizer(vocab_file=prefix + ".model", extra_ids=0, legacy=True)
-    tok.save_pretrained(folder)
-    os.remove(prefix + ".model")
+    # The folder holds spiece.model, as Rostlab/prot_t5_xl_uniref50 ships it (no
+    # tokenizer.json): the program's T5Tokenizer converts it (transformers 5 needs
+    # protobuf for that).
+    shutil.move(prefix + ".model", os.path.join(folder, "spiece.model"))
     os.remove(prefix + ".vocab")
+    tok = T5Tokenizer.from_pretrained(folder, do_lower_case=False, local_files_only=True)
     torch.manual_seed(2)
     cfg = T5Config(
         vocab_size=len(tok),
