@@ -30,18 +30,18 @@ class AttentivePooler(nn.Module):
 
 
 class StandInCatPred(nn.Module):
-    def __init__(self):
+    def __init__(self, esm_dim=ESM_DIM):
         super().__init__()
         self.args = Namespace(add_esm_feats=True, skip_attentive_pooling=False, add_pretrained_egnn_feats=False)
         self.seq_embedder = nn.Embedding(20, DIM)
         self.rotary_embedder = Rotary()
         self.multihead_attn = nn.MultiheadAttention(DIM, 2, batch_first=True)
-        self.attentive_pooler = AttentivePooler(DIM + ESM_DIM)
+        self.attentive_pooler = AttentivePooler(DIM + esm_dim)
 
 
-def make_checkpoint(path, seed):
+def make_checkpoint(path, seed, esm_dim=ESM_DIM):
     torch.manual_seed(seed)
-    torch.save(StandInCatPred().state_dict(), path)
+    torch.save(StandInCatPred(esm_dim).state_dict(), path)
 
 
 def _trusted(path):
@@ -54,6 +54,7 @@ def _trusted(path):
 def load_checkpoint(path, device=None):
     if not _trusted(path):
         raise RuntimeError(f"Refusing to load untrusted checkpoint from {path}")
-    m = StandInCatPred()
-    m.load_state_dict(torch.load(path, map_location="cpu"))
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    m = StandInCatPred(state["attentive_pooler.score.weight"].shape[1] - DIM)
+    m.load_state_dict(state)
     return m.to(device or "cpu")
