@@ -249,7 +249,7 @@ class ESMC:
     ``esm.models.esmc.ESMC`` built with the 600M shape, ``load_state_dict`` from the
     file). As the reference runs it: on CUDA the weights in bf16 and the forward pass
     under bf16 autocast (``ESMC.from_pretrained`` + ``ESMC.logits``), fp32 on the CPU.
-    KINFLOW_ESMC_IMPL names the package (default ``esm``)."""
+    KINFLOW_ESMC_SHAPE (``d_model,n_heads,n_layers``) is for the tests' small models."""
 
     # The 600M model's shape (esm.pretrained.ESMC_600M_202412).
     D_MODEL, N_HEADS, N_LAYERS = 1152, 18, 36
@@ -257,12 +257,11 @@ class ESMC:
     def __init__(self, path: str, device: torch.device, dtype: torch.dtype):
         import importlib
 
-        impl = os.environ.get("KINFLOW_ESMC_IMPL", "").strip() or "esm"
         try:
-            esmc_mod = importlib.import_module(f"{impl}.models.esmc")
-            tok_mod = importlib.import_module(f"{impl}.tokenization")
+            esmc_mod = importlib.import_module("esm.models.esmc")
+            tok_mod = importlib.import_module("esm.tokenization")
         except ImportError as exc:
-            raise ConfigError(f"ESMC needs EvolutionaryScale's esm package ({impl}): {exc}") from exc
+            raise ConfigError(f"ESM C needs EvolutionaryScale's esm package (.venv-esmc): {exc}") from exc
         shape = os.environ.get("KINFLOW_ESMC_SHAPE", "").strip()  # d_model,n_heads,n_layers (tests)
         d, h, n = (int(x) for x in shape.split(",")) if shape else (self.D_MODEL, self.N_HEADS, self.N_LAYERS)
         model = esmc_mod.ESMC(

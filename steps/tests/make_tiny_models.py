@@ -176,15 +176,25 @@ def write_prot_t5(
     return folder
 
 
-def write_esmc(out: str, shape: tuple[int, int, int] = ESMC_SHAPE, name: str = "esmc_tiny") -> str:
+def write_esmc(
+    out: str, shape: tuple[int, int, int] = ESMC_SHAPE, name: str = "esmc_tiny", qk_ln_scale: float = 1
+) -> str:
     """ESM C built with EvolutionaryScale's own classes (``esm`` package, .venv-esmc),
-    its state dict saved as the 600M ``.pth`` is."""
+    its state dict saved as the 600M ``.pth`` is. ESM C normalises queries and keys
+    (``q_ln``, ``k_ln``): qk_ln_scale scales those norms' weights to sharpen attention
+    (sharpen())."""
     from esm.models.esmc import ESMC
     from esm.tokenization import get_esmc_model_tokenizers
 
     torch.manual_seed(4)
     d, h, n = shape
     model = ESMC(d_model=d, n_heads=h, n_layers=n, tokenizer=get_esmc_model_tokenizers(), use_flash_attn=False)
+    if qk_ln_scale != 1:
+        with torch.no_grad():
+            for m in model.modules():
+                for ln in (getattr(m, "q_ln", None), getattr(m, "k_ln", None)):
+                    if isinstance(ln, torch.nn.LayerNorm):
+                        ln.weight.mul_(qk_ln_scale)
     path = os.path.join(out, name + ".pth")
     torch.save(model.state_dict(), path)
     return path
