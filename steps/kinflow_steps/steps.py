@@ -141,6 +141,31 @@ def pack(seqs: list[Seq], budget: int) -> list[list[Seq]]:
     return out
 
 
+def tokens_computed(groups: list[list[int]]) -> int:
+    """Token positions a padded forward pass computes for these groups of sequence
+    lengths: each group is padded to its longest + BOS/EOS."""
+    return sum((max(g) + 2) * len(g) for g in groups if g)
+
+
+def padding_report(lengths: list[int], budget: int, naive_batch: int = 8) -> dict[str, float]:
+    """Tokens computed ÷ residues for the same sequences (a) in arrival order, padded
+    batches of naive_batch, (b) packed as pack() does (longest first, (longest + 2) x
+    count <= budget), (c) unpadded (each sequence its own length + 2: the floor a
+    variable-length attention kernel reaches)."""
+    residues = sum(lengths)
+    naive = [lengths[i : i + naive_batch] for i in range(0, len(lengths), naive_batch)]
+    seqs = [Seq(str(i), "A" * n, [], []) for i, n in enumerate(lengths)]
+    packed = [[len(s.sequence) for s in g] for g in pack(seqs, budget)]
+    return {
+        "sequences": len(lengths),
+        "residues": residues,
+        "naive_ratio": tokens_computed(naive) / residues,
+        "packed_ratio": tokens_computed(packed) / residues,
+        "packed_passes": len(packed),
+        "unpadded_ratio": sum(n + 2 for n in lengths) / residues,
+    }
+
+
 class Writer:
     """Collects a batch's files and writes them atomically at ``commit`` (then merges
     each folder's manifest.json): a batch that turns out to hold a non-finite value
