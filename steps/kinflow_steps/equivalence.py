@@ -108,3 +108,29 @@ def load_artefact(path: str) -> np.ndarray:
 def compare_files(path_a: str, path_b: str, kind: str | None = None) -> Report:
     """compare() on two artefact files."""
     return compare(load_artefact(path_a), load_artefact(path_b), kind)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m kinflow_steps.equivalence A B [--kind pooled|residue]``: one JSON
+    report line; exit 0 within the bound, 1 outside it, 2 on an unreadable file."""
+    import argparse
+    import json
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m kinflow_steps.equivalence", description=main.__doc__.split(":")[0])
+    ap.add_argument("a")
+    ap.add_argument("b")
+    ap.add_argument("--kind", choices=["pooled", "residue"])
+    args = ap.parse_args(argv)
+    try:
+        rep = compare_files(args.a, args.b, args.kind)
+    except (OSError, ValueError, RuntimeError) as exc:
+        print(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}))
+        return 2
+    print(json.dumps(rep.as_dict()))
+    sys.stdout.flush()
+    return 0 if rep.ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
