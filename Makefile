@@ -10,6 +10,7 @@ BENCH          ?= .
 BENCHTIME      ?= 1s
 STEPS_PY       := .venv-steps/bin/python
 CLIENT_PY      := .venv-client/bin/python
+ESMC_PY        := .venv-esmc/bin/python
 
 .DEFAULT_GOAL := help
 
@@ -30,20 +31,21 @@ run: bin/temporal build ## build and start everything on embedded defaults (Ctrl
 	@mkdir -p .data media
 	exec ./bin/kinflow dev --temporal-cli bin/temporal --data-dir .data
 
-test-deps: bin/temporal ## install and start what the tests need (Postgres, MMseqs2, Python numpy/torch/RDKit/Open Babel, the steps venv, Chromium, the OpenAPI linter)
+test-deps: bin/temporal ## install and start what the tests need (Postgres, MMseqs2, Python numpy/torch/RDKit/Open Babel, the step venvs (PyPI torch), Chromium, the OpenAPI linter)
 	bash scripts/test-deps.sh
 
 test: test-deps ## run every test, unit and integration, against real Temporal, Postgres, HTTP and files
 	$(GO) vet ./...
 	$(GO) test $(GO_TEST_FLAGS) ./...
-	$(STEPS_PY) -m pytest steps -q
+	$(STEPS_PY) -m pytest steps -q -m 'not esmc'
+	$(ESMC_PY) -m pytest steps -q -m esmc
 	$(MAKE) build
 	cd clients/python && ../../$(CLIENT_PY) -m pytest -q
 
 bench: bin/temporal ## run the Go benchmarks (figures go to docs/BENCHMARKS.md)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) ./...
 
-lint: ## gofmt, go vet, staticcheck, workflowcheck (determinism of workflow code); ruff (check + format) on steps/; mypy --strict + ruff on clients/python
+lint: ## gofmt, go vet, staticcheck, workflowcheck (determinism of workflow code); ruff (check + format) on steps/ (from .venv-steps); mypy --strict + ruff on clients/python
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs and starts what the test suite needs on a fresh Debian machine:
 # PostgreSQL (started if stopped, installed if absent), MMseqs2, Python's
-# numpy, torch, RDKit and Open Babel from Debian, the step programs' venv
-# (scripts/steps-venv.sh) (for interop tests and the RDKit helper,
-# which reads and writes InChI through Open Babel), Chromium
+# numpy, torch, RDKit and Open Babel from Debian (for interop tests and the
+# RDKit helper, which reads and writes InChI through Open Babel), the step
+# programs' venvs (scripts/steps-venv.sh: PyPI torch, fair-esm, transformers,
+# ESM C's esm), Chromium
 # (browser test of the web page), and the OpenAPI linter from the npm
 # registry. Idempotent: a second run takes seconds.
 set -euo pipefail
@@ -58,8 +59,9 @@ if ! command -v mmseqs >/dev/null 2>&1; then
   apt_install mmseqs2
 fi
 
-# The step programs' venv (.venv-steps/: fair-esm, transformers, pytest, ruff from
-# PyPI over Debian's torch), for `pytest steps`.
+# The step programs' venvs (.venv-torch/: PyPI's torch, shared by .venv-steps/:
+# fair-esm, transformers, pytest, ruff, and .venv-esmc/: EvolutionaryScale's esm),
+# for `pytest steps` and the Go tests that run the step programs.
 bash scripts/steps-venv.sh
 
 # The Python client's venv (.venv-client/: clients/python with pytest, mypy,

@@ -10,7 +10,11 @@ prot_t5_mean: one mean vector per sequence), packs N random sequences into batch
 the GPU host does (longest first, (longest + 2) x count <= --toks-per-batch), sends
 them as manifest lines and reports residues per second and the share of the roofline
 (2 x parameters FLOPs per token; --peak-tflops, default 990 for an H100's dense bf16).
-``--size tiny`` uses the tests' shapes, for a CPU smoke run.
+``--size tiny`` uses the tests' shapes, for a CPU smoke run; ``--size eq`` the
+equivalence tests' ESM-2 (33 layers, head size 64, 2 heads). ``--lengths lognormal``
+draws enzyme-like lengths (around 400, 30 to 1,500; steps/tests/test_packing.py);
+``--naive-batch N`` sends batches of N in arrival order instead of packing them, to
+measure the padding work packing removes (tokens computed ÷ residues in the output).
 """
 
 from __future__ import annotations
@@ -29,14 +33,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 AMINO = "ACDEFGHIKLMNPQRSTVWY"
 
 
-def write_esm2(out: str, full: bool) -> tuple[str, int]:
+def write_esm2(out: str, size: str) -> tuple[str, int]:
     import esm
     import torch
 
-    layers, dim, heads = (33, 1280, 20) if full else (33, 32, 2)
+    layers, dim, heads = {"full": (33, 1280, 20), "tiny": (33, 32, 2), "eq": (33, 128, 2)}[size]
     torch.manual_seed(0)
     model = esm.model.esm2.ESM2(layers, dim, heads, esm.Alphabet.from_architecture("ESM-1b"))
-    if full:
+    if size == "full":
         model = model.half()  # halves the file; the step casts to its own precision
     cfg = Namespace(encoder_layers=layers, encoder_embed_dim=dim, encoder_attention_heads=heads, token_dropout=True)
     path = os.path.join(out, "esm2_bench.pt")
@@ -91,7 +95,9 @@ def pack(lengths: list[tuple[str, int]], budget: int, max_seqs: int) -> list[lis
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", choices=["esm2", "t5"], required=True)
-    ap.add_argument("--size", choices=["full", "tiny"], default="full")
+    ap.add_argument("--size", choices=["full", "tiny", "eq"], default="full")
+    ap.add_argument("--lengths", choices=["uniform", "lognormal"], default="uniform")
+    ap.add_argument("--naive-batch", type=int, default=0)
     ap.add_argument("--n", type=int, default=10000)
     ap.add_argument("--min-len", type=int, default=50)
     ap.add_argument("--max-len", type=int, default=1000)
@@ -106,7 +112,7 @@ def main() -> int:
     t = time.monotonic()
     full = a.size == "full"
     if a.model == "esm2":
-        path, params = write_esm2(models, full)
+        path, params = write_esm2(models, a.size)
         env, step, fam = {"KINFLOW_ESM2_650M_PATH": path}, "methodh_esm2_last_mean", "esm2_layer_last_mean"
     else:
         path, params = write_t5(models, full)
@@ -114,10 +120,20 @@ def main() -> int:
     print(f"bench: wrote {a.model} ({params / 1e6:.0f}M parameters) in {time.monotonic() - t:.0f}s", file=sys.stderr)
 
     rng = random.Random(0)
-    seqs = {
-        f"b{i:06d}": "".join(rng.choice(AMINO) for _ in range(rng.randint(a.min_len, a.max_len))) for i in range(a.n)
-    }
-    batches = pack([(k, len(v)) for k, v in seqs.items()], a.toks_per_batch, 0)
+    if a.lengths == "lognormal":
+        sys.path.insert(0, os.path.join(HERE, "tests"))
+        from test_packing import lengths
+
+        lens = lengths(a.n)
+    else:
+        lens = [rng.randint(a.min_len, a.max_len) for _ in range(a.n)]
+    seqs = {f"b{i:06d}": "".join(rng.choice(AMINO) for _ in range(n)) for i, n in enumerate(lens)}
+    if a.naive_batch:
+        ids = list(seqs)
+        batches = [ids[i : i + a.naive_batch] for i in range(0, len(ids), a.naive_batch)]
+    else:
+        batches = pack([(k, len(v)) for k, v in seqs.items()], a.toks_per_batch, 0)
+    computed = sum((max(len(seqs[k]) for k in b) + 2) * len(b) for b in batches)
     full_env = dict(os.environ, PYTHONPATH=HERE, **env)
     proc = subprocess.Popen(
         [sys.executable, "-m", "kinflow_steps", "--step", step],
@@ -172,6 +188,7 @@ def main() -> int:
                 "sequences": a.n,
                 "batches": len(batches),
                 "tokens": tokens,
+                "tokens_computed_per_residue": round(computed / residues, 4),
                 "load_s": round(load_s, 1),
                 "wall_s": round(wall, 2),
                 "tokens_per_s": round(tps, 1),

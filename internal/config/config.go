@@ -234,8 +234,8 @@ var Keys = []Key{
 		Meaning: "Method E's checkpoint root: every `<root>/<kcat|km>/…/<grandparent>/<parent>/model.pt` gives the cache model key `<grandparent>__<parent>`. Empty: one synthetic model key, `synthetic__model_0`.",
 		Allowed: "want a directory path",
 		set:     func(c *Config, v string) error { c.MethodECheckpointRoot = strings.TrimSpace(v); return nil }},
-	{Name: "KINFLOW_BINDING_SITE_DIR", Default: "binding_sites",
-		Meaning: "Folder under the media root that holds method A's binding-site table `binding_sites_all.tsv`.",
+	{Name: "KINFLOW_BINDING_SITE_DIR", Default: "pseq2sites",
+		Meaning: "Folder under the media root that holds method A's binding-site table `binding_sites_all.tsv` (the reference deployment's `media/pseq2sites/`).",
 		Allowed: "want a relative folder name without `..`",
 		set: func(c *Config, v string) error {
 			v = strings.Trim(strings.TrimSpace(v), "/")

@@ -91,8 +91,10 @@ func TestRealStepServersThroughTheGPUHost(t *testing.T) {
 		seqs[embedding.BaseSeqID(seq)] = seq
 	}
 	script := `
-import json, sys, torch, esm
-model, alphabet = esm.pretrained.load_model_and_alphabet_local(sys.argv[1])
+import argparse, json, sys, torch, esm
+# torch >= 2.6 loads weights only; fair-esm checkpoints carry an argparse.Namespace.
+with torch.serialization.safe_globals([argparse.Namespace]):
+    model, alphabet = esm.pretrained.load_model_and_alphabet_local(sys.argv[1])
 model.eval()
 conv = alphabet.get_batch_converter()
 out = {}

@@ -198,7 +198,7 @@ func TestFamiliesAndShapes(t *testing.T) {
 		t.Error("synthetic artefacts ignore the sequence")
 	}
 	l, _ := NewLayout("/m", "", "", "")
-	if l.MethodJCacheDir != "/m/sequence_info/methodj_contacts" || l.BindingSiteTable() != "/m/binding_sites/binding_sites_all.tsv" {
+	if l.MethodJCacheDir != "/m/sequence_info/methodj_contacts" || l.BindingSiteTable() != "/m/pseq2sites/binding_sites_all.tsv" {
 		t.Errorf("layout %+v", l)
 	}
 }

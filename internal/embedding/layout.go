@@ -18,9 +18,10 @@ const SequenceInfoDir = "sequence_info"
 
 // DefaultBindingSiteDir is the default folder under the media root holding
 // method A's binding-site table (config KINFLOW_BINDING_SITE_DIR). The spec
-// leaves the name open (`media/<binding_site_dir>/`); "binding_sites" says
-// what it holds and sits beside sequence_info/.
-const DefaultBindingSiteDir = "binding_sites"
+// leaves the name open (`media/<binding_site_dir>/`); "pseq2sites" is the
+// reference deployment's folder (`media/pseq2sites/`), so a shared media root
+// sees the reference's existing table.
+const DefaultBindingSiteDir = "pseq2sites"
 
 // BindingSiteTableName is the binding-site table's file name.
 const BindingSiteTableName = "binding_sites_all.tsv"

@@ -368,7 +368,11 @@ func builtin() []*Descriptor {
 			Profile: ProfileMethodEEmbed, GPUEligible: true,
 			StepKeys:       []string{StepMethodEEmbedKcat, StepMethodEEmbedKm},
 			EmbeddingsUsed: []string{"methode_esm2"},
+			// CatPred refuses checkpoints outside CATPRED_TRUSTED_DESERIALIZATION_ROOTS
+			// (catpred/security/deserialization.py); the reference sets it to its
+			// checkpoint folder.
 			EnvPaths: env("METHODE_REPO_ROOT", "{model_dir}", "METHODE_CHECKPOINT_ROOT", "{methode_checkpoint_root}",
+				"CATPRED_TRUSTED_DESERIALIZATION_ROOTS", "{methode_checkpoint_root}",
 				"METHODE_MEDIA_PATH", "{media}", "METHODE_TOOLS_PATH", "{tools}", "PROTEIN_EMBED_USE_CPU", "1"),
 		}, "E"),
 		biblio(&Descriptor{

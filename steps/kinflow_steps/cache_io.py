@@ -168,10 +168,18 @@ def read_binding_sites(path: str, want: set[str]) -> dict[str, np.ndarray]:
     return out
 
 
+def score_text(v: float) -> str:
+    """A binding-site probability at its full float32 precision: the shortest decimal
+    that reads back to the same float32 (the reference weights with the predictor's raw
+    float32 values; a 6-decimal row would change them). NaN is written ``nan``."""
+    return np.format_float_positional(np.float32(v), unique=True, trim="-")
+
+
 def append_binding_sites(path: str, rows: dict[str, Iterable[float]]) -> list[str]:
     """Append rows to the table under ``<path>.lock`` (the Go writer's lock), header
     first for a new file, skipping ids that already have a row and cutting a torn last
-    line; one fsynced write. Returns the ids written."""
+    line; one fsynced write; scores at full float32 precision (score_text). Returns the
+    ids written."""
     if not rows:
         return []
     for sid in rows:
@@ -207,7 +215,7 @@ def append_binding_sites(path: str, rows: dict[str, Iterable[float]]) -> list[st
                 if sid in have:
                     continue
                 have.add(sid)
-                out.append(sid + "\t" + ",".join(f"{float(v):.6f}" for v in scores) + "\n")
+                out.append(sid + "\t" + ",".join(score_text(v) for v in scores) + "\n")
                 written.append(sid)
             if not written:
                 return []

@@ -61,16 +61,54 @@ def pick_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def pick_dtype(device: torch.device) -> torch.dtype:
-    """KINFLOW_STEPS_PRECISION: fp32, fp16 or bf16; default fp16 on CUDA (the
-    reference runs ProtT5 in fp16; ESM-2 was trained in fp16) and fp32 on CPU."""
-    want = os.environ.get("KINFLOW_STEPS_PRECISION", "").strip().lower()
-    table = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-    if want:
-        if want not in table:
-            raise ConfigError(f"KINFLOW_STEPS_PRECISION={want!r}: want fp32, fp16 or bf16")
-        return table[want]
-    return torch.float16 if device.type == "cuda" else torch.float32
+def _rotary_fp32_forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """fair-esm's RotaryEmbedding.forward with the position table built and applied
+    in float32 whatever the model's dtype (EvolutionaryScale's rotary does the same);
+    the result is cast back to q's dtype."""
+    n = k.shape[-2]
+    cached = getattr(self, "_kinflow_table", None)
+    if cached is None or cached[0] != n or cached[1].device != k.device:
+        t = torch.arange(n, device=k.device, dtype=torch.float32)
+        freqs = torch.outer(t, self.inv_freq.to(device=k.device, dtype=torch.float32))
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cached = (n, emb.cos()[None], emb.sin()[None])
+        self._kinflow_table = cached
+    _, cos, sin = cached
+
+    def rotate(x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        x1, x2 = xf.chunk(2, dim=-1)
+        c, s = cos[:, : x.shape[-2]], sin[:, : x.shape[-2]]
+        return (xf * c + torch.cat((-x2, x1), dim=-1) * s).to(x.dtype)
+
+    return rotate(q), rotate(k)
+
+
+def pin_rotary_fp32(model: torch.nn.Module) -> int:
+    """Keep every fair-esm rotary embedding of model in float32 after a cast: the
+    ``inv_freq`` buffer back to float32 and the position table computed in float32
+    (a ``model.to(float16)`` casts ``inv_freq`` too, and fair-esm then builds its
+    position table in fp16: angles about 0.66 rad off at 1,502 tokens). Returns how
+    many were pinned."""
+    import types
+
+    n = 0
+    for m in model.modules():
+        if type(m).__name__ == "RotaryEmbedding" and isinstance(getattr(m, "inv_freq", None), torch.Tensor):
+            m.inv_freq = m.inv_freq.float()
+            m.forward = types.MethodType(_rotary_fp32_forward, m)
+            n += 1
+    return n
+
+
+def nonfinite_rows(seqs: list[str], reps: dict[Any, list[np.ndarray]]) -> list[int]:
+    """Indexes of the sequences whose output (any layer) holds a NaN or an infinity."""
+    bad = set()
+    for rows in reps.values():
+        for i, r in enumerate(rows):
+            if not np.isfinite(r).all():
+                bad.add(i)
+    return sorted(bad)
 
 
 def require_path(*names: str, what: str, is_dir: bool = False) -> str:
@@ -87,6 +125,21 @@ def require_path(*names: str, what: str, is_dir: bool = False) -> str:
     raise ConfigError(f"{names[0]} is not set: the local path of {what}")
 
 
+def fair_esm_load(path: str):
+    """fair-esm's ``load_model_and_alphabet_local`` on torch >= 2.6, whose ``torch.load``
+    defaults to ``weights_only=True``: fair-esm checkpoints carry their config as an
+    ``argparse.Namespace``, which is allowed for the load (nothing else is)."""
+    import argparse
+
+    import esm
+
+    ctx = getattr(torch.serialization, "safe_globals", None)
+    if ctx is None:  # torch < 2.5: weights_only is off by default
+        return esm.pretrained.load_model_and_alphabet_local(path)
+    with ctx([argparse.Namespace]):
+        return esm.pretrained.load_model_and_alphabet_local(path)
+
+
 class FairESM:
     """An ESM-2 / ESM-1b / ESM-1v checkpoint loaded with fair-esm's
     ``load_model_and_alphabet_local`` (the file's name picks the architecture, as in
@@ -94,14 +147,15 @@ class FairESM:
     ESM-2 and ESM-1b checkpoints)."""
 
     def __init__(self, path: str, device: torch.device, dtype: torch.dtype, state_dict: dict | None = None):
-        import esm
-
-        model, alphabet = esm.pretrained.load_model_and_alphabet_local(path)
+        model, alphabet = fair_esm_load(path)
         if state_dict is not None:
             model.load_state_dict(state_dict)
         model.eval()
         if dtype != torch.float32:
+            # Only reached where kinflow_steps.precision proves the dtype: the rotary
+            # positions stay float32 in any case.
             model = model.to(dtype)
+            pin_rotary_fp32(model)
         self.model = model.to(device)
         self.alphabet = alphabet
         self.converter = alphabet.get_batch_converter()
@@ -146,7 +200,15 @@ class ProtT5:
         from transformers import T5EncoderModel, T5Tokenizer
 
         self.tokenizer = T5Tokenizer.from_pretrained(path, do_lower_case=False, local_files_only=True)
-        model = T5EncoderModel.from_pretrained(path, local_files_only=True, torch_dtype=dtype)
+        # The reference's half-precision encoder on CUDA, fp32 on the CPU
+        # (kinflow_steps.precision); ``dtype`` is transformers 5's name, ``torch_dtype``
+        # the older one.
+        try:
+            model = T5EncoderModel.from_pretrained(path, local_files_only=True, dtype=dtype)
+        except TypeError:
+            model = T5EncoderModel.from_pretrained(path, local_files_only=True, torch_dtype=dtype)
+        if next(model.parameters()).dtype != dtype:
+            model = model.to(dtype)
         model.eval()
         self.model = model.to(device)
         self.device = device
@@ -185,8 +247,9 @@ class ProtT5:
 class ESMC:
     """EvolutionaryScale's ESM C from a local weights file (``esm`` package:
     ``esm.models.esmc.ESMC`` built with the 600M shape, ``load_state_dict`` from the
-    file). KINFLOW_ESMC_IMPL names the package (default ``esm``); the tests point it at
-    a stand-in with the same interface."""
+    file). As the reference runs it: on CUDA the weights in bf16 and the forward pass
+    under bf16 autocast (``ESMC.from_pretrained`` + ``ESMC.logits``), fp32 on the CPU.
+    KINFLOW_ESMC_SHAPE (``d_model,n_heads,n_layers``) is for the tests' small models."""
 
     # The 600M model's shape (esm.pretrained.ESMC_600M_202412).
     D_MODEL, N_HEADS, N_LAYERS = 1152, 18, 36
@@ -194,12 +257,11 @@ class ESMC:
     def __init__(self, path: str, device: torch.device, dtype: torch.dtype):
         import importlib
 
-        impl = os.environ.get("KINFLOW_ESMC_IMPL", "").strip() or "esm"
         try:
-            esmc_mod = importlib.import_module(f"{impl}.models.esmc")
-            tok_mod = importlib.import_module(f"{impl}.tokenization")
+            esmc_mod = importlib.import_module("esm.models.esmc")
+            tok_mod = importlib.import_module("esm.tokenization")
         except ImportError as exc:
-            raise ConfigError(f"ESMC needs EvolutionaryScale's esm package ({impl}): {exc}") from exc
+            raise ConfigError(f"ESM C needs EvolutionaryScale's esm package (.venv-esmc): {exc}") from exc
         shape = os.environ.get("KINFLOW_ESMC_SHAPE", "").strip()  # d_model,n_heads,n_layers (tests)
         d, h, n = (int(x) for x in shape.split(",")) if shape else (self.D_MODEL, self.N_HEADS, self.N_LAYERS)
         model = esmc_mod.ESMC(
@@ -216,13 +278,18 @@ class ESMC:
             model = model.to(dtype)
         self.model = model.to(device)
         self.device = device
+        self.dtype = dtype
         self.num_layers = n
 
     @torch.inference_mode()
     def embed(self, seqs: list[str], layers: list[Any]) -> dict[Any, list[np.ndarray]]:
         _fake_oom(len(seqs))
         tokens = self.model._tokenize(seqs).to(self.device)
-        out = self.model(sequence_tokens=tokens)
+        if self.dtype == torch.float32:
+            out = self.model(sequence_tokens=tokens)
+        else:
+            with torch.autocast(device_type=self.device.type, dtype=self.dtype):
+                out = self.model(sequence_tokens=tokens)
         result: dict[Any, list[np.ndarray]] = {}
         for layer in layers:
             i = self.num_layers - 1 if layer == LAST else int(layer)

@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from kinflow_steps import cache_io
-from kinflow_steps.errors import BatchError, ConfigError
-from kinflow_steps.models import ESMC, LAST, FairESM, ProtT5, pick_device, pick_dtype, require_path
+from kinflow_steps.errors import BatchError, ConfigError, NonFiniteError
+from kinflow_steps.models import ESMC, LAST, FairESM, ProtT5, nonfinite_rows, pick_device, require_path
+from kinflow_steps.precision import dtype_of, precision_for
 
 SEQUENCE_INFO = "sequence_info"
 AMINO = set("ACDEFGHIKLMNPQRSTVWYXUZOB")
@@ -108,12 +109,15 @@ def mean_vec(res: np.ndarray) -> np.ndarray:
 
 
 def weighted_vec(res: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Binding-site-weighted average: weights normalised to sum 1, computed in float64
-    as the reference does, stored as float32 (kinflow's NPY reader takes float32)."""
+    """Binding-site-weighted average as the reference computes it: the table's weights
+    at their full precision, NaN weights as 0, normalised to sum 1 in float64; weights
+    summing to 0 or less (or to infinity) give the plain mean. Stored as float32
+    (kinflow's NPY reader takes float32)."""
     w = np.asarray(w, dtype=np.float64)
+    w = np.where(np.isnan(w), 0.0, w)
     total = w.sum()
     if not np.isfinite(total) or total <= 0:
-        raise ValueError("binding-site weights sum to zero")
+        return mean_vec(res)
     return (res.astype(np.float64) * (w / total)[:, None]).sum(axis=0).astype(np.float32)
 
 
@@ -137,23 +141,66 @@ def pack(seqs: list[Seq], budget: int) -> list[list[Seq]]:
     return out
 
 
+def tokens_computed(groups: list[list[int]]) -> int:
+    """Token positions a padded forward pass computes for these groups of sequence
+    lengths: each group is padded to its longest + BOS/EOS."""
+    return sum((max(g) + 2) * len(g) for g in groups if g)
+
+
+def padding_report(lengths: list[int], budget: int, naive_batch: int = 8) -> dict[str, float]:
+    """Tokens computed ÷ residues for the same sequences (a) in arrival order, padded
+    batches of naive_batch, (b) packed as pack() does (longest first, (longest + 2) x
+    count <= budget), (c) unpadded (each sequence its own length + 2: the floor a
+    variable-length attention kernel reaches)."""
+    residues = sum(lengths)
+    naive = [lengths[i : i + naive_batch] for i in range(0, len(lengths), naive_batch)]
+    seqs = [Seq(str(i), "A" * n, [], []) for i, n in enumerate(lengths)]
+    packed = [[len(s.sequence) for s in g] for g in pack(seqs, budget)]
+    return {
+        "sequences": len(lengths),
+        "residues": residues,
+        "naive_ratio": tokens_computed(naive) / residues,
+        "packed_ratio": tokens_computed(packed) / residues,
+        "packed_passes": len(packed),
+        "unpadded_ratio": sum(n + 2 for n in lengths) / residues,
+    }
+
+
 class Writer:
-    """Writes a batch's files atomically and merges each folder's manifest.json."""
+    """Collects a batch's files and writes them atomically at ``commit`` (then merges
+    each folder's manifest.json): a batch that turns out to hold a non-finite value
+    is ``discard``-ed and writes nothing."""
 
     def __init__(self) -> None:
-        self.commits: dict[str, list[cache_io.Commit]] = {}
+        self.pending: list[tuple[str, str, bytes]] = []
         self.written = 0
 
     def put(self, path: str, seq_id: str, data: bytes) -> None:
-        n = cache_io.write_bytes_atomic(path, data)
-        folder = os.path.dirname(path)
-        self.commits.setdefault(folder, []).append(cache_io.Commit(seq_id, os.path.basename(path), n))
-        self.written += 1
+        self.pending.append((path, seq_id, data))
 
-    def flush(self) -> None:
-        for folder, commits in self.commits.items():
-            cache_io.merge_manifest(folder, commits)
-        self.commits.clear()
+    def discard(self) -> None:
+        self.pending.clear()
+
+    def commit(self) -> None:
+        commits: dict[str, list[cache_io.Commit]] = {}
+        try:
+            for path, seq_id, data in self.pending:
+                n = cache_io.write_bytes_atomic(path, data)
+                folder = os.path.dirname(path)
+                commits.setdefault(folder, []).append(cache_io.Commit(seq_id, os.path.basename(path), n))
+                self.written += 1
+        finally:
+            self.pending.clear()
+            for folder, cs in commits.items():
+                cache_io.merge_manifest(folder, cs)
+
+
+def check_finite(seqs: list[Seq], reps: dict[Any, list[np.ndarray]], what: str) -> None:
+    """NonFiniteError naming every sequence whose output holds a NaN or an infinity."""
+    bad = nonfinite_rows([s.sequence for s in seqs], reps)
+    if bad:
+        names = ", ".join(seqs[i].seq_id for i in bad)
+        raise NonFiniteError(f"non-finite values in the {what} output of seq {names}; nothing written for this batch")
 
 
 def env_int(name: str, default: int) -> int:
@@ -169,12 +216,16 @@ class Step:
 
     key = ""
     families: tuple[str, ...] = ()
+    #: the model family of kinflow_steps.precision.
+    family = ""
     #: residues the model takes; longer sequences follow the step's own rule.
     max_residues = 0
 
     def __init__(self) -> None:
         self.device = pick_device()
-        self.dtype = pick_dtype(self.device)
+        # An unproven KINFLOW_STEPS_PRECISION is refused here, before any model loads.
+        self.precision = precision_for(self.family, self.device)
+        self.dtype = dtype_of(self.precision)
         self.budget = env_int("KINFLOW_STEPS_TOKS_PER_BATCH", 0)
 
     def load(self) -> dict[str, str]:
@@ -205,16 +256,28 @@ class Step:
         return fam in self.families
 
     def run(self, b: Batch) -> int:
-        """Write every missing file of the batch; return how many were written."""
+        """Write every missing file of the batch; return how many were written. Files
+        are written once every forward pass of the batch is done: a non-finite value
+        anywhere fails the batch with nothing written; another BatchError (a missing
+        binding-site row) still writes what was computed."""
         todo = self.pending(b)
         w = Writer()
+        problems: list[str] = []
+        by_id = {s.seq_id: (s, want) for s, want in todo}
         try:
-            by_id = {s.seq_id: (s, want) for s, want in todo}
             for group in pack([s for s, _ in todo], self.budget):
-                self.produce(b, [(s, by_id[s.seq_id][1]) for s in group], w)
-                w.flush()
-        finally:
-            w.flush()
+                try:
+                    self.produce(b, [(s, by_id[s.seq_id][1]) for s in group], w)
+                except NonFiniteError:
+                    raise
+                except BatchError as exc:
+                    problems.append(str(exc))
+        except BaseException:
+            w.discard()
+            raise
+        w.commit()
+        if problems:
+            raise BatchError("; ".join(problems))
         return w.written
 
     def produce(self, b: Batch, group: list[tuple[Seq, dict[str, str]]], w: Writer) -> None:
@@ -240,6 +303,7 @@ class PooledStep(Step):
         seqs = [self.fit(s.sequence) for s, _ in group]
         layers = sorted({self.spec[f][0] for _, want in group for f in want}, key=str)
         reps = self.model.embed(seqs, layers)
+        check_finite([s for s, _ in group], reps, self.key)
         need_w = {s.seq_id for s, want in group if any(self.spec[f][1] == "weighted" for f in want)}
         weights = self.weights_for(b, need_w) if need_w else {}
         problems = []
@@ -265,20 +329,19 @@ class PooledStep(Step):
                             f"seq {s.seq_id}: {len(ws)} binding-site weights for {res.shape[0]} residues, so no {fam}"
                         )
                         continue
-                    try:
-                        vec = weighted_vec(res, ws)
-                    except ValueError as e:
-                        problems.append(f"seq {s.seq_id}: {e}, so no {fam}")
-                        continue
-                    w.put(path, s.seq_id, cache_io.npy_bytes(vec))
+                    w.put(path, s.seq_id, cache_io.npy_bytes(weighted_vec(res, ws)))
         if problems:
-            w.flush()
             raise BatchError("; ".join(problems))
 
 
+#: The binding-site table's folder under the media root: the reference deployment's
+#: ``media/pseq2sites/`` (internal/embedding.DefaultBindingSiteDir).
+DEFAULT_BINDING_SITE_DIR = "pseq2sites"
+
+
 def binding_site_table(media_root: str) -> str:
-    """MEDIA/<KINFLOW_BINDING_SITE_DIR or binding_sites>/binding_sites_all.tsv."""
-    folder = os.environ.get("KINFLOW_BINDING_SITE_DIR", "").strip() or "binding_sites"
+    """MEDIA/<KINFLOW_BINDING_SITE_DIR or pseq2sites>/binding_sites_all.tsv."""
+    folder = os.environ.get("KINFLOW_BINDING_SITE_DIR", "").strip() or DEFAULT_BINDING_SITE_DIR
     return os.path.join(media_root, folder, cache_io.BINDING_SITE_TABLE)
 
 
@@ -288,6 +351,7 @@ ESM2_PATH = ("KINFLOW_ESM2_650M_PATH",)
 
 
 class ESM2Step(PooledStep):
+    family = "esm2"
     what = "the ESM-2 650M checkpoint esm2_t33_650M_UR50D.pt (fair-esm format, contact-regression file beside it)"
 
     def load(self) -> dict[str, str]:
@@ -338,6 +402,7 @@ class MethodFESM1v(PooledStep):
     1,022 residues becomes its first 500 + last 500 (the host normally did that)."""
 
     key = "methodf_esm1v"
+    family = "esm1v"
     spec = {"esm1v": (LAST, "residue_npy")}
 
     def fit(self, seq: str) -> str:
@@ -358,6 +423,7 @@ class MethodDESM1b(Step):
 
     key = "methodd_esm1b"
     families = ("esm1b_methodd",)
+    family = "esm1b"
 
     def load(self) -> dict[str, str]:
         import torch
@@ -382,7 +448,9 @@ class MethodDESM1b(Step):
         return seq[:ESM_WINDOW]
 
     def produce(self, b: Batch, group: list[tuple[Seq, dict[str, str]]], w: Writer) -> None:
-        reps = self.model.embed([self.fit(s.sequence) for s, _ in group], [LAST], cls=True)[LAST]
+        out = self.model.embed([self.fit(s.sequence) for s, _ in group], [LAST], cls=True)
+        check_finite([s for s, _ in group], out, self.key)
+        reps = out[LAST]
         for row, (s, want) in enumerate(group):
             w.put(want["esm1b_methodd"], s.seq_id, cache_io.npy_bytes(reps[row].astype(np.float32)))
 
@@ -394,6 +462,7 @@ class MethodAESMCLayers(PooledStep):
     """Method A: ESMC 600M layers 24 and 32, mean and binding-site-weighted."""
 
     key = "methoda_esmc_layers"
+    family = "esmc"
     spec = {
         "esmc_layer_24/mean_vecs": (24, "mean"),
         "esmc_layer_24/weighted_vecs": (24, "weighted"),
@@ -414,6 +483,8 @@ T5_WHAT = "the ProtT5-XL folder (Rostlab/prot_t5_xl_uniref50: config, weights, s
 
 
 class T5Step(PooledStep):
+    family = "prot_t5"
+
     def load(self) -> dict[str, str]:
         path = require_path(*T5_PATH, what=T5_WHAT, is_dir=True)
         self.model = ProtT5(path, self.device, self.dtype)
@@ -479,6 +550,8 @@ class MethodAT5Full(T5Step):
             todo = [(s, want) for s, want in group if want]
             if todo:
                 super().produce(b, todo, w)
+        except NonFiniteError:
+            raise
         except BatchError as exc:
             problems.append(str(exc))
         if problems:
@@ -542,9 +615,16 @@ class MethodEEmbed(Step):
     its ESM-2 features -> methode_esm2/<parameter>/<grandparent>__<parent>/<sid>.pt.
     Needs the method's own package (``catpred``: ``catpred.utils.load_checkpoint``,
     ``catpred.data.esm_utils.get_single_esm_repr``) from KINFLOW_CATPRED_ROOT and the
-    checkpoints under METHODE_CHECKPOINT_ROOT/<parameter>/."""
+    checkpoints under METHODE_CHECKPOINT_ROOT/<parameter>/.
+
+    Offline: CatPred's ``init_esm`` fetches ESM-2 650M through the torch hub; here the
+    model comes from KINFLOW_ESM2_650M_PATH (fair-esm's local loader, fp32 as CatPred
+    runs it) and is handed to ``esm_utils`` before its first use. CatPred refuses to
+    unpickle checkpoints outside CATPRED_TRUSTED_DESERIALIZATION_ROOTS; the step adds
+    METHODE_CHECKPOINT_ROOT to it, as the reference deployment sets it."""
 
     parameter = ""
+    family = "catpred"
 
     def owns(self, fam: str) -> bool:
         parts = fam.split("/")
@@ -559,6 +639,10 @@ class MethodEEmbed(Step):
             "KINFLOW_CATPRED_ROOT", what="method E's source tree (the folder holding catpred/)", is_dir=True
         )
         root = require_path("METHODE_CHECKPOINT_ROOT", what="method E's checkpoints", is_dir=True)
+        esm2 = require_path(*ESM2_PATH, what="ESM-2 650M for method E's features (" + ESM2Step.what + ")")
+        trusted_roots_add(root)
+        if self.device.type == "cpu":
+            os.environ["PROTEIN_EMBED_USE_CPU"] = "1"  # read by esm_utils at import
         if src not in sys.path:
             sys.path.insert(0, src)
         try:
@@ -566,6 +650,7 @@ class MethodEEmbed(Step):
             self.esm_utils = importlib.import_module("catpred.data.esm_utils")
         except ImportError as exc:
             raise ConfigError(f"method E's package catpred cannot be imported from {src}: {exc}") from exc
+        offline_esm(self.esm_utils, FairESM(esm2, self.device, torch.float32))
         self.torch = torch
         self.checkpoints: dict[str, str] = {}
         base = os.path.join(root, self.parameter)
@@ -588,7 +673,9 @@ class MethodEEmbed(Step):
     def produce(self, b: Batch, group: list[tuple[Seq, dict[str, str]]], w: Writer) -> None:
         torch = self.torch
         for s, want in group:
-            feats = self.esm_utils.get_single_esm_repr(s.sequence).cpu()
+            feats = self.esm_utils.get_single_esm_repr(s.sequence).float().cpu()
+            if not torch.isfinite(feats).all():
+                raise NonFiniteError(f"non-finite values in method E's ESM-2 features of seq {s.seq_id}")
             for fam, path in sorted(want.items()):
                 key = fam.split("/")[2]
                 model = self.models.get(key)
@@ -596,7 +683,27 @@ class MethodEEmbed(Step):
                     raise BatchError(f"seq {s.seq_id}: no method E checkpoint {key} on this host")
                 with torch.no_grad():
                     pooled = catpred_pool(model, s.sequence, s.seq_id, feats, self.device)
+                if not torch.isfinite(pooled).all():
+                    raise NonFiniteError(f"non-finite values in {self.key} ({key}) of seq {s.seq_id}")
                 w.put(path, s.seq_id, cache_io.pt_bytes(pooled))
+
+
+def trusted_roots_add(root: str) -> None:
+    """Add root to CATPRED_TRUSTED_DESERIALIZATION_ROOTS (os.pathsep-separated), the
+    folders CatPred unpickles checkpoints from (catpred/security/deserialization.py)."""
+    name = "CATPRED_TRUSTED_DESERIALIZATION_ROOTS"
+    have = [p for p in os.environ.get(name, "").split(os.pathsep) if p.strip()]
+    if os.path.abspath(root) not in {os.path.abspath(p) for p in have}:
+        have.append(os.path.abspath(root))
+    os.environ[name] = os.pathsep.join(have)
+
+
+def offline_esm(esm_utils: Any, model: FairESM) -> None:
+    """Give CatPred's esm_utils the locally loaded ESM-2 (its ``GLOBAL_VARIABLES['model']``
+    = (model, batch converter), what ``init_esm`` stores) and make ``init_esm`` a no-op,
+    so ``get_single_esm_repr`` never reaches the torch hub."""
+    esm_utils.GLOBAL_VARIABLES["model"] = (model.model, model.converter)
+    esm_utils.init_esm = lambda: None
 
 
 # CatPred's residue index (catpred_embed_gpu.py).

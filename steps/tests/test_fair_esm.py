@@ -22,13 +22,23 @@ def rand_seq(n: int, seed: int) -> str:
 _MODELS: dict = {}
 
 
+def fair_load(path: str):
+    """fair-esm's own local loader; torch >= 2.6 loads weights only, and fair-esm's
+    checkpoints hold an argparse.Namespace (allowed explicitly, as the program does)."""
+    import argparse
+
+    import esm
+    import torch
+
+    with torch.serialization.safe_globals([argparse.Namespace]):
+        return esm.pretrained.load_model_and_alphabet_local(path)
+
+
 def fair_model(path: str, tuned: bool):
     """fair-esm's own loader, once per file (and once more with method D's weights)."""
-    import esm
-
     key = (path, tuned)
     if key not in _MODELS:
-        model, alphabet = esm.pretrained.load_model_and_alphabet_local(path)
+        model, alphabet = fair_load(path)
         _MODELS[key] = (model.eval(), alphabet)
     return _MODELS[key]
 
@@ -48,7 +58,7 @@ def fair_reps(path: str, seq: str, layer: int | None = None, state: dict | None 
 
 
 def write_table(media: str, rows: dict[str, np.ndarray]) -> None:
-    folder = os.path.join(media, "binding_sites")
+    folder = os.path.join(media, "pseq2sites")
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "binding_sites_all.tsv"), "w") as f:
         f.write("PDB\tPred_BS_Scores\n")

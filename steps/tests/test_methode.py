@@ -1,5 +1,8 @@
 """Method E on a stand-in of CatPred's package: files per checkpoint key, shape,
-values against the pipeline run step by step here, distinct checkpoints."""
+values against the pipeline run step by step here (ESM-2 features from fair-esm's own
+loader, not through the step), distinct checkpoints; offline (the stand-in's
+``init_esm`` fails like a torch-hub fetch without network) and with the checkpoint
+root trusted for deserialization."""
 
 from __future__ import annotations
 
@@ -12,27 +15,45 @@ ROOT = os.path.join(HERE, "catpred_standin")
 TOL = dict(rtol=1e-4, atol=1e-5)
 
 
-def expected(ckpt: str, seq: str):
+def esm2_layer33(path: str, seq: str):
+    import torch
+    from test_fair_esm import fair_load
+
+    model, alphabet = fair_load(path)
+    toks = torch.tensor([[alphabet.cls_idx] + [alphabet.get_idx(a) for a in seq] + [alphabet.eos_idx]])
+    with torch.no_grad():
+        return model.eval()(toks, repr_layers=[33])["representations"][33][0, 1:-1]
+
+
+def expected(ckpt: str, seq: str, esm2: str):
+    import os
     import sys
 
     import torch
 
     sys.path.insert(0, ROOT)
-    from catpred.data.esm_utils import get_single_esm_repr
     from catpred.utils import load_checkpoint
 
-    m = load_checkpoint(ckpt).eval()
+    old = os.environ.get("CATPRED_TRUSTED_DESERIALIZATION_ROOTS")
+    os.environ["CATPRED_TRUSTED_DESERIALIZATION_ROOTS"] = os.path.dirname(ckpt)
+    try:
+        m = load_checkpoint(ckpt).eval()
+    finally:
+        if old is None:
+            del os.environ["CATPRED_TRUSTED_DESERIALIZATION_ROOTS"]
+        else:
+            os.environ["CATPRED_TRUSTED_DESERIALIZATION_ROOTS"] = old
     idx = torch.tensor([["ARNDCQEGHILKMFPSTWYV".index(a) for a in seq]])
     with torch.no_grad():
         x = m.seq_embedder(idx)
         q = m.rotary_embedder.rotate_queries_or_keys(x, seq_dim=1)
         x, _ = m.multihead_attn(q, q, x)
-        x = torch.cat([get_single_esm_repr(seq)[None], x], dim=-1)
+        x = torch.cat([esm2_layer33(esm2, seq)[None], x], dim=-1)
         pooled, _ = m.attentive_pooler(x)
     return pooled[0].numpy()
 
 
-def test_methode_kcat_per_checkpoint(server, media, tmp_path):
+def test_methode_kcat_per_checkpoint(server, tiny, media, tmp_path):
     import sys
 
     import torch
@@ -54,8 +75,9 @@ def test_methode_kcat_per_checkpoint(server, media, tmp_path):
     for sid, seq in seqs.items():
         for k in keys:
             got = torch.load(os.path.join(media, "sequence_info", "methode_esm2", "kcat", k, sid + ".pt"))
-            assert got.dtype == torch.float32 and tuple(got.shape) == (12,)
-            want = expected(str(ckroot / "kcat" / k.split("__")[0] / k.split("__")[1] / "model.pt"), seq)
+            assert got.dtype == torch.float32 and tuple(got.shape) == (40,)
+            ckpt = str(ckroot / "kcat" / k.split("__")[0] / k.split("__")[1] / "model.pt")
+            want = expected(ckpt, seq, tiny["KINFLOW_ESM2_650M_PATH"])
             np.testing.assert_allclose(got.numpy(), want, **TOL)
             vals[(sid, k)] = got.numpy()
     assert not np.allclose(vals[("e1", keys[0])], vals[("e1", keys[1])], **TOL)

@@ -119,15 +119,15 @@ def test_methoda_t5_full_runs_predictor_and_appends_table(server, tiny, media, t
     write_table(media, {"other": np.array([0.1, 0.2])})
     s = server("methoda_t5_full", KINFLOW_PSEQ2SITES_CMD=f"{sys.executable} {script} {{input}} {{output}}")
     assert s.send(manifest("methoda_t5_full", media, seqs, T5_FULL))["status"] == "done"
-    table = open(os.path.join(media, "binding_sites", "binding_sites_all.tsv")).read().splitlines()
+    table = open(os.path.join(media, "pseq2sites", "binding_sites_all.tsv")).read().splitlines()
     assert table[0] == "PDB\tPred_BS_Scores" and table[1].startswith("other\t")
     assert sorted(line.split("\t")[0] for line in table[2:]) == ["p1", "p2"]
     for sid, seq in seqs.items():
         w = [round((i % 7) / 7 + 0.05, 6) for i in range(len(seq))]
         check_t5_full(tiny, media, sid, seq, w)
     # A sequence whose files all exist but whose row is missing still gets its row.
-    os.remove(os.path.join(media, "binding_sites", "binding_sites_all.tsv"))
+    os.remove(os.path.join(media, "pseq2sites", "binding_sites_all.tsv"))
     m = manifest("methoda_t5_full", media, {"p1": seqs["p1"]}, T5_FULL, batch=2)
     m["seqs"][0]["missing_outputs"] = []
     assert s.send(m)["status"] == "done"
-    assert "p1\t" in open(os.path.join(media, "binding_sites", "binding_sites_all.tsv")).read()
+    assert "p1\t" in open(os.path.join(media, "pseq2sites", "binding_sites_all.tsv")).read()

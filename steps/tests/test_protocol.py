@@ -1,6 +1,6 @@
-"""The ESMC step (on the stand-in of EvolutionaryScale's interface) and the protocol:
-oom keeps the server up, a missing weights path never gets ready, a bad sequence is
-an error answer, one-shot exit codes, EOF, files left alone."""
+"""The protocol: oom keeps the server up, a missing weights path never gets ready, an
+unproven precision is refused at start, a non-finite output writes nothing, a bad
+sequence is an error answer, one-shot exit codes, EOF, files left alone."""
 
 from __future__ import annotations
 
@@ -11,41 +11,7 @@ import sys
 
 import numpy as np
 from conftest import HERE, STEPS_ROOT, hidden_files, manifest, out_path
-from test_fair_esm import rand_seq, write_table
-
-TOL = dict(rtol=1e-4, atol=1e-5)
-
-
-def esmc_hidden(path: str, seq: str, layer: int) -> np.ndarray:
-    import torch
-    from kinflow_esmc_standin.models.esmc import ESMC
-    from kinflow_esmc_standin.tokenization import get_esmc_model_tokenizers
-
-    m = ESMC(d_model=32, n_heads=2, n_layers=36, tokenizer=get_esmc_model_tokenizers())
-    m.load_state_dict(torch.load(path))
-    m.eval()
-    with torch.no_grad():
-        out = m(sequence_tokens=m._tokenize([seq]))
-    return out.hidden_states[layer][0, 1:-1].numpy()
-
-
-def test_methoda_esmc_layers(server, tiny, media):
-    seqs = {"c1": rand_seq(21, 1), "c2": rand_seq(6, 2)}
-    rng = np.random.default_rng(2)
-    weights = {sid: np.round(rng.random(len(seq)), 6) for sid, seq in seqs.items()}
-    write_table(media, weights)
-    fams = [(f"esmc_layer_{n}/{k}", ".npy") for n in (24, 32) for k in ("mean_vecs", "weighted_vecs")]
-    s = server("methoda_esmc_layers")
-    assert s.send(manifest("methoda_esmc_layers", media, seqs, fams))["status"] == "done"
-    for sid, seq in seqs.items():
-        for layer in (24, 32):
-            res = esmc_hidden(tiny["KINFLOW_ESMC_600M_PATH"], seq, layer)
-            assert res.shape == (len(seq), 32)
-            mean = np.load(out_path(media, f"esmc_layer_{layer}/mean_vecs", sid))
-            wv = np.load(out_path(media, f"esmc_layer_{layer}/weighted_vecs", sid))
-            np.testing.assert_allclose(mean, res.mean(0), **TOL)
-            w = weights[sid] / weights[sid].sum()
-            np.testing.assert_allclose(wv, (res * w[:, None]).sum(0), **TOL)
+from test_fair_esm import rand_seq
 
 
 def test_oom_answer_keeps_server_alive(server, media):
@@ -145,3 +111,77 @@ def test_check_mode(tiny):
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     assert rep["ok"] is True and rep["shapes"] == {"19": [22, 16], "last": [22, 16]}
+
+
+def test_unproven_precision_refused_at_start(tiny):
+    for step, want in (("methodh_esm2_last_mean", "esm2"), ("methodd_esm1b", "esm1b"), ("prot_t5_mean", "prot_t5")):
+        r = run_program(
+            ["--step", step], dict(tiny, KINFLOW_STEPS_DEVICE="cpu", KINFLOW_STEPS_PRECISION="fp16"), "{}\n"
+        )
+        assert r.returncode == 2 and r.stdout == "", (step, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "no equivalence proof" in lines[0] and want in lines[0], (step, r.stderr)
+    r = run_program(["--step", "methodh_esm2_last_mean"], dict(tiny, KINFLOW_STEPS_PRECISION="fp8"))
+    assert r.returncode == 2 and "want fp32, fp16 or bf16" in r.stderr
+    # The proven precision, named explicitly, starts.
+    r = run_program(
+        ["--step", "methodh_esm2_last_mean"], dict(tiny, KINFLOW_STEPS_DEVICE="cpu", KINFLOW_STEPS_PRECISION="fp32")
+    )
+    assert r.returncode == 0 and json.loads(r.stdout)["ready"] is True, r.stderr
+
+
+def nan_esm2(tiny: dict, out: str) -> str:
+    """The tiny ESM-2 with a NaN embedding for tryptophan: a sequence holding W gets
+    NaN everywhere, the others in its batch stay finite."""
+    import argparse
+    import shutil
+
+    import esm
+    import torch
+
+    src = tiny["KINFLOW_ESM2_650M_PATH"]
+    with torch.serialization.safe_globals([argparse.Namespace]):
+        ck = torch.load(src, weights_only=True)
+    w = esm.Alphabet.from_architecture("ESM-1b").get_idx("W")
+    ck["model"]["encoder.embed_tokens.weight"][w] = float("nan")
+    path = os.path.join(out, "esm2_t33_nan.pt")
+    torch.save(ck, path)
+    shutil.copy(src[:-3] + "-contact-regression.pt", path[:-3] + "-contact-regression.pt")
+    return path
+
+
+def test_nonfinite_output_writes_nothing(server, tiny, media, tmp_path):
+    fam = [("esm2_layer_last_mean", ".npy")]
+    s = server("methodh_esm2_last_mean", KINFLOW_ESM2_650M_PATH=nan_esm2(tiny, str(tmp_path)))
+    seqs = {"fine": "MKVLAAGIVQ", "bad": "MKVWLAAG"}
+    ans = s.send(manifest("methodh_esm2_last_mean", media, seqs, fam, batch=7))
+    assert ans["status"] == "error" and "non-finite" in ans["message"], ans
+    assert "bad" in ans["message"] and "fine" not in ans["message"], ans
+    assert not os.path.exists(out_path(media, "esm2_layer_last_mean", "fine"))
+    assert not os.path.exists(out_path(media, "esm2_layer_last_mean", "bad"))
+    assert not os.path.exists(os.path.join(media, "sequence_info", "esm2_layer_last_mean", "manifest.json"))
+    # Still serving; the finite sequence alone is written.
+    assert s.send(manifest("methodh_esm2_last_mean", media, {"fine": seqs["fine"]}, fam, batch=8))["status"] == "done"
+    assert np.isfinite(np.load(out_path(media, "esm2_layer_last_mean", "fine"))).all()
+
+
+def test_weighted_vec_edge_rules():
+    from kinflow_steps.cache_io import append_binding_sites, read_binding_sites, score_text
+    from kinflow_steps.steps import mean_vec, weighted_vec
+
+    res = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.testing.assert_array_equal(weighted_vec(res, np.zeros(4)), mean_vec(res))
+    np.testing.assert_array_equal(weighted_vec(res, np.array([-1.0, 0.5, 0.2, 0.1])), mean_vec(res))
+    np.testing.assert_array_equal(weighted_vec(res, np.full(4, np.nan)), mean_vec(res))
+    np.testing.assert_allclose(weighted_vec(res, np.array([np.nan, 1.0, np.nan, 1.0])), (res[1] + res[3]) / 2)
+    # Rows keep the predictor's float32 values exactly (no 6-decimal rounding).
+    vals = np.array([0.123456789, 1e-7, 0.5, np.nan], dtype=np.float32)
+    assert score_text(vals[0]) == "0.12345679"
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "pseq2sites", "binding_sites_all.tsv")
+        append_binding_sites(path, {"s1": vals.tolist()})
+        back = read_binding_sites(path, {"s1"})["s1"]
+    np.testing.assert_array_equal(back[:3].astype(np.float32), vals[:3])
+    assert np.isnan(back[3])

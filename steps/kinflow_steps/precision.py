@@ -1,0 +1,62 @@
+"""Precision per model family, with proof (issue 19).
+
+The yardstick of each family is the reference deployment's own numerics
+(Toepfer-Lab/webKinPred): fp32 for ESM-2, ESM-1b and ESM-1v (fair-esm models are never
+cast there); ProtT5-XL's encoder in half precision on CUDA and fp32 on the CPU
+(``T5EncoderModel.from_pretrained(..., torch_dtype=float16 if cuda else float32)``);
+ESM C in bf16 under bf16 autocast on CUDA (``ESMC.from_pretrained`` casts to bf16 off
+the CPU, ``ESMC.logits`` autocasts) and fp32 on the CPU; CatPred (method E) fp32.
+
+A precision runs only where an equivalence test shows it within the bound of
+kinflow_steps.equivalence against that yardstick: ``PROVEN`` lists them per family and
+device type, the first being the default. Everything else — ``KINFLOW_STEPS_PRECISION``
+set to an unproven value, such as fp16 for ESM-2 on CUDA, whose fp16 rotary table puts
+positions 0.66 rad off at 1,502 tokens — is refused at start with one line.
+
+The proofs: steps/tests/test_equivalence.py on the CPU (``make test``). The CUDA rows
+are the reference's own numerics (the yardstick itself); a faster CUDA mode joins the
+table only with an equivalence run on a GPU (docs/BENCHMARKS.md lists what ran).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from kinflow_steps.errors import ConfigError
+
+FP32, FP16, BF16 = "fp32", "fp16", "bf16"
+DTYPES = {FP32: torch.float32, FP16: torch.float16, BF16: torch.bfloat16}
+
+#: family -> device type -> proven precisions (the first is the default).
+PROVEN: dict[str, dict[str, tuple[str, ...]]] = {
+    "esm2": {"cpu": (FP32,), "cuda": (FP32,)},
+    "esm1b": {"cpu": (FP32,), "cuda": (FP32,)},
+    "esm1v": {"cpu": (FP32,), "cuda": (FP32,)},
+    "prot_t5": {"cpu": (FP32,), "cuda": (FP16,)},
+    "esmc": {"cpu": (FP32,), "cuda": (BF16,)},
+    "catpred": {"cpu": (FP32,), "cuda": (FP32,)},
+}
+
+
+def precision_for(family: str, device: torch.device) -> str:
+    """The precision the family runs at on device: KINFLOW_STEPS_PRECISION when it is
+    proven there, the family's default when unset; ConfigError (one line) otherwise."""
+    table = PROVEN[family]
+    proven = table.get(device.type, table["cpu"])
+    want = os.environ.get("KINFLOW_STEPS_PRECISION", "").strip().lower()
+    if not want:
+        return proven[0]
+    if want not in DTYPES:
+        raise ConfigError(f"KINFLOW_STEPS_PRECISION={want!r}: want fp32, fp16 or bf16")
+    if want not in proven:
+        raise ConfigError(
+            f"KINFLOW_STEPS_PRECISION={want} has no equivalence proof for {family} on {device.type} "
+            f"(proven: {', '.join(proven)}; steps/kinflow_steps/precision.py)"
+        )
+    return want
+
+
+def dtype_of(precision: str) -> torch.dtype:
+    return DTYPES[precision]
