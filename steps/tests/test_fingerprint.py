@@ -7,7 +7,7 @@ import hashlib
 import json
 import os
 
-from test_esmc_and_protocol import run_program
+from test_protocol import run_program
 
 from kinflow_steps.fingerprint import HashCache
 
