@@ -86,7 +86,8 @@ func TestClientUsage(t *testing.T) {
 // one process; both get the same RDKit pool.
 func TestOneChemistryPerProcess(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if newChemistry(log) != newChemistry(log) {
+	first, second := newChemistry(log), newChemistry(log)
+	if first != second {
 		t.Fatal("two RDKit pools in one process")
 	}
 }
