@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kinflow/kinflow/internal/units"
 )
 
 // Param is the kinetic parameter a table holds.
@@ -289,26 +291,11 @@ func (r Record) ExtraInfo(p Param, prediction *float64, displayName string) stri
 }
 
 // FormatFloat formats v as Python's repr(float), as the result file writes
-// numbers (WIRE §3.1): the shortest round-trip digits, fixed notation for
-// exponents in [-4, 16) with at least one decimal, else scientific with a
-// sign and two exponent digits (1e-05, 1.5e+16). Empty for Inf and NaN.
+// numbers (WIRE §3.1; units.FormatFloat, the one formatter of result cells).
+// Empty for Inf and NaN.
 func FormatFloat(v float64) string {
 	if math.IsInf(v, 0) || math.IsNaN(v) {
 		return ""
 	}
-	s := strconv.FormatFloat(v, 'e', -1, 64)
-	mant, expStr, _ := strings.Cut(s, "e")
-	exp, _ := strconv.Atoi(expStr)
-	if exp < -4 || exp >= 16 {
-		sign := "+"
-		if exp < 0 {
-			sign, exp = "-", -exp
-		}
-		return fmt.Sprintf("%se%s%02d", mant, sign, exp)
-	}
-	f := strconv.FormatFloat(v, 'f', -1, 64)
-	if !strings.Contains(f, ".") {
-		f += ".0"
-	}
-	return f
+	return units.FormatFloat(v)
 }
