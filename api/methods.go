@@ -24,12 +24,12 @@ type methodObject struct {
 	// AcceptedCSVTypes, AcceptedCSVTypesByTarget and InputBehaviorByTarget
 	// are WIRE §13.4's fields: which substrate layouts the method takes and
 	// how a `Substrates` list reaches it, per target.
-	AcceptedCSVTypes         []string     `json:"acceptedCsvTypes"`
-	AcceptedCSVTypesByTarget orderedLists `json:"acceptedCsvTypesByTarget"`
-	InputBehaviorByTarget    orderedTexts `json:"inputBehaviorByTarget"`
-	MaxSeqLen                *int         `json:"maxSeqLen"`
-	RequiredColumns          []string     `json:"requiredColumns"`
-	SubstrateFormat          string       `json:"substrateFormat"`
+	AcceptedCSVTypes         []string          `json:"acceptedCsvTypes"`
+	AcceptedCSVTypesByTarget ordered[[]string] `json:"acceptedCsvTypesByTarget"`
+	InputBehaviorByTarget    ordered[string]   `json:"inputBehaviorByTarget"`
+	MaxSeqLen                *int              `json:"maxSeqLen"`
+	RequiredColumns          []string          `json:"requiredColumns"`
+	SubstrateFormat          string            `json:"substrateFormat"`
 	// ModelVersion is kinflow's addition: the method's model_version,
 	// bumped whenever a change would alter its predicted values.
 	ModelVersion string `json:"modelVersion"`
@@ -55,15 +55,15 @@ type methodsBody struct {
 	} `json:"notes"`
 }
 
-// orderedLists is a JSON object of string lists with keys in a fixed order
-// (a method's targets in its declared order).
-type orderedLists struct {
+// ordered is a JSON object with keys in a fixed order (the catalogue's
+// target order), which a Go map would not keep.
+type ordered[V any] struct {
 	keys []string
-	vals [][]string
+	vals []V
 }
 
 // MarshalJSON writes the entries in order.
-func (o orderedLists) MarshalJSON() ([]byte, error) {
+func (o ordered[V]) MarshalJSON() ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteByte('{')
 	for i, k := range o.keys {
@@ -75,30 +75,6 @@ func (o orderedLists) MarshalJSON() ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		b.Write(kb)
-		b.WriteByte(':')
-		b.Write(vb)
-	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
-}
-
-// orderedTexts is the same for string values.
-type orderedTexts struct {
-	keys []string
-	vals []string
-}
-
-// MarshalJSON writes the entries in order.
-func (o orderedTexts) MarshalJSON() ([]byte, error) {
-	var b bytes.Buffer
-	b.WriteByte('{')
-	for i, k := range o.keys {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		kb, _ := json.Marshal(k)
-		vb, _ := json.Marshal(o.vals[i])
 		b.Write(kb)
 		b.WriteByte(':')
 		b.Write(vb)
