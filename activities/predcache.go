@@ -51,7 +51,7 @@ func (a *Activities) stageCache(ctx context.Context, job *store.Job, d *methods.
 	keyer := predcache.NewKeyer(predcache.Stage{
 		Target: sr.Target, Method: d.Key, ModelVersion: prov.ModelVersion,
 		EngineFingerprint: prov.EngineFingerprint, Families: prov.Families,
-		FixedArgs: fixedArgs(d, methods.Target(sr.Target)), Canonicalize: job.CanonicalizeSubstrates,
+		FixedArgs: fixedArgs(d, methods.Target(sr.Target), a.Config.MethodECheckpointRoot), Canonicalize: job.CanonicalizeSubstrates,
 	})
 	pc := &stagePredCache{keys: make([]predcache.Key, len(send)), keyOf: make(map[int]predcache.Key, len(send)), version: prov.ModelVersion}
 	for k, i := range send {
@@ -100,13 +100,23 @@ func (a *Activities) storeComputed(ctx context.Context, pc *stagePredCache, d *m
 // fixedArgs is the method's fixed arguments for target t in a stable text
 // form: its command (program, arguments, working folder) and file contract
 // and the input behaviour of t. The engine's fingerprint covers the
-// program's and model's files; these cover how it is called.
-func fixedArgs(d *methods.Descriptor, t methods.Target) string {
+// program's and model's files; these cover how it is called. A method whose
+// environment names the configured checkpoint root (method E's
+// METHODE_CHECKPOINT_ROOT: its model weights) has that root in its key too,
+// since neither its command nor its fingerprint names it.
+func fixedArgs(d *methods.Descriptor, t methods.Target, checkpointRoot string) string {
+	root := ""
+	for _, e := range d.EnvPaths {
+		if strings.Contains(e.Value, "{methode_checkpoint_root}") {
+			root = checkpointRoot
+		}
+	}
 	b, _ := json.Marshal(struct {
-		Command  *methods.Command
-		Contract methods.FileContract
-		Behavior string
-	}{d.Command, d.FileContract, d.InputBehavior(t)})
+		Command        *methods.Command
+		Contract       methods.FileContract
+		Behavior       string
+		CheckpointRoot string `json:",omitempty"`
+	}{d.Command, d.FileContract, d.InputBehavior(t), root})
 	return string(b)
 }
 

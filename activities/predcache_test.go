@@ -189,3 +189,22 @@ func TestStageCacheBypass(t *testing.T) {
 		}
 	}
 }
+
+// TestFixedArgsNameMethodECheckpoints: method E's model weights are read
+// from the configured checkpoint root (METHODE_CHECKPOINT_ROOT), which
+// neither its command nor its engine fingerprint names: another root is
+// another key. A method that does not read it keeps its key.
+func TestFixedArgsNameMethodECheckpoints(t *testing.T) {
+	cat := methods.Default()
+	e, ok := cat.Get("E")
+	if !ok {
+		t.Fatal("no method E")
+	}
+	b, _ := cat.Get("B")
+	if fixedArgs(e, methods.Kcat, "/ckpt/v1") == fixedArgs(e, methods.Kcat, "/ckpt/v2") {
+		t.Fatal("method E's key ignores its checkpoint root")
+	}
+	if fixedArgs(b, methods.Kcat, "/ckpt/v1") != fixedArgs(b, methods.Kcat, "/ckpt/v2") {
+		t.Fatal("method B's key follows a checkpoint root it does not read")
+	}
+}

@@ -117,13 +117,14 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 		}
 		var vals []*float64
 		var reasons map[int]string
+		unconverted := false
 		switch {
 		case len(toSend) == 0:
 			// Every unit came from the cache: the engine is not called.
 		case a.Config.PredictionEngine == "synthetic":
 			vals, err = a.predictSynthetic(ctx, ref, d, sr, toSend)
 		default:
-			vals, reasons, err = a.predictCommand(ctx, ref, job.CanonicalizeSubstrates, d, sr, toSend, dir)
+			vals, reasons, unconverted, err = a.predictCommand(ctx, ref, job.CanonicalizeSubstrates, d, sr, toSend, dir)
 		}
 		if err != nil {
 			log.Warn("prediction failed", "error", err)
@@ -140,7 +141,13 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 				r.Value, r.Source = vals[k], out.Source
 			}
 		}
-		if pc != nil {
+		switch {
+		case pc != nil && unconverted:
+			// The program saw substrates as given, not in the form the
+			// chemistry helper makes of them: values the unit's key (the
+			// tokens as sent to kinflow) does not describe.
+			log.Warn("prediction cache: not storing this stage's values, its substrates went unconverted")
+		case pc != nil:
 			a.storeComputed(ctx, pc, d, out.Results, toSend, log)
 		}
 		cached = len(send) - len(toSend)
@@ -258,13 +265,14 @@ func (a *Activities) checkArtefacts(ref StageRef) error {
 // (methods.RunCommand) over the stage's valid rows: heartbeats while it
 // runs, its progress stored on the stage, its failures reported as
 // non-retryable PredictionFailed errors.
-func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonicalize bool, d *methods.Descriptor, sr stageRows, send []int, dir string) ([]*float64, map[int]string, error) {
+func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonicalize bool, d *methods.Descriptor, sr stageRows, send []int, dir string) ([]*float64, map[int]string, bool, error) {
 	rows := make([]methods.EngineRow, len(send))
 	for k, i := range send {
 		rows[k] = methods.EngineRow{Seq: sr.Units[i].Seq, Kwargs: sr.Units[i].Kwargs}
 	}
 	last := 0
 	var lastWrite time.Time
+	unconverted := false
 	// Heartbeat while the program runs even if it prints nothing.
 	stopBeat := heartbeat.Start(ctx)
 	defer stopBeat()
@@ -276,8 +284,9 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 			"methode_checkpoint_root": a.Config.MethodECheckpointRoot,
 			"methodj_cache_dir":       a.Config.MethodJCacheDir,
 		},
-		Env:  config.ChildEnv(os.Environ()),
-		Chem: a.Chem,
+		Env:         config.ChildEnv(os.Environ()),
+		Chem:        a.Chem,
+		Unconverted: func() { unconverted = true },
 		Progress: func(done int) {
 			activity.RecordHeartbeat(ctx, done)
 			// Progress is stored at most every half second, and only
@@ -291,7 +300,7 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 	var ee *methods.EngineError
 	if errors.As(err, &ee) {
 		// The job's error text names the target (WIRE §13.3).
-		return nil, nil, temporal.NewNonRetryableApplicationError(sr.Target+": "+ee.Msg, ErrPrediction, ee.Err)
+		return nil, nil, false, temporal.NewNonRetryableApplicationError(sr.Target+": "+ee.Msg, ErrPrediction, ee.Err)
 	}
-	return vals, reasons, err
+	return vals, reasons, unconverted, err
 }

@@ -45,9 +45,15 @@ type fakeStarter struct {
 	mu  sync.Mutex
 	ids []string
 	err error
+	// onStart, when set, runs before each start (outside mu): a test's
+	// stand-in for what happens meanwhile elsewhere.
+	onStart func(id string)
 }
 
 func (f *fakeStarter) StartJob(_ context.Context, id string) error {
+	if f.onStart != nil {
+		f.onStart(id)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"os"
 	"strings"
@@ -214,5 +215,38 @@ func TestIdempotentRetryFinishesCutOffSubmit(t *testing.T) {
 			t.Fatal("a refunded job was replayed")
 		}
 		_ = j
+	})
+}
+
+// TestReplayOfReconciledSubmitLeavesNoInput: a retry that finishes a
+// cut-off submit while the reconciler undoes it (the job removed between
+// the retry's input write and its queueing) answers 503 and leaves no
+// orphaned job folder behind, as the first submit's own path does.
+func TestReplayOfReconciledSubmitLeavesNoInput(t *testing.T) {
+	testenv.EachDialect(t, func(t *testing.T, st *store.Store) {
+		h := newHarness(t, st)
+		const ip = "198.51.100.45"
+		key := h.newKey(ip)
+		r := h.submitCSVKey(ip, key, "gone", csvRows(3), kcatB...)
+		wantStatus(t, r, 201)
+		id := r.json(t)["jobId"].(string)
+		// Cut it off: Submitting, no input, never started.
+		st.DB.Exec("UPDATE jobs SET status = ? WHERE id = ?", store.JobSubmitting, id)
+		_ = os.Remove(h.srv.mediaPath("jobs/" + id + "/input.csv"))
+		h.starter.mu.Lock()
+		h.starter.ids = nil
+		h.starter.mu.Unlock()
+		// The reconciler undoes it while the retry is between its input
+		// write and its start.
+		h.starter.onStart = func(jid string) {
+			if _, err := st.AbandonSubmit(context.Background(), jid, "", true, t0); err != nil {
+				t.Errorf("abandon: %v", err)
+			}
+		}
+		r = h.submitCSVKey(ip, key, "gone", csvRows(3), kcatB...)
+		wantStatus(t, r, 503)
+		if _, err := os.Stat(h.srv.mediaPath("jobs/" + id)); !os.IsNotExist(err) {
+			t.Fatalf("the removed job's folder is left behind: %v", err)
+		}
 	})
 }

@@ -352,7 +352,10 @@ func (s *Server) replaySubmit(c *gin.Context, ctx context.Context, j *store.Job,
 			s.log.Warn("job.mark_queued_failed", "request_id", rid, "job_id", j.ID, "error", err)
 		} else if !queued {
 			if _, jerr := s.deps.Store.Job(ctx, j.ID); errors.Is(jerr, store.ErrNotFound) {
-				// The reconciler undid it meanwhile, and released the key.
+				// The reconciler undid it meanwhile, and released the key;
+				// the input this retry wrote belongs to no job.
+				s.log.Error("job.reconciled_away", "request_id", rid, "job_id", j.ID)
+				_ = os.RemoveAll(s.mediaPath("jobs/" + j.ID))
 				abortError(c, http.StatusServiceUnavailable, "The job could not be queued in time. Nothing was charged; please retry.")
 				return
 			}

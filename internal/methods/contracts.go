@@ -95,6 +95,9 @@ func writeEngineInput(ctx context.Context, d *Descriptor, req CommandRequest) (*
 		if err != nil {
 			return nil, err
 		}
+		if !byRDKit && len(subs) > 0 && req.Unconverted != nil {
+			req.Unconverted()
+		}
 		run.notes = append(run.notes, conversionNote(string(form), byRDKit))
 		if run.contract == ContractSubstrateCSV {
 			w := csv.NewWriter(&buf)
@@ -177,6 +180,9 @@ func reactionCells(ctx context.Context, req CommandRequest, kwarg string, notes 
 		conv, byRDKit, err := req.Chem.Convert(ctx, FormInChI, flat)
 		if err != nil {
 			return nil, err
+		}
+		if !byRDKit && len(flat) > 0 && req.Unconverted != nil {
+			req.Unconverted()
 		}
 		if notes != nil {
 			*notes = append(*notes, conversionNote(string(FormInChI), byRDKit))

@@ -74,6 +74,11 @@ type CommandRequest struct {
 	Env []string
 	// Chem converts substrates for the dedicated contracts.
 	Chem Chemistry
+	// Unconverted, when set, is called when a dedicated contract's
+	// substrates or products were passed as given because the chemistry
+	// helper could not convert them (none configured, or it failed): the
+	// program then saw other text than a converting helper would send.
+	Unconverted func()
 	// Progress is called on each `Progress: x/y` line with x (may be nil).
 	// Keeping the activity alive while the program is silent is the
 	// caller's (internal/heartbeat).

@@ -20,10 +20,10 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -159,6 +159,10 @@ type Cache struct {
 // New returns the cache kept in st (migration 0004_prediction_cache),
 // without a memory tier.
 func New(st *store.Store) *Cache { return &Cache{st: st} }
+
+// sqliteStoreRows is the most entries per SQLite insert: 6 variables
+// each, well within SQLite's 32,766.
+const sqliteStoreRows = 100
 
 // lookupChunk is the most keys per lookup query: one query for a
 // 10,000-unit stage, and a bounded parameter for larger ones.
@@ -312,8 +316,10 @@ type Put struct {
 // storeDB writes entries for method at modelVersion, stamped now. An entry
 // already present is kept (its first-computed time stands): two jobs that
 // computed one unit at once store it once. An entry with neither a value
-// nor an error is refused. Like lookupDB, the entries travel as a few array
-// parameters, not one variable per field.
+// nor an error is refused. On Postgres the entries travel as a few array
+// parameters; on SQLite as bound variables, 100 entries a statement (a
+// JSON array, as lookupDB takes, changes about one value in ten by a unit
+// in the last place).
 func (c *Cache) storeDB(ctx context.Context, method, modelVersion string, puts []Put, now time.Time) error {
 	if len(puts) == 0 {
 		return nil
@@ -344,24 +350,32 @@ func (c *Cache) storeDB(ctx context.Context, method, modelVersion string, puts [
 SELECT k, $4, $5, v, e, $6 FROM unnest($1::bytea[], $2::float8[], $3::text[]) AS u(k, v, e)
 ON CONFLICT (unit_key) DO NOTHING`, ks, vs, es, method, modelVersion, ms)
 		} else {
-			type entry struct {
-				K string   `json:"k"`
-				V *float64 `json:"v,omitempty"`
-				E string   `json:"e,omitempty"`
+			// Bound variables, not a JSON array as the lookup takes: SQLite
+			// parses a JSON number into a double that is off by one unit in
+			// the last place for about one value in ten, and a cached value
+			// must be the very double the engine gave.
+			for at := 0; at < len(part) && err == nil; at += sqliteStoreRows {
+				rows := part[at:min(at+sqliteStoreRows, len(part))]
+				var q strings.Builder
+				q.WriteString("INSERT INTO prediction_cache (unit_key, method, model_version, value, error, created_at_ms) VALUES ")
+				args := make([]any, 0, 6*len(rows))
+				for i, p := range rows {
+					if i > 0 {
+						q.WriteByte(',')
+					}
+					q.WriteString("(?, ?, ?, ?, ?, ?)")
+					var v, e any
+					if p.Value != nil {
+						v = *p.Value
+					}
+					if p.Error != "" {
+						e = p.Error
+					}
+					args = append(args, p.Key[:], method, modelVersion, v, e, ms)
+				}
+				q.WriteString(" ON CONFLICT (unit_key) DO NOTHING")
+				_, err = sqlDB.ExecContext(ctx, q.String(), args...)
 			}
-			es := make([]entry, len(part))
-			for i, p := range part {
-				es[i] = entry{K: hex.EncodeToString(p.Key[:]), V: p.Value, E: p.Error}
-			}
-			js, jerr := json.Marshal(es)
-			if jerr != nil {
-				return jerr
-			}
-			// WHERE true: SQLite's parser needs it between a SELECT and
-			// ON CONFLICT.
-			_, err = sqlDB.ExecContext(ctx, `INSERT INTO prediction_cache (unit_key, method, model_version, value, error, created_at_ms)
-SELECT unhex(json_extract(value, '$.k')), ?, ?, json_extract(value, '$.v'), json_extract(value, '$.e'), ? FROM json_each(?) WHERE true
-ON CONFLICT (unit_key) DO NOTHING`, method, modelVersion, ms, string(js))
 		}
 		if err != nil {
 			return fmt.Errorf("store %d predictions: %w", len(part), err)
