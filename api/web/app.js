@@ -615,7 +615,9 @@
     $("key-forget").addEventListener("click", () => { storeKey(""); refreshKey(); });
     $("validate-btn").addEventListener("click", onValidate);
     $("submit-form").addEventListener("submit", onSubmit);
-    $("csv-file").addEventListener("change", resetConfirm);
+    // Any change to the form (file, text, targets, methods, every option)
+    // is a new request: it needs a new validation and a new Idempotency-Key.
+    $("submit-form").addEventListener("change", resetConfirm);
     $("csv-text").addEventListener("input", resetConfirm);
     $("open-form").addEventListener("submit", (ev) => {
       ev.preventDefault();
