@@ -192,12 +192,23 @@ func (e *Engine) recheck(ctx context.Context, req StepRequest, admitted provenan
 	if !ok {
 		return nil
 	}
-	info, err := r.Pool.Ready(ctx, r.serverSpec(req.StepKey, tmpl), func(l string) { req.Log.Printf("%s", l) })
+	spec := r.serverSpec(req.StepKey, tmpl)
+	info, err := r.Pool.Ready(ctx, spec, func(l string) { req.Log.Printf("%s", l) })
 	if err != nil {
 		return r.serverErr(ctx, req.StepKey, err)
 	}
 	fp, ok := provenance.Parse(info["fingerprint"])
-	if !ok || fp.ID() == admitted.ID() {
+	if !ok {
+		// A server that reports no fingerprint was admitted under its
+		// command line's files (Fingerprint): a restart may have loaded
+		// changed ones, so they are identified again (sums are remembered
+		// by path, size and mtime: no re-read of unchanged weights).
+		model, _ := info["model"].(string)
+		if fp, err = ProgramFingerprint(spec.Argv, model); err != nil {
+			return err
+		}
+	}
+	if fp.ID() == admitted.ID() {
 		return nil
 	}
 	req.Log.Printf("FINGERPRINT_CHANGED job_id=%s step=%s from=%s to=%s (the step server restarted)", req.JobID, req.StepKey, admitted.ID(), fp.ID())

@@ -180,3 +180,32 @@ func TestRestartedServerIsCheckedAgain(t *testing.T) {
 		t.Fatal("the restarted server wrote with other weights")
 	}
 }
+
+// TestRestartedServerWithoutFingerprintIsCheckedAgain: a resident server
+// whose ready line carries no fingerprint is admitted under its command
+// line's files; when it restarts mid-step after one of them changed, the
+// next batch is refused, not written with the other weights.
+func TestRestartedServerWithoutFingerprintIsCheckedAgain(t *testing.T) {
+	f := newFixture(t, 1000)
+	ckpt := filepath.Join(t.TempDir(), "model.ckpt")
+	if err := os.WriteFile(ckpt, []byte("checkpoint"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.settings.Servers = map[string][]string{testStep: {os.Args[0], "--serve", ckpt, "crash", "mutate=" + ckpt}}
+	f.settings.MaxBatchSeqs = 1
+	pool := stepserver.NewPool(stepserver.Options{Max: 1})
+	t.Cleanup(pool.Close)
+	e := f.engine()
+	e.Runner = &CommandRunner{Settings: f.settings, MediaRoot: f.media, Pool: pool}
+	out, err := e.RunStep(context.Background(), StepRequest{JobID: jobA, StepKey: testStep, Seqs: f.items(t, 40, 30)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ce *ConfigError
+	if !errors.As(out.Failure, &ce) || !strings.Contains(ce.Error(), "refusing to mix") || out.Written != 1 {
+		t.Fatalf("want the first batch written and the second refused: %+v", out)
+	}
+	if _, err := os.Stat(f.path("s01")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("the restarted server wrote with other weights")
+	}
+}
