@@ -235,7 +235,12 @@ func (e *Engine) admitFamilies(req StepRequest, fp provenance.Fingerprint, todo 
 	sort.Strings(keys)
 	for _, d := range keys {
 		fam := FamilyName(d)
-		v, err := provenance.Admit(d, fam, fp)
+		var suffix string
+		for p := range dirs[d] {
+			suffix = filepath.Ext(p)
+			break
+		}
+		v, err := provenance.AdmitWith(d, fam, fp, func() error { return flagUnlistedSynthetic(d, suffix) })
 		if err != nil {
 			var me *provenance.MismatchError
 			if errors.As(err, &me) {
@@ -265,6 +270,43 @@ func (e *Engine) admitFamilies(req StepRequest, fp provenance.Fingerprint, todo 
 		}
 	}
 	return nil
+}
+
+// flagUnlistedSynthetic flags in dir's manifest, as synthetic, every
+// artefact `<sid><suffix>` that the manifest does not list. It runs when a
+// real writer takes over a family recorded as all synthetic: a synthetic
+// writer killed between renaming its files and merging their manifest
+// entries left files that only the old record said were synthetic, and the
+// new record would otherwise present them as the real model's.
+func flagUnlistedSynthetic(dir, suffix string) error {
+	if suffix == "" {
+		return nil
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	listed := embedding.ReadManifest(dir)
+	var commits []embedding.Commit
+	for _, e := range ents {
+		name := e.Name()
+		sid, ok := strings.CutSuffix(name, suffix)
+		if !ok || sid == "" || strings.HasPrefix(name, ".") || !e.Type().IsRegular() {
+			continue
+		}
+		if _, ok := listed[sid]; ok {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		commits = append(commits, embedding.Commit{SeqID: sid, Suffix: suffix, Bytes: info.Size(), Synthetic: true})
+	}
+	return embedding.MergeManifest(dir, commits, nil)
 }
 
 // serverSpec is the resident server's spec for step (tmpl is its

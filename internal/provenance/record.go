@@ -149,6 +149,15 @@ func (e *MismatchError) Error() string {
 // takes over a synthetic record, or notes that synthetic files are added. A
 // different real model is refused with a *MismatchError.
 func Admit(dir, family string, fp Fingerprint) (Verdict, error) {
+	return AdmitWith(dir, family, fp, nil)
+}
+
+// AdmitWith is Admit with a hook run under the family's lock just before a
+// real writer's record replaces a synthetic one (SyntheticRecorded): the
+// record then stops vouching for every file, so the hook flags per file
+// (manifest) the synthetic files the manifest does not list yet. An error
+// of the hook leaves the synthetic record in place.
+func AdmitWith(dir, family string, fp Fingerprint, onTakeover func() error) (Verdict, error) {
 	fp = fp.ForFamily(family)
 	// Fast path: the common case (equal) needs no lock and no write.
 	rec, err := ReadRecorded(dir)
@@ -187,6 +196,11 @@ func Admit(dir, family string, fp Fingerprint) (Verdict, error) {
 		}
 		return v, Write(dir, &Recorded{Fingerprint: fp, RecordedAt: now, Unverified: n > 0})
 	case SyntheticRecorded:
+		if onTakeover != nil {
+			if err := onTakeover(); err != nil {
+				return v, err
+			}
+		}
 		return v, Write(dir, &Recorded{Fingerprint: fp, RecordedAt: now, SyntheticFiles: true, Unverified: rec.Unverified})
 	default: // SyntheticWriter
 		if rec.SyntheticFiles {
