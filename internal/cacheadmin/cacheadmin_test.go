@@ -272,3 +272,28 @@ func TestPurgeSyntheticKeepsThePerFileFlagRead(t *testing.T) {
 		t.Fatalf("a real plan counts the late synthetic file: %+v %v", p, err)
 	}
 }
+
+// TestAdoptKeepsThePerFileFlagRead: a synthetic writer admitted before an
+// adopt (the family then had a synthetic record) commits its file and
+// manifest entry after it: the file is still seen as synthetic.
+func TestAdoptKeepsThePerFileFlagRead(t *testing.T) {
+	fx := newFixture(t, 5)
+	fx.writeIndependently(t, famH, fx.ids[:4])
+	f, _ := embedding.FamilyByName(famH)
+	dir := fx.l.FamilyDir(f)
+	if _, err := provenance.Admit(dir, famH, provenance.Synthetic("methodh_esm2_last_mean")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fx.commandVerifier(t).Adopt(context.Background(), famH, 2); err != nil {
+		t.Fatal(err)
+	}
+	sid := fx.ids[4]
+	fx.writeIndependently(t, famH, []string{sid})
+	if err := embedding.MergeManifest(dir, []embedding.Commit{{SeqID: sid, Suffix: f.Suffix(), Bytes: 1, Synthetic: true}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := Status(fx.l)
+	if len(st) != 1 || st[0].Files != 5 || st[0].Synthetic != 1 {
+		t.Fatalf("the late synthetic file is taken for a real one: %+v", st)
+	}
+}

@@ -326,7 +326,10 @@ func (v *Verifier) Adopt(ctx context.Context, family string, sample int) (Verify
 		return res, err
 	}
 	now := time.Now().UTC()
+	// SyntheticFiles stays set when the old record allowed synthetic
+	// writers (a synthetic record, or its flag): one admitted before the
+	// adopt may still add files, flagged only in the manifest.
 	nrec := &provenance.Recorded{Fingerprint: res.Fingerprint, RecordedAt: now, Adopted: &now,
-		SyntheticFiles: len(syntheticIDs(dir, rec, have)) > 0}
+		SyntheticFiles: len(syntheticIDs(dir, rec, have)) > 0 || (rec != nil && (rec.SyntheticFiles || rec.AllSynthetic()))}
 	return res, provenance.Write(dir, nrec)
 }
