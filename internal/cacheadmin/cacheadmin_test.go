@@ -297,3 +297,28 @@ func TestAdoptKeepsThePerFileFlagRead(t *testing.T) {
 		t.Fatalf("the late synthetic file is taken for a real one: %+v", st)
 	}
 }
+
+// TestVerifyFindsAScaledFile: a file whose vector points the right way but
+// is twice as long (a sum stored where the family holds means) has a cosine
+// of 1: its length gives it away.
+func TestVerifyFindsAScaledFile(t *testing.T) {
+	fx := newFixture(t, 3)
+	fx.writeIndependently(t, famH, fx.ids)
+	f, _ := embedding.FamilyByName(famH)
+	path := filepath.Join(fx.l.FamilyDir(f), fx.ids[1]+f.Suffix())
+	tn := embedding.SyntheticArtefact(f, fx.seqs[fx.ids[1]])
+	for i := range tn.Data {
+		tn.Data[i] *= 2
+	}
+	body, _ := embedding.EncodeArtefact(f.Format, tn)
+	if err := os.WriteFile(path, body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := fx.commandVerifier(t).Verify(context.Background(), famH, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Checked != 3 || res.Failed != 1 || !strings.HasPrefix(res.Failures[0], fx.ids[1]+": length differs") {
+		t.Fatalf("verify: %+v", res)
+	}
+}
