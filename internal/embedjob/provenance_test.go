@@ -248,3 +248,36 @@ func TestTakeoverFlagsUnlistedSyntheticFiles(t *testing.T) {
 		t.Fatalf("the unlisted synthetic file was taken as real: %+v", out)
 	}
 }
+
+// TestFirstRealWriterOverOldSyntheticFiles: a media root from before records
+// holds synthetic files flagged only in the manifest. The first real writer
+// records the family (unverified) and still has readers read the manifest:
+// the synthetic files it did not replace stay synthetic, never the model's.
+func TestFirstRealWriterOverOldSyntheticFiles(t *testing.T) {
+	f := newFixture(t, 1000)
+	weights := filepath.Join(t.TempDir(), "esm1b.pt")
+	if err := os.WriteFile(weights, []byte("w"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.settings.Commands[testStep] = append(f.settings.Commands[testStep], "weights="+weights)
+	f.settings.Fingerprints = map[string][]string{testStep: {os.Args[0], "weights=" + weights}}
+	items := f.items(t, 30, 40)
+	seqs := map[string]string{"s00": items[0].Sequence, "s01": items[1].Sequence}
+	if _, err := embedding.ComputeStep(context.Background(), f.layout.L, testStep, []string{"s00", "s01"}, seqs, nil); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(f.path("s00"))
+	if err := os.Remove(filepath.Join(dir, provenance.RecordName)); err != nil { // an old media root
+		t.Fatal(err)
+	}
+	if out := f.run(t, items[:1]); out.Failure != nil || out.Written != 1 {
+		t.Fatalf("first real writer: %+v", out)
+	}
+	if rec, _ := provenance.ReadRecorded(dir); rec == nil || rec.AllSynthetic() || !rec.SyntheticFiles {
+		t.Fatalf("record: %+v", rec)
+	}
+	out := f.run(t, items[1:])
+	if out.Failure != nil || out.Written != 1 || out.Skipped != 0 {
+		t.Fatalf("the old synthetic file was taken as real: %+v", out)
+	}
+}

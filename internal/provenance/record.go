@@ -1,6 +1,7 @@
 package provenance
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -194,7 +195,11 @@ func AdmitWith(dir, family string, fp Fingerprint, onTakeover func() error) (Ver
 		if err != nil {
 			return v, err
 		}
-		return v, Write(dir, &Recorded{Fingerprint: fp, RecordedAt: now, Unverified: n > 0})
+		// Files already there may include synthetic ones flagged only in
+		// the manifest (written before records existed): readers must keep
+		// reading it, or they would take those for this model's.
+		return v, Write(dir, &Recorded{Fingerprint: fp, RecordedAt: now, Unverified: n > 0,
+			SyntheticFiles: n > 0 && !fp.Synthetic && manifestMentionsSynthetic(dir)})
 	case SyntheticRecorded:
 		if onTakeover != nil {
 			if err := onTakeover(); err != nil {
@@ -209,6 +214,13 @@ func AdmitWith(dir, family string, fp Fingerprint, onTakeover func() error) (Ver
 		rec.SyntheticFiles = true
 		return v, Write(dir, rec)
 	}
+}
+
+// manifestMentionsSynthetic reports whether dir's manifest.json flags any
+// file synthetic (a byte search: a flag's key appears only in such entries).
+func manifestMentionsSynthetic(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	return err == nil && bytes.Contains(b, []byte(`"synthetic"`))
 }
 
 // CountArtefacts counts the artefact files in dir: regular files whose name
