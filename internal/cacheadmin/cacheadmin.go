@@ -245,11 +245,11 @@ func Purge(l *embedding.Layout, family string, syntheticOnly bool) (PurgeResult,
 		if !syntheticOnly {
 			_ = os.Remove(filepath.Join(dir, embedding.ManifestName))
 		}
-	case rec != nil && rec.SyntheticFiles:
-		rec.SyntheticFiles = false
-		if err := provenance.Write(dir, rec); err != nil {
-			return res, err
-		}
 	}
+	// A record's SyntheticFiles stays set after --synthetic: a synthetic
+	// writer admitted before the purge (provenance.Admit's fast path reads
+	// the flag, takes no lock) may still be adding files, flagged only in
+	// the manifest; clearing the flag would make readers skip the manifest
+	// and take those files for the real model's.
 	return res, nil
 }

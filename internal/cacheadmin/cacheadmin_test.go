@@ -12,6 +12,7 @@ import (
 	"github.com/kinflow/kinflow/internal/embedding"
 	"github.com/kinflow/kinflow/internal/embedjob"
 	"github.com/kinflow/kinflow/internal/fsutil"
+	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/provenance"
 )
 
@@ -233,5 +234,91 @@ func TestPurge(t *testing.T) {
 	}
 	if _, err := Purge(fx.l, "no/such", false); err == nil {
 		t.Fatal("unknown family purged")
+	}
+}
+
+// TestPurgeSyntheticKeepsThePerFileFlagRead: a synthetic writer admitted
+// before `purge --synthetic` (its check saw the record's flag and took no
+// lock) commits its file and manifest entry after the purge: the file is
+// still seen as synthetic, never as the recorded real model's.
+func TestPurgeSyntheticKeepsThePerFileFlagRead(t *testing.T) {
+	fx := newFixture(t, 3)
+	f, _ := embedding.FamilyByName(famH)
+	dir := fx.l.FamilyDir(f)
+	real := provenance.Fingerprint{Model: "esm2", Weights: map[string]string{"w": "1"}}
+	if _, err := provenance.Admit(dir, famH, real); err != nil {
+		t.Fatal(err)
+	}
+	fx.writeIndependently(t, famH, fx.ids[:1])
+	// The synthetic writer's check, before the purge.
+	if _, err := provenance.Admit(dir, famH, provenance.Synthetic("methodh_esm2_last_mean")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Purge(fx.l, famH, true); err != nil {
+		t.Fatal(err)
+	}
+	// ... and its write, after it.
+	sid := fx.ids[1]
+	fx.writeIndependently(t, famH, []string{sid})
+	if err := embedding.MergeManifest(dir, []embedding.Commit{{SeqID: sid, Suffix: f.Suffix(), Bytes: 1, Synthetic: true}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := Status(fx.l)
+	if len(st) != 1 || st[0].Files != 2 || st[0].Synthetic != 1 {
+		t.Fatalf("the late synthetic file is taken for a real one: %+v", st)
+	}
+	p, err := fx.l.BuildPlan(context.Background(), embedding.PlanRequest{MethodKey: "H", Profile: methods.ProfileMethodHESM2LastMean, Target: methods.Kcat, SeqIDs: []string{sid}, SeqIDToSeq: fx.seqs, RealOnly: true})
+	if err != nil || p.SyntheticIgnored != 1 {
+		t.Fatalf("a real plan counts the late synthetic file: %+v %v", p, err)
+	}
+}
+
+// TestAdoptKeepsThePerFileFlagRead: a synthetic writer admitted before an
+// adopt (the family then had a synthetic record) commits its file and
+// manifest entry after it: the file is still seen as synthetic.
+func TestAdoptKeepsThePerFileFlagRead(t *testing.T) {
+	fx := newFixture(t, 5)
+	fx.writeIndependently(t, famH, fx.ids[:4])
+	f, _ := embedding.FamilyByName(famH)
+	dir := fx.l.FamilyDir(f)
+	if _, err := provenance.Admit(dir, famH, provenance.Synthetic("methodh_esm2_last_mean")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fx.commandVerifier(t).Adopt(context.Background(), famH, 2); err != nil {
+		t.Fatal(err)
+	}
+	sid := fx.ids[4]
+	fx.writeIndependently(t, famH, []string{sid})
+	if err := embedding.MergeManifest(dir, []embedding.Commit{{SeqID: sid, Suffix: f.Suffix(), Bytes: 1, Synthetic: true}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := Status(fx.l)
+	if len(st) != 1 || st[0].Files != 5 || st[0].Synthetic != 1 {
+		t.Fatalf("the late synthetic file is taken for a real one: %+v", st)
+	}
+}
+
+// TestVerifyFindsAScaledFile: a file whose vector points the right way but
+// is twice as long (a sum stored where the family holds means) has a cosine
+// of 1: its length gives it away.
+func TestVerifyFindsAScaledFile(t *testing.T) {
+	fx := newFixture(t, 3)
+	fx.writeIndependently(t, famH, fx.ids)
+	f, _ := embedding.FamilyByName(famH)
+	path := filepath.Join(fx.l.FamilyDir(f), fx.ids[1]+f.Suffix())
+	tn := embedding.SyntheticArtefact(f, fx.seqs[fx.ids[1]])
+	for i := range tn.Data {
+		tn.Data[i] *= 2
+	}
+	body, _ := embedding.EncodeArtefact(f.Format, tn)
+	if err := os.WriteFile(path, body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := fx.commandVerifier(t).Verify(context.Background(), famH, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Checked != 3 || res.Failed != 1 || !strings.HasPrefix(res.Failures[0], fx.ids[1]+": length differs") {
+		t.Fatalf("verify: %+v", res)
 	}
 }

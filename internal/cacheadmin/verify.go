@@ -32,6 +32,11 @@ const (
 	MinCosinePooled = 0.9999
 	// MinCosineRow is the least cosine similarity of every per-residue row.
 	MinCosineRow = 0.999
+	// MaxNormDiffPooled and MaxNormDiffRow bound the relative difference of
+	// the vectors' lengths: a cosine alone accepts a scaled vector (a sum
+	// where the family holds means, a file multiplied by a constant).
+	MaxNormDiffPooled = 0.01
+	MaxNormDiffRow    = 0.05
 )
 
 // DefaultSample is how many files verify and adopt recompute by default.
@@ -259,20 +264,38 @@ func CompareFiles(cached, fresh string, perResidue bool) error {
 		}
 	}
 	rows, width := 1, len(a.Data)
-	bound := MinCosinePooled
+	bound, normBound := MinCosinePooled, MaxNormDiffPooled
 	if perResidue && len(a.Shape) == 2 {
-		rows, width, bound = a.Shape[0], a.Shape[1], MinCosineRow
+		rows, width, bound, normBound = a.Shape[0], a.Shape[1], MinCosineRow, MaxNormDiffRow
 	}
 	for r := 0; r < rows; r++ {
-		c := cosine(a.Data[r*width:(r+1)*width], b.Data[r*width:(r+1)*width])
-		if c < bound {
-			if rows == 1 {
-				return fmt.Errorf("cosine %.6f < %g", c, bound)
-			}
-			return fmt.Errorf("row %d: cosine %.6f < %g", r, c, bound)
+		x, y := a.Data[r*width:(r+1)*width], b.Data[r*width:(r+1)*width]
+		where := ""
+		if rows > 1 {
+			where = fmt.Sprintf("row %d: ", r)
+		}
+		if c := cosine(x, y); c < bound {
+			return fmt.Errorf("%scosine %.6f < %g", where, c, bound)
+		}
+		if d := normDiff(x, y); d > normBound {
+			return fmt.Errorf("%slength differs by %.4f > %g (relative)", where, d, normBound)
 		}
 	}
 	return nil
+}
+
+// normDiff is |‖x‖ − ‖y‖| / max(‖x‖, ‖y‖) (0 when both are zero).
+func normDiff(x, y []float32) float64 {
+	var nx, ny float64
+	for i := range x {
+		nx += float64(x[i]) * float64(x[i])
+		ny += float64(y[i]) * float64(y[i])
+	}
+	nx, ny = math.Sqrt(nx), math.Sqrt(ny)
+	if m := math.Max(nx, ny); m > 0 {
+		return math.Abs(nx-ny) / m
+	}
+	return 0
 }
 
 // cosine is the cosine similarity of x and y (1 when both are zero).
@@ -326,7 +349,10 @@ func (v *Verifier) Adopt(ctx context.Context, family string, sample int) (Verify
 		return res, err
 	}
 	now := time.Now().UTC()
+	// SyntheticFiles stays set when the old record allowed synthetic
+	// writers (a synthetic record, or its flag): one admitted before the
+	// adopt may still add files, flagged only in the manifest.
 	nrec := &provenance.Recorded{Fingerprint: res.Fingerprint, RecordedAt: now, Adopted: &now,
-		SyntheticFiles: len(syntheticIDs(dir, rec, have)) > 0}
+		SyntheticFiles: len(syntheticIDs(dir, rec, have)) > 0 || (rec != nil && (rec.SyntheticFiles || rec.AllSynthetic()))}
 	return res, provenance.Write(dir, nrec)
 }

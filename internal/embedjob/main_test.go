@@ -187,6 +187,10 @@ func fakeStepProgram(args []string) int {
 				if len(b) > 0 {
 					b[0] ^= 1
 					_ = os.WriteFile(f, b, 0o644)
+					// A distinct mtime whatever the clock's granularity
+					// (sums are remembered by path, size and mtime).
+					later := time.Now().Add(2 * time.Second)
+					_ = os.Chtimes(f, later, later)
 				}
 			}
 			fmt.Fprintln(os.Stderr, "Traceback (most recent call last): segfault")

@@ -192,12 +192,23 @@ func (e *Engine) recheck(ctx context.Context, req StepRequest, admitted provenan
 	if !ok {
 		return nil
 	}
-	info, err := r.Pool.Ready(ctx, r.serverSpec(req.StepKey, tmpl), func(l string) { req.Log.Printf("%s", l) })
+	spec := r.serverSpec(req.StepKey, tmpl)
+	info, err := r.Pool.Ready(ctx, spec, func(l string) { req.Log.Printf("%s", l) })
 	if err != nil {
 		return r.serverErr(ctx, req.StepKey, err)
 	}
 	fp, ok := provenance.Parse(info["fingerprint"])
-	if !ok || fp.ID() == admitted.ID() {
+	if !ok {
+		// A server that reports no fingerprint was admitted under its
+		// command line's files (Fingerprint): a restart may have loaded
+		// changed ones, so they are identified again (sums are remembered
+		// by path, size and mtime: no re-read of unchanged weights).
+		model, _ := info["model"].(string)
+		if fp, err = ProgramFingerprint(spec.Argv, model); err != nil {
+			return err
+		}
+	}
+	if fp.ID() == admitted.ID() {
 		return nil
 	}
 	req.Log.Printf("FINGERPRINT_CHANGED job_id=%s step=%s from=%s to=%s (the step server restarted)", req.JobID, req.StepKey, admitted.ID(), fp.ID())
@@ -224,7 +235,12 @@ func (e *Engine) admitFamilies(req StepRequest, fp provenance.Fingerprint, todo 
 	sort.Strings(keys)
 	for _, d := range keys {
 		fam := FamilyName(d)
-		v, err := provenance.Admit(d, fam, fp)
+		var suffix string
+		for p := range dirs[d] {
+			suffix = filepath.Ext(p)
+			break
+		}
+		v, err := provenance.AdmitWith(d, fam, fp, func() error { return flagUnlistedSynthetic(d, suffix) })
 		if err != nil {
 			var me *provenance.MismatchError
 			if errors.As(err, &me) {
@@ -254,6 +270,43 @@ func (e *Engine) admitFamilies(req StepRequest, fp provenance.Fingerprint, todo 
 		}
 	}
 	return nil
+}
+
+// flagUnlistedSynthetic flags in dir's manifest, as synthetic, every
+// artefact `<sid><suffix>` that the manifest does not list. It runs when a
+// real writer takes over a family recorded as all synthetic: a synthetic
+// writer killed between renaming its files and merging their manifest
+// entries left files that only the old record said were synthetic, and the
+// new record would otherwise present them as the real model's.
+func flagUnlistedSynthetic(dir, suffix string) error {
+	if suffix == "" {
+		return nil
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	listed := embedding.ReadManifest(dir)
+	var commits []embedding.Commit
+	for _, e := range ents {
+		name := e.Name()
+		sid, ok := strings.CutSuffix(name, suffix)
+		if !ok || sid == "" || strings.HasPrefix(name, ".") || !e.Type().IsRegular() {
+			continue
+		}
+		if _, ok := listed[sid]; ok {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		commits = append(commits, embedding.Commit{SeqID: sid, Suffix: suffix, Bytes: info.Size(), Synthetic: true})
+	}
+	return embedding.MergeManifest(dir, commits, nil)
 }
 
 // serverSpec is the resident server's spec for step (tmpl is its

@@ -180,3 +180,104 @@ func TestRestartedServerIsCheckedAgain(t *testing.T) {
 		t.Fatal("the restarted server wrote with other weights")
 	}
 }
+
+// TestRestartedServerWithoutFingerprintIsCheckedAgain: a resident server
+// whose ready line carries no fingerprint is admitted under its command
+// line's files; when it restarts mid-step after one of them changed, the
+// next batch is refused, not written with the other weights.
+func TestRestartedServerWithoutFingerprintIsCheckedAgain(t *testing.T) {
+	f := newFixture(t, 1000)
+	ckpt := filepath.Join(t.TempDir(), "model.ckpt")
+	if err := os.WriteFile(ckpt, []byte("checkpoint"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.settings.Servers = map[string][]string{testStep: {os.Args[0], "--serve", ckpt, "crash", "mutate=" + ckpt}}
+	f.settings.MaxBatchSeqs = 1
+	pool := stepserver.NewPool(stepserver.Options{Max: 1})
+	t.Cleanup(pool.Close)
+	e := f.engine()
+	e.Runner = &CommandRunner{Settings: f.settings, MediaRoot: f.media, Pool: pool}
+	out, err := e.RunStep(context.Background(), StepRequest{JobID: jobA, StepKey: testStep, Seqs: f.items(t, 40, 30)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ce *ConfigError
+	if !errors.As(out.Failure, &ce) || !strings.Contains(ce.Error(), "refusing to mix") || out.Written != 1 {
+		t.Fatalf("want the first batch written and the second refused: %+v", out)
+	}
+	if _, err := os.Stat(f.path("s01")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("the restarted server wrote with other weights")
+	}
+}
+
+// TestTakeoverFlagsUnlistedSyntheticFiles: a synthetic writer killed between
+// renaming a file and merging its manifest entry leaves a file that only the
+// family's all-synthetic record calls synthetic. When a real writer takes
+// the family over, that file is flagged per file, so a later real run
+// replaces it instead of presenting it as the real model's.
+func TestTakeoverFlagsUnlistedSyntheticFiles(t *testing.T) {
+	f := newFixture(t, 1000)
+	weights := filepath.Join(t.TempDir(), "esm1b.pt")
+	if err := os.WriteFile(weights, []byte("w"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.settings.Commands[testStep] = append(f.settings.Commands[testStep], "weights="+weights)
+	f.settings.Fingerprints = map[string][]string{testStep: {os.Args[0], "weights=" + weights}}
+	items := f.items(t, 30, 40)
+	ids := []string{"s00", "s01"}
+	seqs := map[string]string{"s00": items[0].Sequence, "s01": items[1].Sequence}
+	if _, err := embedding.ComputeStep(context.Background(), f.layout.L, testStep, ids, seqs, nil); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(f.path("s00"))
+	// The crash: s01's file is in place, its manifest entry never merged.
+	if err := embedding.MergeManifest(dir, nil, []string{"s01"}); err != nil {
+		t.Fatal(err)
+	}
+	if out := f.run(t, items[:1]); out.Failure != nil || out.Written != 1 {
+		t.Fatalf("real writer over s00: %+v", out)
+	}
+	if rec, _ := provenance.ReadRecorded(dir); rec.AllSynthetic() || !rec.SyntheticFiles {
+		t.Fatalf("record after the takeover: %+v", rec)
+	}
+	if e, ok := embedding.ReadManifest(dir)["s01"]; !ok || !e.Synthetic {
+		t.Fatalf("s01 not flagged synthetic after the takeover: %+v", e)
+	}
+	out := f.run(t, items[1:])
+	if out.Failure != nil || out.Written != 1 || out.Skipped != 0 {
+		t.Fatalf("the unlisted synthetic file was taken as real: %+v", out)
+	}
+}
+
+// TestFirstRealWriterOverOldSyntheticFiles: a media root from before records
+// holds synthetic files flagged only in the manifest. The first real writer
+// records the family (unverified) and still has readers read the manifest:
+// the synthetic files it did not replace stay synthetic, never the model's.
+func TestFirstRealWriterOverOldSyntheticFiles(t *testing.T) {
+	f := newFixture(t, 1000)
+	weights := filepath.Join(t.TempDir(), "esm1b.pt")
+	if err := os.WriteFile(weights, []byte("w"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.settings.Commands[testStep] = append(f.settings.Commands[testStep], "weights="+weights)
+	f.settings.Fingerprints = map[string][]string{testStep: {os.Args[0], "weights=" + weights}}
+	items := f.items(t, 30, 40)
+	seqs := map[string]string{"s00": items[0].Sequence, "s01": items[1].Sequence}
+	if _, err := embedding.ComputeStep(context.Background(), f.layout.L, testStep, []string{"s00", "s01"}, seqs, nil); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(f.path("s00"))
+	if err := os.Remove(filepath.Join(dir, provenance.RecordName)); err != nil { // an old media root
+		t.Fatal(err)
+	}
+	if out := f.run(t, items[:1]); out.Failure != nil || out.Written != 1 {
+		t.Fatalf("first real writer: %+v", out)
+	}
+	if rec, _ := provenance.ReadRecorded(dir); rec == nil || rec.AllSynthetic() || !rec.SyntheticFiles {
+		t.Fatalf("record: %+v", rec)
+	}
+	out := f.run(t, items[1:])
+	if out.Failure != nil || out.Written != 1 || out.Skipped != 0 {
+		t.Fatalf("the old synthetic file was taken as real: %+v", out)
+	}
+}

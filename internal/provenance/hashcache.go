@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/kinflow/kinflow/internal/fsutil"
@@ -157,7 +158,8 @@ func (c *HashCache) sum(path string) (string, bool, error) {
 
 // SumTree is the SHA-256 of every regular file under path (a file or a
 // folder such as a Hugging Face model directory), keyed by the file's path
-// relative to path (a file: its base name).
+// relative to path (a file: its base name); Python bytecode caches
+// (__pycache__, *.pyc) are left out.
 func (c *HashCache) SumTree(path string) (map[string]string, error) {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -177,7 +179,13 @@ func (c *HashCache) SumTree(path string) (map[string]string, error) {
 		if err != nil {
 			return err
 		}
-		if d.Type().IsRegular() {
+		// Python's bytecode caches are written by running the program
+		// (a model folder's scripts, a step program's source tree): the
+		// sums must not change because it ran.
+		if d.IsDir() && d.Name() == "__pycache__" {
+			return filepath.SkipDir
+		}
+		if d.Type().IsRegular() && !strings.HasSuffix(d.Name(), ".pyc") {
 			files = append(files, p)
 		}
 		return nil

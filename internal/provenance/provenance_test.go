@@ -147,3 +147,30 @@ func TestHashCacheRemembers(t *testing.T) {
 		t.Fatalf("tree %v %v", tree, err)
 	}
 }
+
+// TestSumTreeIgnoresBytecodeCaches: running a Python program from a folder
+// that a fingerprint hashes (a method's model_dir, a step's source tree)
+// writes __pycache__; the folder's sums, hence the fingerprint, stay.
+func TestSumTreeIgnoresBytecodeCaches(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "predict.py"), []byte("X = 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := NewHashCache(filepath.Join(t.TempDir(), "sha256.json"))
+	before, err := c.SumTree(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "__pycache__"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"__pycache__/predict.cpython-311.pyc", "stray.pyc"} {
+		if err := os.WriteFile(filepath.Join(dir, p), []byte("bytecode"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after, err := c.SumTree(dir)
+	if err != nil || len(after) != 1 || after["predict.py"] != before["predict.py"] || len(before) != 1 {
+		t.Fatalf("before %v after %v %v", before, after, err)
+	}
+}

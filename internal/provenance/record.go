@@ -1,6 +1,7 @@
 package provenance
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -149,6 +150,15 @@ func (e *MismatchError) Error() string {
 // takes over a synthetic record, or notes that synthetic files are added. A
 // different real model is refused with a *MismatchError.
 func Admit(dir, family string, fp Fingerprint) (Verdict, error) {
+	return AdmitWith(dir, family, fp, nil)
+}
+
+// AdmitWith is Admit with a hook run under the family's lock just before a
+// real writer's record replaces a synthetic one (SyntheticRecorded): the
+// record then stops vouching for every file, so the hook flags per file
+// (manifest) the synthetic files the manifest does not list yet. An error
+// of the hook leaves the synthetic record in place.
+func AdmitWith(dir, family string, fp Fingerprint, onTakeover func() error) (Verdict, error) {
 	fp = fp.ForFamily(family)
 	// Fast path: the common case (equal) needs no lock and no write.
 	rec, err := ReadRecorded(dir)
@@ -185,8 +195,17 @@ func Admit(dir, family string, fp Fingerprint) (Verdict, error) {
 		if err != nil {
 			return v, err
 		}
-		return v, Write(dir, &Recorded{Fingerprint: fp, RecordedAt: now, Unverified: n > 0})
+		// Files already there may include synthetic ones flagged only in
+		// the manifest (written before records existed): readers must keep
+		// reading it, or they would take those for this model's.
+		return v, Write(dir, &Recorded{Fingerprint: fp, RecordedAt: now, Unverified: n > 0,
+			SyntheticFiles: n > 0 && !fp.Synthetic && manifestMentionsSynthetic(dir)})
 	case SyntheticRecorded:
+		if onTakeover != nil {
+			if err := onTakeover(); err != nil {
+				return v, err
+			}
+		}
 		return v, Write(dir, &Recorded{Fingerprint: fp, RecordedAt: now, SyntheticFiles: true, Unverified: rec.Unverified})
 	default: // SyntheticWriter
 		if rec.SyntheticFiles {
@@ -195,6 +214,13 @@ func Admit(dir, family string, fp Fingerprint) (Verdict, error) {
 		rec.SyntheticFiles = true
 		return v, Write(dir, rec)
 	}
+}
+
+// manifestMentionsSynthetic reports whether dir's manifest.json flags any
+// file synthetic (a byte search: a flag's key appears only in such entries).
+func manifestMentionsSynthetic(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	return err == nil && bytes.Contains(b, []byte(`"synthetic"`))
 }
 
 // CountArtefacts counts the artefact files in dir: regular files whose name

@@ -32,8 +32,9 @@ WEIGHTS: dict[str, tuple[tuple[str, ...], ...]] = {
     "methoda_esmc_layers": (("KINFLOW_ESMC_600M_PATH",),),
     "methodd_esm1b": (("KINFLOW_ESM1B_PATH",), ("KINFLOW_METHODD_CHECKPOINT",)),
     "methodf_esm1v": (("KINFLOW_ESM1V_PATH", "METHODF_MODEL_PATH"),),
-    "methode_embed_kcat": (("METHODE_CHECKPOINT_ROOT",), ("KINFLOW_CATPRED_ROOT",)),
-    "methode_embed_km": (("METHODE_CHECKPOINT_ROOT",), ("KINFLOW_CATPRED_ROOT",)),
+    # Method E's features come from ESM-2 650M (steps.py's MethodEEmbed.load).
+    "methode_embed_kcat": (("METHODE_CHECKPOINT_ROOT",), ("KINFLOW_CATPRED_ROOT",)) + _ESM2,
+    "methode_embed_km": (("METHODE_CHECKPOINT_ROOT",), ("KINFLOW_CATPRED_ROOT",)) + _ESM2,
 }
 # Libraries whose versions can change a step's numbers.
 LIBRARIES: dict[str, tuple[str, ...]] = {
@@ -98,13 +99,18 @@ class HashCache:
         return digest
 
     def tree(self, path: str) -> dict[str, str]:
-        """{relative name: sum} of every file under path (a file: its base name)."""
+        """{relative name: sum} of every file under path (a file: its base name).
+        Python's bytecode caches (``__pycache__``, ``*.pyc``) are left out: importing a
+        source tree such as KINFLOW_CATPRED_ROOT writes them, and the fingerprint must
+        not change because the program ran."""
         if os.path.isfile(path):
             return {os.path.basename(path): self.sum(path)}
         out = {}
         for root, dirs, files in os.walk(path):
-            dirs.sort()
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
             for name in sorted(files):
+                if name.endswith(".pyc"):
+                    continue
                 p = os.path.join(root, name)
                 if os.path.isfile(p):
                     out[os.path.relpath(p, path).replace(os.sep, "/")] = self.sum(p)

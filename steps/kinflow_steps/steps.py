@@ -329,7 +329,15 @@ class PooledStep(Step):
                             f"seq {s.seq_id}: {len(ws)} binding-site weights for {res.shape[0]} residues, so no {fam}"
                         )
                         continue
-                    w.put(path, s.seq_id, cache_io.npy_bytes(weighted_vec(res, ws)))
+                    vec = weighted_vec(res, ws)
+                    if not np.isfinite(vec).all():
+                        # Finite representations, but the table's weights (an
+                        # external predictor's) cancel or overflow: never cached.
+                        raise NonFiniteError(
+                            f"non-finite values in the {self.key} output of seq {s.seq_id} ({fam}: its binding-site "
+                            "weights); nothing written for this batch"
+                        )
+                    w.put(path, s.seq_id, cache_io.npy_bytes(vec))
         if problems:
             raise BatchError("; ".join(problems))
 

@@ -40,3 +40,41 @@ def test_hash_cache_remembers_and_notices_a_change(tmp_path):
     assert HashCache(str(tmp_path / "c.json")).sum(str(w)) == s1  # remembered, not reread
     os.utime(w, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
     assert HashCache(str(tmp_path / "c.json")).sum(str(w)) != s1
+
+
+def test_tree_ignores_bytecode_caches(tmp_path):
+    """Importing a source tree (method E's KINFLOW_CATPRED_ROOT) writes __pycache__:
+    the tree's sums, hence the fingerprint, stay the same."""
+    src = tmp_path / "src" / "pkg"
+    src.mkdir(parents=True)
+    (src / "mod.py").write_text("X = 1\n")
+    c = HashCache(str(tmp_path / "c.json"))
+    before = c.tree(str(tmp_path / "src"))
+    (src / "__pycache__").mkdir()
+    (src / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"bytecode")
+    (src / "stray.pyc").write_bytes(b"bytecode")
+    assert c.tree(str(tmp_path / "src")) == before == {"pkg/mod.py": c.sum(str(src / "mod.py"))}
+
+
+def test_method_e_fingerprint_names_its_esm2_weights(tmp_path, monkeypatch):
+    """Method E's files are computed from ESM-2 650M features: other ESM-2 weights
+    change the fingerprint."""
+    from kinflow_steps.fingerprint import weights_of
+
+    ck = tmp_path / "ckpt" / "kcat" / "a" / "b"
+    ck.mkdir(parents=True)
+    (ck / "model.pt").write_bytes(b"checkpoint")
+    src = tmp_path / "catpred_src"
+    src.mkdir()
+    (src / "x.py").write_text("")
+    esm2 = tmp_path / "esm2_t33_650M_UR50D.pt"
+    esm2.write_bytes(b"esm2 weights")
+    monkeypatch.setenv("METHODE_CHECKPOINT_ROOT", str(tmp_path / "ckpt"))
+    monkeypatch.setenv("KINFLOW_CATPRED_ROOT", str(src))
+    monkeypatch.setenv("KINFLOW_ESM2_650M_PATH", str(esm2))
+    c = HashCache(str(tmp_path / "c.json"))
+    _, w1 = weights_of("methode_embed_kcat", c)
+    assert w1["esm2_t33_650M_UR50D.pt"] == hashlib.sha256(b"esm2 weights").hexdigest()
+    esm2.write_bytes(b"other weights")
+    os.utime(esm2, ns=(0, os.stat(esm2).st_mtime_ns + 1_000_000_000))
+    assert weights_of("methode_embed_kcat", c)[1] != w1

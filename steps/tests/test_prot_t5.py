@@ -131,3 +131,23 @@ def test_methoda_t5_full_runs_predictor_and_appends_table(server, tiny, media, t
     m["seqs"][0]["missing_outputs"] = []
     assert s.send(m)["status"] == "done"
     assert "p1\t" in open(os.path.join(media, "pseq2sites", "binding_sites_all.tsv")).read()
+
+
+def test_methoda_t5_full_nonfinite_weighted_vector_writes_nothing(server, media):
+    """Finite representations whose table weights cancel ([1e300, -1e300, 1e-300]:
+    normalised, they overflow) give a non-finite weighted vector: the batch fails and
+    nothing is cached, not even the other sequence's files."""
+    seqs = {"ok1": rand_seq(9, 8), "cw": "MKV"}
+    folder = os.path.join(media, "pseq2sites")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "binding_sites_all.tsv"), "w") as f:
+        f.write("PDB\tPred_BS_Scores\n")
+        f.write("ok1\t" + ",".join(["0.5"] * 9) + "\n")
+        f.write("cw\t1e300,-1e300,1e-300\n")
+    s = server("methoda_t5_full", KINFLOW_PSEQ2SITES_CMD="")
+    ans = s.send(manifest("methoda_t5_full", media, seqs, T5_FULL))
+    assert ans["status"] == "error" and "non-finite" in ans["message"] and "cw" in ans["message"], ans
+    for fam, _ in T5_FULL:
+        for sid in seqs:
+            assert not os.path.exists(out_path(media, fam, sid)), (fam, sid)
+    assert hidden_files(media) == []
