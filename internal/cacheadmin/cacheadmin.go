@@ -202,6 +202,11 @@ func Purge(l *embedding.Layout, family string, syntheticOnly bool) (PurgeResult,
 		return res, err
 	}
 	dir := l.FamilyDir(f)
+	unlock, err := provenance.LockFamily(dir)
+	if err != nil {
+		return res, err
+	}
+	defer unlock()
 	have, err := artefacts(dir, f.Suffix())
 	if err != nil {
 		return res, err

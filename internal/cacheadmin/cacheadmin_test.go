@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kinflow/kinflow/internal/embedding"
 	"github.com/kinflow/kinflow/internal/embedjob"
@@ -320,5 +321,55 @@ func TestVerifyFindsAScaledFile(t *testing.T) {
 	}
 	if res.Checked != 3 || res.Failed != 1 || !strings.HasPrefix(res.Failures[0], fx.ids[1]+": length differs") {
 		t.Fatalf("verify: %+v", res)
+	}
+}
+
+// TestPurgeWaitsForTheFamilyLock: a purge does not run while a writer holds
+// the family's record lock (its check-and-record), and runs once it is let go.
+func TestPurgeWaitsForTheFamilyLock(t *testing.T) {
+	fx := newFixture(t, 2)
+	fx.writeIndependently(t, famH, fx.ids)
+	f, _ := embedding.FamilyByName(famH)
+	unlock, err := provenance.LockFamily(fx.l.FamilyDir(f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan PurgeResult, 1)
+	go func() {
+		res, err := Purge(fx.l, famH, false)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	select {
+	case res := <-done:
+		t.Fatalf("purge ran under the writer's lock: %+v", res)
+	case <-time.After(300 * time.Millisecond):
+	}
+	unlock()
+	select {
+	case res := <-done:
+		if res.Removed != 2 {
+			t.Fatalf("purge after the lock: %+v", res)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("purge never ran after the lock was let go")
+	}
+}
+
+// TestAdoptRefusesAnUncheckedSample: files whose sequences the seq map does
+// not know cannot be recomputed, so nothing was verified and nothing is adopted.
+func TestAdoptRefusesAnUncheckedSample(t *testing.T) {
+	fx := newFixture(t, 3)
+	fx.writeIndependently(t, famH, fx.ids)
+	fx.seqs = map[string]string{} // the seq map knows none of them
+	res, err := fx.commandVerifier(t).Adopt(context.Background(), famH, 3)
+	if err == nil || res.Checked != 0 {
+		t.Fatalf("adopt of an unchecked sample: %+v %v", res, err)
+	}
+	f, _ := embedding.FamilyByName(famH)
+	if rec, _ := provenance.ReadRecorded(fx.l.FamilyDir(f)); rec != nil {
+		t.Fatalf("a record was written: %+v", rec)
 	}
 }

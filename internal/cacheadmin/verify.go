@@ -340,6 +340,11 @@ func (v *Verifier) Adopt(ctx context.Context, family string, sample int) (Verify
 	}
 	f, _ := FamilyByName(v.Layout, family)
 	dir := v.Layout.FamilyDir(f)
+	unlock, err := provenance.LockFamily(dir)
+	if err != nil {
+		return res, err
+	}
+	defer unlock()
 	have, err := artefacts(dir, f.Suffix())
 	if err != nil {
 		return res, err

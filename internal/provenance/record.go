@@ -262,6 +262,18 @@ func eachArtefact(dir string, fn func(fs.DirEntry) bool) error {
 	}
 }
 
+// LockFamily takes the family folder's record lock, the one Admit holds
+// while it checks and records: operator commands that rewrite the record or
+// remove files (kinflow cache purge, adopt) hold it too, so a writer's
+// check-and-record never interleaves with them. A folder that does not exist
+// has nothing to lock.
+func LockFamily(dir string) (func(), error) {
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return func() {}, nil
+	}
+	return lock(filepath.Join(dir, lockName))
+}
+
 // lock takes an exclusive flock on path (created if absent).
 func lock(path string) (func(), error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
