@@ -5,6 +5,9 @@ independent computation at the reference's precision (issue 19), and the check
 * pooled vectors ``[D]``: cosine similarity >= POOLED_MIN_COSINE (0.9999);
 * residue matrices ``[L, D]``: the cosine of every residue row >= RESIDUE_MIN_COSINE
   (0.999);
+* the lengths agree: |‖a‖ − ‖b‖| / max(‖a‖, ‖b‖) <= POOLED_MAX_NORM_DIFF (0.01) for
+  pooled vectors and RESIDUE_MAX_NORM_DIFF (0.05) per residue row, so that a scaled
+  file (sums where the family holds means) fails, as ``kinflow cache verify`` rules;
 * no NaN or infinity in either array, and the same shape.
 
 Cosine is computed in float64. Two all-zero vectors are equal (cosine 1); a zero
@@ -21,6 +24,8 @@ import numpy as np
 
 POOLED_MIN_COSINE = 0.9999
 RESIDUE_MIN_COSINE = 0.999
+POOLED_MAX_NORM_DIFF = 0.01
+RESIDUE_MAX_NORM_DIFF = 0.05
 
 
 @dataclass
@@ -93,6 +98,19 @@ def compare(a: Any, b: Any, kind: str | None = None) -> Report:
     diff = float(np.abs(rows_a.astype(np.float64) - rows_b.astype(np.float64)).max())
     ok = lo >= bound
     reason = "" if ok else f"cosine {lo:.6f} < {bound}" + (f" at residue {worst}" if kind == "residue" else "")
+    if ok:
+        na = np.sqrt((rows_a.astype(np.float64) ** 2).sum(axis=-1))
+        nb = np.sqrt((rows_b.astype(np.float64) ** 2).sum(axis=-1))
+        top = np.maximum(na, nb)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rel = np.where(top > 0, np.abs(na - nb) / top, 0.0)
+        norm_bound = POOLED_MAX_NORM_DIFF if kind == "pooled" else RESIDUE_MAX_NORM_DIFF
+        far = int(np.argmax(rel))
+        if float(rel[far]) > norm_bound:
+            ok = False
+            reason = f"length differs by {float(rel[far]):.4f} > {norm_bound} (relative)" + (
+                f" at residue {far}" if kind == "residue" else ""
+            )
     return Report(kind, shape, lo, float(cos.mean()), worst, diff, bound, 0, ok, reason)
 
 

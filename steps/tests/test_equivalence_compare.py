@@ -31,12 +31,22 @@ def test_bounds_and_edge_cases():
     assert not r.ok and r.nonfinite == 1
     assert not compare(a, a[:10]).ok and "shape" in compare(a, a[:10]).reason
     assert not compare(m, m, kind="pooled").ok
+    # A scaled artefact (sums where the family holds means) has cosine 1 but the
+    # wrong length: refused, pooled and per residue row, as `kinflow cache verify` does.
+    r = compare(a, 2 * a)
+    assert r.min_cosine > 0.999999 and not r.ok and "length" in r.reason
+    assert compare(a, 1.005 * a).ok
+    scaled = m.copy()
+    scaled[4] *= 1.2
+    r = compare(m, scaled)
+    assert not r.ok and "length" in r.reason and "residue 4" in r.reason
+    assert compare(m, 1.04 * m).ok
 
 
 def test_cli(tmp_path):
     a = np.arange(1, 9, dtype=np.float32)
     np.save(tmp_path / "a.npy", a)
-    np.save(tmp_path / "b.npy", a * 2)  # same direction: cosine 1
+    np.save(tmp_path / "b.npy", a * 1.001)  # same direction, length within 1 %
     np.save(tmp_path / "c.npy", a[::-1].copy())
 
     def run(x, y):
