@@ -107,6 +107,24 @@ func (s FamilyStatus) Origin() string {
 	return "real"
 }
 
+// lockedFamily takes dir's record lock (provenance.LockFamily) and reads,
+// under it, the family's artefacts (seq id → bytes) and its record; the
+// caller lets go with unlock once it has changed the family.
+func lockedFamily(dir, suffix string) (unlock func(), have map[string]int64, rec *provenance.Recorded, err error) {
+	unlock, err = provenance.LockFamily(dir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if have, err = artefacts(dir, suffix); err == nil {
+		rec, err = provenance.ReadRecorded(dir)
+	}
+	if err != nil {
+		unlock()
+		return nil, nil, nil, err
+	}
+	return unlock, have, rec, nil
+}
+
 // artefacts lists dir's artefact files with their sizes, by seq id.
 func artefacts(dir, suffix string) (map[string]int64, error) {
 	out := map[string]int64{}
@@ -202,19 +220,11 @@ func Purge(l *embedding.Layout, family string, syntheticOnly bool) (PurgeResult,
 		return res, err
 	}
 	dir := l.FamilyDir(f)
-	unlock, err := provenance.LockFamily(dir)
+	unlock, have, rec, err := lockedFamily(dir, f.Suffix())
 	if err != nil {
 		return res, err
 	}
 	defer unlock()
-	have, err := artefacts(dir, f.Suffix())
-	if err != nil {
-		return res, err
-	}
-	rec, err := provenance.ReadRecorded(dir)
-	if err != nil {
-		return res, err
-	}
 	victims := map[string]bool{}
 	if syntheticOnly {
 		victims = syntheticIDs(dir, rec, have)

@@ -340,19 +340,11 @@ func (v *Verifier) Adopt(ctx context.Context, family string, sample int) (Verify
 	}
 	f, _ := FamilyByName(v.Layout, family)
 	dir := v.Layout.FamilyDir(f)
-	unlock, err := provenance.LockFamily(dir)
+	unlock, have, rec, err := lockedFamily(dir, f.Suffix())
 	if err != nil {
 		return res, err
 	}
 	defer unlock()
-	have, err := artefacts(dir, f.Suffix())
-	if err != nil {
-		return res, err
-	}
-	rec, err := provenance.ReadRecorded(dir)
-	if err != nil {
-		return res, err
-	}
 	now := time.Now().UTC()
 	// SyntheticFiles stays set when the old record allowed synthetic
 	// writers (a synthetic record, or its flag): one admitted before the
