@@ -155,58 +155,41 @@ func TestOneShotProgramIdentifiedByItsFiles(t *testing.T) {
 }
 
 // TestRestartedServerIsCheckedAgain: a resident server that restarts in the
-// middle of a step with other weights is refused before its next batch.
+// middle of a step with other weights is refused before its next batch,
+// whether its ready line carries a fingerprint ("weights=" argument) or not
+// (then it is admitted under its command line's files).
 func TestRestartedServerIsCheckedAgain(t *testing.T) {
-	f := newFixture(t, 1000)
-	weights := filepath.Join(t.TempDir(), "esm1b.pt")
-	if err := os.WriteFile(weights, []byte("weights"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f.settings.Servers = map[string][]string{testStep: {os.Args[0], "--serve", "weights=" + weights, "crash", "mutate=" + weights}}
-	f.settings.MaxBatchSeqs = 1
-	pool := stepserver.NewPool(stepserver.Options{Max: 1})
-	t.Cleanup(pool.Close)
-	e := f.engine()
-	e.Runner = &CommandRunner{Settings: f.settings, MediaRoot: f.media, Pool: pool}
-	out, err := e.RunStep(context.Background(), StepRequest{JobID: jobA, StepKey: testStep, Seqs: f.items(t, 40, 30)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ce *ConfigError
-	if !errors.As(out.Failure, &ce) || !strings.Contains(ce.Error(), "refusing to mix") || out.Written != 1 {
-		t.Fatalf("want the first batch written and the second refused: %+v", out)
-	}
-	if _, err := os.Stat(f.path("s01")); !errors.Is(err, os.ErrNotExist) {
-		t.Fatal("the restarted server wrote with other weights")
-	}
-}
-
-// TestRestartedServerWithoutFingerprintIsCheckedAgain: a resident server
-// whose ready line carries no fingerprint is admitted under its command
-// line's files; when it restarts mid-step after one of them changed, the
-// next batch is refused, not written with the other weights.
-func TestRestartedServerWithoutFingerprintIsCheckedAgain(t *testing.T) {
-	f := newFixture(t, 1000)
-	ckpt := filepath.Join(t.TempDir(), "model.ckpt")
-	if err := os.WriteFile(ckpt, []byte("checkpoint"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f.settings.Servers = map[string][]string{testStep: {os.Args[0], "--serve", ckpt, "crash", "mutate=" + ckpt}}
-	f.settings.MaxBatchSeqs = 1
-	pool := stepserver.NewPool(stepserver.Options{Max: 1})
-	t.Cleanup(pool.Close)
-	e := f.engine()
-	e.Runner = &CommandRunner{Settings: f.settings, MediaRoot: f.media, Pool: pool}
-	out, err := e.RunStep(context.Background(), StepRequest{JobID: jobA, StepKey: testStep, Seqs: f.items(t, 40, 30)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ce *ConfigError
-	if !errors.As(out.Failure, &ce) || !strings.Contains(ce.Error(), "refusing to mix") || out.Written != 1 {
-		t.Fatalf("want the first batch written and the second refused: %+v", out)
-	}
-	if _, err := os.Stat(f.path("s01")); !errors.Is(err, os.ErrNotExist) {
-		t.Fatal("the restarted server wrote with other weights")
+	for _, tc := range []struct {
+		name   string
+		weight func(path string) string
+	}{
+		{"fingerprint in the ready line", func(p string) string { return "weights=" + p }},
+		{"no fingerprint: the command line's files", func(p string) string { return p }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, 1000)
+			weights := filepath.Join(t.TempDir(), "esm1b.pt")
+			if err := os.WriteFile(weights, []byte("weights"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			f.settings.Servers = map[string][]string{testStep: {os.Args[0], "--serve", tc.weight(weights), "crash", "mutate=" + weights}}
+			f.settings.MaxBatchSeqs = 1
+			pool := stepserver.NewPool(stepserver.Options{Max: 1})
+			t.Cleanup(pool.Close)
+			e := f.engine()
+			e.Runner = &CommandRunner{Settings: f.settings, MediaRoot: f.media, Pool: pool}
+			out, err := e.RunStep(context.Background(), StepRequest{JobID: jobA, StepKey: testStep, Seqs: f.items(t, 40, 30)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ce *ConfigError
+			if !errors.As(out.Failure, &ce) || !strings.Contains(ce.Error(), "refusing to mix") || out.Written != 1 {
+				t.Fatalf("want the first batch written and the second refused: %+v", out)
+			}
+			if _, err := os.Stat(f.path("s01")); !errors.Is(err, os.ErrNotExist) {
+				t.Fatal("the restarted server wrote with other weights")
+			}
+		})
 	}
 }
 
