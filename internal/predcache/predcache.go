@@ -22,7 +22,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -78,66 +80,67 @@ type Keyer struct {
 // by an older layout can never be read as this one's.
 const keyVersion = "kinflow-predcache-v1"
 
+// keyWriter hashes length-prefixed fields ("<len>:<bytes>"): no separator
+// can be forged by a value. Lists and maps carry their length first; a map's
+// entries go in key order.
+type keyWriter struct {
+	h   hash.Hash
+	buf []byte
+}
+
+func (w *keyWriter) field(s string) {
+	w.buf = strconv.AppendInt(w.buf[:0], int64(len(s)), 10)
+	w.buf = append(w.buf, ':')
+	w.h.Write(w.buf)
+	w.h.Write([]byte(s))
+}
+
+func (w *keyWriter) list(xs []string) {
+	w.field(strconv.Itoa(len(xs)))
+	for _, x := range xs {
+		w.field(x)
+	}
+}
+
+func (w *keyWriter) sortedMap(m map[string]string) {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	w.field(strconv.Itoa(len(keys)))
+	for _, k := range keys {
+		w.field(k)
+		w.field(m[k])
+	}
+}
+
 // NewKeyer returns the keyer of stage st.
 func NewKeyer(st Stage) *Keyer {
-	h := sha256.New()
-	field := func(s string) {
-		// Length-prefixed fields: no separator can be forged by a value.
-		fmt.Fprintf(h, "%d:%s", len(s), s)
-	}
-	field(keyVersion)
-	field(st.Target)
-	field(st.Method)
-	field(st.ModelVersion)
-	field(st.EngineFingerprint)
-	fams := make([]string, 0, len(st.Families))
-	for f := range st.Families {
-		fams = append(fams, f)
-	}
-	sort.Strings(fams)
-	field(fmt.Sprint(len(fams)))
-	for _, f := range fams {
-		field(f)
-		field(st.Families[f])
-	}
-	field(st.FixedArgs)
-	field(fmt.Sprint(st.Canonicalize))
+	w := keyWriter{h: sha256.New(), buf: make([]byte, 0, 24)}
+	w.field(keyVersion)
+	w.field(st.Target)
+	w.field(st.Method)
+	w.field(st.ModelVersion)
+	w.field(st.EngineFingerprint)
+	w.sortedMap(st.Families)
+	w.field(st.FixedArgs)
+	w.field(strconv.FormatBool(st.Canonicalize))
 	var k Keyer
-	copy(k.prefix[:], h.Sum(nil))
+	copy(k.prefix[:], w.h.Sum(nil))
 	return &k
 }
 
 // Key is the key of unit u of the keyer's stage.
 func (k *Keyer) Key(u Unit) Key {
-	h := sha256.New()
-	buf := make([]byte, 0, 64+len(u.Seq))
-	field := func(s string) {
-		buf = fmt.Appendf(buf[:0], "%d:", len(s))
-		h.Write(buf)
-		h.Write([]byte(s))
-	}
-	h.Write(k.prefix[:])
-	field(u.Seq)
-	list := func(xs []string) {
-		field(fmt.Sprint(len(xs)))
-		for _, x := range xs {
-			field(x)
-		}
-	}
-	list(u.Substrates)
-	list(u.Products)
-	kws := make([]string, 0, len(u.Kwargs))
-	for kw := range u.Kwargs {
-		kws = append(kws, kw)
-	}
-	sort.Strings(kws)
-	field(fmt.Sprint(len(kws)))
-	for _, kw := range kws {
-		field(kw)
-		field(u.Kwargs[kw])
-	}
+	w := keyWriter{h: sha256.New(), buf: make([]byte, 0, 24)}
+	w.h.Write(k.prefix[:])
+	w.field(u.Seq)
+	w.list(u.Substrates)
+	w.list(u.Products)
+	w.sortedMap(u.Kwargs)
 	var out Key
-	copy(out[:], h.Sum(nil))
+	copy(out[:], w.h.Sum(nil))
 	return out
 }
 
