@@ -7,7 +7,6 @@ import (
 	mrand "math/rand/v2"
 	"mime/multipart"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -118,12 +117,7 @@ func TestRetriedSubmitAfterKillGetsTheOriginalJob(t *testing.T) {
 func TestRandomKillsWithRetriesMakeOneJobEach(t *testing.T) {
 	s := newStack(t, map[string]string{"KINFLOW_SUBMIT_RECONCILE_AFTER_SECONDS": "1", "KINFLOW_DEFAULT_DAILY_QUOTA": "1000000"}, nil)
 	st, keyID := s.openStoreAndKey(t)
-	var b strings.Builder
-	b.WriteString("Protein Sequence,Substrate\n")
-	for i := range 3000 {
-		fmt.Fprintf(&b, "MKTAYIAKQRQISFVKSHFSRQ%s,CCO\n", strings.Repeat("A", i%4))
-	}
-	csv := b.String()
+	csv := killTestCSV()
 	const tries = 8
 	ids := map[string]bool{}
 	for try := range tries {

@@ -154,13 +154,7 @@ func (s *stack) rawSubmit(csv string) (int, error) {
 func TestAPIKilledAtRandomDuringSubmits(t *testing.T) {
 	s := newStack(t, map[string]string{"KINFLOW_SUBMIT_RECONCILE_AFTER_SECONDS": "1", "KINFLOW_DEFAULT_DAILY_QUOTA": "1000000"}, nil)
 	st, keyID := s.openStoreAndKey(t)
-	// A few distinct sequences, so the jobs that do run are cheap.
-	var b strings.Builder
-	b.WriteString("Protein Sequence,Substrate\n")
-	for i := range 3000 {
-		fmt.Fprintf(&b, "MKTAYIAKQRQISFVKSHFSRQ%s,CCO\n", strings.Repeat("A", i%4))
-	}
-	csv := b.String()
+	csv := killTestCSV()
 	const tries = 12
 	answered := 0
 	for try := range tries {
@@ -238,4 +232,16 @@ func (s *stack) openStoreAndKey(t *testing.T) (*store.Store, int64) {
 		t.Fatal(err)
 	}
 	return st, keyID
+}
+
+// killTestCSV is the 3,000-row input of the kill-during-submit tests: four
+// distinct sequences, so the jobs that do run are cheap, and a submit about
+// as long as the kill's random delay.
+func killTestCSV() string {
+	var b strings.Builder
+	b.WriteString("Protein Sequence,Substrate\n")
+	for i := range 3000 {
+		fmt.Fprintf(&b, "MKTAYIAKQRQISFVKSHFSRQ%s,CCO\n", strings.Repeat("A", i%4))
+	}
+	return b.String()
 }
