@@ -159,14 +159,12 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 		if len(chunk) == 0 {
 			return nil
 		}
-		synced := map[string]bool{}
-		for _, c := range chunk {
-			if d := dirs[c.fi]; !synced[d] {
-				if err := fsutil.SyncFS(d); err != nil {
-					return err
-				}
-				synced[d] = true
-			}
+		temps := make([]fsutil.Temp, len(chunk))
+		for i, c := range chunk {
+			temps[i] = c.tmp
+		}
+		if err := fsutil.SyncTemps(temps); err != nil {
+			return err
 		}
 		for i, c := range chunk {
 			if err := c.tmp.Commit(); err != nil {

@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -120,6 +121,47 @@ func WriteJSONAtomic(path string, v any) error {
 		return fmt.Errorf("encode %s: %w", path, err)
 	}
 	return WriteFileAtomic(path, data, 0o644)
+}
+
+// syncParallel is how many temp files SyncTemps flushes at once: the file
+// system folds concurrent fsyncs into shared journal commits.
+const syncParallel = 16
+
+// SyncTemps makes every temp file of ts durable (an fsync each, up to
+// syncParallel at once) before the caller commits them. Its cost grows with
+// the batch alone, where SyncFS's grows with everything any process wrote
+// on the file system: under many concurrent jobs (or a busy neighbour) a
+// syncfs(2) took 0.5–1.7 s for a batch of three 4 KiB files.
+func SyncTemps(ts []Temp) error {
+	if len(ts) == 0 {
+		return nil
+	}
+	errs := make([]error, len(ts))
+	sem := make(chan struct{}, syncParallel)
+	var wg sync.WaitGroup
+	for i, t := range ts {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			f, err := os.OpenFile(t.Path, os.O_WRONLY, 0)
+			if err != nil {
+				errs[i] = fmt.Errorf("sync %s: %w", t.Final, err)
+				return
+			}
+			if err := unix.Fdatasync(int(f.Fd())); err != nil {
+				errs[i] = fmt.Errorf("sync %s: %w", t.Final, err)
+			}
+			_ = f.Close()
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // SyncFS flushes the file system holding dir (syncfs(2)): one call makes

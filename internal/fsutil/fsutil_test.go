@@ -2,6 +2,7 @@ package fsutil
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -163,5 +164,39 @@ func TestSyncFS(t *testing.T) {
 	}
 	if err := SyncFS(filepath.Join(t.TempDir(), "missing")); err == nil {
 		t.Error("SyncFS of a missing folder succeeded")
+	}
+}
+
+func TestSyncTempsThenCommit(t *testing.T) {
+	dir := t.TempDir()
+	var ts []Temp
+	for i := range 40 {
+		final := filepath.Join(dir, fmt.Sprintf("f%02d.npy", i))
+		tmp, err := WriteTemp(final, 0o644, false, func(w io.Writer) error {
+			_, err := fmt.Fprintf(w, "file %d", i)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, tmp)
+	}
+	if err := SyncTemps(ts); err != nil {
+		t.Fatal(err)
+	}
+	for i, tmp := range ts {
+		if err := tmp.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(tmp.Final)
+		if err != nil || string(data) != fmt.Sprintf("file %d", i) {
+			t.Fatalf("%s: %q %v", tmp.Final, data, err)
+		}
+	}
+	// A temp file that is gone is an error naming the final file, not a
+	// silent success.
+	gone := Temp{Path: filepath.Join(dir, ".gone.123.npy"), Final: filepath.Join(dir, "gone.npy")}
+	if err := SyncTemps([]Temp{gone}); err == nil || !strings.Contains(err.Error(), "gone.npy") {
+		t.Fatalf("missing temp file: %v", err)
 	}
 }
