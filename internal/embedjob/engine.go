@@ -74,6 +74,12 @@ type Engine struct {
 	// Leases, when set, make concurrent runs compute each artefact once
 	// (dedupe.go); nil computes every missing file.
 	Leases *lease.Leases
+	// Device, when set, is the GPU's turn-taking (device.go): at most
+	// KINFLOW_GPU_SLOTS batches on it at once, first come first served, and
+	// batches of one step that wait together run as one (many small jobs
+	// share the device batch by batch). nil: every batch runs at once (the
+	// CPU worker's local steps, bounded by its activity slots).
+	Device *Device
 }
 
 // batchLimiter is a BatchRunner whose batches are not bound by GPU memory
@@ -94,6 +100,14 @@ type StepRequest struct {
 	// Progress is called with the number of expected files present, after
 	// the initial scan and after every batch (may be nil).
 	Progress func(filesDone, filesTotal int)
+}
+
+// limits are the token budget and sequence cap of one batch of step.
+func (e *Engine) limits(step string) (budget, maxSeqs int) {
+	if bl, ok := e.Runner.(batchLimiter); ok {
+		return bl.BatchLimits()
+	}
+	return e.Settings.TokenBudget(step), e.Settings.MaxBatchSeqs
 }
 
 // RunStep runs one step to the end (or until ctx is done, when it returns
@@ -186,7 +200,8 @@ func (e *Engine) RunStep(ctx context.Context, req StepRequest) (StepOutcome, err
 			}
 			return nil
 		}
-		err := e.Runner.RunBatch(ctx, job)
+		budget, maxSeqs := e.limits(req.StepKey)
+		err := e.Device.Run(ctx, job, budget, maxSeqs, e.Runner.RunBatch)
 		// Count what the batch wrote whatever its exit: a program that
 		// crashes half-way keeps the files it committed.
 		var absent []MissingFile
@@ -247,10 +262,7 @@ func (e *Engine) RunStep(ctx context.Context, req StepRequest) (StepOutcome, err
 		}
 	}
 	compute := func(items []SeqItem) error {
-		budget, maxSeqs := e.Settings.TokenBudget(req.StepKey), e.Settings.MaxBatchSeqs
-		if bl, ok := e.Runner.(batchLimiter); ok {
-			budget, maxSeqs = bl.BatchLimits()
-		}
+		budget, maxSeqs := e.limits(req.StepKey)
 		for _, b := range PackBatches(items, budget, maxSeqs) {
 			if err := ctx.Err(); err != nil {
 				return err

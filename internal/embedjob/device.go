@@ -1,0 +1,166 @@
+package embedjob
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// Device is a GPU host's turn-taking for its device. Every batch a step
+// activity sends to its step program passes through Run:
+//
+//   - At most Places batches run at once (KINFLOW_GPU_SLOTS), first come
+//     first served: a small job's batch waits for the batches already on the
+//     device, never for a large job's remaining ones.
+//   - Batches of one step key that are waiting when a place frees run as one
+//     batch, as far as the step's token budget and sequence cap allow. A
+//     public service sees many small jobs at once; on a GPU a batch of three
+//     sequences costs about what a full one does, so fifty 3-row jobs cost
+//     a few device batches instead of fifty. Each sequence is still computed
+//     by its own job's activity: the files decide, and every caller checks
+//     its own files after the batch, exactly as after a batch of its own.
+//
+// A batch waits here only for batches that are running, which need nothing
+// the waiter holds: the wait always ends (docs/workflows.md, "Waits").
+type Device struct {
+	places chan struct{}
+
+	mu      sync.Mutex
+	waiting map[string][]*devBatch
+}
+
+// devBatch is one caller's batch waiting for the device.
+type devBatch struct {
+	job BatchJob
+	// done receives the outcome once a leader ran this batch with its own.
+	done  chan error
+	taken bool
+}
+
+// errRunAlone tells a caller whose batch rode with another caller's that
+// the leader's context ended mid-batch: it runs its batch again itself.
+var errRunAlone = errors.New("the batch this one joined was cancelled")
+
+// NewDevice returns a device with places batches at once (below 1 means 1).
+func NewDevice(places int) *Device {
+	return &Device{places: make(chan struct{}, max(places, 1)), waiting: map[string][]*devBatch{}}
+}
+
+// Run runs job through run when its turn comes, with the batches of the
+// same step that wait beside it (budget and maxSeqs bound the joined
+// batch, as PackBatches does). A nil Device runs job at once.
+func (d *Device) Run(ctx context.Context, job BatchJob, budget, maxSeqs int, run func(context.Context, BatchJob) error) error {
+	if d == nil {
+		return run(ctx, job)
+	}
+	for {
+		err := d.runOnce(ctx, job, budget, maxSeqs, run)
+		if !errors.Is(err, errRunAlone) || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+func (d *Device) runOnce(ctx context.Context, job BatchJob, budget, maxSeqs int, run func(context.Context, BatchJob) error) error {
+	me := &devBatch{job: job, done: make(chan error, 1)}
+	d.mu.Lock()
+	d.waiting[job.StepKey] = append(d.waiting[job.StepKey], me)
+	d.mu.Unlock()
+
+	select {
+	case d.places <- struct{}{}:
+	case err := <-me.done:
+		// Another caller ran this batch with its own.
+		return err
+	case <-ctx.Done():
+		d.mu.Lock()
+		taken := me.taken
+		if !taken {
+			d.remove(me)
+		}
+		d.mu.Unlock()
+		if taken {
+			// The batch is running on our behalf: its files are ours.
+			return <-me.done
+		}
+		return ctx.Err()
+	}
+	d.mu.Lock()
+	if me.taken {
+		// A leader took this batch between our turn and the lock.
+		d.mu.Unlock()
+		<-d.places
+		return <-me.done
+	}
+	d.remove(me)
+	riders := d.gather(me, budget, maxSeqs)
+	d.mu.Unlock()
+	defer func() { <-d.places }()
+
+	joined := me.job
+	if len(riders) > 0 {
+		joined.Items = append([]SeqItem(nil), me.job.Items...)
+		seen := map[string]bool{}
+		for _, it := range joined.Items {
+			seen[it.SeqID] = true
+		}
+		for _, r := range riders {
+			for _, it := range r.job.Items {
+				if !seen[it.SeqID] {
+					seen[it.SeqID] = true
+					joined.Items = append(joined.Items, it)
+				}
+			}
+			r.job.Log.Printf("BATCH_JOINED job_id=%s step=%s batch=%d with_job=%s with_batch=%d", r.job.JobID, r.job.StepKey, r.job.Index, job.JobID, job.Index)
+		}
+		job.Log.Printf("BATCH_JOIN job_id=%s step=%s batch=%d riders=%d seq_count=%d", job.JobID, job.StepKey, job.Index, len(riders), len(joined.Items))
+	}
+	err := run(ctx, joined)
+	for _, r := range riders {
+		if ctx.Err() != nil {
+			r.done <- errRunAlone
+		} else {
+			r.done <- err
+		}
+	}
+	return err
+}
+
+// remove drops b from the waiting list; d.mu is held.
+func (d *Device) remove(b *devBatch) {
+	l := d.waiting[b.job.StepKey]
+	for i, o := range l {
+		if o == b {
+			d.waiting[b.job.StepKey] = append(l[:i], l[i+1:]...)
+			break
+		}
+	}
+	if len(d.waiting[b.job.StepKey]) == 0 {
+		delete(d.waiting, b.job.StepKey)
+	}
+}
+
+// gather takes, in arrival order, the waiting batches of lead's step that
+// fit beside it within budget tokens (padded: the longest sequence times
+// the count, BatchCost) and maxSeqs sequences (0: no cap); d.mu is held.
+func (d *Device) gather(lead *devBatch, budget, maxSeqs int) []*devBatch {
+	var riders []*devBatch
+	items := append([]SeqItem(nil), lead.job.Items...)
+	var rest []*devBatch
+	for _, o := range d.waiting[lead.job.StepKey] {
+		next := append(items, o.job.Items...)
+		if BatchCost(next) <= budget && (maxSeqs <= 0 || len(next) <= maxSeqs) {
+			o.taken = true
+			riders = append(riders, o)
+			items = next
+			continue
+		}
+		rest = append(rest, o)
+	}
+	if len(rest) == 0 {
+		delete(d.waiting, lead.job.StepKey)
+	} else {
+		d.waiting[lead.job.StepKey] = rest
+	}
+	return riders
+}
