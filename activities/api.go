@@ -47,7 +47,26 @@ type Policy struct {
 	// ShardSeqs is KINFLOW_STEP_SHARD_SEQS (0 in histories from before it:
 	// embedjob.DefaultShardSeqs).
 	ShardSeqs int `json:"shard_seqs,omitempty"`
+	// SmallJobRows is KINFLOW_SMALL_JOB_ROWS: a job of at most this many
+	// rows runs Predict and the annotations as local activities (0: never,
+	// as in histories from before it).
+	SmallJobRows int `json:"small_job_rows,omitempty"`
+	// GPUSmallStepSeqs is KINFLOW_GPU_SMALL_STEP_SEQS (0: no small lane,
+	// as in histories from before it).
+	GPUSmallStepSeqs int `json:"gpu_small_step_seqs,omitempty"`
+	// TrackTaskQueue is the progress trackers' own task queue
+	// (TrackTaskQueue(CPUTaskQueue)); empty in histories from before it.
+	TrackTaskQueue string `json:"track_task_queue,omitempty"`
+	// TrackMinFiles is KINFLOW_TRACK_MIN_FILES: a stage missing fewer files
+	// runs no tracker (its post-check records the count).
+	TrackMinFiles int `json:"track_min_files,omitempty"`
 }
+
+// TrackTaskQueue is the task queue of the progress trackers that belong to
+// the CPU task queue cpu: their own queue, so that waiting trackers never
+// hold a slot that the short and CPU-bound activities of their jobs need
+// (DESIGN §9, docs/workflows.md).
+func TrackTaskQueue(cpu string) string { return cpu + "-track" }
 
 // StageInfo describes one (target, method) stage.
 type StageInfo struct {

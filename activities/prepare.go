@@ -374,6 +374,10 @@ func (a *Activities) policy() Policy {
 		CPUTaskQueue:      a.Config.CPUTaskQueue,
 		HeartbeatSeconds:  int(a.Config.HeartbeatTimeout / time.Second),
 		ShardSeqs:         a.Config.StepShardSeqs,
+		TrackTaskQueue:    TrackTaskQueue(a.Config.CPUTaskQueue),
+		TrackMinFiles:     a.Config.TrackMinFiles,
+		GPUSmallStepSeqs:  a.Config.GPUSmallStepSeqs,
+		SmallJobRows:      a.Config.SmallJobRows,
 	}
 }
 

@@ -43,7 +43,9 @@ type Host struct {
 	Activities *embedjob.Activities
 	Server     *Server
 	Worker     worker.Worker
-	deps       Deps
+	// SmallWorker serves the small lane (embedjob.SmallTaskQueue).
+	SmallWorker worker.Worker
+	deps        Deps
 }
 
 // New builds a host from d without starting anything.
@@ -76,22 +78,49 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 	srv := NewServer(ServerOptions{
 		Client: d.Client, Logs: logs, Known: known, Layout: layout, MediaRoot: cfg.MediaRoot,
 		WorkflowTaskQueue: wq, GPUTaskQueue: cfg.GPUTaskQueue, Token: cfg.GPUEmbedServiceToken,
-		MaxBodyBytes: cfg.MaxUploadBytes, ShardSeqs: cfg.StepShardSeqs, Servers: acts.Servers.Status,
+		MaxBodyBytes: cfg.MaxUploadBytes, ShardSeqs: cfg.StepShardSeqs, SmallStepSeqs: cfg.GPUSmallStepSeqs, Servers: acts.Servers.Status,
 		Health: &HealthProbe{Executor: runner.Name(), FallbackName: st.GPUName},
 		Log:    log, Base: ctx,
 		Observe: func(method, route string, code int, took time.Duration) {
 			d.Metrics.HTTPRequest("gpu", method, route, code, took)
 		},
 	})
-	wo := embedjob.WorkerOptions{TaskQueue: cfg.GPUTaskQueue, Slots: cfg.GPUSlots}
+	acts.Engine.Device = embedjob.NewDevice(cfg.GPUSlots)
+	wo := embedjob.WorkerOptions{TaskQueue: cfg.GPUTaskQueue, Slots: cfg.GPUSlots, SmallSlots: cfg.GPUSmallSlots}
 	if d.Metrics != nil {
 		wo.Interceptors = append(wo.Interceptors, d.Metrics.WorkerInterceptor())
+		d.Metrics.SetSlots(cfg.GPUTaskQueue, "activity", max(cfg.GPUSlots, 1))
+		d.Metrics.SetSlots(embedjob.SmallTaskQueue(cfg.GPUTaskQueue), "activity", max(cfg.GPUSmallSlots, 1))
 	}
 	w := embedjob.NewWorker(d.Client, wo, acts)
+	small := embedjob.NewSmallWorker(d.Client, wo, acts)
 	// EmbedJob runs beside its step activities, so a GPU host serves POST
 	// /embed/jobs on its own.
 	embedjob.RegisterWorkflows(w)
-	return &Host{Activities: acts, Server: srv, Worker: w, deps: d}, nil
+	return &Host{Activities: acts, Server: srv, Worker: w, SmallWorker: small, deps: d}, nil
+}
+
+// StartWorkers starts the GPU queue's worker and its small lane's.
+func (h *Host) StartWorkers() error {
+	q := h.deps.Config.GPUTaskQueue
+	if err := h.Worker.Start(); err != nil {
+		return fmt.Errorf("start GPU worker on %s: %w", q, err)
+	}
+	if h.SmallWorker != nil {
+		if err := h.SmallWorker.Start(); err != nil {
+			h.Worker.Stop()
+			return fmt.Errorf("start GPU worker on %s: %w", embedjob.SmallTaskQueue(q), err)
+		}
+	}
+	return nil
+}
+
+// StopWorkers stops both workers, the small lane first.
+func (h *Host) StopWorkers() {
+	if h.SmallWorker != nil {
+		h.SmallWorker.Stop()
+	}
+	h.Worker.Stop()
 }
 
 // shutdownGrace is how long in-flight HTTP requests get at shutdown; every
@@ -110,12 +139,12 @@ func (h *Host) Run(ctx context.Context) error {
 			return fmt.Errorf("listen on %s: %w", cfg.GPUListen, err)
 		}
 	}
-	if err := h.Worker.Start(); err != nil {
+	if err := h.StartWorkers(); err != nil {
 		ln.Close()
-		return fmt.Errorf("start GPU worker on %s: %w", cfg.GPUTaskQueue, err)
+		return err
 	}
 	defer h.Activities.Close()
-	defer h.Worker.Stop()
+	defer h.StopWorkers()
 	hs := &http.Server{
 		Handler:           h.Server,
 		ReadHeaderTimeout: 10 * time.Second, // slow-loris guard; bodies may be large
@@ -129,7 +158,7 @@ func (h *Host) Run(ctx context.Context) error {
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	log.Info("GPU host started", "listen", ln.Addr().String(), "task_queue", cfg.GPUTaskQueue,
-		"slots", max(cfg.GPUSlots, 1), "executor", h.Activities.Engine.Runner.Name())
+		"slots", max(cfg.GPUSlots, 1), "small_lane", embedjob.SmallTaskQueue(cfg.GPUTaskQueue), "small_slots", max(cfg.GPUSmallSlots, 1), "executor", h.Activities.Engine.Runner.Name())
 	select {
 	case <-ctx.Done():
 	case err := <-errc:

@@ -43,6 +43,7 @@ type Server struct {
 	workflowQueue string
 	gpuQueue      string
 	shardSeqs     int
+	smallStepSeqs int
 	servers       func() []stepserver.ServerStatus
 	token         string
 	maxBody       int64
@@ -77,8 +78,11 @@ type ServerOptions struct {
 	// ShardSeqs is the shard size of the jobs submitted here
 	// (KINFLOW_STEP_SHARD_SEQS).
 	ShardSeqs int
-	Health    *HealthProbe
-	Log       *slog.Logger
+	// SmallStepSeqs is KINFLOW_GPU_SMALL_STEP_SEQS of the jobs submitted
+	// here (0: no small lane).
+	SmallStepSeqs int
+	Health        *HealthProbe
+	Log           *slog.Logger
 	// Base is the server's lifetime context.
 	Base context.Context
 	// Observe, when set, is told every request's method, route pattern,
@@ -90,7 +94,7 @@ type ServerOptions struct {
 func NewServer(o ServerOptions) *Server {
 	s := &Server{
 		client: o.Client, logs: o.Logs, known: o.Known, layout: o.Layout, mediaRoot: o.MediaRoot,
-		workflowQueue: o.WorkflowTaskQueue, gpuQueue: o.GPUTaskQueue, shardSeqs: o.ShardSeqs, servers: o.Servers, token: strings.TrimSpace(o.Token),
+		workflowQueue: o.WorkflowTaskQueue, gpuQueue: o.GPUTaskQueue, shardSeqs: o.ShardSeqs, smallStepSeqs: o.SmallStepSeqs, servers: o.Servers, token: strings.TrimSpace(o.Token),
 		maxBody: o.MaxBodyBytes, health: o.Health, log: o.Log, base: o.Base, observe: o.Observe,
 	}
 	if s.maxBody <= 0 {
@@ -464,6 +468,7 @@ func (s *Server) Submit(ctx context.Context, id string, work *embedjob.Work, ord
 	in := &embedjob.Input{
 		GPUJobID: id, MethodKey: work.MethodKey, Target: work.Target, Profile: work.Profile,
 		Steps: order, StepCounts: map[string]int{}, WorkFile: abs, GPUTaskQueue: s.gpuQueue, ShardSeqs: s.shardSeqs,
+		SmallStepSeqs: s.smallStepSeqs,
 	}
 	for _, k := range order {
 		in.StepCounts[k] = len(work.StepWork[k])

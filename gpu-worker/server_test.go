@@ -68,10 +68,10 @@ func startHost(t *testing.T, token string, runner func(*embedjob.Settings, strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.Worker.Start(); err != nil {
+	if err := h.StartWorkers(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(h.Worker.Stop)
+	t.Cleanup(h.StopWorkers)
 	srv := httptest.NewServer(h.Server)
 	t.Cleanup(srv.Close)
 	return &testHost{url: srv.URL, media: cfg.MediaRoot, host: h}

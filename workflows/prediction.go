@@ -54,6 +54,10 @@ type prediction struct {
 	in     PredictionInput
 	prep   activities.PreparedJob
 	status PredictionStatus
+	// small is set for a job of at most KINFLOW_SMALL_JOB_ROWS rows (since
+	// smallJobLocalVersion): its Predict and annotations are local
+	// activities.
+	small bool
 }
 
 func (w *prediction) setup(ctx workflow.Context) error {
@@ -112,6 +116,9 @@ func (w *prediction) run(ctx workflow.Context) (PredictionResult, error) {
 	if w.prep.AlreadyDone {
 		return PredictionResult{Status: "AlreadyDone"}, nil
 	}
+	if n := w.prep.Policy.SmallJobRows; n > 0 && w.prep.Rows <= n {
+		w.small = workflow.GetVersion(ctx, smallJobLocalVersion, workflow.DefaultVersion, 1) >= 1
+	}
 	keys := make([]string, 0, len(w.prep.Stages))
 	for _, st := range w.prep.Stages {
 		keys = append(keys, st.MethodKey)
@@ -150,15 +157,8 @@ func (w *prediction) stage(ctx workflow.Context, st activities.StageInfo) error 
 		}
 	}
 	w.setStage(ctx, st.Index, "predict")
-	pctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		// A method over 10,000 rows on CPU can take hours; the heartbeat
-		// timeout finds a dead worker quickly.
-		StartToCloseTimeout: 12 * time.Hour,
-		HeartbeatTimeout:    w.heartbeat(),
-		RetryPolicy:         longRetry,
-	})
 	var pr activities.PredictResult
-	if err := workflow.ExecuteActivity(pctx, a.Predict, ref).Get(ctx, &pr); err != nil {
+	if err := w.heavy(ctx, 12*time.Hour, a.Predict, ref).Get(ctx, &pr); err != nil {
 		_ = w.mark(ctx, activities.StageMark{JobID: w.in.JobID, StageIndex: st.Index, Status: "failed", Message: userMessage(err)})
 		return err
 	}
@@ -234,12 +234,20 @@ func (w *prediction) remote(ctx workflow.Context, st activities.StageInfo, plan 
 
 	w.setStage(ctx, st.Index, "gpu-health")
 	var h activities.Health
-	hctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		// One HTTP GET with a 5 s client timeout, retried a little.
-		StartToCloseTimeout: 30 * time.Second,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 2},
-	})
-	if err := workflow.ExecuteActivity(hctx, a.GPUHealth).Get(ctx, &h); err != nil {
+	var hf workflow.Future
+	if workflow.GetVersion(ctx, gpuHealthLocalVersion, workflow.DefaultVersion, 1) >= 1 {
+		hf = workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+			// One HTTP GET with a 5 s client timeout, retried a little.
+			StartToCloseTimeout: 30 * time.Second,
+			RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 2},
+		}), a.GPUHealth)
+	} else {
+		hf = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			StartToCloseTimeout: 30 * time.Second,
+			RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 2},
+		}), a.GPUHealth)
+	}
+	if err := hf.Get(ctx, &h); err != nil {
 		return failOrFallback(true, false, "unreachable: "+userMessage(err))
 	}
 	if !h.Online {
@@ -255,7 +263,7 @@ func (w *prediction) remote(ctx workflow.Context, st activities.StageInfo, plan 
 		HeartbeatSeconds: pol.HeartbeatSeconds,
 		GPUJobID:         gpuJobID, MethodKey: st.MethodKey, Target: st.Target, Profile: plan.Profile,
 		WorkFile: plan.WorkFile, GPUTaskQueue: pol.GPUTaskQueue, StepCounts: map[string]int{},
-		ShardSeqs: pol.ShardSeqs,
+		ShardSeqs: pol.ShardSeqs, SmallStepSeqs: pol.GPUSmallStepSeqs,
 	}
 	for _, s := range plan.Steps {
 		in.Steps = append(in.Steps, s.StepKey)
@@ -360,11 +368,51 @@ func (w *prediction) local(ctx workflow.Context, st activities.StageInfo, plan a
 	return w.event(ctx, st, false, false, true, false, "computed_locally", "")
 }
 
+// heavy runs a CPU-bound step (Predict, an annotation): a regular activity
+// on the CPU queue with heartbeats, or, for a small job, a local activity in
+// the workflow's own task, which saves the two Temporal round trips of an
+// activity. A small job's steps are bounded (at most KINFLOW_SMALL_JOB_ROWS
+// rows), and the activities take turns with the regular ones for the CPU
+// (Activities.Heavy), so that running them locally never oversubscribes the
+// worker. Idempotent either way: a retry finds the step's file and returns.
+func (w *prediction) heavy(ctx workflow.Context, timeout time.Duration, fn any, args ...any) workflow.Future {
+	if w.small {
+		return workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+			// A small job's step: a method's program loading its model and
+			// predicting 50 rows takes minutes at most.
+			StartToCloseTimeout: 30 * time.Minute,
+			RetryPolicy:         longRetry,
+		}), fn, args...)
+	}
+	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		// A method over 10,000 rows on CPU can take hours; the heartbeat
+		// timeout finds a dead worker quickly.
+		StartToCloseTimeout: timeout,
+		HeartbeatTimeout:    w.heartbeat(),
+		RetryPolicy:         longRetry,
+	}), fn, args...)
+}
+
 // startTracker starts TrackProgress for the stage and returns a function that
-// stops it and waits for it to end.
+// stops it.
+//
+// Since trackerQueueVersion the tracker runs on its own task queue
+// (activities.TrackTaskQueue) with its own slots, a stage missing fewer than
+// KINFLOW_TRACK_MIN_FILES files runs none (its post-check records the
+// count), and stopping it does not wait for the tracker to acknowledge: no
+// step of the job ever waits for its tracker, so a tracker pool that is full
+// or slow delays live progress, never a job (docs/workflows.md, "Slot
+// pools"). Before it, the tracker held a slot of the CPU queue for the whole
+// embedding phase: enough concurrent jobs filled every slot with trackers
+// whose own jobs then waited for a slot, for ever.
 func (w *prediction) startTracker(ctx workflow.Context, st activities.StageInfo, plan activities.PlanSummary) func() {
+	pol := w.prep.Policy
+	own := workflow.GetVersion(ctx, trackerQueueVersion, workflow.DefaultVersion, 1) >= 1
+	if own && plan.Need < pol.TrackMinFiles {
+		return func() {}
+	}
 	tctx, cancel := workflow.WithCancel(ctx)
-	tctx = workflow.WithActivityOptions(tctx, workflow.ActivityOptions{
+	ao := workflow.ActivityOptions{
 		// The tracker runs as long as the embedding phase; heartbeats every
 		// second show it alive, and a retry resumes the same stage.
 		StartToCloseTimeout: 48 * time.Hour,
@@ -374,11 +422,26 @@ func (w *prediction) startTracker(ctx workflow.Context, st activities.StageInfo,
 		// worker restart; a tracker that still fails only loses live
 		// progress, never the job (its error is ignored below).
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 20, MaximumInterval: 30 * time.Second},
-	})
-	f := workflow.ExecuteActivity(tctx, a.TrackProgress, activities.TrackInput{JobID: w.in.JobID, StageIndex: st.Index, PlanFile: plan.PlanFile})
+	}
+	if own {
+		ao.TaskQueue = pol.TrackTaskQueue
+		if ao.TaskQueue == "" {
+			ao.TaskQueue = activities.TrackTaskQueue(pol.CPUTaskQueue)
+		}
+		// A tracker that has not started yet (its pool is full) could
+		// otherwise be waited for; nothing after it needs its end.
+		ao.WaitForCancellation = false
+		// Waiting for a tracker slot longer than this is pointless: the
+		// embedding phase it would watch is usually over by then.
+		// (A schedule-to-start timeout is never retried.)
+		ao.ScheduleToStartTimeout = 10 * time.Minute
+	}
+	f := workflow.ExecuteActivity(workflow.WithActivityOptions(tctx, ao), a.TrackProgress, activities.TrackInput{JobID: w.in.JobID, StageIndex: st.Index, PlanFile: plan.PlanFile})
 	return func() {
 		cancel()
-		_ = f.Get(ctx, nil)
+		if !own {
+			_ = f.Get(ctx, nil)
+		}
 	}
 }
 
@@ -448,6 +511,20 @@ func gpuJobID(jobID string, stage int, attempt int32) string {
 // reasons done_after_poll_timeout and timeout_incomplete_remote_outputs:<n>
 // (WIRE §13.5); before it, a timeout went straight to gpu_request_failed.
 const pollTimeoutPostCheckVersion = "poll-timeout-post-check"
+
+// trackerQueueVersion names the change that moved the progress tracker to
+// its own task queue, skips it for small stages and stops it without
+// waiting (startTracker).
+const trackerQueueVersion = "tracker-own-queue"
+
+// smallJobLocalVersion names the change that runs a small job's Predict and
+// annotations as local activities (prediction.heavy).
+const smallJobLocalVersion = "small-job-local"
+
+// gpuHealthLocalVersion names the change that reads the GPU service's
+// health as a local activity (one cached HTTP GET): one Temporal round trip
+// less per stage that goes to the GPU.
+const gpuHealthLocalVersion = "gpu-health-local"
 
 // cleanupMarkVersion names the change that marks a stage failed when its
 // Cleanup fails (docs/workflows.md).

@@ -91,6 +91,12 @@ type Config struct {
 	PredictionEngine string
 	// GPUSlots is how many steps one GPU host runs at once.
 	GPUSlots int
+	// GPUSmallSlots is how many small steps one GPU host holds at once on
+	// the small lane (their batches still take turns on the device).
+	GPUSmallSlots int
+	// GPUSmallStepSeqs is the most sequences of a step that goes to the
+	// small lane; 0 turns the lane off.
+	GPUSmallStepSeqs int
 	// StepShardSeqs is the most sequences one shard of a step holds: a
 	// larger step is cut into shards that several GPU hosts run at once.
 	StepShardSeqs int
@@ -98,6 +104,30 @@ type Config struct {
 	GPUEnvFile string
 	// HeartbeatTimeout is the heartbeat timeout of long activities.
 	HeartbeatTimeout time.Duration
+
+	// CPUActivitySlots is how many CPU-bound activities (predictions, local
+	// embedding steps, similarity, experimental values) one worker process
+	// runs at once.
+	CPUActivitySlots int
+	// CPULocalActivitySlots is how many short bookkeeping steps (parse,
+	// plan, record, finalize: local activities) one worker runs at once.
+	CPULocalActivitySlots int
+	// CPUWorkflowSlots is how many workflow tasks one worker runs at once.
+	CPUWorkflowSlots int
+	// TrackSlots is how many progress trackers one worker runs at once, on
+	// their own task queue.
+	TrackSlots int
+	// SmallJobRows is the most rows of a job whose prediction and
+	// annotation steps run as local activities; 0: none does.
+	SmallJobRows int
+	// TrackMinFiles is the fewest missing files for which a stage runs a
+	// progress tracker.
+	TrackMinFiles int
+	// MaxUnitsPerRow caps one row's prediction units (substrates ×
+	// candidates × targets).
+	MaxUnitsPerRow int
+	// MaxUnitsPerJob caps one job's prediction units.
+	MaxUnitsPerJob int
 }
 
 // Key describes one configuration key.
@@ -312,6 +342,46 @@ var Keys = []Key{
 			}
 			return nil
 		}},
+	{Name: "KINFLOW_GPU_SMALL_SLOTS", Default: "8",
+		Meaning: "Small steps (of at most `KINFLOW_GPU_SMALL_STEP_SEQS` sequences) one GPU host holds at once, on the small lane: their own task queue `<KINFLOW_GPU_TASK_QUEUE>-small`. They take their turn on the device between batches of the large steps (at most `KINFLOW_GPU_SLOTS` batches run on it at once, first come first served), so a 3-row job never waits behind a 10,000-row one, and their Temporal round trips overlap with another step's batch.",
+		Allowed: "want a whole number from 1 to 256",
+		set:     func(c *Config, v string) error { return setIntRange(&c.GPUSmallSlots, v, 1, 256) }},
+	{Name: "KINFLOW_GPU_SMALL_STEP_SEQS", Default: "32",
+		Meaning: "Most sequences of an embedding step that goes to the GPU hosts' small lane (`KINFLOW_GPU_SMALL_SLOTS`); 0 sends every step to the main GPU queue. Set on the CPU workers (they start the GPU jobs) and on the GPU hosts (for jobs submitted to their HTTP API).",
+		Allowed: "want a whole number from 0 to 10000",
+		set:     func(c *Config, v string) error { return setIntRange(&c.GPUSmallStepSeqs, v, 0, 10000) }},
+	{Name: "KINFLOW_CPU_ACTIVITY_SLOTS", Default: "4",
+		Meaning: "CPU-bound activities (predictions, local embedding steps, the similarity search, experimental values) one `kinflow worker` runs at once: its CPU task queue's activity slots. None of them waits for another job's work, so a full pool only queues work. Raise it on a bigger host, or add worker processes (docs/workflows.md).",
+		Allowed: "want a whole number from 1 to 1000",
+		set:     func(c *Config, v string) error { return setIntRange(&c.CPUActivitySlots, v, 1, 1000) }},
+	{Name: "KINFLOW_CPU_LOCAL_ACTIVITY_SLOTS", Default: "64",
+		Meaning: "Short bookkeeping steps (parse, plan, record an event, finalize: local activities inside workflow tasks) one `kinflow worker` runs at once. They never wait for other work.",
+		Allowed: "want a whole number from 1 to 10000",
+		set:     func(c *Config, v string) error { return setIntRange(&c.CPULocalActivitySlots, v, 1, 10000) }},
+	{Name: "KINFLOW_CPU_WORKFLOW_SLOTS", Default: "500",
+		Meaning: "Workflow tasks one `kinflow worker` runs at once (its CPU task queue's workflow task slots).",
+		Allowed: "want a whole number from 2 to 10000",
+		set:     func(c *Config, v string) error { return setIntRange(&c.CPUWorkflowSlots, v, 2, 10000) }},
+	{Name: "KINFLOW_SMALL_JOB_ROWS", Default: "50",
+		Meaning: "Most rows of a job whose prediction and annotation steps (Predict, the similarity search, experimental values) run as local activities, inside the workflow's own task: no Temporal round trip each, for the many small jobs of a public service. They still take turns for the CPU with the regular activities (at most `KINFLOW_CPU_ACTIVITY_SLOTS` such local steps at once). 0: every job uses regular activities.",
+		Allowed: "want a whole number from 0 to 10000",
+		set:     func(c *Config, v string) error { return setIntRange(&c.SmallJobRows, v, 0, 10000) }},
+	{Name: "KINFLOW_TRACK_SLOTS", Default: "1000",
+		Meaning: "Progress trackers one `kinflow worker` runs at once, on their own task queue (`<KINFLOW_CPU_TASK_QUEUE>-track`). A tracker only waits (for files to appear) and costs a goroutine and a watch; no job waits for its tracker, so a full pool delays live progress and never a job.",
+		Allowed: "want a whole number from 1 to 100000",
+		set:     func(c *Config, v string) error { return setIntRange(&c.TrackSlots, v, 1, 100000) }},
+	{Name: "KINFLOW_TRACK_MIN_FILES", Default: "16",
+		Meaning: "Fewest missing embedding files for which a stage runs a live progress tracker. A smaller stage's count is recorded by its post-check alone, saving a tracker's Temporal round trips on the many small jobs of a public service.",
+		Allowed: "want a whole number, 1 or more",
+		set:     func(c *Config, v string) error { return setPositiveInt(&c.TrackMinFiles, v) }},
+	{Name: "KINFLOW_MAX_UNITS_PER_ROW", Default: "1000",
+		Meaning: "Most prediction units one row may carry: its substrates × candidate sequences × targets. The reference's own files have a few of each per row; a row over the cap is refused (400 on submit, an error in `/validate/`), since quota counts rows.",
+		Allowed: "want a whole number from 1 to 1000000",
+		set:     func(c *Config, v string) error { return setIntRange(&c.MaxUnitsPerRow, v, 1, 1000000) }},
+	{Name: "KINFLOW_MAX_UNITS_PER_JOB", Default: "100000",
+		Meaning: "Most prediction units one job may carry, over all its rows and targets (10,000 rows × 3 targets with a few substrates each fit).",
+		Allowed: "want a whole number from 1 to 10000000",
+		set:     func(c *Config, v string) error { return setIntRange(&c.MaxUnitsPerJob, v, 1, 10000000) }},
 	{Name: "KINFLOW_STEP_SHARD_SEQS", Default: "500",
 		Meaning: "Most sequences in one shard of an embedding step. A larger step is cut into shards, each its own activity, so that several GPU hosts (or CPU workers, locally) share one large job. 500 sequences of 400 residues are about 50 batches: long enough that a shard's overhead (tens of ms) is noise, short enough that two hosts share a 1,000-sequence job.",
 		Allowed: "want a whole number from 1 to 1000000",
@@ -411,6 +481,15 @@ func setSeconds(dst *time.Duration, v string) error {
 		return errInvalid
 	}
 	*dst = time.Duration(n) * time.Second
+	return nil
+}
+
+func setIntRange(dst *int, v string, lo, hi int) error {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < lo || n > hi {
+		return errInvalid
+	}
+	*dst = n
 	return nil
 }
 

@@ -31,6 +31,9 @@ type WorkerOptions struct {
 	TaskQueue string
 	// Slots is how many steps run at once (config GPUSlots); below 1 means 1.
 	Slots int
+	// SmallSlots is how many small steps the small lane holds at once
+	// (config GPUSmallSlots); below 1 means 1.
+	SmallSlots int
 	// Interceptors wrap every activity (step-duration metrics).
 	Interceptors []interceptor.WorkerInterceptor
 }
@@ -45,11 +48,31 @@ func NewWorker(c client.Client, o WorkerOptions, a *Activities) worker.Worker {
 		// A GPU host takes work only when it has a free slot, so a second
 		// host on the same queue gets the next step instead of this one.
 		MaxConcurrentActivityTaskPollers: 1,
+		// EmbedJob workflows run here too: one per stage sent to the GPU,
+		// many at once under load; the SDK's 2 pollers took their tasks
+		// at ~25 a second.
+		MaxConcurrentWorkflowTaskPollers: 4,
 		// Step activities run to completion on a shutdown only if the
 		// workflow's heartbeat timeout allows; give them time to stop their
 		// program cleanly.
 		WorkerStopTimeout: killGrace + 5*time.Second,
 		Interceptors:      o.Interceptors,
+	})
+	a.Register(w)
+	return w
+}
+
+// NewSmallWorker makes the worker of the GPU queue's small lane
+// (SmallTaskQueue): the same step activities, SmallSlots of them at once.
+// The steps it takes are small by construction (KINFLOW_GPU_SMALL_STEP_SEQS);
+// their batches queue for the device behind at most the batch in flight
+// (Engine.Device), never behind a large job's remaining shards.
+func NewSmallWorker(c client.Client, o WorkerOptions, a *Activities) worker.Worker {
+	w := worker.New(c, SmallTaskQueue(o.TaskQueue), worker.Options{
+		MaxConcurrentActivityExecutionSize: max(o.SmallSlots, 1),
+		DisableWorkflowWorker:              true,
+		WorkerStopTimeout:                  killGrace + 5*time.Second,
+		Interceptors:                       o.Interceptors,
 	})
 	a.Register(w)
 	return w

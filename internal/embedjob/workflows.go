@@ -45,7 +45,11 @@ func EmbedJob(ctx workflow.Context, in Input) (Status, error) {
 			NonRetryableErrorTypes: []string{ErrTypeInvalidStepInput, ErrTypeStepConfig},
 		},
 	})
-	err := RunSteps(ctx, actx, StepsRun{JobID: in.GPUJobID, WorkFile: in.WorkFile, Steps: in.Steps, Counts: in.StepCounts, ShardSeqs: in.ShardSeqs},
+	run := StepsRun{JobID: in.GPUJobID, WorkFile: in.WorkFile, Steps: in.Steps, Counts: in.StepCounts, ShardSeqs: in.ShardSeqs}
+	if in.SmallStepSeqs > 0 && in.GPUTaskQueue != "" {
+		run.SmallTaskQueue, run.SmallSeqs = SmallTaskQueue(in.GPUTaskQueue), in.SmallStepSeqs
+	}
+	err := RunSteps(ctx, actx, run,
 		func(step string, res StepResult) {
 			// Done counts sequences, like StepTotals: those with no file missing.
 			st.Steps[step] += res.Requested - res.MissingSeqs
@@ -79,7 +83,15 @@ type StepsRun struct {
 	// DefaultShardSeqs).
 	Counts    map[string]int
 	ShardSeqs int
+	// SmallTaskQueue, when set, runs each step of at most SmallSeqs
+	// sequences there instead of on actx's queue (the GPU small lane).
+	SmallTaskQueue string
+	SmallSeqs      int
 }
+
+// SmallLaneVersion names the change that sends small steps to the GPU
+// hosts' small lane (SmallTaskQueue).
+const SmallLaneVersion = "gpu-small-lane"
 
 // RunSteps runs the steps of r in order with actx's activity options. A step
 // of more than ShardSeqs sequences is cut into shards (ShardCount), each its
@@ -90,10 +102,15 @@ type StepsRun struct {
 // then the failure is returned as "step <key>: <reason>".
 func RunSteps(ctx, actx workflow.Context, r StepsRun, done func(step string, res StepResult)) error {
 	sharded := workflow.GetVersion(ctx, ShardsVersion, workflow.DefaultVersion, 1) >= 1
+	lane := r.SmallTaskQueue != "" && workflow.GetVersion(ctx, SmallLaneVersion, workflow.DefaultVersion, 1) >= 1
 	for _, step := range r.Steps {
 		n := 1
 		if sharded {
 			n = ShardCount(r.Counts[step], r.ShardSeqs)
+		}
+		sctx := actx
+		if lane && n == 1 && r.Counts[step] <= r.SmallSeqs {
+			sctx = workflow.WithTaskQueue(actx, r.SmallTaskQueue)
 		}
 		var firstErr error
 		pending, next := 0, 0
@@ -105,7 +122,7 @@ func RunSteps(ctx, actx workflow.Context, r StepsRun, done func(step string, res
 			}
 			next++
 			pending++
-			sel.AddFuture(workflow.ExecuteActivity(actx, step, in), func(f workflow.Future) {
+			sel.AddFuture(workflow.ExecuteActivity(sctx, step, in), func(f workflow.Future) {
 				pending--
 				var res StepResult
 				if err := f.Get(ctx, &res); err != nil {
