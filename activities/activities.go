@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 
+	"go.temporal.io/sdk/activity"
+
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/embedding"
 	"github.com/kinflow/kinflow/internal/experimental"
@@ -48,6 +50,34 @@ type Activities struct {
 
 	trackersOnce     sync.Once
 	experimentalOnce sync.Once
+	heavyOnce        sync.Once
+	heavy            chan struct{}
+}
+
+// turn waits for a place among the CPU-bound steps that run as local
+// activities (a small job's Predict and annotations), at most
+// KINFLOW_CPU_ACTIVITY_SLOTS at once, first come first served, and returns
+// the function that gives it back. A regular activity needs no turn: its
+// slot is its place. A step waiting here waits only for steps that are
+// running and need nothing it holds, so the wait always ends
+// (docs/workflows.md, "Waits").
+func (a *Activities) turn(ctx context.Context) (func(), error) {
+	if !activity.IsActivity(ctx) || !activity.GetInfo(ctx).IsLocalActivity {
+		return func() {}, nil
+	}
+	a.heavyOnce.Do(func() {
+		n := 4
+		if a.Config != nil && a.Config.CPUActivitySlots > 0 {
+			n = a.Config.CPUActivitySlots
+		}
+		a.heavy = make(chan struct{}, n)
+	})
+	select {
+	case a.heavy <- struct{}{}:
+		return func() { <-a.heavy }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // trackers returns the tracker registry, made on first use when unset.

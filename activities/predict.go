@@ -40,6 +40,11 @@ type stagePredictions struct {
 // configured engine and stores one result per unit. A unit that failed
 // before the engine (an invalid substrate token) keeps its reason.
 func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, error) {
+	release, err := a.turn(ctx)
+	if err != nil {
+		return PredictResult{}, err
+	}
+	defer release()
 	sr, err := a.loadStageRows(ref.JobID, ref.StageIndex)
 	if err != nil {
 		return PredictResult{}, err

@@ -109,6 +109,11 @@ func jobTargets(job *store.Job) ([]string, map[string]string) {
 // configured (the columns stay blank). Idempotent; heartbeats while mmseqs
 // runs.
 func (a *Activities) TrainingSimilarity(ctx context.Context, in JobRef) (AnnotationResult, error) {
+	release, err := a.turn(ctx)
+	if err != nil {
+		return AnnotationResult{}, err
+	}
+	defer release()
 	job, t, dir, err := a.jobInput(ctx, in.JobID)
 	if err != nil {
 		return AnnotationResult{}, err
@@ -209,6 +214,11 @@ func (a *Activities) TrainingSimilarity(ctx context.Context, in JobRef) (Annotat
 // experimental.json; Finalize applies the matches. An absent table is
 // recorded as not configured.
 func (a *Activities) LookupExperimental(ctx context.Context, in JobRef) (AnnotationResult, error) {
+	release, err := a.turn(ctx)
+	if err != nil {
+		return AnnotationResult{}, err
+	}
+	defer release()
 	job, t, dir, err := a.jobInput(ctx, in.JobID)
 	if err != nil {
 		return AnnotationResult{}, err

@@ -6,6 +6,9 @@ import (
 	"io"
 	"log/slog"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	taskqueuepb "go.temporal.io/api/taskqueue/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/worker"
@@ -89,22 +92,136 @@ func runCPUWorker(ctx context.Context, cfg *config.Config, st *store.Store, tc c
 		return err
 	}
 	defer steps.Close()
-	w := worker.New(tc, cfg.CPUTaskQueue, worker.Options{
-		// Local embedding steps and predictions are CPU-heavy: a few at a
-		// time per worker process; scale by adding workers.
-		MaxConcurrentActivityExecutionSize: 4,
-		Interceptors:                       []interceptor.WorkerInterceptor{m.WorkerInterceptor()},
-	})
-	workflows.RegisterCPU(w)
-	w.RegisterActivity(acts)
-	steps.Register(w)
-	if err := w.Start(); err != nil {
-		return fmt.Errorf("start worker on %s: %w", cfg.CPUTaskQueue, err)
+	ws, err := newCPUWorkers(tc, cfg, m)
+	if err != nil {
+		return err
 	}
-	log.Info("CPU worker started", "task_queue", cfg.CPUTaskQueue)
+	workflows.RegisterCPU(ws.cpu)
+	ws.cpu.RegisterActivity(acts)
+	steps.Register(ws.cpu)
+	// Trackers live on their own queue with their own slots: a tracker
+	// waits for files for as long as its job's embedding phase runs, and
+	// must never hold a slot that its own job's steps need (DESIGN §9).
+	// TrackProgress stays registered on the CPU queue too, for the trackers
+	// of workflows started before this split (their histories schedule it
+	// there).
+	ws.track.RegisterActivity(acts.TrackProgress)
+	if err := ws.start(); err != nil {
+		return err
+	}
+	defer ws.stop()
+	log.Info("CPU worker started", "task_queue", cfg.CPUTaskQueue, "track_task_queue", activities.TrackTaskQueue(cfg.CPUTaskQueue),
+		"activity_slots", cfg.CPUActivitySlots, "local_activity_slots", cfg.CPULocalActivitySlots,
+		"workflow_slots", cfg.CPUWorkflowSlots, "track_slots", cfg.TrackSlots)
 	// Build the similarity databases now rather than in the first job.
 	go acts.Similarity.Prepare(ctx)
 	<-ctx.Done()
-	w.Stop()
 	return nil
+}
+
+// Pollers of the CPU task queue: each is one long poll open on the Temporal
+// server, cheap while idle.
+const (
+	cpuWorkflowPollers = 8
+	cpuActivityPollers = 4
+)
+
+// cpuWorkers are the two Temporal workers of one `kinflow worker` process,
+// each with its own slot pools (docs/workflows.md, "Slot pools").
+type cpuWorkers struct {
+	// cpu serves the CPU task queue: workflows, bookkeeping local
+	// activities, and the CPU-bound activities.
+	cpu worker.Worker
+	// track serves the trackers' queue (activities.TrackTaskQueue).
+	track   worker.Worker
+	started []worker.Worker
+}
+
+func newCPUWorkers(tc client.Client, cfg *config.Config, m *metrics.Metrics) (*cpuWorkers, error) {
+	ics := []interceptor.WorkerInterceptor{m.WorkerInterceptor()}
+	cpu := worker.New(tc, cfg.CPUTaskQueue, worker.Options{
+		// CPU-bound activities: a few at a time per worker process; scale
+		// by adding workers (KINFLOW_CPU_ACTIVITY_SLOTS).
+		MaxConcurrentActivityExecutionSize:      cfg.CPUActivitySlots,
+		MaxConcurrentLocalActivityExecutionSize: cfg.CPULocalActivitySlots,
+		MaxConcurrentWorkflowTaskExecutionSize:  cfg.CPUWorkflowSlots,
+		// The SDK's default of 2 pollers took a burst's first workflow
+		// tasks at ~25 a second under load: a 50-job burst's last job
+		// waited 2 s before its first step.
+		MaxConcurrentWorkflowTaskPollers: cpuWorkflowPollers,
+		MaxConcurrentActivityTaskPollers: cpuActivityPollers,
+		Interceptors:                     ics,
+	})
+	track := worker.New(tc, activities.TrackTaskQueue(cfg.CPUTaskQueue), worker.Options{
+		MaxConcurrentActivityExecutionSize: cfg.TrackSlots,
+		// The trackers' queue has no workflows.
+		DisableWorkflowWorker: true,
+		Interceptors:          ics,
+	})
+	m.SetSlots(cfg.CPUTaskQueue, "activity", cfg.CPUActivitySlots)
+	m.SetSlots(cfg.CPUTaskQueue, "local_activity", cfg.CPULocalActivitySlots)
+	m.SetSlots(cfg.CPUTaskQueue, "workflow", cfg.CPUWorkflowSlots)
+	m.SetSlots(activities.TrackTaskQueue(cfg.CPUTaskQueue), "activity", cfg.TrackSlots)
+	if err := m.RegisterBacklog(backlogReader(tc, cfg.TemporalNamespace,
+		queueKind{cfg.CPUTaskQueue, enumspb.TASK_QUEUE_TYPE_WORKFLOW},
+		queueKind{cfg.CPUTaskQueue, enumspb.TASK_QUEUE_TYPE_ACTIVITY},
+		queueKind{activities.TrackTaskQueue(cfg.CPUTaskQueue), enumspb.TASK_QUEUE_TYPE_ACTIVITY},
+	), nil); err != nil {
+		return nil, err
+	}
+	return &cpuWorkers{cpu: cpu, track: track}, nil
+}
+
+// queueKind is one task queue and type whose backlog /metrics reports.
+type queueKind struct {
+	name string
+	typ  enumspb.TaskQueueType
+}
+
+// backlogReader reads the backlog of each queue from the Temporal server
+// (DescribeTaskQueue with its statistics).
+func backlogReader(tc client.Client, namespace string, qs ...queueKind) metrics.BacklogReader {
+	return func(ctx context.Context) ([]metrics.Backlog, error) {
+		out := make([]metrics.Backlog, 0, len(qs))
+		for _, q := range qs {
+			resp, err := tc.WorkflowService().DescribeTaskQueue(ctx, &workflowservice.DescribeTaskQueueRequest{
+				Namespace:     namespace,
+				TaskQueue:     &taskqueuepb.TaskQueue{Name: q.name, Kind: enumspb.TASK_QUEUE_KIND_NORMAL},
+				TaskQueueType: q.typ,
+				ReportStats:   true,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("describe task queue %s: %w", q.name, err)
+			}
+			kind := "activity"
+			if q.typ == enumspb.TASK_QUEUE_TYPE_WORKFLOW {
+				kind = "workflow"
+			}
+			b := metrics.Backlog{TaskQueue: q.name, Kind: kind}
+			if st := resp.GetStats(); st != nil {
+				b.Count = st.GetApproximateBacklogCount()
+				b.Age = st.GetApproximateBacklogAge().AsDuration()
+			}
+			out = append(out, b)
+		}
+		return out, nil
+	}
+}
+
+func (ws *cpuWorkers) start() error {
+	for _, w := range []worker.Worker{ws.track, ws.cpu} {
+		if err := w.Start(); err != nil {
+			ws.stop()
+			return fmt.Errorf("start CPU worker: %w", err)
+		}
+		ws.started = append(ws.started, w)
+	}
+	return nil
+}
+
+func (ws *cpuWorkers) stop() {
+	for i := len(ws.started) - 1; i >= 0; i-- {
+		ws.started[i].Stop()
+	}
+	ws.started = nil
 }

@@ -39,6 +39,8 @@ type Metrics struct {
 	httpDuration   *prometheus.HistogramVec
 	trackerFound   *prometheus.CounterVec
 	trackerLatency prometheus.Histogram
+	slots          *prometheus.GaugeVec
+	slotsUsed      *prometheus.GaugeVec
 }
 
 // New builds the metrics of one process, with the Go runtime and process
@@ -84,12 +86,20 @@ func New() *Metrics {
 			Help:    "Duration of one stored progress count (a database write).",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}),
+		slots: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "worker_slots",
+			Help: "Slots of this process's Temporal workers, by task queue and kind (activity, local_activity, workflow): the most tasks of that kind run at once.",
+		}, []string{"task_queue", "kind"}),
+		slotsUsed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "worker_slots_used",
+			Help: "Activities running now in this process, by task queue and kind (activity, local_activity). Used equal to kinflow_worker_slots means the pool is exhausted: work waits in the queue (see kinflow_task_queue_backlog_age_seconds).",
+		}, []string{"task_queue", "kind"}),
 	}
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.stepDuration, m.cacheFiles, m.gpuEvents, m.gpuFallbacks, m.quotaRejected,
-		m.httpDuration, m.trackerFound, m.trackerLatency,
+		m.httpDuration, m.trackerFound, m.trackerLatency, m.slots, m.slotsUsed,
 	)
 	return m
 }
@@ -185,6 +195,77 @@ func (m *Metrics) ProgressStored(d time.Duration) {
 	m.trackerLatency.Observe(d.Seconds())
 }
 
+// SetSlots records the slot count of one pool of a worker (kind: activity,
+// local_activity, workflow), and starts its used gauge at zero.
+func (m *Metrics) SetSlots(taskQueue, kind string, n int) {
+	if m == nil {
+		return
+	}
+	m.slots.WithLabelValues(taskQueue, kind).Set(float64(n))
+	if kind != "workflow" {
+		m.slotsUsed.WithLabelValues(taskQueue, kind).Add(0)
+	}
+}
+
+// Backlog is one task queue's backlog as the Temporal server reports it.
+type Backlog struct {
+	TaskQueue string
+	// Kind is workflow or activity.
+	Kind  string
+	Count int64
+	Age   time.Duration
+}
+
+// BacklogReader reads the backlogs of the process's task queues.
+type BacklogReader func(ctx context.Context) ([]Backlog, error)
+
+type backlogCollector struct {
+	read       BacklogReader
+	age, count *prometheus.Desc
+	log        *slog.Logger
+}
+
+func (c backlogCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.age; ch <- c.count }
+
+func (c backlogCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), jobsScrapeTimeout)
+	defer cancel()
+	bs, err := c.read(ctx)
+	if err != nil {
+		c.log.Warn("metrics: read task queue backlogs", "error", err)
+		ch <- prometheus.NewInvalidMetric(c.age, err)
+		return
+	}
+	for _, b := range bs {
+		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, b.Age.Seconds(), b.TaskQueue, b.Kind)
+		ch <- prometheus.MustNewConstMetric(c.count, prometheus.GaugeValue, float64(b.Count), b.TaskQueue, b.Kind)
+	}
+}
+
+// RegisterBacklog exports kinflow_task_queue_backlog_age_seconds and
+// kinflow_task_queue_backlog_tasks{task_queue,kind}, read from the Temporal
+// server at each scrape: the age of the oldest task no worker has taken is
+// the signal to alert on (slots exhausted, or too few workers).
+func (m *Metrics) RegisterBacklog(read BacklogReader, log *slog.Logger) error {
+	if m == nil {
+		return nil
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	labels := []string{"task_queue", "kind"}
+	c := backlogCollector{read: read, log: log,
+		age: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "task_queue_backlog_age_seconds"),
+			"Age of the oldest task waiting in the task queue for a worker slot (0: none waits), from the Temporal server at scrape time.", labels, nil),
+		count: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "task_queue_backlog_tasks"),
+			"Approximate number of tasks waiting in the task queue, from the Temporal server at scrape time.", labels, nil),
+	}
+	if err := m.Registry.Register(c); err != nil {
+		return fmt.Errorf("register backlog collector: %w", err)
+	}
+	return nil
+}
+
 // JobCounter counts jobs by status (Pending, Processing, Completed, Failed).
 type JobCounter func(ctx context.Context) (map[string]int64, error)
 
@@ -265,6 +346,16 @@ type activityInterceptor struct {
 
 func (a *activityInterceptor) ExecuteActivity(ctx context.Context, in *interceptor.ExecuteActivityInput) (any, error) {
 	start := time.Now()
+	if a.m != nil && activity.IsActivity(ctx) {
+		info := activity.GetInfo(ctx)
+		kind := "activity"
+		if info.IsLocalActivity {
+			kind = "local_activity"
+		}
+		g := a.m.slotsUsed.WithLabelValues(info.TaskQueue, kind)
+		g.Inc()
+		defer g.Dec()
+	}
 	res, err := a.Next.ExecuteActivity(ctx, in)
 	a.m.StepDone(activityType(ctx), time.Since(start), err)
 	return res, err
