@@ -3,10 +3,12 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/kinflow/kinflow/internal/input"
 	"github.com/kinflow/kinflow/internal/methods"
 )
 
@@ -52,6 +54,8 @@ type methodsBody struct {
 		Targets        string `json:"targets"`
 		SubstrateLists string `json:"substrateLists"`
 		Quota          string `json:"quota"`
+		// PredictionUnits states the caps of DESIGN §9 (kinflow's addition).
+		PredictionUnits string `json:"predictionUnits"`
 	} `json:"notes"`
 }
 
@@ -123,7 +127,7 @@ func toMethodObject(d *methods.Descriptor) methodObject {
 
 // buildMethodsBody renders /methods/ once: the catalogue never changes while
 // the process runs.
-func buildMethodsBody(cat *methods.Catalogue) methodsBody {
+func buildMethodsBody(cat *methods.Catalogue, caps input.UnitCaps) methodsBody {
 	var b methodsBody
 	group := func(t methods.Target) []methodObject {
 		out := []methodObject{}
@@ -141,6 +145,7 @@ func buildMethodsBody(cat *methods.Catalogue) methodsBody {
 	b.Notes.Targets = "Choose what to predict with `targets` (a list of kcat, Km, kcat/Km) and `methods` (an object mapping each selected target to a method id listed here)."
 	b.Notes.SubstrateLists = "A 'Substrates' cell may hold several SMILES or InChI separated by ';' (and 'Protein Sequence' several candidate sequences): each is predicted, kcat keeps the largest value, Km and kcat/Km are written as a JSON array in substrate order."
 	b.Notes.Quota = "Each input reaction row counts once against your daily quota."
+	b.Notes.PredictionUnits = fmt.Sprintf("Each substrate of a 'Substrates' list, each candidate sequence and each target is one prediction: this server makes at most %d per row and %d per job. A submit over either limit is refused with a 400 naming the row; /validate/ reports the count (predictionUnits).", caps.PerRow, caps.PerJob)
 	return b
 }
 

@@ -92,7 +92,7 @@ func New(d Deps) *Server {
 	if s.cat == nil {
 		s.cat = methods.Default()
 	}
-	s.methodsBody = buildMethodsBody(s.cat)
+	s.methodsBody = buildMethodsBody(s.cat, s.unitCaps())
 	s.chem = d.Chemistry
 	if s.chem == nil {
 		s.chem = input.NewChemistry(nil, s.log)

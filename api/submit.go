@@ -123,6 +123,20 @@ func (s *Server) maxRows() int {
 	return input.DefaultMaxRows
 }
 
+// unitCaps are the server's caps on prediction units (DESIGN §9).
+func (s *Server) unitCaps() input.UnitCaps {
+	if cfg := s.deps.Config; cfg != nil {
+		return input.UnitCaps{PerRow: cfg.MaxUnitsPerRow, PerJob: cfg.MaxUnitsPerJob}
+	}
+	return input.UnitCaps{PerRow: DefaultMaxUnitsPerRow, PerJob: DefaultMaxUnitsPerJob}
+}
+
+// The caps without a configuration (tests): config's defaults.
+const (
+	DefaultMaxUnitsPerRow = 1000
+	DefaultMaxUnitsPerJob = 100000
+)
+
 // loadTable reads the body's table: the JSON `data`, or the uploaded .csv.
 func (s *Server) loadTable(b *requestBody) (*input.Table, error) {
 	if b.isJSON {
@@ -183,6 +197,12 @@ func (s *Server) submit(c *gin.Context) {
 		return
 	}
 	if err := input.CheckProducts(c.Request.Context(), s.chem, sub.Table); err != nil {
+		s.inputError(c, err)
+		return
+	}
+	// One row may not buy unbounded work: quota counts rows, so the
+	// prediction units a row (and a job) may carry are capped.
+	if err := input.CountUnits(s.cat, sub.Table, sub.Options.Targets, sub.Options.Methods, s.unitCaps()).Err(); err != nil {
 		s.inputError(c, err)
 		return
 	}
@@ -454,6 +474,8 @@ func (s *Server) validate(c *gin.Context) {
 	if sim && s.deps.Similarity != nil {
 		rep.Similarity = s.deps.Similarity.Analyze(c.Request.Context(), similarityRows(t))
 	}
+	u := input.CountUnits(s.cat, t, nil, nil, s.unitCaps())
+	rep.PredictionUnits = &u
 	c.JSON(http.StatusOK, rep)
 }
 

@@ -38,6 +38,9 @@ type ValidateReport struct {
 	// SimilarityUnavailableReason; the API replaces it with the analysis of
 	// internal/similarity when the server has it (WIRE §4.8).
 	Similarity any `json:"similarity"`
+	// PredictionUnits counts the input's prediction units against the
+	// server's caps (kinflow's addition; set by the API).
+	PredictionUnits *UnitsReport `json:"predictionUnits,omitempty"`
 }
 
 // SimilarityError is the `similarity` value when the analysis fails.

@@ -60,10 +60,13 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 			}
 		}
 		// WAL lets readers run beside the one writer; busy_timeout makes a
-		// second writer wait for the lock instead of failing at once;
+		// second writer wait for the lock instead of failing at once (60 s:
+		// SQLite's busy handler polls, and under a burst of 200 submits on
+		// a loaded 2-core machine a writer waited past 10 s, which became
+		// a 500; Postgres is the database for such load);
 		// _txlock=immediate takes the write lock at BEGIN, so two
 		// read-then-write transactions cannot deadlock on the upgrade.
-		dsn := path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+		dsn := path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(60000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
 		db, err = gorm.Open(sqlite.Open(dsn), cfg)
 	case strings.HasPrefix(databaseURL, "postgres://"), strings.HasPrefix(databaseURL, "postgresql://"):
 		dialect = Postgres
