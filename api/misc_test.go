@@ -67,7 +67,7 @@ func TestMethods(t *testing.T) {
 			`"inputFormat":"multi","acceptedCsvTypes":["full_reaction"],"acceptedCsvTypesByTarget":{"kcat":["full_reaction"]},"inputBehaviorByTarget":{"kcat":"native_full_reaction"},"maxSeqLen":1024,`,
 			`"id":"E",`, `"inputFormat":"single","acceptedCsvTypes":["single","multi","full_reaction"],"acceptedCsvTypesByTarget":{"kcat":["single","multi","full_reaction"],"Km":["single","multi","full_reaction"]},"inputBehaviorByTarget":{"kcat":"native_multi","Km":"expanded_pair"},"maxSeqLen":2048,`,
 			`"id":"G-O2","displayName":"Method G-O2"`,
-			`"notes":{"targets":`, `,"substrateLists":"A 'Substrates' cell`, `,"quota":"Each input reaction row counts once against your daily quota."}`,
+			`"notes":{"targets":`, `,"substrateLists":"A 'Substrates' cell`, `,"quota":"Each input reaction row counts once against your daily quota.","predictionUnits":"Each substrate of a 'Substrates' list`,
 		} {
 			if !strings.Contains(r.Body.String(), want) {
 				t.Errorf("/methods/ lacks %s", want)
