@@ -12,16 +12,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -63,18 +57,22 @@ func run() error {
 	}
 	fmt.Printf("%-8s %-7s %6s %9s %9s %9s %10s %s\n", "workers", "jobs", "jobs/s", "p50 s", "p99 s", "max s", "status/s", "note")
 	for _, nw := range ws {
-		d, err := startDeployment(ctx, *kinflow, *temporal, nw, *env)
+		var extra []string
+		if *env != "" {
+			extra = strings.Split(*env, ",")
+		}
+		d, err := loadgen.StartDev(ctx, loadgen.DevOptions{Kinflow: *kinflow, TemporalCLI: *temporal, Workers: nw, Env: extra})
 		if err != nil {
 			return err
 		}
 		err = func() error {
-			defer d.stop()
-			key, err := loadgen.GenerateKey(ctx, d.base)
+			defer d.Stop()
+			key, err := loadgen.GenerateKey(ctx, d.BaseURL)
 			if err != nil {
 				return err
 			}
 			for _, n := range bs {
-				o := loadgen.Options{BaseURL: d.base, Key: key, Rows: *rows, StatusClients: *statusClients, Timeout: *timeout}
+				o := loadgen.Options{BaseURL: d.BaseURL, Key: key, Rows: *rows, StatusClients: *statusClients, Timeout: *timeout}
 				if n == 1 {
 					// One at a time: the rate of a lone user.
 					var total time.Duration
@@ -108,7 +106,7 @@ func run() error {
 				fmt.Printf("%-8d %-7d %6.1f %9.2f %9.2f %9.2f %10.0f %s\n", nw, n, r.JobsPerSec, r.P50.Seconds(), r.P99.Seconds(), r.Max.Seconds(), r.StatusPerSec, note)
 			}
 			if *big > 0 {
-				o := loadgen.Options{BaseURL: d.base, Key: key, Rows: *rows, Jobs: *mixed, BigRows: *big, StatusClients: *statusClients, Timeout: *timeout}
+				o := loadgen.Options{BaseURL: d.BaseURL, Key: key, Rows: *rows, Jobs: *mixed, BigRows: *big, StatusClients: *statusClients, Timeout: *timeout}
 				r, err := loadgen.Run(ctx, o)
 				if err != nil {
 					return err
@@ -136,131 +134,6 @@ func ints(s string) ([]int, error) {
 			return nil, fmt.Errorf("%q is not a whole number, 1 or more", f)
 		}
 		out = append(out, n)
-	}
-	return out, nil
-}
-
-// deployment is one `kinflow dev` and its extra workers.
-type deployment struct {
-	base  string
-	dir   string
-	procs []*exec.Cmd
-}
-
-func startDeployment(ctx context.Context, kinflow, temporal string, workers int, extra string) (*deployment, error) {
-	dir, err := os.MkdirTemp("", "kinflow-loadbench-")
-	if err != nil {
-		return nil, err
-	}
-	d := &deployment{dir: dir}
-	ports, err := freePorts(4)
-	if err != nil {
-		return nil, err
-	}
-	api := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	gpu := fmt.Sprintf("127.0.0.1:%d", ports[1])
-	d.base = "http://" + api
-	env := append(os.Environ(),
-		"KINFLOW_DATABASE_URL=sqlite:"+filepath.Join(dir, "kinflow.db"),
-		"KINFLOW_MEDIA_ROOT="+filepath.Join(dir, "media"),
-		"KINFLOW_API_LISTEN="+api,
-		"KINFLOW_GPU_LISTEN="+gpu,
-		"GPU_EMBED_SERVICE_URL=http://"+gpu,
-		fmt.Sprintf("KINFLOW_TEMPORAL_ADDRESS=127.0.0.1:%d", ports[2]),
-		"KINFLOW_DEFAULT_DAILY_QUOTA=1000000",
-		"LOG_LEVEL=warn",
-	)
-	if extra != "" {
-		env = append(env, strings.Split(extra, ",")...)
-	}
-	start := func(name string, args ...string) error {
-		f, err := os.Create(filepath.Join(dir, name+".log"))
-		if err != nil {
-			return err
-		}
-		cmd := exec.Command(kinflow, args...)
-		cmd.Env, cmd.Stdout, cmd.Stderr = env, f, f
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("start %s: %w", name, err)
-		}
-		d.procs = append(d.procs, cmd)
-		return nil
-	}
-	if err := start("dev", "dev", "--temporal-cli", temporal, "--data-dir", filepath.Join(dir, "temporal"), "--temporal-ui-port", strconv.Itoa(ports[3])); err != nil {
-		d.stop()
-		return nil, err
-	}
-	if err := d.waitHealthy(ctx); err != nil {
-		d.stop()
-		return nil, err
-	}
-	for i := 1; i < workers; i++ {
-		if err := start(fmt.Sprintf("worker%d", i+1), "worker"); err != nil {
-			d.stop()
-			return nil, err
-		}
-	}
-	// A worker polls within a second of its start.
-	time.Sleep(2 * time.Second)
-	return d, nil
-}
-
-func (d *deployment) waitHealthy(ctx context.Context) error {
-	deadline := time.Now().Add(2 * time.Minute)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(d.base + "/api/v1/health/")
-		if err == nil {
-			var h struct {
-				Status string `json:"status"`
-			}
-			_ = json.NewDecoder(resp.Body).Decode(&h)
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	data, _ := os.ReadFile(filepath.Join(d.dir, "dev.log"))
-	return errors.New("kinflow dev never became healthy:\n" + string(data))
-}
-
-func (d *deployment) stop() {
-	for i := len(d.procs) - 1; i >= 0; i-- {
-		p := d.procs[i]
-		_ = p.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = p.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = p.Process.Kill()
-			<-done
-		}
-	}
-	_ = os.RemoveAll(d.dir)
-}
-
-func freePorts(n int) ([]int, error) {
-	var out []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
 	}
 	return out, nil
 }

@@ -1,0 +1,127 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/kinflow/kinflow/internal/loadgen"
+	"github.com/kinflow/kinflow/internal/testenv"
+)
+
+// Load tests: many users at once is the normal case (DESIGN §9). Each test
+// starts the embedded default (`kinflow dev`: its own Temporal dev server,
+// SQLite, synthetic backends) on loopback ports and sends bursts of jobs
+// through the public API. They assert completion and exact charges, never
+// speed (that is `make bench-load`); every burst is bounded by its count and
+// by a timeout far above what it needs.
+
+// startDev starts an embedded-default deployment with env on top of the
+// defaults and returns it with an API key.
+func startDev(t *testing.T, env ...string) (*loadgen.Dev, string) {
+	t.Helper()
+	cli := testenv.TemporalPath()
+	if _, err := os.Stat(cli); err != nil {
+		testenv.Unavailable(t, "the Temporal CLI is not at %s (make bin/temporal)", cli)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	d, err := loadgen.StartDev(ctx, loadgen.DevOptions{Kinflow: kinflowBin, TemporalCLI: cli, Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("---- kinflow dev log (tail) ----\n%s", d.Log("dev", 8000))
+		}
+		d.Stop()
+	})
+	key, err := loadgen.GenerateKey(ctx, d.BaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, key
+}
+
+// quotaUsed is the key's rows charged today.
+func quotaUsed(t *testing.T, base, key string) int {
+	t.Helper()
+	req, _ := http.NewRequest("GET", base+"/api/v1/quota/", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var q struct {
+		Used int `json:"used"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&q); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("quota: %d %v", resp.StatusCode, err)
+	}
+	return q.Used
+}
+
+// burst runs o against d and requires every job Completed.
+func burst(t *testing.T, base, key string, o loadgen.Options) *loadgen.Result {
+	t.Helper()
+	o.BaseURL, o.Key = base, key
+	if o.Timeout == 0 {
+		o.Timeout = 8 * time.Minute
+	}
+	if o.Poll == 0 {
+		o.Poll = 250 * time.Millisecond
+	}
+	r, err := loadgen.Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(r.Summary())
+	if err := r.Check(); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestLoadBurstsOnEmbeddedDefault: 200 visitors submit a 3-row job at the
+// same moment; then one 10,000-row job runs while 100 small ones arrive.
+// Every job completes and the quota holds exactly the rows submitted (no row
+// lost or charged twice).
+func TestLoadBurstsOnEmbeddedDefault(t *testing.T) {
+	d, key := startDev(t)
+	burst(t, d.BaseURL, key, loadgen.Options{Jobs: 200, Rows: 3})
+	if got := quotaUsed(t, d.BaseURL, key); got != 600 {
+		t.Fatalf("quota used %d after 200 jobs of 3 rows, want 600", got)
+	}
+	r := burst(t, d.BaseURL, key, loadgen.Options{Jobs: 100, Rows: 3, BigRows: 10000, Timeout: 12 * time.Minute})
+	if r.Big == nil || r.Big.Status != "Completed" {
+		t.Fatalf("the large job: %+v", r.Big)
+	}
+	if got := quotaUsed(t, d.BaseURL, key); got != 600+300+10000 {
+		t.Fatalf("quota used %d, want %d", got, 600+300+10000)
+	}
+}
+
+// TestLoadBurstEveryJobTracked is the shape that stopped the service for
+// good (issue 25): every job runs a progress tracker and regular activities,
+// and the CPU worker has only two activity slots. Trackers now live on
+// their own queue, so 100 concurrent jobs still all complete; with trackers
+// in the CPU pool, two trackers filled both slots and their own jobs waited
+// for a slot for ever.
+func TestLoadBurstEveryJobTracked(t *testing.T) {
+	d, key := startDev(t,
+		"KINFLOW_TRACK_MIN_FILES=1",
+		"KINFLOW_CPU_ACTIVITY_SLOTS=2",
+		"KINFLOW_SMALL_JOB_ROWS=0",
+		"KINFLOW_GPU_SMALL_STEP_SEQS=0",
+		// Slow embeddings keep every tracker alive while the others run.
+		"GPU_EMBED_SYNTHETIC_DELAY_MS=5",
+	)
+	burst(t, d.BaseURL, key, loadgen.Options{Jobs: 100, Rows: 3})
+	if got := quotaUsed(t, d.BaseURL, key); got != 300 {
+		t.Fatalf("quota used %d after 100 jobs of 3 rows, want 300", got)
+	}
+}
