@@ -84,10 +84,16 @@ func TestTopologyKillEachRoleMidJob(t *testing.T) {
 			tp.waitComputed(job, 3, 120*time.Second)
 			if victim == "temporal" {
 				tp.Server.Kill9()
+				if st := tp.status(job); st.Status == "Completed" || st.Status == "Failed" {
+					t.Fatalf("job %s before the server was killed: make it slower", st.Status)
+				}
 				time.Sleep(2 * time.Second)
 				tp.Server.Start()
 			} else {
 				tp.Kill9(victim)
+				if st := tp.status(job); st.Status == "Completed" || st.Status == "Failed" {
+					t.Fatalf("job %s before the kill of %s took effect: make it slower", st.Status, victim)
+				}
 				time.Sleep(time.Second)
 				tp.Restart(victim)
 			}
