@@ -53,7 +53,7 @@ test: test-deps ## run every test, unit and integration, against real Temporal, 
 	$(MAKE) build
 	cd clients/python && ../../$(CLIENT_PY) -m pytest -q
 
-bench: bin/temporal ## run the Go benchmarks (figures go to docs/BENCHMARKS.md)
+bench: bin/temporal bin/temporal-server ## run the Go benchmarks (figures go to docs/BENCHMARKS.md)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) ./...
 
 lint: ## gofmt, go vet, staticcheck, workflowcheck (determinism of workflow code); ruff (check + format) on steps/ (from .venv-steps); mypy --strict + ruff on clients/python

@@ -60,6 +60,14 @@ func TestTopologyREADMEFirstJob(t *testing.T) {
 	if err != nil || resp.GetCount() != 1 {
 		t.Fatalf("visibility query by JobId: %v, count %d", err, resp.GetCount())
 	}
+
+	// The operator step again, on a namespace in use: nothing changes.
+	ns := exec.Command(kinflowBin, "namespace")
+	ns.Env = tp.environ("")
+	out, err = ns.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "namespace default: exists") || strings.Contains(string(out), "registered") {
+		t.Fatalf("kinflow namespace, second run: %v\n%s", err, out)
+	}
 }
 
 // TestTopologyKillEachRoleMidJob kills, in the middle of a job, one process
