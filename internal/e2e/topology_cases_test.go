@@ -147,7 +147,7 @@ func TestTopologyGPUHostJoinsMidJob(t *testing.T) {
 		Env:     map[string]string{"GPU_EMBED_JOB_TIMEOUT_SECONDS": "240", "KINFLOW_STEP_SHARD_SEQS": "10"},
 		RoleEnv: map[string]map[string]string{"gpu-worker": {"KINFLOW_GPU_ENV_FILE": slow, "KINFLOW_GPU_SLOTS": "1"}},
 	})
-	const n = 100
+	const n = 120
 	job := tp.submit(csvRows(randSeed(), n, 200), []string{"kcat"}, map[string]string{"kcat": "B"})
 	tp.waitComputed(job, 3, 120*time.Second)
 	joined := tp.AddGPUHost()

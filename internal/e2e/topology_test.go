@@ -40,7 +40,16 @@ type TopologyOptions struct {
 
 // Topology is a running production topology. Its processes are named
 // role-N ("api-1", "worker-2", "gpu-worker-1"); the embedded stack submits
-// and polls through the first api unless told otherwise (UseAPI).
+// and polls through the first api unless told otherwise (UseAPI). A load
+// test reuses it as it is:
+//
+//	tp := startTopology(t, TopologyOptions{Env: map[string]string{…}})
+//	job := tp.submit(csvRows(seed, rows, 200), []string{"kcat"}, map[string]string{"kcat": "B"})
+//	tp.Kill9("worker-1"); tp.Restart("worker-1"); tp.AddGPUHost()
+//	tp.Server.Kill9(); tp.Server.Start()
+//	st := tp.waitDone(job, time.Minute)
+//
+// Each api's base URL is in APIURLs; every process's log is in tp.logs.
 type Topology struct {
 	*stack
 	Server  *testenv.TemporalServer
