@@ -56,24 +56,36 @@ func runNamespace(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // frontend through a cache that refreshes every few seconds).
 func prepareNamespace(ctx context.Context, tc client.Client, ns string, retention time.Duration, stdout io.Writer) error {
 	ws, ops := tc.WorkflowService(), tc.OperatorService()
-	_, err := ws.DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: ns})
-	var notFound *serviceerror.NamespaceNotFound
-	switch {
-	case err == nil:
-		fmt.Fprintf(stdout, "namespace %s: exists\n", ns)
-	case errors.As(err, &notFound):
-		_, err := ws.RegisterNamespace(ctx, &workflowservice.RegisterNamespaceRequest{
-			Namespace:                        ns,
-			Description:                      "kinflow jobs",
-			WorkflowExecutionRetentionPeriod: durationpb.New(retention),
-		})
-		var exists *serviceerror.NamespaceAlreadyExists
-		if err != nil && !errors.As(err, &exists) {
-			return fmt.Errorf("create namespace %s: %w", ns, err)
+	// A server that has just started may answer Unavailable for a while:
+	// retry anything but a clear answer until ctx ends.
+	for {
+		_, err := ws.DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: ns})
+		var notFound *serviceerror.NamespaceNotFound
+		if err == nil {
+			fmt.Fprintf(stdout, "namespace %s: exists\n", ns)
+			break
 		}
-		fmt.Fprintf(stdout, "namespace %s: created (retention %s)\n", ns, retention)
-	default:
-		return fmt.Errorf("describe namespace %s: %w", ns, err)
+		if errors.As(err, &notFound) {
+			_, err = ws.RegisterNamespace(ctx, &workflowservice.RegisterNamespaceRequest{
+				Namespace:                        ns,
+				Description:                      "kinflow jobs",
+				WorkflowExecutionRetentionPeriod: durationpb.New(retention),
+			})
+			var exists *serviceerror.NamespaceAlreadyExists
+			if err == nil || errors.As(err, &exists) {
+				fmt.Fprintf(stdout, "namespace %s: created (retention %s)\n", ns, retention)
+				break
+			}
+			var invalid *serviceerror.InvalidArgument
+			if errors.As(err, &invalid) {
+				return fmt.Errorf("create namespace %s: %w", ns, err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("namespace %s: %w", ns, err)
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
 
 	// The search attributes: add the missing ones, refuse a wrong type. Right

@@ -68,6 +68,22 @@ func TestTopologyREADMEFirstJob(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "namespace default: exists") || strings.Contains(string(out), "registered") {
 		t.Fatalf("kinflow namespace, second run: %v\n%s", err, out)
 	}
+
+	// Started before the server answers (compose starts it beside a booting
+	// server), it waits for it.
+	tp.Server.Kill9()
+	ns = exec.Command(kinflowBin, "namespace", "--wait", "120s")
+	ns.Env = tp.environ("")
+	var buf strings.Builder
+	ns.Stdout, ns.Stderr = &buf, &buf
+	if err := ns.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	tp.Server.Start()
+	if err := ns.Wait(); err != nil || !strings.Contains(buf.String(), "ready for kinflow") {
+		t.Fatalf("kinflow namespace started before the server: %v\n%s", err, buf.String())
+	}
 }
 
 // TestTopologyKillEachRoleMidJob kills, in the middle of a job, one process
