@@ -3,6 +3,9 @@
 SHELL          := /bin/bash
 GO             ?= go
 TEMPORAL_CLI   := github.com/temporalio/cli/cmd/temporal@v1.5.1
+# The Temporal server of the production topology and its SQL schema tool
+# (v1.31 and later need a newer Go than go.mod's).
+TEMPORAL_SERVER_VERSION := v1.30.4
 STATICCHECK    := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 WORKFLOWCHECK  := go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0
 GO_TEST_FLAGS  ?= -count=1 -timeout 45m
@@ -24,6 +27,14 @@ bin/temporal: ## build the Temporal CLI (dev server) from the Go module proxy, p
 	@echo "building the Temporal CLI ($(TEMPORAL_CLI)) into bin/ (first time only, a few minutes)…"
 	GOBIN=$(CURDIR)/bin $(GO) install $(TEMPORAL_CLI)
 
+bin/temporal-server: ## build the Temporal server and its schema tool (bin/temporal-sql-tool) from the Go module proxy, pinned (docs/production.md)
+	@mkdir -p bin/.temporal-server
+	@echo "building the Temporal server $(TEMPORAL_SERVER_VERSION) into bin/ (first time only, several minutes)…"
+	GOBIN=$(CURDIR)/bin/.temporal-server $(GO) install go.temporal.io/server/cmd/server@$(TEMPORAL_SERVER_VERSION) go.temporal.io/server/cmd/tools/sql@$(TEMPORAL_SERVER_VERSION)
+	mv bin/.temporal-server/sql bin/temporal-sql-tool
+	mv bin/.temporal-server/server bin/temporal-server
+	rmdir bin/.temporal-server
+
 build: ## build bin/kinflow
 	$(GO) build -o bin/kinflow ./cmd/kinflow
 
@@ -31,7 +42,7 @@ run: bin/temporal build ## build and start everything on embedded defaults (Ctrl
 	@mkdir -p .data media
 	exec ./bin/kinflow dev --temporal-cli bin/temporal --data-dir .data
 
-test-deps: bin/temporal ## install and start what the tests need (Postgres, MMseqs2, Python numpy/torch/RDKit/Open Babel, the step venvs (PyPI torch), Chromium, the OpenAPI linter)
+test-deps: bin/temporal bin/temporal-server ## install and start what the tests need (Postgres, MMseqs2, Python numpy/torch/RDKit/Open Babel, the step venvs (PyPI torch), Chromium, the OpenAPI linter; the Temporal CLI and server into bin/)
 	bash scripts/test-deps.sh
 
 test: test-deps ## run every test, unit and integration, against real Temporal, Postgres, HTTP and files
@@ -42,7 +53,7 @@ test: test-deps ## run every test, unit and integration, against real Temporal, 
 	$(MAKE) build
 	cd clients/python && ../../$(CLIENT_PY) -m pytest -q
 
-bench: bin/temporal ## run the Go benchmarks (figures go to docs/BENCHMARKS.md)
+bench: bin/temporal bin/temporal-server ## run the Go benchmarks (figures go to docs/BENCHMARKS.md)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) ./...
 
 lint: ## gofmt, go vet, staticcheck, workflowcheck (determinism of workflow code); ruff (check + format) on steps/ (from .venv-steps); mypy --strict + ruff on clients/python

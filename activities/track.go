@@ -44,8 +44,9 @@ func (a *Activities) TrackProgress(ctx context.Context, in TrackInput) error {
 			a.Metrics.ProgressStored(time.Since(start))
 			return err
 		},
-		OnFound: func(src progress.Source, n int) { a.Metrics.TrackerFound(string(src), n) },
-		Log:     log,
+		OnFound:  func(src progress.Source, n int) { a.Metrics.TrackerFound(string(src), n) },
+		Log:      log,
+		NoNotify: a.Config.ProgressNoNotify,
 	}
 	tr, reused := a.trackers().Acquire(opts)
 	defer tr.Release()

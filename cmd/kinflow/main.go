@@ -31,6 +31,7 @@ func commands() []command {
 		{"dev", "run every role in one process on the embedded defaults", runDev},
 		{"step-server", "step-server --synthetic: a resident step server writing synthetic artefacts (started by the GPU host)", runStepServer},
 		{"migrate", "apply database migrations and exit", runMigrate},
+		{"namespace", "create the Temporal namespace if absent and register JobId, Method, Stage (operator, idempotent)", runNamespace},
 		{"config", "print the configuration keys (--markdown for the README table)", runConfig},
 		{"seqid", "print seq_id<TAB>length per sequence of a FASTA or CSV file", runSeqID},
 		{"seqmap", "seqmap import FILE: take over a reference seqmap.sqlite3, keeping its ids", runSeqmap},

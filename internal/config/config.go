@@ -128,6 +128,10 @@ type Config struct {
 	MaxUnitsPerRow int
 	// MaxUnitsPerJob caps one job's prediction units.
 	MaxUnitsPerJob int
+	// ProgressNoNotify turns file-system notifications off in the progress
+	// tracker (KINFLOW_PROGRESS_NOTIFY=0): folder sweeps only, as on shared
+	// storage where another host writes the files.
+	ProgressNoNotify bool
 }
 
 // Key describes one configuration key.
@@ -402,6 +406,17 @@ var Keys = []Key{
 			if err := setSeconds(&c.HeartbeatTimeout, v); err != nil || c.HeartbeatTimeout < 3*time.Second {
 				return errInvalid
 			}
+			return nil
+		}},
+	{Name: "KINFLOW_PROGRESS_NOTIFY", Default: "1",
+		Meaning: "0/false/no/off: the CPU worker's progress tracker does not use file-system notifications (inotify) and finds new embedding files by listing their folders every 3 s, as on NFS where files written by another host raise no notification. The tracker sweeps every 10 s either way, and falls back to 3 s when a sweep finds files notifications missed.",
+		Allowed: "want 1, true, yes, on, 0, false, no or off",
+		set: func(c *Config, v string) error {
+			var on bool
+			if err := setBool(&on, v); err != nil {
+				return err
+			}
+			c.ProgressNoNotify = !on
 			return nil
 		}},
 }

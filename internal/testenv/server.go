@@ -1,0 +1,237 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	mrand "math/rand/v2"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+)
+
+// TemporalServerPath is the Temporal server that `make bin/temporal-server`
+// builds (the production topology's server, on Postgres).
+func TemporalServerPath() string {
+	if p := os.Getenv("KINFLOW_TEMPORAL_SERVER"); p != "" {
+		return p
+	}
+	return filepath.Join(RepoRoot(), "bin", "temporal-server")
+}
+
+// TemporalSQLToolPath is the server's schema tool, built beside it.
+func TemporalSQLToolPath() string {
+	return filepath.Join(filepath.Dir(TemporalServerPath()), "temporal-sql-tool")
+}
+
+// TemporalServerConfig is the server configuration shipped in the repository
+// (a template filled from the environment), used by tests and docs alike.
+func TemporalServerConfig() string {
+	return filepath.Join(RepoRoot(), "docker", "temporal", "config.yaml")
+}
+
+// TemporalSchemaScript creates and migrates the server's databases.
+func TemporalSchemaScript() string {
+	return filepath.Join(RepoRoot(), "docker", "temporal", "setup-schema.sh")
+}
+
+// TemporalDBEnvKeys are the variables docker/temporal/config.yaml and
+// setup-schema.sh read for the server's databases (docker/compose.yaml sets
+// the same on its temporal services).
+var TemporalDBEnvKeys = []string{"POSTGRES_SEEDS", "DB_PORT", "POSTGRES_USER", "POSTGRES_PWD", "DBNAME", "VISIBILITY_DBNAME"}
+
+// TemporalServer is a real Temporal server process on two fresh Postgres
+// databases (its store and its SQL visibility), schema set up by its own
+// schema tool. It can be killed and started again on the same databases
+// and ports.
+type TemporalServer struct {
+	// Address is the frontend's host:port.
+	Address string
+	tb      testing.TB
+	env     []string
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	logPath string
+}
+
+// StartTemporalServer sets up the databases and starts a server for tb,
+// stopped and dropped at cleanup. A missing binary skips tb (fails it under
+// CI=true).
+func StartTemporalServer(tb testing.TB) *TemporalServer {
+	tb.Helper()
+	for _, p := range []string{TemporalServerPath(), TemporalSQLToolPath()} {
+		if _, err := os.Stat(p); err != nil {
+			Unavailable(tb, "Temporal server not built at %s (run `make bin/temporal-server`): %v", p, err)
+		}
+	}
+	admin, err := url.Parse(PostgresAdminURL())
+	if err != nil {
+		tb.Fatalf("Postgres URL: %v", err)
+	}
+	host, port := admin.Hostname(), admin.Port()
+	if port == "" {
+		port = "5432"
+	}
+	user := admin.User.Username()
+	pwd, _ := admin.User.Password()
+	dbs := map[string]string{}
+	for _, kind := range []string{"temporal", "visibility"} {
+		u, drop, err := CreatePostgresDB("t" + kind)
+		if err != nil {
+			Unavailable(tb, "Postgres: %v", err)
+		}
+		tb.Cleanup(drop)
+		pu, _ := url.Parse(u)
+		dbs[kind] = pu.Path[1:]
+	}
+	vals := []string{host, port, user, pwd, dbs["temporal"], dbs["visibility"]}
+	var dbEnv []string
+	for i, k := range TemporalDBEnvKeys {
+		dbEnv = append(dbEnv, k+"="+vals[i])
+	}
+	// The schema, by the same script as docker/compose.yaml's temporal-schema.
+	setup := exec.Command("bash", TemporalSchemaScript())
+	setup.Env = append(append(os.Environ(), dbEnv...), "TEMPORAL_SQL_TOOL="+TemporalSQLToolPath())
+	if out, err := setup.CombinedOutput(); err != nil {
+		tb.Fatalf("%s: %v\n%s", TemporalSchemaScript(), err, out)
+	}
+	ports := map[string]string{}
+	for _, k := range []string{"FRONTEND_GRPC_PORT", "FRONTEND_HTTP_PORT", "HISTORY_GRPC_PORT", "MATCHING_GRPC_PORT", "WORKER_GRPC_PORT",
+		"FRONTEND_MEMBERSHIP_PORT", "HISTORY_MEMBERSHIP_PORT", "MATCHING_MEMBERSHIP_PORT", "WORKER_MEMBERSHIP_PORT"} {
+		p, err := freeLowPort()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		ports[k] = strconv.Itoa(p)
+	}
+	s := &TemporalServer{
+		Address: "127.0.0.1:" + ports["FRONTEND_GRPC_PORT"],
+		tb:      tb,
+		logPath: filepath.Join(tb.TempDir(), "temporal-server.log"),
+		env:     append(append(os.Environ(), dbEnv...), "BIND_ON_IP=127.0.0.1", "LOG_LEVEL=warn"),
+	}
+	for k, v := range ports {
+		s.env = append(s.env, k+"="+v)
+	}
+	tb.Cleanup(s.Stop)
+	s.Start()
+	return s
+}
+
+// Start starts the server process (again, after Kill9) and waits until its
+// frontend answers a health check.
+func (s *TemporalServer) Start() {
+	s.tb.Helper()
+	f, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		s.tb.Fatal(err)
+	}
+	cmd := exec.Command(TemporalServerPath(), "--config-file", TemporalServerConfig(), "--allow-no-auth", "start")
+	cmd.Env = s.env
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		s.tb.Fatalf("start Temporal server: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
+	s.cmd, s.exited = cmd, done
+	if err := s.waitHealthy(90 * time.Second); err != nil {
+		s.tb.Fatalf("Temporal server: %v\n%s", err, s.LogTail(4000))
+	}
+}
+
+func (s *TemporalServer) waitHealthy(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		select {
+		case <-s.exited:
+			return fmt.Errorf("exited at start")
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", s.Address, 200*time.Millisecond); err == nil {
+			c.Close()
+			hc, err := client.Dial(client.Options{HostPort: s.Address, Namespace: "temporal-system", Logger: quiet{}})
+			if err == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				_, err = hc.CheckHealth(ctx, &client.CheckHealthRequest{})
+				cancel()
+				hc.Close()
+				if err == nil {
+					return nil
+				}
+			}
+			last = err
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return fmt.Errorf("no healthy frontend at %s within %v (last: %v)", s.Address, timeout, last)
+}
+
+// Kill9 kills the server with SIGKILL and waits until it is gone.
+func (s *TemporalServer) Kill9() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGKILL)
+		<-s.exited
+	}
+}
+
+// Stop stops the server with SIGTERM (SIGKILL after 15 s).
+func (s *TemporalServer) Stop() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-s.exited:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(15 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+	}
+}
+
+// LogTail is the last n bytes of the server's log.
+func (s *TemporalServer) LogTail(n int) string {
+	data, _ := os.ReadFile(s.logPath)
+	if len(data) > n {
+		data = data[len(data)-n:]
+	}
+	return string(data)
+}
+
+// freeLowPort is a free TCP port below 32768: Temporal stores membership
+// ports in a smallint column, and the kernel's ephemeral ports lie above.
+func freeLowPort() (int, error) {
+	for range 200 {
+		p := 20000 + mrand.IntN(12000)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return p, nil
+	}
+	return 0, fmt.Errorf("no free port in 20000-32000")
+}
+
+// quiet discards the SDK's logs while polling for readiness.
+type quiet struct{}
+
+func (quiet) Debug(string, ...interface{}) {}
+func (quiet) Info(string, ...interface{})  {}
+func (quiet) Warn(string, ...interface{})  {}
+func (quiet) Error(string, ...interface{}) {}
