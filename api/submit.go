@@ -441,6 +441,11 @@ func (s *Server) validate(c *gin.Context) {
 	} else {
 		sim = input.RunSimilarityForm(b.form)
 	}
+	keys, err := s.validateChoice(b) // validate_choice.go
+	if err != nil {
+		s.inputError(c, err)
+		return
+	}
 	t, err := s.loadTable(b)
 	if err != nil {
 		s.inputError(c, err)
@@ -452,8 +457,9 @@ func (s *Server) validate(c *gin.Context) {
 		return
 	}
 	if sim && s.deps.Similarity != nil {
-		rep.Similarity = s.deps.Similarity.Analyze(c.Request.Context(), similarityRows(t))
+		rep.Similarity = s.similarityFor(c.Request.Context(), similarityRows(t), keys)
 	}
+	finishReport(rep, keys)
 	c.JSON(http.StatusOK, rep)
 }
 

@@ -38,11 +38,21 @@ type ValidateReport struct {
 	// SimilarityUnavailableReason; the API replaces it with the analysis of
 	// internal/similarity when the server has it (WIRE §4.8).
 	Similarity any `json:"similarity"`
+	// Methods is kinflow's addition: the method keys the report is about,
+	// when the request chose targets and methods (then lengthViolations
+	// and lengthLimits list only these, and "Server"); absent otherwise.
+	Methods []string `json:"methods,omitempty"`
+	// Messages is kinflow's addition: every finding as one sentence, rows
+	// in order (BuildMessages); the same wording in every client.
+	Messages []Message `json:"messages"`
 }
 
 // SimilarityError is the `similarity` value when the analysis fails.
+// Unavailable (kinflow's addition) marks an answer that is information,
+// not a failure: the server has no similarity dataset for the request.
 type SimilarityError struct {
-	Error string `json:"error"`
+	Error       string `json:"error"`
+	Unavailable bool   `json:"unavailable,omitempty"`
 }
 
 // SubstrateIssue is one invalidSubstrates entry (§4.6.2). Value is a string
@@ -156,7 +166,7 @@ func Validate(ctx context.Context, cat *methods.Catalogue, chem *Chemistry, t *T
 	}
 	rep := &ValidateReport{RowCount: t.RawRowCount, InvalidSubstrates: []SubstrateIssue{}, InvalidProteins: []ProteinIssue{}}
 	if runSimilarity {
-		rep.Similarity = &SimilarityError{Error: SimilarityUnavailableReason}
+		rep.Similarity = &SimilarityError{Error: SimilarityUnavailableReason, Unavailable: true}
 	}
 
 	// Substrates: collect every component, check them in one batch.
