@@ -157,20 +157,33 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs := newFlags("validate", stderr)
 	baseURL, key := clientFlags(fs)
 	asJSON := fs.Bool("json", false, "print the API's report as JSON")
+	var targets, methodsList listFlag
+	fs.Var(&targets, "target", "report only the methods chosen: target (repeatable; paired in order with --method)")
+	fs.Var(&methodsList, "method", "method id for the --target at the same position (repeatable)")
+	methodsSpec := fs.String("methods", "", "targets and methods at once: kcat=B,Km=C (as for submit)")
+	similarity := fs.Bool("similarity", false, "also compare the sequences with the training data (runSimilarity)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: kinflow validate [--json] FILE   (a .csv; - reads stdin)")
+		fmt.Fprintln(stderr, "usage: kinflow validate [--json] [--methods kcat=B,Km=C] [--similarity] FILE   (a .csv; - reads stdin)")
 		fmt.Fprintln(stderr, "  Checks every row without submitting (no quota used); exit 1 when a row is flagged.")
+		fmt.Fprintln(stderr, "  With --methods (or --target/--method) only the chosen methods' limits are reported.")
 		fs.PrintDefaults()
 	}
 	arg, err := oneArg(fs, args, "FILE")
 	if err != nil {
 		return err
 	}
+	vopts := client.ValidateOptions{RunSimilarity: *similarity}
+	if len(targets) > 0 || len(methodsList) > 0 || *methodsSpec != "" {
+		vopts.Targets, vopts.Methods, err = selection(targets, methodsList, *methodsSpec)
+		if err != nil {
+			return err
+		}
+	}
 	name, data, err := readInput(arg, os.Stdin)
 	if err != nil {
 		return err
 	}
-	rep, err := newClient(*baseURL, *key).Validate(ctx, name, bytes.NewReader(data))
+	rep, err := newClient(*baseURL, *key).Validate(ctx, name, bytes.NewReader(data), vopts)
 	if err != nil {
 		return err
 	}
@@ -191,6 +204,17 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 func printReport(w io.Writer, rep *client.ValidateReport) {
 	fmt.Fprintf(w, "%d rows\n", rep.RowCount)
+	if rep.Messages != nil {
+		// The server's own sentences, rows in order: the same wording as
+		// the web page and the Python client.
+		for _, m := range rep.Messages {
+			fmt.Fprintln(w, m.Text)
+		}
+		if rep.Problems() == 0 {
+			fmt.Fprintln(w, "no row problems")
+		}
+		return
+	}
 	for _, p := range rep.InvalidProteins {
 		extra := ""
 		if len(p.InvalidChars) > 0 {

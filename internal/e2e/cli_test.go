@@ -104,15 +104,27 @@ func TestCLIAgainstStack(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("Protein Sequence,Substrate\nMKTAYIAKQ,CCO\nMK1TZ,CCO\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s.cli(withKey, "validate", bad).want(t, "validate bad rows", 1, "out:row 2: protein: Invalid characters in sequence", "err:1 row problem(s) in bad.csv")
+	s.cli(withKey, "validate", bad).want(t, "validate bad rows", 1, "out:Row 2, Protein Sequence: 2 characters are not amino acids: '1' at position 3, 'Z' at position 5.", "err:1 row problem(s) in bad.csv")
+	// Only the chosen method's limit is reported (issue 28).
+	long := filepath.Join(t.TempDir(), "long.csv")
+	if err := os.WriteFile(long, []byte("Protein Sequence,Substrate
+"+strings.Repeat("A", 1200)+",CCO
+"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	chosen := s.cli(withKey, "validate", "--methods", "kcat=B", long)
+	chosen.want(t, "validate chosen method", 0, "out:Method B: 1 sequence is longer than its limit of 1000 residues")
+	if strings.Contains(chosen.stdout, "Method C") {
+		t.Errorf("validate --methods kcat=B reports another method:\n%s", chosen.stdout)
+	}
 	lists := filepath.Join(t.TempDir(), "lists.csv")
 	if err := os.WriteFile(lists, []byte("Protein Sequence,Substrates\nMKTAYIAKQ;MK1T,CCO;X((\nMKTAYIAKQ,\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	s.cli(withKey, "validate", lists).want(t, "validate substrate lists", 1,
-		"out:row 1: protein (candidate 2): Invalid characters in sequence (1)",
-		"out:row 1: substrates: Invalid substrate/product SMILES/InChI: substrate 2 X((",
-		"out:row 2: substrates: Empty substrate list: substrates (empty list)")
+		"out:Row 1, Protein Sequence (candidate 2): 1 character is not an amino acid: '1' at position 3.",
+		`out:Row 1, Substrates: substrate 2 "X((" is not a valid SMILES or InChI.`,
+		"out:Row 2, Substrates: the substrate list is empty.")
 	s.cli(nil, "methods").want(t, "methods input behaviour", 0, "out:Substrates lists: native_multi", "out:Substrates lists: expanded_pair", "out:  G-O2 ")
 	js := s.cli(withKey, "validate", "--json", example)
 	js.want(t, "validate --json", 0)

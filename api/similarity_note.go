@@ -1,0 +1,96 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/kinflow/kinflow/internal/store"
+)
+
+// SimilarityUnit is the unit of the similarity columns, stated wherever
+// they are explained.
+const SimilarityUnit = "% identity"
+
+// similarityNote is kinflow's `similarity` object of /status/ and the
+// source of the result's `columnNotes`: what the two similarity columns
+// hold, or why they are blank (WIRE-CONTRACT difference 18: reported, never
+// silently blank).
+type similarityNote struct {
+	// State is "done" (the columns are filled) or "not_configured" (the
+	// method has no dataset, or it is not installed: the columns are blank).
+	State   string   `json:"state"`
+	Method  string   `json:"method"`
+	Dataset string   `json:"dataset,omitempty"`
+	Unit    string   `json:"unit"`
+	Columns []string `json:"columns"`
+	// Message is one sentence for the user.
+	Message string `json:"message"`
+}
+
+// similarityHead is the head of MEDIA/jobs/<id>/similarity.json (written by
+// the TrainingSimilarity activity); the per-row values are not needed here.
+type similarityHead struct {
+	State   string `json:"state"`
+	Message string `json:"message"`
+	Method  string `json:"method"`
+	Dataset string `json:"dataset"`
+}
+
+// similarityNote reads the job's similarity state; nil when the job has no
+// similarity columns (not asked for, no kcat target) or before they are
+// computed.
+func (s *Server) similarityNote(j *store.Job) *similarityNote {
+	if !j.IncludeSimilarityColumns {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(s.mediaRoot(), "jobs", j.ID, "similarity.json"))
+	if err != nil {
+		return nil
+	}
+	var h similarityHead
+	if json.Unmarshal(b, &h) != nil || h.Method == "" {
+		return nil
+	}
+	n := &similarityNote{State: h.State, Method: h.Method, Dataset: h.Dataset, Unit: SimilarityUnit,
+		Columns: []string{"mean similarity to " + h.Method + " training data", "max similarity to " + h.Method + " training data"}}
+	switch h.State {
+	case "done":
+		n.Message = fmt.Sprintf("Similarity columns, in %s (0–100): the mean and the highest MMseqs2 identity of each row's sequence to the training data of method %s (dataset %s); 0 means no hit.",
+			SimilarityUnit, h.Method, h.Dataset)
+	case "not_configured":
+		n.Message = fmt.Sprintf("Similarity columns (%s) are blank: %s", SimilarityUnit, h.Message)
+	default:
+		return nil
+	}
+	return n
+}
+
+// columnNotes are the result's `columnNotes` (kinflow's addition to the
+// JSON form): column name → one sentence, for the similarity columns.
+func columnNotes(n *similarityNote) map[string]string {
+	if n == nil {
+		return nil
+	}
+	out := map[string]string{}
+	for _, c := range n.Columns {
+		out[c] = n.Message
+	}
+	return out
+}
+
+// withColumnNotes adds `"columnNotes": {...}` as the last key of a JSON
+// result object; nothing when there is no note.
+func withColumnNotes(body []byte, notes map[string]string) []byte {
+	if len(notes) == 0 || len(body) == 0 || body[len(body)-1] != '}' {
+		return body
+	}
+	enc, err := json.Marshal(notes)
+	if err != nil {
+		return body
+	}
+	out := append(body[:len(body)-1:len(body)-1], `,"columnNotes":`...)
+	out = append(out, enc...)
+	return append(out, '}')
+}
