@@ -517,6 +517,36 @@ type Stage struct {
 		PredictionsCached int `json:"predictionsCached"`
 	} `json:"prediction"`
 	Embedding Embedding `json:"embedding"`
+	// Rows, Sequences, SequencesEmbedded, Percent and Seconds are the stage
+	// in the user's units (kinflow's additions; zero/nil from older servers).
+	Rows              int     `json:"rows"`
+	Sequences         *int    `json:"sequences"`
+	SequencesEmbedded *int    `json:"sequencesEmbedded"`
+	Percent           float64 `json:"percent"`
+	Seconds           *int64  `json:"seconds"`
+}
+
+// Overall is the status's `overall` object: the whole job in rows and
+// sequences, one percentage, an ETA and one line of text.
+type Overall struct {
+	Percent    float64 `json:"percent"`
+	ETASeconds *int64  `json:"etaSeconds"`
+	Phase      string  `json:"phase"`
+	Rows       int     `json:"rows"`
+	Sequences  *int    `json:"sequences"`
+	Stage      *int    `json:"stage"`
+	Stages     int     `json:"stages"`
+	Text       string  `json:"text"`
+}
+
+// SimilarityNote is the status's `similarity` object: what the similarity
+// columns hold, or why they are blank.
+type SimilarityNote struct {
+	State   string   `json:"state"`
+	Method  string   `json:"method"`
+	Unit    string   `json:"unit"`
+	Columns []string `json:"columns"`
+	Message string   `json:"message"`
 }
 
 // Status is the part of GET /api/v1/status/{id}/ the client reads; Raw is
@@ -541,8 +571,11 @@ type Status struct {
 		UsedGPU bool    `json:"usedGpu"`
 		Failed  bool    `json:"failed"`
 	} `json:"gpuPrecompute"`
-	Error string          `json:"error"`
-	Raw   json.RawMessage `json:"-"`
+	Error string `json:"error"`
+	// Overall is nil from a server older than kinflow's `overall`.
+	Overall    *Overall        `json:"overall"`
+	Similarity *SimilarityNote `json:"similarity"`
+	Raw        json.RawMessage `json:"-"`
 }
 
 // Finished reports whether the job reached a final status.
