@@ -160,7 +160,8 @@ func TestCLIAgainstStack(t *testing.T) {
 	// and the result written to -o.
 	outFile := filepath.Join(t.TempDir(), "res.csv")
 	w := s.cli(withKey, "submit", example, "--methods", "kcat=B,Km=C", "--wait", "-o", outFile)
-	w.want(t, "submit --wait", 0, "err:embeddings", "err:note: this result comes from kinflow's synthetic backend")
+	w.want(t, "submit --wait", 0, "err:%  elapsed 0:0", "err:  ETA ", "err:3 rows  stage 1/2 kcat·B", "err:note: this result comes from kinflow's synthetic backend",
+		"err:note: Similarity columns (% identity) are blank: The similarity dataset B of method B is not installed on this server.")
 	job2 := strings.TrimSpace(w.stdout)
 	var bars []string
 	for _, l := range strings.Split(w.stderr, "\n") {
@@ -168,7 +169,7 @@ func TestCLIAgainstStack(t *testing.T) {
 			bars = append(bars, l)
 		}
 	}
-	if len(bars) < 2 || !strings.HasPrefix(bars[len(bars)-1], "Completed") || !strings.Contains(bars[len(bars)-1], "[########################]") {
+	if len(bars) < 2 || !strings.HasPrefix(bars[len(bars)-1], "Completed") || !strings.Contains(bars[len(bars)-1], "[########################] 100.0%") {
 		t.Fatalf("progress lines %q", bars)
 	}
 	data, err := os.ReadFile(outFile)
@@ -191,7 +192,8 @@ func TestCLIAgainstStack(t *testing.T) {
 	if err := json.Unmarshal([]byte(sj.stdout), &stj); err != nil || stj["status"] != "Completed" || stj["jobId"] != job2 {
 		t.Fatalf("status --json: %v %s", err, sj.stdout)
 	}
-	s.cli(withKey, "status", job2).want(t, "status completed", 0, "out:Completed", "out:stage 2 Km·C")
+	s.cli(withKey, "status", job2).want(t, "status completed", 0, "out:Completed", "out:stage 2 Km·C", "out:Completed in ",
+		"out:stage 1 kcat·B: completed; 3 rows, 3 sequences, 3 embedded;", "out:similarity: Similarity columns (% identity) are blank")
 	r := s.cli(withKey, "result", job1)
 	r.want(t, "result CSV", 0, "out:Synthetic placeholder", "err:synthetic backend")
 	if r.stdout != s.resultCSV(job1) {
