@@ -225,7 +225,7 @@ func overallText(j *store.Job, o overallProgress, queuePos *int, active *store.J
 	case phaseCompleted:
 		took := ""
 		if j.CompletedAt != nil {
-			took = " in " + humanDuration(j.CompletedAt.Sub(j.SubmittedAt))
+			took = " in " + humanDuration(time.Duration(wholeSeconds(j.CompletedAt.Sub(j.SubmittedAt)))*time.Second)
 		}
 		return fmt.Sprintf("Completed%s: %s, %s.", took, rows, plural(o.Stages, "stage", "stages"))
 	case phaseFailed:

@@ -751,7 +751,9 @@
       td.append(b);
       return td;
     }
-    return el("td", text, text.length > 20 ? "text" : "");
+    const td = el("td", text, text.length > 20 ? "text" : "");
+    if (text.length > 20) td.title = text; // one line in the table, whole in the tooltip
+    return td;
   }
 
   function renderPage() {
@@ -860,7 +862,7 @@
       }));
       const stack = new Array(nb).fill(0).map((_, b) => labels.reduce((s, _l, g) => s + counts[g][b], 0));
       const top = Math.max(...stack);
-      const W = 360, H = 190, L = 40, R = 8, T = 22, B = 34;
+      const W = 360, H = 190, L = 40, R = 20, T = 22, B = 34;
       const pw = W - L - R, ph = H - T - B, bw = pw / nb;
       const svg = svgEl("svg", { viewBox: "0 0 " + W + " " + H, role: "img" });
       const desc = col + ": distribution of " + all.length + " value(s) on a log scale, by source" +
@@ -911,7 +913,7 @@
       xl.textContent = col + " (log scale)";
       svg.append(xl);
       const yl = svgEl("text", { x: L, y: 12 }, "label");
-      yl.textContent = "rows";
+      yl.textContent = "count";
       svg.append(yl);
       if (synthetic) {
         const w = svgEl("text", { x: L + pw, y: 12, "text-anchor": "end" }, "warn");
