@@ -296,6 +296,7 @@ func Validate(ctx context.Context, cat *methods.Catalogue, chem *Chemistry, t *T
 	sl := ServerLimit
 	rep.LengthViolations = append(rep.LengthViolations, KeyInt{Key: "Server", Value: &server})
 	rep.LengthLimits = append(rep.LengthLimits, KeyInt{Key: "Server", Value: &sl})
+	rep.Messages = BuildMessages(rep)
 	return rep, nil
 }
 
