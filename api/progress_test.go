@@ -156,3 +156,51 @@ func TestStatusOverallProgress(t *testing.T) {
 		t.Fatalf("columnNotes %v", res.ColumnNotes)
 	}
 }
+
+// BenchmarkStatusUserUnits measures GET /status/ of a job with two stages
+// (SQLite) without kinflow's per-job files, and with the files the
+// additions of issue 28 read: each stage's counts.json and a 10,000-row
+// similarity.json (the note decodes only its head, but reads it whole).
+func BenchmarkStatusUserUnits(b *testing.B) {
+	st := testenv.OpenStore(b, store.SQLite)
+	h := newHarness(b, st)
+	const ip = "192.0.2.78"
+	key := h.newKey(ip)
+	id := h.submitted(ip, key)
+	path := "/api/v1/status/" + id + "/"
+	run := func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if r := h.do("GET", path, ip, key, nil); r.Code != 200 {
+				b.Fatalf("status %d", r.Code)
+			}
+		}
+	}
+	b.Run("no-files", run)
+	job := filepath.Join(h.cfg.MediaRoot, "jobs", id)
+	var sim strings.Builder
+	sim.WriteString(`{"state":"done","method":"B","dataset":"B","max":[`)
+	for i := range 10000 {
+		if i > 0 {
+			sim.WriteByte(',')
+		}
+		sim.WriteString("87.65")
+	}
+	sim.WriteString(`],"mean":[` + strings.TrimSuffix(strings.Repeat("43.21,", 10000), ",") + `]}`)
+	if err := os.MkdirAll(job, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(job, "similarity.json"), []byte(sim.String()), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	for i := range 2 {
+		p := filepath.Join(job, "work", "stage-"+string(rune('0'+i)), "counts.json")
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(`{"rows":10000,"sequences":9000,"units":10000}`), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("counts-and-10k-similarity", run)
+}

@@ -45,12 +45,8 @@ func (s *Server) similarityNote(j *store.Job) *similarityNote {
 	if !j.IncludeSimilarityColumns {
 		return nil
 	}
-	b, err := os.ReadFile(filepath.Join(s.mediaRoot(), "jobs", j.ID, "similarity.json"))
-	if err != nil {
-		return nil
-	}
-	var h similarityHead
-	if json.Unmarshal(b, &h) != nil || h.Method == "" {
+	h, ok := readSimilarityHead(filepath.Join(s.mediaRoot(), "jobs", j.ID, "similarity.json"))
+	if !ok || h.Method == "" {
 		return nil
 	}
 	n := &similarityNote{State: h.State, Method: h.Method, Dataset: h.Dataset, Unit: SimilarityUnit,
@@ -65,6 +61,47 @@ func (s *Server) similarityNote(j *store.Job) *similarityNote {
 		return nil
 	}
 	return n
+}
+
+// readSimilarityHead decodes the head keys of similarity.json and stops at
+// the first per-row array: the file of a 10,000-row job is hundreds of
+// kilobytes, and a status is polled every second.
+func readSimilarityHead(path string) (similarityHead, bool) {
+	var h similarityHead
+	f, err := os.Open(path)
+	if err != nil {
+		return h, false
+	}
+	defer f.Close()
+	dec := json.NewDecoder(f)
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return h, false
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return h, false
+		}
+		var dst *string
+		switch t {
+		case "state":
+			dst = &h.State
+		case "message":
+			dst = &h.Message
+		case "method":
+			dst = &h.Method
+		case "dataset":
+			dst = &h.Dataset
+		default:
+			// The per-row arrays follow the head (activities' field order);
+			// nothing after them is needed.
+			return h, true
+		}
+		if err := dec.Decode(dst); err != nil {
+			return h, false
+		}
+	}
+	return h, true
 }
 
 // columnNotes are the result's `columnNotes` (kinflow's addition to the
