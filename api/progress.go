@@ -174,9 +174,11 @@ func overall(j *store.Job, wireStatus string, queuePos *int, stages []store.JobS
 		o.Phase = phaseFailed
 	default:
 		switch {
-		case active == nil || active.Status == "pending" && o.Percent == 0:
+		case active == nil || active.Status == "pending":
+			// Before the first stage, or between two stages.
 			o.Phase = phasePreparing
 		case active.Status != "running":
+			// Every stage is done; the result is being written.
 			o.Phase = phaseFinishing
 		case active.EmbeddingNeed > active.EmbeddingComputed && active.EmbeddingState == "running":
 			o.Phase = phaseEmbedding
@@ -234,7 +236,9 @@ func overallText(j *store.Job, o overallProgress, queuePos *int, active *store.J
 		}
 		return "Failed."
 	case phasePreparing:
-		return fmt.Sprintf("%s%% · preparing %s.", fmtPercent(o.Percent), rows)
+		if active == nil || o.Percent == 0 {
+			return fmt.Sprintf("%s%% · preparing %s.", fmtPercent(o.Percent), rows)
+		}
 	}
 	var what string
 	switch o.Phase {
@@ -251,6 +255,8 @@ func overallText(j *store.Job, o overallProgress, queuePos *int, active *store.J
 		}
 	case phaseFinishing:
 		what = "writing the result"
+	case phasePreparing:
+		what = "starting"
 	}
 	parts := []string{fmtPercent(o.Percent) + "%"}
 	if s := stageName(); s != "" && o.Phase != phaseFinishing {
@@ -259,7 +265,7 @@ func overallText(j *store.Job, o overallProgress, queuePos *int, active *store.J
 		parts = append(parts, what)
 	}
 	parts = append(parts, rows)
-	if o.ETASeconds != nil {
+	if o.ETASeconds != nil && *o.ETASeconds > 0 {
 		parts = append(parts, "about "+humanDuration(time.Duration(*o.ETASeconds)*time.Second)+" left")
 	}
 	return strings.Join(parts, " · ") + "."

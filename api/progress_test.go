@@ -78,8 +78,18 @@ func TestStatusOverallProgress(t *testing.T) {
 		t.Fatalf("queued: %+v", q)
 	}
 
-	// Stage 1 done; stage 2 embedding: 4 of 10 missing files computed.
+	// Between the stages: stage 2 is starting.
 	started := t0.Add(10 * time.Second)
+	st.DB.Model(&store.Job{}).Where("id = ?", id).Updates(map[string]any{"status": "Processing", "started_at": started})
+	st.DB.Model(&store.JobStage{}).Where("job_id = ? AND stage_index = 0", id).Updates(map[string]any{"status": "completed",
+		"started_at": started, "completed_at": started.Add(20 * time.Second)})
+	h.clock.Set(started.Add(20 * time.Second))
+	if o := get().Overall; o.Phase != "preparing" || o.Percent != 50 || *o.Stage != 2 ||
+		o.Text != "50% · stage 2 of 2 (Km, Method E): starting · 2 rows · about 20 s left." {
+		t.Fatalf("between stages: %+v", o)
+	}
+
+	// Stage 1 done; stage 2 embedding: 4 of 10 missing files computed.
 	st.DB.Model(&store.Job{}).Where("id = ?", id).Updates(map[string]any{"status": "Processing", "started_at": started})
 	st.DB.Model(&store.JobStage{}).Where("job_id = ? AND stage_index = 0", id).Updates(map[string]any{"status": "completed",
 		"started_at": started, "completed_at": started.Add(20 * time.Second), "embedding_state": "done", "embedding_total": 12,
