@@ -543,7 +543,6 @@
       const ev = $("gpu-events");
       if (ev.textContent !== evs.map((i) => i.textContent).join("")) ev.replaceChildren(...evs);
     }
-    currentSimilarity = st.similarity || null;
     if (st.status === "Failed") {
       const err = $("job-error");
       err.textContent = "The job failed: " + (st.error || "no reason given");
@@ -626,7 +625,6 @@
   // shown shortened; a click shows it whole.
   const SHORTEN_AT = 24;
 
-  let currentSimilarity = null;
   const table = { res: null, cols: [], pinned: 0, order: [], sortCol: null, sortDir: 1, page: 0, size: 100, notes: {} };
 
   // displayColumns puts what a scientist reads first: the value columns,
