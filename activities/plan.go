@@ -28,6 +28,11 @@ func (a *Activities) BuildPlan(ctx context.Context, in PlanInput) (PlanSummary, 
 	if !ok {
 		return PlanSummary{}, temporal.NewNonRetryableApplicationError("Invalid method selection: "+sr.MethodKey, ErrUnknownMethod, nil)
 	}
+	if !in.PostCheck {
+		if err := a.writeStageCounts(in.JobID, in.StageIndex, sr); err != nil {
+			return PlanSummary{}, err
+		}
+	}
 	if d.Profile == methods.ProfileNone {
 		return PlanSummary{NoPlan: true}, nil
 	}

@@ -48,6 +48,7 @@ func (s *Server) result(c *gin.Context) {
 		if p, ok := s.readProvenance(j); ok {
 			body = withProvenance(body, p)
 		}
+		body = withColumnNotes(body, columnNotes(s.similarityNote(j)))
 		c.Data(http.StatusOK, "application/json; charset=utf-8", body)
 		return
 	}

@@ -69,6 +69,13 @@ type statusBody struct {
 	// Notice is kinflow's addition: one sentence when the job read cached
 	// files of unverified origin or synthetic artefacts.
 	Notice string `json:"notice,omitempty"`
+	// Overall is kinflow's addition (progress.go): the whole job in rows
+	// and sequences, one percentage, an ETA and one line of text.
+	Overall overallProgress `json:"overall"`
+	// Similarity is kinflow's addition (similarity_note.go): what the
+	// similarity columns hold, or why they are blank; absent when the job
+	// has none.
+	Similarity *similarityNote `json:"similarity,omitempty"`
 }
 
 type progressBody struct {
@@ -117,6 +124,9 @@ type stageBody struct {
 	Message        string          `json:"message"`
 	Prediction     stagePrediction `json:"prediction"`
 	Embedding      stageEmbedding  `json:"embedding"`
+	// stageUserUnits are kinflow's additions (progress.go): the stage in
+	// rows and sequences, its percentage and duration.
+	stageUserUnits
 }
 
 type stagePrediction struct {
@@ -314,8 +324,13 @@ func (s *Server) status(c *gin.Context) {
 		b.QueuePosition = &pos
 	}
 	b.ProgressStages = make([]stageBody, 0, len(stages))
-	for _, st := range stages {
-		b.ProgressStages = append(b.ProgressStages, toStageBody(st))
+	units := make([]stageUserUnits, len(stages))
+	for i, st := range stages {
+		sb := toStageBody(st)
+		c, ok := s.readStageCounts(j.ID, st.Index)
+		units[i] = stageUnits(st, c, ok, now)
+		sb.stageUserUnits = units[i]
+		b.ProgressStages = append(b.ProgressStages, sb)
 		if st.Status == "completed" {
 			b.CompletedStageCount++
 		}
@@ -339,6 +354,8 @@ func (s *Server) status(c *gin.Context) {
 	if p, ok := s.readProvenance(j); ok {
 		b.Provenance, b.Notice = p.Stages, p.Notice
 	}
+	b.Overall = overall(j, b.Status, b.QueuePosition, stages, units, now)
+	b.Similarity = s.similarityNote(j)
 	switch j.Status {
 	case store.JobCompleted:
 		if j.CompletedAt != nil {

@@ -46,7 +46,7 @@ func TestStatusPendingShape(t *testing.T) {
 			var skip json.RawMessage
 			dec.Decode(&skip)
 		}
-		want := "jobId,status,submittedAt,elapsedSeconds,queueSeconds,computeSeconds,queuePosition,progress,progressStages,activeStageIndex,completedStageCount,totalStageCount"
+		want := "jobId,status,submittedAt,elapsedSeconds,queueSeconds,computeSeconds,queuePosition,progress,progressStages,activeStageIndex,completedStageCount,totalStageCount,overall" // overall: kinflow's addition, last
 		if strings.Join(keys, ",") != want {
 			t.Fatalf("keys %v", keys)
 		}

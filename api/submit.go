@@ -461,6 +461,11 @@ func (s *Server) validate(c *gin.Context) {
 	} else {
 		sim = input.RunSimilarityForm(b.form)
 	}
+	keys, opts, err := s.validateChoice(b) // validate_choice.go
+	if err != nil {
+		s.inputError(c, err)
+		return
+	}
 	t, err := s.loadTable(b)
 	if err != nil {
 		s.inputError(c, err)
@@ -472,10 +477,18 @@ func (s *Server) validate(c *gin.Context) {
 		return
 	}
 	if sim && s.deps.Similarity != nil {
-		rep.Similarity = s.deps.Similarity.Analyze(c.Request.Context(), similarityRows(t))
+		rep.Similarity = s.similarityFor(c.Request.Context(), similarityRows(t), keys)
 	}
-	u := input.CountUnits(s.cat, t, nil, nil, s.unitCaps())
+	// The prediction units against the caps: of the chosen targets and
+	// methods, or the most any method makes of each row.
+	var u input.UnitsReport
+	if opts != nil {
+		u = input.CountUnits(s.cat, t, opts.Targets, opts.Methods, s.unitCaps())
+	} else {
+		u = input.CountUnits(s.cat, t, nil, nil, s.unitCaps())
+	}
 	rep.PredictionUnits = &u
+	finishReport(rep, keys)
 	c.JSON(http.StatusOK, rep)
 }
 

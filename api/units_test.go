@@ -67,6 +67,9 @@ func TestPredictionUnitCaps(t *testing.T) {
 		if pu["total"] != 1201.0 || len(over) != 1 || over[0].(map[string]any)["row"] != 2.0 || pu["error"] == "" {
 			t.Fatalf("predictionUnits %v", pu)
 		}
+		if !strings.Contains(v.Body.String(), `"row":2,"column":"Substrates","level":"error","text":"1200 predictions (40 substrate(s) × 30 candidate sequence(s) × 1 target(s)); this server predicts at most 1000 per row."`) {
+			t.Fatalf("messages lack the row over the cap: %s", v.Body)
+		}
 
 		// /methods/ states the caps.
 		m := h.do("GET", "/api/v1/methods/", ip, "", nil)

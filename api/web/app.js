@@ -209,7 +209,15 @@
     if (!f) throw new APIError(400, "Choose a .csv file or paste CSV text first.");
     const fd = new FormData();
     fd.append("file", f, f.name.toLowerCase().endsWith(".csv") ? f.name : f.name + ".csv");
-    if (!withOptions && $("opt-runsim").checked) fd.append("runSimilarity", "true");
+    if (!withOptions) {
+      if ($("opt-runsim").checked) fd.append("runSimilarity", "true");
+      // The report covers the methods chosen in the form (issue 28).
+      const s = selection();
+      if (s.targets.length) {
+        fd.append("targets", JSON.stringify(s.targets));
+        fd.append("methods", JSON.stringify(s.methods));
+      }
+    }
     if (withOptions) {
       const s = selection();
       if (s.targets.length === 0) throw new APIError(400, "Choose at least one target to predict.");
@@ -245,50 +253,55 @@
     return s.length > 60 ? s.slice(0, 57) + "…" : s;
   }
 
-  // showReport renders a /validate/ report and returns how many rows it flags.
+  // showReport renders a /validate/ report and returns how many rows it
+  // flags. The sentences are the server's (`messages`), the same in every
+  // client; a server without them gets the older rendering.
   function showReport(rep) {
     const out = $("validate-out");
     out.replaceChildren();
-    const rows = [];
-    (rep.invalidProteins || []).forEach((p) => rows.push([p.row, "Protein Sequence" + (p.position ? " (candidate " + p.position + ")" : ""), short(p.value),
-      p.reason + (p.invalid_chars && p.invalid_chars.length ? " (" + p.invalid_chars.join(" ") + ")" : "")]));
-    (rep.invalidSubstrates || []).forEach((s) => {
-      // A Substrates list reports its bad tokens with their positions.
-      if (Array.isArray(s.value)) {
-        const toks = (s.invalid_substrates || []).map((t) => (t.position ? "substrate " + t.position + ": " : "") + (t.value == null ? "(empty)" : t.value))
-          .concat((s.invalid_products || []).map((t) => (t.position ? "product " + t.position + ": " : "") + (t.value == null ? "(empty)" : t.value)));
-        rows.push([s.row, "Substrates", short(toks.length ? toks.join("; ") : s.value.join("; ")), s.reason]);
-        return;
-      }
-      rows.push([s.row, "Substrate", short(s.value), s.reason]);
-    });
-    rows.sort((a, b) => a[0] - b[0]);
-    const sel = selection();
-    const lv = rep.lengthViolations || {};
-    const long = Object.values(sel.methods).filter((m) => lv[m] > 0)
-      .map((m) => "Method " + m + ": " + lv[m] + " sequence(s) longer than its limit of " + (rep.lengthLimits || {})[m] + " residues.");
-    if (lv.Server > 0) long.push(lv.Server + " sequence(s) longer than the server limit of " + (rep.lengthLimits || {}).Server + ".");
+    if (!Array.isArray(rep.messages)) return showReportLegacy(out, rep);
+    const rowMsgs = rep.messages.filter((m) => m.row != null);
+    const other = rep.messages.filter((m) => m.row == null && m.column !== "similarity");
+    const flagged = new Set(rowMsgs.filter((m) => m.level === "error").map((m) => m.row)).size;
     const head = el("p", rep.rowCount + " row(s) read. " +
-      (rows.length ? rows.length + " row problem(s): those rows get no prediction." : "No row problems."),
-      rows.length ? "error" : "ok");
+      (flagged ? flagged + " row(s) with problems: those rows get no prediction." : "No row problems.") +
+      (Array.isArray(rep.methods) ? " Checked for method(s) " + rep.methods.join(", ") + "." : ""),
+      flagged ? "error" : "ok");
     head.id = "validate-summary";
     out.append(head);
-    long.forEach((l) => out.append(el("p", l, "hint")));
-    if (rows.length) {
+    other.forEach((m) => out.append(el("p", m.text, "hint msg-" + m.level)));
+    if (rowMsgs.length) {
       const wrap = el("div", null, "table-wrap");
       wrap.tabIndex = 0; wrap.setAttribute("role", "region"); wrap.setAttribute("aria-label", "Row problems");
       const t = el("table"); t.id = "validate-table";
       const tr = el("tr");
-      ["Row", "Column", "Value", "Problem"].forEach((h) => { const th = el("th", h); th.scope = "col"; tr.append(th); });
+      ["Row", "Column", "Problem"].forEach((h) => { const th = el("th", h); th.scope = "col"; tr.append(th); });
       const thead = el("thead"); thead.append(tr);
       const tb = el("tbody");
-      rows.forEach((r) => {
+      rowMsgs.forEach((m) => {
         const row = el("tr");
-        r.forEach((c, i) => row.append(el("td", c, i === 0 ? "num" : i === 2 ? "long" : "")));
+        // The sentence without its "Row R, Column: " lead, which the first
+        // two cells show.
+        const text = m.text.replace(/^Row \d+, [^:]+: /, "");
+        row.append(el("td", m.row, "num"), el("td", m.column), el("td", text, "text"));
         tb.append(row);
       });
       t.append(thead, tb); wrap.append(t); out.append(wrap);
     }
+    showSimilarity(out, rep.similarity);
+    return flagged;
+  }
+
+  function showReportLegacy(out, rep) {
+    const rows = [];
+    (rep.invalidProteins || []).forEach((p) => rows.push([p.row, "Protein Sequence", short(p.value), p.reason]));
+    (rep.invalidSubstrates || []).forEach((s) => rows.push([s.row, "Substrate", short(s.value), s.reason]));
+    rows.sort((a, b) => a[0] - b[0]);
+    const head = el("p", rep.rowCount + " row(s) read. " +
+      (rows.length ? rows.length + " row problem(s): those rows get no prediction." : "No row problems."), rows.length ? "error" : "ok");
+    head.id = "validate-summary";
+    out.append(head);
+    rows.forEach((r) => out.append(el("p", "Row " + r[0] + ", " + r[1] + ": " + r[3] + " (" + r[2] + ")", "hint")));
     showSimilarity(out, rep.similarity);
     return rows.length;
   }
@@ -300,7 +313,8 @@
     if (!sim) return;
     const h = el("h3", "Similarity to the methods' training data");
     out.append(h);
-    if (sim.error) { out.append(el("p", sim.error, "error")); return; }
+    // No dataset for the request is information, not an error (issue 28).
+    if (sim.error) { out.append(el("p", sim.error, sim.unavailable ? "hint msg-info" : "error")); return; }
     Object.keys(sim).forEach((label) => {
       const s = sim[label] || {};
       const hist = s.histogram_max || {};
@@ -459,17 +473,38 @@
     if (e.textContent !== s) e.textContent = s; // untouched nodes: no needless repaint
   }
 
+  // clock writes seconds as m:ss (h:mm:ss from an hour), as the CLI does.
+  function clock(sec) {
+    sec = Math.max(0, Math.round(sec || 0));
+    const h = Math.floor(sec / 3600), m = Math.floor((sec % 3600) / 60), x = sec % 60;
+    const two = (n) => String(n).padStart(2, "0");
+    return h ? h + ":" + two(m) + ":" + two(x) : m + ":" + two(x);
+  }
+
+  // renderStatus draws a status from its `overall` object (the whole job
+  // in rows and sequences, one percentage, the ETA): the summary line, the
+  // bar and the boxes all read the same numbers. Embedding files stay as
+  // detail; the stage list summarises every stage.
   function renderStatus(st) {
+    const o = st.overall || null;
     const emb = (st.progress && st.progress.embedding) || null;
     const stages = st.progressStages || [];
-    const active = st.activeStageIndex != null ? stages[st.activeStageIndex] : null;
+    const active = st.activeStageIndex != null ? stages.find((x) => x.index === st.activeStageIndex) : null;
     const total = emb ? emb.total : 0;
     const done = emb ? emb.cachedAlready + emb.computed : 0;
-    let summary = st.status;
-    if (st.status === "Pending" && st.queuePosition != null) summary += " · position " + st.queuePosition + " in the queue";
-    if (active) summary += " · stage " + (active.index + 1) + " of " + st.totalStageCount + " (" + active.target + ", method " + active.methodKey + ")";
-    if (emb && total > 0) summary += " · embeddings " + done + " of " + total;
-    setText("job-summary", summary);
+    const pct = o ? o.percent : (st.status === "Completed" ? 100 : 0);
+    setText("job-summary", o ? o.text : st.status);
+    const jp = $("job-progress");
+    jp.value = pct;
+    setText("job-percent", pct + " %");
+    setText("job-rows", o ? o.rows : "–");
+    setText("job-seqs", o && o.sequences != null ? o.sequences : "–");
+    setText("job-stage", o && o.stage != null ? o.stage + " of " + o.stages : "–");
+    setText("job-elapsed", clock(st.elapsedSeconds));
+    setText("job-eta", o && o.etaSeconds != null ? (o.etaSeconds === 0 ? "none" : clock(o.etaSeconds)) : "–");
+    const ap = active ? active.prediction || {} : {};
+    setText("pred-count", active ? (ap.predictionsMade || 0) + " / " + (ap.predictionsTotal || 0) +
+      (ap.predictionsCached ? " (" + ap.predictionsCached + " from the prediction cache)" : "") : "–");
     const p = $("emb-progress");
     p.max = Math.max(total, 1);
     p.value = total > 0 ? done : (st.status === "Completed" ? 1 : 0);
@@ -479,21 +514,23 @@
     setText("emb-cached", emb ? emb.cachedAlready : "–");
     setText("emb-computed", emb ? emb.computed : "–");
     setText("emb-remaining", emb ? emb.remaining : "–");
-    const pr = st.progress || {};
-    setText("pred-count", (pr.predictionsMade || 0) + " / " + (pr.predictionsTotal || 0) +
-      (pr.predictionsCached ? " (" + pr.predictionsCached + " from the prediction cache)" : ""));
-    setText("job-elapsed", (st.elapsedSeconds || 0) + " s");
 
     const ol = $("job-stages");
     const items = stages.map((s) => {
       const e = s.embedding || {};
       const pp = s.prediction || {};
       const li = el("li");
+      if (s.status === "failed") li.className = "stage-failed";
       li.append(el("strong", s.target + " · " + s.methodName + " (" + s.methodKey + ")"), document.createTextNode(": " + s.status));
-      li.append(document.createTextNode(" — embeddings " + ((e.cachedAlready || 0) + (e.computed || 0)) + "/" + (e.total || 0) +
-        " (cached " + (e.cachedAlready || 0) + ", computed " + (e.computed || 0) + ", remaining " + (e.remaining || 0) + ")" +
-        ", predictions " + (pp.predictionsMade || 0) + "/" + (pp.predictionsTotal || 0) +
-        (pp.predictionsCached ? " (" + pp.predictionsCached + " cached)" : "") + (s.message ? ". " + s.message : "")));
+      const parts = [];
+      if (s.rows != null) parts.push(s.rows + " row(s)");
+      if (s.sequences != null) parts.push(s.sequences + " sequence(s)" + (s.sequencesEmbedded != null ? ", " + s.sequencesEmbedded + " embedded" : ""));
+      parts.push("predictions " + (pp.predictionsMade || 0) + "/" + (pp.predictionsTotal || 0) +
+        (pp.predictionsCached ? " (" + pp.predictionsCached + " from the prediction cache)" : ""));
+      if (s.seconds != null) parts.push(clock(s.seconds));
+      parts.push("embedding files " + ((e.cachedAlready || 0) + (e.computed || 0)) + "/" + (e.total || 0) +
+        " (cached " + (e.cachedAlready || 0) + ", computed " + (e.computed || 0) + ", remaining " + (e.remaining || 0) + ")");
+      li.append(document.createTextNode(" — " + parts.join(" · ") + (s.message ? ". " + s.message : "")));
       return li;
     });
     if (ol.textContent !== items.map((i) => i.textContent).join("")) ol.replaceChildren(...items);
@@ -571,33 +608,338 @@
     return lines.join("\n");
   }
 
+  // ---- the result: a sortable, paged table and distribution plots --------
+
+  const NS = "http://www.w3.org/2000/svg";
+  const svgEl = (tag, attrs, cls) => {
+    const e = document.createElementNS(NS, tag);
+    Object.keys(attrs || {}).forEach((k) => e.setAttribute(k, String(attrs[k])));
+    if (cls) e.setAttribute("class", cls);
+    return e;
+  };
+  // Source colours: distinct for colour-blind readers (Okabe–Ito), in the
+  // order sources are first met; synthetic sources are hatched as well.
+  const PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#000000"];
+  const SIMILARITY_COL = /^(mean|max) similarity to .+ training data$/;
+  // A cell longer than SHORTEN_AT without spaces (a sequence, a SMILES) is
+  // shown shortened; a click shows it whole.
+  const SHORTEN_AT = 24;
+
+  const table = { res: null, cols: [], pinned: 0, order: [], sortCol: null, sortDir: 1, page: 0, size: 100, notes: {} };
+
+  // displayColumns puts what a scientist reads first: the value columns,
+  // the similarity columns, the Source and Extra Info columns, then the
+  // input columns; a leading "#" is the row's number in the result.
+  function displayColumns(cols) {
+    const values = cols.filter((c, i) => i + 1 < cols.length && cols[i + 1] === "Source " + targetOf(cols, i));
+    const sims = cols.filter((c) => SIMILARITY_COL.test(c));
+    const meta = cols.filter((c) => /^(Source|Extra Info) /.test(c));
+    const rest = cols.filter((c) => !values.includes(c) && !sims.includes(c) && !meta.includes(c));
+    return { order: values.concat(sims, meta, rest), values };
+  }
+
+  // targetOf is the target whose triple starts at column i: the next
+  // column is "Source <target>".
+  function targetOf(cols, i) {
+    const next = cols[i + 1] || "";
+    return next.startsWith("Source ") ? next.slice(7) : "";
+  }
+
+  function sortKey(v) {
+    if (v == null || v === "") return null;
+    return v;
+  }
+
+  function compareCells(a, b) {
+    const x = sortKey(a), y = sortKey(b);
+    if (x === null || y === null) return x === y ? 0 : x === null ? 1 : -1; // blanks last either way
+    if (typeof x === "number" && typeof y === "number") return x - y;
+    return String(x).localeCompare(String(y), undefined, { numeric: true });
+  }
+
   function renderResult(res) {
-    const cols = res.columns || [];
-    const t = $("result-table");
+    table.res = res;
+    table.cols = res.columns || [];
+    const d = displayColumns(table.cols);
+    table.order = ["#"].concat(d.order);
+    table.pinned = 1 + d.values.length;
+    table.values = d.values;
+    table.notes = res.columnNotes || {};
+    table.rows = (res.data || []).map((row, i) => ({ n: i + 1, row }));
+    table.sortCol = null; table.sortDir = 1; table.page = 0;
+    table.size = Number($("page-size").value) || 100;
+    const synthetic = res.synthetic === true || table.rows.some(({ row }) =>
+      table.cols.some((c) => /^Source /.test(c) && typeof row[c] === "string" && SYNTHETIC.test(row[c])));
+    $("synthetic-banner").hidden = !synthetic;
+    setText("result-count", (res.rowCount || 0) + " row(s)");
+    const noteText = [...new Set(Object.values(table.notes))].join(" ");
+    $("result-notes").textContent = noteText;
+    $("result-notes").hidden = !noteText;
+    renderHead();
+    renderPage();
+    renderPlots(res, d.values, synthetic);
+  }
+
+  function renderHead() {
     const hr = el("tr");
-    cols.forEach((c) => { const th = el("th", c); th.scope = "col"; hr.append(th); });
-    t.tHead.replaceChildren(hr);
-    let synthetic = false;
+    table.order.forEach((c, i) => {
+      const th = el("th");
+      th.scope = "col";
+      if (i < table.pinned) th.classList.add("pin");
+      if (c === "#") { th.textContent = "#"; th.title = "Row number in the result"; hr.append(th); return; }
+      const b = el("button", null, "sort");
+      b.type = "button";
+      b.append(el("span", c), el("span", "↕", "arrow"));
+      b.addEventListener("click", () => sortBy(c));
+      th.append(b);
+      th.dataset.col = c;
+      th.setAttribute("aria-sort", "none");
+      if (table.notes[c]) { th.title = table.notes[c]; th.classList.add("note"); }
+      hr.append(th);
+    });
+    $("result-table").tHead.replaceChildren(hr);
+  }
+
+  function sortBy(c) {
+    if (table.sortCol === c) table.sortDir = -table.sortDir;
+    else { table.sortCol = c; table.sortDir = 1; }
+    const dir = table.sortDir;
+    table.rows.sort((a, b) => {
+      const x = a.row[c], y = b.row[c];
+      const blankX = x == null || x === "", blankY = y == null || y === "";
+      if (blankX || blankY) return blankX === blankY ? a.n - b.n : blankX ? 1 : -1;
+      return dir * compareCells(x, y) || a.n - b.n;
+    });
+    $("result-table").tHead.querySelectorAll("th[data-col]").forEach((th) => {
+      const on = th.dataset.col === c;
+      th.setAttribute("aria-sort", on ? (dir > 0 ? "ascending" : "descending") : "none");
+      th.querySelector(".arrow").textContent = on ? (dir > 0 ? "↑" : "↓") : "↕";
+    });
+    table.page = 0;
+    renderPage();
+  }
+
+  function pageCount() { return Math.max(1, Math.ceil(table.rows.length / table.size)); }
+
+  function goPage(p) {
+    table.page = Math.min(Math.max(0, p), pageCount() - 1);
+    renderPage();
+  }
+
+  // cellNode renders one cell: array cells as lines, long cells shortened
+  // behind a button that shows the whole text.
+  function cellNode(v, c) {
+    const arr = arrayCell(v);
+    if (arr != null) { const td = el("td", arr, "cells"); td.title = v; return td; }
+    if (typeof v === "number") return el("td", v, "num");
+    const text = v == null ? "" : String(v);
+    if (text.length > SHORTEN_AT && !/\s/.test(text)) {
+      const td = el("td", null, "seqcell");
+      const b = el("button", text.slice(0, 10) + "…" + text.slice(-6), "seq");
+      b.type = "button";
+      b.setAttribute("aria-expanded", "false");
+      b.setAttribute("aria-label", c + ": " + text.length + " characters, shortened; show all");
+      b.title = text.length + " characters: click to show all";
+      b.addEventListener("click", () => {
+        const open = b.getAttribute("aria-expanded") !== "true";
+        b.setAttribute("aria-expanded", String(open));
+        b.textContent = open ? text : text.slice(0, 10) + "…" + text.slice(-6);
+        b.setAttribute("aria-label", c + ": " + text.length + " characters" + (open ? "; shorten" : ", shortened; show all"));
+      });
+      td.append(b);
+      return td;
+    }
+    const td = el("td", text, text.length > 20 ? "text" : "");
+    if (text.length > 20) td.title = text; // one line in the table, whole in the tooltip
+    return td;
+  }
+
+  function renderPage() {
+    const start = table.page * table.size;
+    const slice = table.rows.slice(start, start + table.size);
     const frag = document.createDocumentFragment();
-    (res.data || []).forEach((row) => {
+    slice.forEach(({ n, row }) => {
       const tr = el("tr");
-      cols.forEach((c) => {
-        const v = row[c];
-        const arr = arrayCell(v);
-        const td = el("td", arr != null ? arr : v == null ? "" : v);
-        if (arr != null) { td.className = "cells"; td.title = v; }
-        else if (typeof v === "number") td.className = "num";
-        else if (typeof v === "string" && v.length > 40 && !/\s/.test(v)) td.className = "long"; // sequences, SMILES
-        else if (typeof v === "string" && v.length > 20) td.className = "text";
-        if (typeof v === "string" && SYNTHETIC.test(v)) synthetic = true;
+      table.order.forEach((c, i) => {
+        const td = c === "#" ? el("td", n, "rownum") : cellNode(row[c], c);
+        if (i < table.pinned) td.classList.add("pin");
         tr.append(td);
       });
       frag.append(tr);
     });
-    t.tBodies[0].replaceChildren(frag);
-    $("synthetic-banner").hidden = !synthetic;
-    setText("result-count", (res.rowCount || 0) + " row(s)");
+    $("result-table").tBodies[0].replaceChildren(frag);
+    const total = table.rows.length;
+    setText("result-pageinfo", total ? "Rows " + (start + 1) + "–" + (start + slice.length) + " of " + total +
+      " · page " + (table.page + 1) + " of " + pageCount() : "No rows");
+    $("page-first").disabled = $("page-prev").disabled = table.page === 0;
+    $("page-next").disabled = $("page-last").disabled = table.page >= pageCount() - 1;
+    pinColumns();
   }
+
+  // pinColumns keeps the row number and the value columns in view when the
+  // table scrolls sideways: each pinned cell sticks at the summed width of
+  // the pinned cells before it (set through the CSSOM, which the page's
+  // CSP allows, unlike style attributes).
+  function pinColumns() {
+    const head = $("result-table").tHead.rows[0];
+    if (!head) return;
+    let left = 0;
+    const lefts = [];
+    for (let i = 0; i < table.pinned && i < head.cells.length; i++) {
+      lefts.push(left);
+      left += head.cells[i].getBoundingClientRect().width;
+    }
+    const apply = (row) => { for (let i = 0; i < lefts.length; i++) if (row.cells[i]) row.cells[i].style.left = lefts[i] + "px"; };
+    apply(head);
+    for (const row of $("result-table").tBodies[0].rows) apply(row);
+  }
+
+  // sourceLabel names a Source cell's origin for the plot legend.
+  function sourceLabel(src) {
+    const s = String(src || "");
+    if (SYNTHETIC.test(s)) return "Synthetic stand-in";
+    const m = /^Prediction from (.+)$/.exec(s);
+    if (m) return m[1];
+    return s || "No source";
+  }
+
+  // plotValues collects one value column's positive numbers by source; a
+  // list cell (one value per substrate) counts each of its numbers.
+  function plotValues(res, col, srcCol) {
+    const groups = new Map();
+    let blank = 0, nonPositive = 0;
+    (res.data || []).forEach((row) => {
+      let vals = [];
+      const v = row[col];
+      if (typeof v === "number") vals = [v];
+      else if (typeof v === "string" && v[0] === "[") {
+        try { const a = JSON.parse(v); if (Array.isArray(a)) vals = a.filter((x) => typeof x === "number"); } catch (_) { /* not a list */ }
+      }
+      if (!vals.length) { blank++; return; }
+      const label = sourceLabel(row[srcCol]);
+      vals.forEach((x) => {
+        if (!(x > 0)) { nonPositive++; return; }
+        if (!groups.has(label)) groups.set(label, []);
+        groups.get(label).push(Math.log10(x));
+      });
+    });
+    return { groups, blank, nonPositive };
+  }
+
+  function fmtPow(e) {
+    const v = Math.pow(10, e);
+    if (e >= -3 && e <= 4) return String(Number(v.toPrecision(1)));
+    return "1e" + e;
+  }
+
+  // renderPlots draws, per value column, a histogram of log10(value) with
+  // bars stacked by source; synthetic sources are hatched and named so.
+  function renderPlots(res, valueCols, synthetic) {
+    const box = $("result-plots");
+    box.replaceChildren();
+    valueCols.forEach((col, k) => {
+      const i = table.cols.indexOf(col);
+      const srcCol = "Source " + targetOf(table.cols, i);
+      const { groups, blank, nonPositive } = plotValues(res, col, srcCol);
+      const all = [].concat(...groups.values());
+      const fig = el("figure", null, "plot");
+      fig.dataset.col = col;
+      if (!all.length) {
+        fig.append(el("figcaption", col + ": no positive values to plot (" + blank + " row(s) without a value)."));
+        box.append(fig);
+        return;
+      }
+      let lo = Math.floor(Math.min(...all)), hi = Math.ceil(Math.max(...all));
+      if (hi === lo) hi = lo + 1;
+      const PER_DECADE = 4;
+      const nb = (hi - lo) * PER_DECADE;
+      const labels = [...groups.keys()];
+      const counts = labels.map(() => new Array(nb).fill(0));
+      labels.forEach((l, g) => groups.get(l).forEach((x) => {
+        counts[g][Math.min(nb - 1, Math.floor((x - lo) * PER_DECADE))]++;
+      }));
+      const stack = new Array(nb).fill(0).map((_, b) => labels.reduce((s, _l, g) => s + counts[g][b], 0));
+      const top = Math.max(...stack);
+      const W = 360, H = 190, L = 40, R = 20, T = 22, B = 34;
+      const pw = W - L - R, ph = H - T - B, bw = pw / nb;
+      const svg = svgEl("svg", { viewBox: "0 0 " + W + " " + H, role: "img" });
+      const desc = col + ": distribution of " + all.length + " value(s) on a log scale, by source" +
+        (synthetic ? "; synthetic stand-ins, not predictions" : "") + ".";
+      svg.setAttribute("aria-label", desc);
+      const title = svgEl("title"); title.textContent = desc; svg.append(title);
+      const defs = svgEl("defs");
+      const hatchID = "hatch-" + k;
+      const pat = svgEl("pattern", { id: hatchID, width: 6, height: 6, patternUnits: "userSpaceOnUse", patternTransform: "rotate(45)" });
+      pat.append(svgEl("rect", { width: 6, height: 6, fill: "#ffffff", "fill-opacity": 0 }), svgEl("line", { x1: 0, y1: 0, x2: 0, y2: 6, stroke: "#3d2800", "stroke-width": 2 }));
+      defs.append(pat);
+      svg.append(defs);
+      // Grid and y ticks (counts).
+      [0, 0.5, 1].forEach((f) => {
+        const y = T + ph - f * ph;
+        svg.append(svgEl("line", { x1: L, x2: L + pw, y1: y, y2: y }, "grid"));
+        const t = svgEl("text", { x: L - 4, y: y + 3, "text-anchor": "end" }, "tick");
+        t.textContent = String(Math.round(f * top));
+        svg.append(t);
+      });
+      // Bars, stacked by source.
+      for (let b = 0; b < nb; b++) {
+        let y = T + ph;
+        labels.forEach((l, g) => {
+          const n = counts[g][b];
+          if (!n) return;
+          const h = (n / top) * ph;
+          y -= h;
+          const attrs = { x: L + b * bw + 0.5, y: y, width: Math.max(1, bw - 1), height: h, fill: PALETTE[g % PALETTE.length] };
+          const r = svgEl("rect", attrs, "bar");
+          r.dataset.source = l;
+          const tip = svgEl("title");
+          tip.textContent = l + ": " + n + " value(s) from " + fmtNum(Math.pow(10, lo + b / PER_DECADE)) + " to " + fmtNum(Math.pow(10, lo + (b + 1) / PER_DECADE));
+          r.append(tip);
+          svg.append(r);
+          if (l === "Synthetic stand-in") svg.append(svgEl("rect", Object.assign({}, attrs, { fill: "url(#" + hatchID + ")" }), "hatch"));
+        });
+      }
+      svg.append(svgEl("polyline", { points: L + "," + T + " " + L + "," + (T + ph) + " " + (L + pw) + "," + (T + ph) }, "axis"));
+      for (let e = lo; e <= hi; e++) {
+        const x = L + (e - lo) * PER_DECADE * bw;
+        svg.append(svgEl("line", { x1: x, x2: x, y1: T + ph, y2: T + ph + 4 }, "axis"));
+        const t = svgEl("text", { x: x, y: T + ph + 15, "text-anchor": "middle" }, "tick");
+        t.textContent = fmtPow(e);
+        svg.append(t);
+      }
+      const xl = svgEl("text", { x: L + pw / 2, y: H - 4, "text-anchor": "middle" }, "label");
+      xl.textContent = col + " (log scale)";
+      svg.append(xl);
+      const yl = svgEl("text", { x: L, y: 12 }, "label");
+      yl.textContent = "count";
+      svg.append(yl);
+      if (synthetic) {
+        const w = svgEl("text", { x: L + pw, y: 12, "text-anchor": "end" }, "warn");
+        w.textContent = "SYNTHETIC — not predictions";
+        svg.append(w);
+      }
+      const legend = el("ul", null, "legend");
+      labels.forEach((l, g) => {
+        const li = el("li");
+        const sw = svgEl("svg", { viewBox: "0 0 14 14", "aria-hidden": "true" });
+        sw.append(svgEl("rect", { width: 14, height: 14, fill: PALETTE[g % PALETTE.length] }));
+        if (l === "Synthetic stand-in") {
+          const p2 = svgEl("pattern", { id: hatchID + "-l" + g, width: 6, height: 6, patternUnits: "userSpaceOnUse", patternTransform: "rotate(45)" });
+          p2.append(svgEl("line", { x1: 0, y1: 0, x2: 0, y2: 6, stroke: "#3d2800", "stroke-width": 2 }));
+          sw.append(p2, svgEl("rect", { width: 14, height: 14, fill: "url(#" + hatchID + "-l" + g + ")" }));
+        }
+        li.append(sw, el("span", l + " (" + groups.get(l).length + ")" + (l === "Synthetic stand-in" ? " — not a prediction" : "")));
+        legend.append(li);
+      });
+      const notes = [];
+      if (blank) notes.push(blank + " row(s) without a value");
+      if (nonPositive) notes.push(nonPositive + " value(s) ≤ 0 not shown on the log scale");
+      fig.append(svg, legend, el("figcaption", desc + (notes.length ? " " + notes.join("; ") + "." : "")));
+      box.append(fig);
+    });
+  }
+
+  function fmtNum(x) { return Number(x.toPrecision(3)).toString(); }
 
   // ---- wiring ---------------------------------------------------------------
 
@@ -614,6 +956,15 @@
     });
     $("key-forget").addEventListener("click", () => { storeKey(""); refreshKey(); });
     $("validate-btn").addEventListener("click", onValidate);
+    $("page-first").addEventListener("click", () => goPage(0));
+    $("page-prev").addEventListener("click", () => goPage(table.page - 1));
+    $("page-next").addEventListener("click", () => goPage(table.page + 1));
+    $("page-last").addEventListener("click", () => goPage(pageCount() - 1));
+    $("page-size").addEventListener("change", () => {
+      const first = table.page * table.size;
+      table.size = Number($("page-size").value) || 100;
+      goPage(Math.floor(first / table.size));
+    });
     $("submit-form").addEventListener("submit", onSubmit);
     // Any change to the form (file, text, targets, methods, every option)
     // is a new request: it needs a new validation and a new Idempotency-Key.

@@ -157,20 +157,33 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs := newFlags("validate", stderr)
 	baseURL, key := clientFlags(fs)
 	asJSON := fs.Bool("json", false, "print the API's report as JSON")
+	var targets, methodsList listFlag
+	fs.Var(&targets, "target", "report only the methods chosen: target (repeatable; paired in order with --method)")
+	fs.Var(&methodsList, "method", "method id for the --target at the same position (repeatable)")
+	methodsSpec := fs.String("methods", "", "targets and methods at once: kcat=B,Km=C (as for submit)")
+	similarity := fs.Bool("similarity", false, "also compare the sequences with the training data (runSimilarity)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: kinflow validate [--json] FILE   (a .csv; - reads stdin)")
+		fmt.Fprintln(stderr, "usage: kinflow validate [--json] [--methods kcat=B,Km=C] [--similarity] FILE   (a .csv; - reads stdin)")
 		fmt.Fprintln(stderr, "  Checks every row without submitting (no quota used); exit 1 when a row is flagged.")
+		fmt.Fprintln(stderr, "  With --methods (or --target/--method) only the chosen methods' limits are reported.")
 		fs.PrintDefaults()
 	}
 	arg, err := oneArg(fs, args, "FILE")
 	if err != nil {
 		return err
 	}
+	vopts := client.ValidateOptions{RunSimilarity: *similarity}
+	if len(targets) > 0 || len(methodsList) > 0 || *methodsSpec != "" {
+		vopts.Targets, vopts.Methods, err = selection(targets, methodsList, *methodsSpec)
+		if err != nil {
+			return err
+		}
+	}
 	name, data, err := readInput(arg, os.Stdin)
 	if err != nil {
 		return err
 	}
-	rep, err := newClient(*baseURL, *key).Validate(ctx, name, bytes.NewReader(data))
+	rep, err := newClient(*baseURL, *key).Validate(ctx, name, bytes.NewReader(data), vopts)
 	if err != nil {
 		return err
 	}
@@ -191,6 +204,17 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 func printReport(w io.Writer, rep *client.ValidateReport) {
 	fmt.Fprintf(w, "%d rows\n", rep.RowCount)
+	if rep.Messages != nil {
+		// The server's own sentences, rows in order: the same wording as
+		// the web page and the Python client.
+		for _, m := range rep.Messages {
+			fmt.Fprintln(w, m.Text)
+		}
+		if rep.Problems() == 0 {
+			fmt.Fprintln(w, "no row problems")
+		}
+		return
+	}
 	for _, p := range rep.InvalidProteins {
 		extra := ""
 		if len(p.InvalidChars) > 0 {
@@ -449,18 +473,20 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return writeJSON(stdout, v)
 	}
 	fmt.Fprintf(stdout, "job %s: %s (%ds)\n", st.JobID, st.Status, st.ElapsedSeconds)
+	if st.Overall != nil {
+		fmt.Fprintln(stdout, st.Overall.Text)
+	}
 	if st.QueuePosition != nil && st.Status == "Pending" {
 		fmt.Fprintf(stdout, "queue position %d\n", *st.QueuePosition)
 	}
 	for _, s := range st.Stages {
-		e := s.Embedding
-		cached := ""
-		if n := s.Prediction.PredictionsCached; n > 0 {
-			cached = fmt.Sprintf(" (%d from the prediction cache)", n)
+		fmt.Fprintln(stdout, stageLine(s))
+		if s.Message != "" {
+			fmt.Fprintf(stdout, "  note: %s\n", s.Message)
 		}
-		fmt.Fprintf(stdout, "stage %d %s·%s: %s; embeddings %d/%d (cached %d, computed %d, remaining %d); predictions %d/%d%s\n",
-			s.Index+1, s.Target, s.MethodKey, s.Status, e.CachedAlready+e.Computed, e.Total, e.CachedAlready, e.Computed,
-			e.Remaining, s.Prediction.PredictionsMade, s.Prediction.PredictionsTotal, cached)
+	}
+	if n := st.Similarity; n != nil {
+		fmt.Fprintf(stdout, "similarity: %s\n", n.Message)
 	}
 	if g := st.GPUPrecompute; g != nil && g.Reason != nil {
 		fmt.Fprintf(stdout, "GPU precompute: %s\n", *g.Reason)
@@ -469,6 +495,31 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stdout, "error: %s\n", st.Error)
 	}
 	return nil
+}
+
+// stageLine is one stage of `kinflow status`: rows, sequences, then the
+// embedding files as detail, then predictions.
+func stageLine(s client.Stage) string {
+	e := s.Embedding
+	cached := ""
+	if n := s.Prediction.PredictionsCached; n > 0 {
+		cached = fmt.Sprintf(" (%d from the prediction cache)", n)
+	}
+	units := ""
+	if s.Sequences != nil {
+		emb := ""
+		if s.SequencesEmbedded != nil {
+			emb = fmt.Sprintf(", %d embedded", *s.SequencesEmbedded)
+		}
+		units = fmt.Sprintf(" %d rows, %d sequences%s;", s.Rows, *s.Sequences, emb)
+	}
+	took := ""
+	if s.Seconds != nil {
+		took = fmt.Sprintf("; %s", clock(*s.Seconds))
+	}
+	return fmt.Sprintf("stage %d %s·%s: %s;%s predictions %d/%d%s; embedding files %d/%d (cached %d, computed %d, remaining %d)%s",
+		s.Index+1, s.Target, s.MethodKey, s.Status, units, s.Prediction.PredictionsMade, s.Prediction.PredictionsTotal, cached,
+		e.CachedAlready+e.Computed, e.Total, e.CachedAlready, e.Computed, e.Remaining, took)
 }
 
 // runResult is `kinflow result JOB [-o FILE] [--json]`.
@@ -493,8 +544,11 @@ func runResult(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return err
 		}
 		warnSynthetic(stderr, buf.Bytes())
-		_, err := stdout.Write(buf.Bytes())
-		return err
+		if _, err := stdout.Write(buf.Bytes()); err != nil {
+			return err
+		}
+		noteColumns(ctx, c, arg, stderr)
+		return nil
 	}
 	return writeResult(ctx, c, arg, *asJSON, *out, stderr)
 }
@@ -510,7 +564,18 @@ func writeResult(ctx context.Context, c *client.Client, jobID string, asJSON boo
 	if err := fsutil.WriteFileAtomic(path, buf.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
+	noteColumns(ctx, c, jobID, stderr)
 	return nil
+}
+
+// noteColumns tells the user on stderr what the similarity columns hold
+// (unit: % identity), or why they are blank: a CSV has no room for it.
+func noteColumns(ctx context.Context, c *client.Client, jobID string, stderr io.Writer) {
+	st, err := c.Status(ctx, jobID)
+	if err != nil || st.Similarity == nil {
+		return
+	}
+	fmt.Fprintf(stderr, "note: %s\n", st.Similarity.Message)
 }
 
 // syntheticMarker is how the synthetic prediction backend labels every
@@ -553,12 +618,54 @@ func newProgressBar(w io.Writer) *progressBar {
 	return &progressBar{w: w, tty: tty}
 }
 
-// barWidth fits the bar and its counters in 80 columns.
+// barWidth fits the bar and its counters in 100 columns.
 const barWidth = 24
 
-// progressLine renders one status: the running stage's embedding files when
-// it has any, else its predictions.
+// progressLine renders one status: the job's percentage, elapsed time and
+// ETA from the server's `overall` object, then where it is in the user's
+// units (sequences embedded, predictions made). A server without `overall`
+// gets the older line (the running stage's files or predictions).
 func progressLine(st *client.Status) string {
+	o := st.Overall
+	if o == nil {
+		return legacyProgressLine(st)
+	}
+	frac := min(1, max(0, o.Percent/100))
+	n := int(frac * barWidth)
+	bar := strings.Repeat("#", n) + strings.Repeat("-", barWidth-n)
+	eta := "-"
+	if o.ETASeconds != nil {
+		eta = clock(*o.ETASeconds)
+	}
+	where := ""
+	if o.Stage != nil && *o.Stage-1 < len(st.Stages) && o.Phase != "completed" && o.Phase != "queued" {
+		s := st.Stages[*o.Stage-1]
+		where = fmt.Sprintf("  stage %d/%d %s·%s", *o.Stage, o.Stages, s.Target, s.MethodKey)
+		switch {
+		case o.Phase == "embedding" && s.Sequences != nil && s.SequencesEmbedded != nil:
+			where += fmt.Sprintf(" embedding %d/%d sequences", *s.SequencesEmbedded, *s.Sequences)
+		case o.Phase == "predicting":
+			where += fmt.Sprintf(" predicting %d/%d", s.Prediction.PredictionsMade, s.Prediction.PredictionsTotal)
+		}
+	}
+	if o.Phase == "queued" && st.QueuePosition != nil {
+		where = fmt.Sprintf("  queue position %d", *st.QueuePosition)
+	}
+	return fmt.Sprintf("%-10s [%s] %5.1f%%  elapsed %s  ETA %s  %d rows%s", st.Status, bar, o.Percent, clock(st.ElapsedSeconds), eta, o.Rows, where)
+}
+
+// clock writes seconds as m:ss, or h:mm:ss from an hour.
+func clock(sec int64) string {
+	sec = max(0, sec)
+	if sec >= 3600 {
+		return fmt.Sprintf("%d:%02d:%02d", sec/3600, sec%3600/60, sec%60)
+	}
+	return fmt.Sprintf("%d:%02d", sec/60, sec%60)
+}
+
+// legacyProgressLine is the bar for a server without `overall`: the
+// running stage's embedding files when it has any, else its predictions.
+func legacyProgressLine(st *client.Status) string {
 	done, total, what := 0, 0, "predictions"
 	if e := st.Progress.Embedding; e != nil && e.Total > 0 && (st.Status != "Completed" || e.Remaining == 0) {
 		done, total, what = e.CachedAlready+e.Computed, e.Total, "embeddings"

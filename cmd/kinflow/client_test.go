@@ -69,6 +69,34 @@ func TestProgressLine(t *testing.T) {
 	}
 }
 
+// TestProgressLineOverall: with the server's `overall`, the bar shows the
+// whole job's percentage, the elapsed time and the ETA, then the stage in
+// sequences or predictions; queued jobs their queue position.
+func TestProgressLineOverall(t *testing.T) {
+	embedding := statusFrom(t, `{"status":"Processing","elapsedSeconds":70,"overall":{"percent":60,"etaSeconds":40,"phase":"embedding",
+		"rows":600,"sequences":20,"stage":2,"stages":2,"text":"x"},
+		"progressStages":[{"index":0,"target":"kcat","methodKey":"B"},{"index":1,"target":"Km","methodKey":"E","sequences":20,"sequencesEmbedded":17}]}`)
+	if got, want := progressLine(embedding), "Processing [##############----------]  60.0%  elapsed 1:10  ETA 0:40  600 rows  stage 2/2 Km·E embedding 17/20 sequences"; got != want {
+		t.Fatalf("got  %q\nwant %q", got, want)
+	}
+	queued := statusFrom(t, `{"status":"Pending","elapsedSeconds":3,"queuePosition":4,"overall":{"percent":0,"etaSeconds":null,"phase":"queued","rows":5,"stages":1}}`)
+	if got, want := progressLine(queued), "Pending    [------------------------]   0.0%  elapsed 0:03  ETA -  5 rows  queue position 4"; got != want {
+		t.Fatalf("got  %q\nwant %q", got, want)
+	}
+	predicting := statusFrom(t, `{"status":"Processing","elapsedSeconds":4000,"overall":{"percent":99.5,"etaSeconds":20,"phase":"predicting","rows":5,"stage":1,"stages":1},
+		"progressStages":[{"index":0,"target":"kcat","methodKey":"B","prediction":{"predictionsMade":4,"predictionsTotal":5}}]}`)
+	if got := progressLine(predicting); !strings.HasSuffix(got, " 99.5%  elapsed 1:06:40  ETA 0:20  5 rows  stage 1/1 kcat·B predicting 4/5") {
+		t.Fatalf("%q", got)
+	}
+	line := stageLine(client.Stage{Index: 0, Target: "kcat", MethodKey: "B", Status: "completed", Rows: 3, Sequences: ptr(2), SequencesEmbedded: ptr(2), Seconds: ptr64(75)})
+	if want := "stage 1 kcat·B: completed; 3 rows, 2 sequences, 2 embedded; predictions 0/0; embedding files 0/0 (cached 0, computed 0, remaining 0); 1:15"; line != want {
+		t.Fatalf("stage line %q\nwant       %q", line, want)
+	}
+}
+
+func ptr(n int) *int       { return &n }
+func ptr64(n int64) *int64 { return &n }
+
 // TestClientUsage: usage mistakes exit 2 before any request is sent.
 func TestClientUsage(t *testing.T) {
 	for _, args := range [][]string{

@@ -236,8 +236,20 @@ type ValidateReport struct {
 		InvalidChars []string `json:"invalid_chars"`
 		Reason       string   `json:"reason"`
 	} `json:"invalidProteins"`
-	LengthViolations map[string]int  `json:"lengthViolations"`
-	Raw              json.RawMessage `json:"-"`
+	LengthViolations map[string]int `json:"lengthViolations"`
+	// Messages are the server's sentences for every finding, rows in order
+	// (kinflow's addition; absent from older servers).
+	Messages []ValidateMessage `json:"messages"`
+	Raw      json.RawMessage   `json:"-"`
+}
+
+// ValidateMessage is one finding of a validation report in plain language.
+type ValidateMessage struct {
+	Row    *int   `json:"row"`
+	Column string `json:"column"`
+	// Level is "error" (the row gets no prediction), "warning" or "info".
+	Level string `json:"level"`
+	Text  string `json:"text"`
 }
 
 // TokenIssue is one bad token of a substrate or product list.
@@ -251,9 +263,28 @@ func (r *ValidateReport) Problems() int {
 	return len(r.InvalidSubstrates) + len(r.InvalidProteins)
 }
 
+// ValidateOptions are a validation's optional fields: with Targets and
+// Methods the report covers only the chosen methods.
+type ValidateOptions struct {
+	Targets       []string
+	Methods       map[string]string
+	RunSimilarity bool
+}
+
 // Validate checks a CSV without submitting it (no quota used).
-func (c *Client) Validate(ctx context.Context, filename string, csv io.Reader) (*ValidateReport, error) {
-	body, ctype, err := multipartBody(filename, csv, nil)
+func (c *Client) Validate(ctx context.Context, filename string, csv io.Reader, opts ...ValidateOptions) (*ValidateReport, error) {
+	fields := map[string]string{}
+	for _, o := range opts {
+		if len(o.Targets) > 0 {
+			t, _ := json.Marshal(o.Targets)
+			m, _ := json.Marshal(o.Methods)
+			fields["targets"], fields["methods"] = string(t), string(m)
+		}
+		if o.RunSimilarity {
+			fields["runSimilarity"] = "true"
+		}
+	}
+	body, ctype, err := multipartBody(filename, csv, fields)
 	if err != nil {
 		return nil, err
 	}
@@ -486,6 +517,36 @@ type Stage struct {
 		PredictionsCached int `json:"predictionsCached"`
 	} `json:"prediction"`
 	Embedding Embedding `json:"embedding"`
+	// Rows, Sequences, SequencesEmbedded, Percent and Seconds are the stage
+	// in the user's units (kinflow's additions; zero/nil from older servers).
+	Rows              int     `json:"rows"`
+	Sequences         *int    `json:"sequences"`
+	SequencesEmbedded *int    `json:"sequencesEmbedded"`
+	Percent           float64 `json:"percent"`
+	Seconds           *int64  `json:"seconds"`
+}
+
+// Overall is the status's `overall` object: the whole job in rows and
+// sequences, one percentage, an ETA and one line of text.
+type Overall struct {
+	Percent    float64 `json:"percent"`
+	ETASeconds *int64  `json:"etaSeconds"`
+	Phase      string  `json:"phase"`
+	Rows       int     `json:"rows"`
+	Sequences  *int    `json:"sequences"`
+	Stage      *int    `json:"stage"`
+	Stages     int     `json:"stages"`
+	Text       string  `json:"text"`
+}
+
+// SimilarityNote is the status's `similarity` object: what the similarity
+// columns hold, or why they are blank.
+type SimilarityNote struct {
+	State   string   `json:"state"`
+	Method  string   `json:"method"`
+	Unit    string   `json:"unit"`
+	Columns []string `json:"columns"`
+	Message string   `json:"message"`
 }
 
 // Status is the part of GET /api/v1/status/{id}/ the client reads; Raw is
@@ -510,8 +571,11 @@ type Status struct {
 		UsedGPU bool    `json:"usedGpu"`
 		Failed  bool    `json:"failed"`
 	} `json:"gpuPrecompute"`
-	Error string          `json:"error"`
-	Raw   json.RawMessage `json:"-"`
+	Error string `json:"error"`
+	// Overall is nil from a server older than kinflow's `overall`.
+	Overall    *Overall        `json:"overall"`
+	Similarity *SimilarityNote `json:"similarity"`
+	Raw        json.RawMessage `json:"-"`
 }
 
 // Finished reports whether the job reached a final status.

@@ -268,7 +268,7 @@ func TestBrowserKeySubmitProgressResult(t *testing.T) {
 		chromedp.WaitVisible(id("validate-table")),
 	)
 	rowsText := eval[string](t, b, `document.querySelector("#validate-table tbody").textContent`)
-	if !strings.Contains(rowsText, "Invalid characters in sequence") || !strings.HasPrefix(rowsText, "2Protein Sequence") {
+	if !strings.Contains(rowsText, "2 characters are not amino acids: '1' at position 3, 'Z' at position 5.") || !strings.HasPrefix(rowsText, "2Protein Sequence") {
 		t.Fatalf("validation rows %q", rowsText)
 	}
 	b.shot(t, dir, "03-validation-errors")
@@ -287,6 +287,16 @@ func TestBrowserKeySubmitProgressResult(t *testing.T) {
 	}
 	if err := os.WriteFile(fasta, []byte(">t0\n"+simSeq+"\n"), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	// Validation reports the methods chosen in the form (issue 28): method
+	// B, whose training set is there.
+	if sel := eval[string](t, b, `(() => {
+		const m = document.getElementById("method-kcat");
+		m.value = "B";
+		m.dispatchEvent(new Event("change"));
+		return m.value;
+	})()`); sel != "B" {
+		t.Fatalf("method B not selectable: %q", sel)
 	}
 	b.run(t, "validate with similarity", 90*time.Second,
 		chromedp.SetValue(id("csv-text"), "Protein Sequence,Substrate\n"+simSeq+",CCO\n"),
@@ -324,7 +334,7 @@ func TestBrowserKeySubmitProgressResult(t *testing.T) {
 	if claims != 1 {
 		t.Errorf("the page's submit carried no Idempotency-Key (%d claims for job %s)", claims, jobID)
 	}
-	if validated := eval[string](t, b, `document.getElementById("validate-summary").textContent`); validated != "3 row(s) read. No row problems." {
+	if validated := eval[string](t, b, `document.getElementById("validate-summary").textContent`); validated != "3 row(s) read. No row problems. Checked for method(s) B." {
 		t.Errorf("validation before submit: %q", validated)
 	}
 
@@ -364,7 +374,7 @@ func TestBrowserKeySubmitProgressResult(t *testing.T) {
 		final.Computed != "3" || final.Remaining != "0" || !strings.HasPrefix(final.Summary, "Completed") {
 		t.Fatalf("final view %+v", final)
 	}
-	if len(final.Stages) != 1 || !strings.Contains(final.Stages[0], "kcat") || !strings.Contains(final.Stages[0], "embeddings 3/3") {
+	if len(final.Stages) != 1 || !strings.Contains(final.Stages[0], "kcat") || !strings.Contains(final.Stages[0], "embedding files 3/3") || !strings.Contains(final.Stages[0], "3 row(s)") {
 		t.Fatalf("stages %q", final.Stages)
 	}
 	if len(final.GPU) == 0 || !strings.Contains(strings.Join(final.GPU, " "), "done") {

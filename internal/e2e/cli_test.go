@@ -104,15 +104,25 @@ func TestCLIAgainstStack(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("Protein Sequence,Substrate\nMKTAYIAKQ,CCO\nMK1TZ,CCO\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s.cli(withKey, "validate", bad).want(t, "validate bad rows", 1, "out:row 2: protein: Invalid characters in sequence", "err:1 row problem(s) in bad.csv")
+	s.cli(withKey, "validate", bad).want(t, "validate bad rows", 1, "out:Row 2, Protein Sequence: 2 characters are not amino acids: '1' at position 3, 'Z' at position 5.", "err:1 row problem(s) in bad.csv")
+	// Only the chosen method's limit is reported (issue 28).
+	long := filepath.Join(t.TempDir(), "long.csv")
+	if err := os.WriteFile(long, []byte("Protein Sequence,Substrate\n"+strings.Repeat("A", 1200)+",CCO\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	chosen := s.cli(withKey, "validate", "--methods", "kcat=B", long)
+	chosen.want(t, "validate chosen method", 0, "out:Method B: 1 sequence is longer than its limit of 1000 residues")
+	if strings.Contains(chosen.stdout, "Method C") {
+		t.Errorf("validate --methods kcat=B reports another method:\n%s", chosen.stdout)
+	}
 	lists := filepath.Join(t.TempDir(), "lists.csv")
 	if err := os.WriteFile(lists, []byte("Protein Sequence,Substrates\nMKTAYIAKQ;MK1T,CCO;X((\nMKTAYIAKQ,\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	s.cli(withKey, "validate", lists).want(t, "validate substrate lists", 1,
-		"out:row 1: protein (candidate 2): Invalid characters in sequence (1)",
-		"out:row 1: substrates: Invalid substrate/product SMILES/InChI: substrate 2 X((",
-		"out:row 2: substrates: Empty substrate list: substrates (empty list)")
+		"out:Row 1, Protein Sequence (candidate 2): 1 character is not an amino acid: '1' at position 3.",
+		`out:Row 1, Substrates: substrate 2 "X((" is not a valid SMILES or InChI.`,
+		"out:Row 2, Substrates: the substrate list is empty.")
 	s.cli(nil, "methods").want(t, "methods input behaviour", 0, "out:Substrates lists: native_multi", "out:Substrates lists: expanded_pair", "out:  G-O2 ")
 	js := s.cli(withKey, "validate", "--json", example)
 	js.want(t, "validate --json", 0)
@@ -150,7 +160,8 @@ func TestCLIAgainstStack(t *testing.T) {
 	// and the result written to -o.
 	outFile := filepath.Join(t.TempDir(), "res.csv")
 	w := s.cli(withKey, "submit", example, "--methods", "kcat=B,Km=C", "--wait", "-o", outFile)
-	w.want(t, "submit --wait", 0, "err:embeddings", "err:note: this result comes from kinflow's synthetic backend")
+	w.want(t, "submit --wait", 0, "err:%  elapsed 0:0", "err:  ETA ", "err:3 rows  stage 1/2 kcat·B", "err:note: this result comes from kinflow's synthetic backend",
+		"err:note: Similarity columns (% identity) are blank: The similarity dataset B of method B is not installed on this server.")
 	job2 := strings.TrimSpace(w.stdout)
 	var bars []string
 	for _, l := range strings.Split(w.stderr, "\n") {
@@ -158,7 +169,7 @@ func TestCLIAgainstStack(t *testing.T) {
 			bars = append(bars, l)
 		}
 	}
-	if len(bars) < 2 || !strings.HasPrefix(bars[len(bars)-1], "Completed") || !strings.Contains(bars[len(bars)-1], "[########################]") {
+	if len(bars) < 2 || !strings.HasPrefix(bars[len(bars)-1], "Completed") || !strings.Contains(bars[len(bars)-1], "[########################] 100.0%") {
 		t.Fatalf("progress lines %q", bars)
 	}
 	data, err := os.ReadFile(outFile)
@@ -181,7 +192,8 @@ func TestCLIAgainstStack(t *testing.T) {
 	if err := json.Unmarshal([]byte(sj.stdout), &stj); err != nil || stj["status"] != "Completed" || stj["jobId"] != job2 {
 		t.Fatalf("status --json: %v %s", err, sj.stdout)
 	}
-	s.cli(withKey, "status", job2).want(t, "status completed", 0, "out:Completed", "out:stage 2 Km·C")
+	s.cli(withKey, "status", job2).want(t, "status completed", 0, "out:Completed", "out:stage 2 Km·C", "out:Completed in ",
+		"out:stage 1 kcat·B: completed; 3 rows, 3 sequences, 3 embedded;", "out:similarity: Similarity columns (% identity) are blank")
 	r := s.cli(withKey, "result", job1)
 	r.want(t, "result CSV", 0, "out:Synthetic placeholder", "err:synthetic backend")
 	if r.stdout != s.resultCSV(job1) {

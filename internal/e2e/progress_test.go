@@ -31,10 +31,22 @@ func TestStatusShowsEmbeddingProgressRising(t *testing.T) {
 	job := s.submit(csvRows(randSeed(), n, 150), []string{"kcat"}, map[string]string{"kcat": "B"})
 
 	var seen []int
+	var percents []float64
+	phases := map[string]bool{}
 	deadline := time.Now().Add(120 * time.Second)
 	var st status
 	for {
 		st = s.status(job)
+		// The whole job's percentage never goes back (issue 28), and the
+		// embedding phase is told in sequences.
+		if p := st.Overall.Percent; len(percents) == 0 || percents[len(percents)-1] != p {
+			percents = append(percents, p)
+		}
+		phases[st.Overall.Phase] = true
+		if st.Overall.Phase == "embedding" && (st.Overall.Sequences == nil || *st.Overall.Sequences != n ||
+			!strings.Contains(st.Overall.Text, "embedding sequences, about ") || st.Overall.Rows != n) {
+			t.Errorf("embedding phase: %+v", st.Overall)
+		}
 		if len(st.Stages) > 0 {
 			c := st.Stages[0].Embedding.Computed
 			if len(seen) == 0 || seen[len(seen)-1] != c {
@@ -56,6 +68,15 @@ func TestStatusShowsEmbeddingProgressRising(t *testing.T) {
 		t.Fatalf("job %s: %s", st.Status, st.Error)
 	}
 	t.Logf("computed values seen: %v", seen)
+	t.Logf("percentages seen: %v; phases %v", percents, phases)
+	for i := 1; i < len(percents); i++ {
+		if percents[i] < percents[i-1] {
+			t.Errorf("the job's percentage went down: %v", percents)
+		}
+	}
+	if !phases["embedding"] || st.Overall.Percent != 100 || st.Overall.Phase != "completed" || len(percents) < 4 {
+		t.Errorf("overall: phases %v, percentages %v, final %+v", phases, percents, st.Overall)
+	}
 	for i := 1; i < len(seen); i++ {
 		if seen[i] < seen[i-1] {
 			t.Fatalf("computed went down: %v", seen)

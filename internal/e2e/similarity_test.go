@@ -77,6 +77,24 @@ func TestJobSimilarityAndExperimental(t *testing.T) {
 	if rows[2][1] == "UniProt" {
 		t.Error("the unmatched row got the experimental value")
 	}
+	// The status and the JSON result say what the columns hold, with the
+	// unit (issue 28).
+	var note struct {
+		Similarity struct {
+			State, Unit, Message string
+		} `json:"similarity"`
+		ColumnNotes map[string]string `json:"columnNotes"`
+	}
+	s.do("GET", "/api/v1/status/"+out.JobID+"/", nil, "", &note)
+	if n := note.Similarity; n.State != "done" || n.Unit != "% identity" ||
+		!strings.HasPrefix(n.Message, "Similarity columns, in % identity (0–100): the mean and the highest MMseqs2 identity") ||
+		!strings.Contains(n.Message, "method B (dataset B)") {
+		t.Errorf("status similarity note %+v", n)
+	}
+	s.do("GET", "/api/v1/result/"+out.JobID+"/?format=json", nil, "", &note)
+	if note.ColumnNotes["max similarity to B training data"] != note.Similarity.Message || len(note.ColumnNotes) != 2 {
+		t.Errorf("columnNotes %v", note.ColumnNotes)
+	}
 
 	// Both annotations ran as activities of the job's workflow.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

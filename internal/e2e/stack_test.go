@@ -265,9 +265,19 @@ type status struct {
 			Need     int `json:"needComputation"`
 		} `json:"embedding"`
 	} `json:"progress"`
+	// Overall is kinflow's whole-job progress (issue 28).
+	Overall struct {
+		Percent    float64 `json:"percent"`
+		ETASeconds *int64  `json:"etaSeconds"`
+		Phase      string  `json:"phase"`
+		Rows       int     `json:"rows"`
+		Sequences  *int    `json:"sequences"`
+		Text       string  `json:"text"`
+	} `json:"overall"`
 	Stages []struct {
-		Status    string `json:"status"`
-		Embedding struct {
+		Status            string `json:"status"`
+		SequencesEmbedded *int   `json:"sequencesEmbedded"`
+		Embedding         struct {
 			Total    int    `json:"total"`
 			Cached   int    `json:"cachedAlready"`
 			Need     int    `json:"needComputation"`

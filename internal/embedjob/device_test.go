@@ -189,7 +189,10 @@ func TestDeviceRiderRunsAgainWhenLeaderIsCancelled(t *testing.T) {
 	wg.Add(2)
 	go func() { defer wg.Done(); leaderErr = d.Run(lctx, devJob("s", "leader", 10), 1<<20, 0, run) }()
 	waitQueued(t, d, 1)
-	go func() { defer wg.Done(); riderErr = d.Run(context.Background(), devJob("s", "rider", 10), 1<<20, 0, run) }()
+	go func() {
+		defer wg.Done()
+		riderErr = d.Run(context.Background(), devJob("s", "rider", 10), 1<<20, 0, run)
+	}()
 	waitQueued(t, d, 2)
 	close(blockFirst)
 	<-leaderIn

@@ -400,7 +400,7 @@ func TestValidateReportShape(t *testing.T) {
 		`"invalidProteins":[{"row":2,"value":"!!!ABC123!!!","invalid_chars":["!","1","2","3","B"],"reason":"Invalid characters in sequence"},{"row":3,"value":"NaN","reason":"Empty sequence"},{"row":5,"value":"  ","reason":"Empty sequence"}]`,
 		`"lengthViolations":{"A-H":0,"A-L":0,"B":1,"C":1,"D":1,"E":0,"F":1,"G":1,"G-O2":1,"H":1,"I":1,"J":1,"Server":0}`,
 		`"lengthLimits":{"A-H":1500,"A-L":1500,"B":1000,"C":1000,"D":1024,"E":2048,"F":1024,"G":1000,"G-O2":1000,"H":1022,"I":1000,"J":500,"Server":10000}`,
-		`"similarity":{"error":"Similarity analysis is not available on this server."}}`,
+		`"similarity":{"error":"Similarity analysis is not available on this server.","unavailable":true},"messages":[{"row":2,`,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("report lacks %s\nreport: %s", want, got)
@@ -410,7 +410,8 @@ func TestValidateReportShape(t *testing.T) {
 	b, _ = json.Marshal(rep)
 	if !strings.Contains(string(b), `"invalidSubstrates":[{"row":1,"value":[null],"reason":"Invalid substrate/product SMILES/InChI","invalid_substrates":[],"invalid_products":[{"position":null,"value":null}]},`+
 		`{"row":2,"value":[";;","X("],"reason":"Invalid substrate/product SMILES/InChI","invalid_substrates":[{"position":null,"value":";;"}],"invalid_products":[{"position":2,"value":"X("}]}]`) ||
-		!strings.HasSuffix(string(b), `"similarity":null}`) {
+		!strings.HasSuffix(string(b), `"similarity":null,"messages":[{"row":1,"column":"Substrates","level":"error","text":"Row 1, Substrates: the product list is empty."},`+
+			`{"row":2,"column":"Substrates","level":"error","text":"Row 2, Substrates: the substrate list is empty; product 2 \"X(\" is not a valid SMILES or InChI."}]}`) {
 		t.Errorf("reaction report: %s", b)
 	}
 	for _, in := range []string{"Protein Sequence,Products\nA,C\n", "Substrate\nC\n", "Protein Sequence,Substrate,Products\nA,C,C\n", "Protein Sequence\nA\n"} {

@@ -68,6 +68,17 @@ type RawOptions struct {
 	fields map[string]any
 }
 
+// Chosen reports whether the request names targets (or the legacy
+// predictionType): /validate/ then reports only the chosen methods.
+func (r RawOptions) Chosen() bool {
+	t, ok := r.get(FieldTargets)
+	if !isEmptyTargets(t, ok) {
+		return true
+	}
+	pt, ok := r.get(FieldPredictionType)
+	return ok && pt != nil && pt != ""
+}
+
 func (r RawOptions) get(name string) (any, bool) {
 	v, ok := r.fields[name]
 	return v, ok

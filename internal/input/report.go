@@ -41,11 +41,21 @@ type ValidateReport struct {
 	// PredictionUnits counts the input's prediction units against the
 	// server's caps (kinflow's addition; set by the API).
 	PredictionUnits *UnitsReport `json:"predictionUnits,omitempty"`
+	// Methods is kinflow's addition: the method keys the report is about,
+	// when the request chose targets and methods (then lengthViolations
+	// and lengthLimits list only these, and "Server"); absent otherwise.
+	Methods []string `json:"methods,omitempty"`
+	// Messages is kinflow's addition: every finding as one sentence, rows
+	// in order (BuildMessages); the same wording in every client.
+	Messages []Message `json:"messages"`
 }
 
 // SimilarityError is the `similarity` value when the analysis fails.
+// Unavailable (kinflow's addition) marks an answer that is information,
+// not a failure: the server has no similarity dataset for the request.
 type SimilarityError struct {
-	Error string `json:"error"`
+	Error       string `json:"error"`
+	Unavailable bool   `json:"unavailable,omitempty"`
 }
 
 // SubstrateIssue is one invalidSubstrates entry (§4.6.2). Value is a string
@@ -159,7 +169,7 @@ func Validate(ctx context.Context, cat *methods.Catalogue, chem *Chemistry, t *T
 	}
 	rep := &ValidateReport{RowCount: t.RawRowCount, InvalidSubstrates: []SubstrateIssue{}, InvalidProteins: []ProteinIssue{}}
 	if runSimilarity {
-		rep.Similarity = &SimilarityError{Error: SimilarityUnavailableReason}
+		rep.Similarity = &SimilarityError{Error: SimilarityUnavailableReason, Unavailable: true}
 	}
 
 	// Substrates: collect every component, check them in one batch.
@@ -289,6 +299,7 @@ func Validate(ctx context.Context, cat *methods.Catalogue, chem *Chemistry, t *T
 	sl := ServerLimit
 	rep.LengthViolations = append(rep.LengthViolations, KeyInt{Key: "Server", Value: &server})
 	rep.LengthLimits = append(rep.LengthLimits, KeyInt{Key: "Server", Value: &sl})
+	rep.Messages = BuildMessages(rep)
 	return rep, nil
 }
 

@@ -100,8 +100,11 @@ func (a Analysis) MarshalJSON() ([]byte, error) {
 }
 
 // ErrorObject is the similarity field when the analysis cannot answer.
+// Unavailable (kinflow's addition) marks the answer "no dataset for this
+// request": information for the user, not a failure of the analysis.
 type ErrorObject struct {
-	Error string `json:"error"`
+	Error       string `json:"error"`
+	Unavailable bool   `json:"unavailable,omitempty"`
 }
 
 // Analyze is /validate/'s runSimilarity (WIRE-CONTRACT §4.8): rows are the
@@ -111,9 +114,14 @@ type ErrorObject struct {
 // searched one request at a time per process, within ValidateTimeout.
 // The result is an Analysis, or an ErrorObject with a message for the user.
 func (s *Service) Analyze(ctx context.Context, rows []string) any {
-	datasets := s.Present()
+	return s.AnalyzeDatasets(ctx, rows, s.Present())
+}
+
+// AnalyzeDatasets is Analyze against the given datasets only (those of the
+// methods a /validate/ request chose); none is the "no dataset" answer.
+func (s *Service) AnalyzeDatasets(ctx context.Context, rows []string, datasets []Dataset) any {
 	if len(datasets) == 0 {
-		return ErrorObject{Error: NoDatasetsMessage}
+		return ErrorObject{Error: NoDatasetsMessage, Unavailable: true}
 	}
 	var seqs []string
 	for _, r := range rows {

@@ -1,0 +1,297 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kinflow/kinflow/internal/store"
+)
+
+// Phases of a job in the status's `overall` object (kinflow's addition).
+const (
+	phaseQueued     = "queued"
+	phasePreparing  = "preparing"
+	phaseEmbedding  = "embedding"
+	phasePredicting = "predicting"
+	phaseFinishing  = "finishing"
+	phaseCompleted  = "completed"
+	phaseFailed     = "failed"
+)
+
+// etaMinPercent and etaMinSeconds are when an ETA is first given: before
+// 1 % of the job or 5 s of compute, a linear extrapolation says nothing.
+const (
+	etaMinPercent = 1.0
+	etaMinSeconds = 5
+)
+
+// overallProgress is kinflow's `overall` object of /status/: the whole job
+// in the user's units (rows, sequences), one percentage, an ETA and one
+// line of text that the web page, the CLI and the Python client all show.
+// The §2.4 embedding objects (counted in files) stay as the detail.
+type overallProgress struct {
+	// Percent of the whole job, 0–100 with one decimal: the mean of the
+	// stages' fractions; a stage that embeds counts its embedding and its
+	// predictions half each, else its predictions only.
+	Percent float64 `json:"percent"`
+	// ETASeconds is the time left, extrapolated from the compute time so
+	// far and Percent; null while it cannot be estimated (queued, or
+	// under etaMinPercent / etaMinSeconds), 0 when the job is finished.
+	ETASeconds *int64 `json:"etaSeconds"`
+	// Phase is queued, preparing, embedding, predicting, finishing,
+	// completed or failed.
+	Phase string `json:"phase"`
+	// Rows are the job's input rows.
+	Rows int `json:"rows"`
+	// Sequences are the distinct sequences of the active (else last)
+	// stage; null until its plan is made.
+	Sequences *int `json:"sequences"`
+	// Stage is the 1-based active stage; null before stages exist.
+	Stage  *int `json:"stage"`
+	Stages int  `json:"stages"`
+	// Text is the whole state as one line.
+	Text string `json:"text"`
+}
+
+// stageCounts mirrors activities.StageCounts (work/stage-<i>/counts.json).
+type stageCounts struct {
+	Rows      int `json:"rows"`
+	Sequences int `json:"sequences"`
+	Units     int `json:"units"`
+}
+
+// readStageCounts reads a stage's counts; ok is false before its plan.
+func (s *Server) readStageCounts(jobID string, index int) (stageCounts, bool) {
+	var c stageCounts
+	b, err := os.ReadFile(filepath.Join(s.mediaRoot(), "jobs", jobID, "work", "stage-"+strconv.Itoa(index), "counts.json"))
+	if err != nil || json.Unmarshal(b, &c) != nil {
+		return c, false
+	}
+	return c, true
+}
+
+// stageUserUnits are the additions to a stage object: the stage in the
+// user's units.
+type stageUserUnits struct {
+	// Rows handed to the stage; Sequences its distinct sequences (null
+	// before its plan); SequencesEmbedded how many of them have their
+	// embeddings (cached or computed), estimated from the file counts.
+	Rows              int     `json:"rows"`
+	Sequences         *int    `json:"sequences"`
+	SequencesEmbedded *int    `json:"sequencesEmbedded"`
+	Percent           float64 `json:"percent"`
+	// Seconds the stage ran (until now while running); null before it
+	// starts.
+	Seconds *int64 `json:"seconds"`
+}
+
+// stageFraction is how much of a stage is done, 0–1.
+func stageFraction(st store.JobStage) float64 {
+	switch st.Status {
+	case "completed":
+		return 1
+	case "pending", "":
+		return 0
+	}
+	pred := 0.0
+	if st.PredictionsTotal > 0 {
+		pred = math.Min(1, float64(st.PredictionsMade)/float64(st.PredictionsTotal))
+	}
+	if st.EmbeddingNeed <= 0 {
+		return pred
+	}
+	emb := math.Min(1, float64(st.EmbeddingComputed)/float64(st.EmbeddingNeed))
+	return 0.5*emb + 0.5*pred
+}
+
+// stageUnits computes a stage's additions.
+func stageUnits(st store.JobStage, c stageCounts, haveCounts bool, now time.Time) stageUserUnits {
+	u := stageUserUnits{Rows: st.MoleculesTotal, Percent: round1(100 * stageFraction(st))}
+	if haveCounts {
+		u.Rows = c.Rows
+		n := c.Sequences
+		u.Sequences = &n
+		done := 0
+		switch {
+		case st.EmbeddingTotal > 0:
+			done = int(int64(n) * int64(st.EmbeddingCached+st.EmbeddingComputed) / int64(st.EmbeddingTotal))
+		case st.Status == "completed" || st.EmbeddingState == "done":
+			done = n
+		}
+		done = min(done, n)
+		u.SequencesEmbedded = &done
+	}
+	if st.StartedAt != nil {
+		end := now
+		if st.CompletedAt != nil {
+			end = *st.CompletedAt
+		}
+		sec := wholeSeconds(end.Sub(*st.StartedAt))
+		u.Seconds = &sec
+	}
+	return u
+}
+
+func round1(x float64) float64 { return math.Round(x*10) / 10 }
+
+// overall builds the `overall` object from the job, its stages and their
+// user-unit additions (same order as stages).
+func overall(j *store.Job, wireStatus string, queuePos *int, stages []store.JobStage, units []stageUserUnits, now time.Time) overallProgress {
+	o := overallProgress{Rows: j.RequestedRows, Stages: len(stages)}
+	sum := 0.0
+	for _, st := range stages {
+		sum += stageFraction(st)
+	}
+	if len(stages) > 0 {
+		o.Percent = round1(100 * sum / float64(len(stages)))
+	}
+	var active *store.JobStage
+	var au stageUserUnits
+	if idx := activeStage(stages); idx != nil {
+		for i := range stages {
+			if stages[i].Index == *idx {
+				active, au = &stages[i], units[i]
+				n := stages[i].Index + 1
+				o.Stage = &n
+			}
+		}
+	}
+	if active != nil {
+		o.Sequences = au.Sequences
+	}
+	switch wireStatus {
+	case store.JobPending:
+		o.Phase, o.Percent = phaseQueued, 0
+	case store.JobCompleted:
+		o.Phase, o.Percent = phaseCompleted, 100
+	case store.JobFailed:
+		o.Phase = phaseFailed
+	default:
+		switch {
+		case active == nil || active.Status == "pending":
+			// Before the first stage, or between two stages.
+			o.Phase = phasePreparing
+		case active.Status != "running":
+			// Every stage is done; the result is being written.
+			o.Phase = phaseFinishing
+		case active.EmbeddingNeed > active.EmbeddingComputed && active.EmbeddingState == "running":
+			o.Phase = phaseEmbedding
+		default:
+			o.Phase = phasePredicting
+		}
+	}
+	switch o.Phase {
+	case phaseCompleted, phaseFailed:
+		zero := int64(0)
+		o.ETASeconds = &zero
+	case phaseQueued:
+	default:
+		if j.StartedAt != nil && o.Percent >= etaMinPercent {
+			compute := now.Sub(*j.StartedAt).Seconds()
+			if compute >= etaMinSeconds {
+				eta := int64(math.Round(compute * (100 - o.Percent) / o.Percent))
+				o.ETASeconds = &eta
+			}
+		}
+	}
+	o.Text = overallText(j, o, queuePos, active, au, now)
+	return o
+}
+
+// overallText is the one-line state: what the web page's summary, the CLI
+// bar and the Python client's bar all print.
+func overallText(j *store.Job, o overallProgress, queuePos *int, active *store.JobStage, au stageUserUnits, now time.Time) string {
+	rows := plural(o.Rows, "row", "rows")
+	stageName := func() string {
+		if active == nil {
+			return ""
+		}
+		name := active.MethodName
+		if name == "" {
+			name = active.MethodKey
+		}
+		return fmt.Sprintf("stage %d of %d (%s, %s)", active.Index+1, o.Stages, active.Target, name)
+	}
+	switch o.Phase {
+	case phaseQueued:
+		if queuePos != nil {
+			return fmt.Sprintf("Queued, position %d: %s.", *queuePos, rows)
+		}
+		return "Queued: " + rows + "."
+	case phaseCompleted:
+		took := ""
+		if j.CompletedAt != nil {
+			took = " in " + humanDuration(time.Duration(wholeSeconds(j.CompletedAt.Sub(j.SubmittedAt)))*time.Second)
+		}
+		return fmt.Sprintf("Completed%s: %s, %s.", took, rows, plural(o.Stages, "stage", "stages"))
+	case phaseFailed:
+		if active != nil {
+			return fmt.Sprintf("Failed at %s.", stageName())
+		}
+		return "Failed."
+	case phasePreparing:
+		if active == nil || o.Percent == 0 {
+			return fmt.Sprintf("%s%% · preparing %s.", fmtPercent(o.Percent), rows)
+		}
+	}
+	var what string
+	switch o.Phase {
+	case phaseEmbedding:
+		if au.Sequences != nil && au.SequencesEmbedded != nil {
+			what = fmt.Sprintf("embedding sequences, about %d of %d done", *au.SequencesEmbedded, *au.Sequences)
+		} else {
+			what = "embedding sequences"
+		}
+	case phasePredicting:
+		what = fmt.Sprintf("predicting, %d of %d predictions made", active.PredictionsMade, active.PredictionsTotal)
+		if active.PredictionsCached > 0 {
+			what += fmt.Sprintf(" (%d from the prediction cache)", active.PredictionsCached)
+		}
+	case phaseFinishing:
+		what = "writing the result"
+	case phasePreparing:
+		what = "starting"
+	}
+	parts := []string{fmtPercent(o.Percent) + "%"}
+	if s := stageName(); s != "" && o.Phase != phaseFinishing {
+		parts = append(parts, s+": "+what)
+	} else {
+		parts = append(parts, what)
+	}
+	parts = append(parts, rows)
+	if o.ETASeconds != nil && *o.ETASeconds > 0 {
+		parts = append(parts, "about "+humanDuration(time.Duration(*o.ETASeconds)*time.Second)+" left")
+	}
+	return strings.Join(parts, " · ") + "."
+}
+
+func fmtPercent(p float64) string { return strconv.FormatFloat(p, 'f', -1, 64) }
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
+}
+
+// humanDuration writes d as "45 s", "3 min 20 s" or "2 h 5 min".
+func humanDuration(d time.Duration) string {
+	s := int64(d.Round(time.Second) / time.Second)
+	switch {
+	case s < 60:
+		return fmt.Sprintf("%d s", max(0, s))
+	case s < 3600:
+		if s%60 == 0 {
+			return fmt.Sprintf("%d min", s/60)
+		}
+		return fmt.Sprintf("%d min %d s", s/60, s%60)
+	default:
+		return fmt.Sprintf("%d h %d min", s/3600, (s%3600)/60)
+	}
+}

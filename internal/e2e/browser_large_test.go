@@ -1,0 +1,304 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	mrand "math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// largeCSV is a 10,000-row input: 200 distinct sequences of 60 to 400
+// residues (drawn from a fixed seed), three substrates and a Name column.
+func largeCSV(rows int) string {
+	r := mrand.New(mrand.NewPCG(28, 10000))
+	const aa = "ACDEFGHIKLMNPQRSTVWY"
+	seqs := make([]string, 200)
+	for i := range seqs {
+		b := make([]byte, 60+r.IntN(341))
+		for k := range b {
+			b[k] = aa[r.IntN(len(aa))]
+		}
+		seqs[i] = string(b)
+	}
+	subs := []string{"CCO", "CC(=O)O", "OC1=CC=CC=C1"}
+	var sb strings.Builder
+	sb.WriteString("Name,Protein Sequence,Substrate\n")
+	for i := range rows {
+		fmt.Fprintf(&sb, "enzyme-%05d,%s,%s\n", i+1, seqs[r.IntN(len(seqs))], subs[r.IntN(len(subs))])
+	}
+	return sb.String()
+}
+
+// tableView is the result table as the page shows it.
+type tableView struct {
+	Rows     int      `json:"rows"`
+	First    string   `json:"first"`
+	PageInfo string   `json:"pageInfo"`
+	Values   []string `json:"values"`
+	NextOff  bool     `json:"nextOff"`
+	PrevOff  bool     `json:"prevOff"`
+	Sort     string   `json:"sort"`
+}
+
+const readTable = `(() => {
+  const rows = [...document.querySelectorAll("#result-table tbody tr")];
+  const heads = [...document.querySelectorAll("#result-table thead th")];
+  const kcat = heads.findIndex((th) => th.dataset.col === "kcat (1/s)");
+  const sorted = heads.find((th) => th.getAttribute("aria-sort") && th.getAttribute("aria-sort") !== "none");
+  return {
+    rows: rows.length,
+    first: rows.length ? rows[0].cells[0].textContent : "",
+    pageInfo: document.getElementById("result-pageinfo").textContent,
+    values: rows.map((r) => r.cells[kcat].textContent),
+    nextOff: document.getElementById("page-next").disabled,
+    prevOff: document.getElementById("page-prev").disabled,
+    sort: sorted ? sorted.dataset.col + " " + sorted.getAttribute("aria-sort") : "",
+  };
+})()`
+
+// TestBrowserLargeResult opens a 10,000-row result (two targets, synthetic
+// backends, no similarity dataset) in a real headless Chromium: the table
+// shows one page of rows, pages forward and back, sorts by a value column
+// both ways and by a text column, keeps the row number and value columns in
+// view when scrolled sideways, shortens sequences with the full text on a
+// click, explains the blank similarity columns in their header tooltip,
+// and draws one log-scale distribution per predicted value with the
+// synthetic source marked. The page reports the job's progress from
+// `overall` while it runs. Screenshots go to $KINFLOW_E2E_SCREENSHOTS.
+func TestBrowserLargeResult(t *testing.T) {
+	b := newBrowser(t)
+	dir := screenshotDir(t)
+	s := newStack(t, nil, nil)
+	const rows = 10000
+	csvText := largeCSV(rows)
+	const step = 60 * time.Second
+
+	b.run(t, "open page", step,
+		chromedp.Navigate(s.base+"/"),
+		waitJS(`document.querySelectorAll("#method-kcat option").length > 0`),
+	)
+	eval[bool](t, b, `(localStorage.setItem("kinflow.apiKey", `+jsString(s.key)+`), true)`)
+	job := s.submit(csvText, []string{"kcat", "Km"}, map[string]string{"kcat": "B", "Km": "B"})
+	b.run(t, "open job", step, chromedp.Navigate(s.base+"/#job="+job), chromedp.Reload())
+
+	// Progress while it runs: the summary is overall.text, the bar its
+	// percentage.
+	type progressView struct {
+		Summary string  `json:"summary"`
+		Percent float64 `json:"percent"`
+		Rows    string  `json:"rows"`
+		Open    bool    `json:"open"`
+	}
+	const readProgress = `(() => ({summary: document.getElementById("job-summary").textContent,
+		percent: document.getElementById("job-progress").value, rows: document.getElementById("job-rows").textContent,
+		open: !document.getElementById("result-wrap").hidden}))()`
+	var views []progressView
+	shotTaken := false
+	for deadline := time.Now().Add(8 * time.Minute); ; time.Sleep(250 * time.Millisecond) {
+		v := eval[progressView](t, b, readProgress)
+		if len(views) == 0 || v != views[len(views)-1] {
+			views = append(views, v)
+		}
+		if !shotTaken && strings.Contains(v.Summary, "% · stage") {
+			shotTaken = true
+			b.shot(t, dir, "01-progress")
+		}
+		if v.Open {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no result after 8 min; views %+v (page errors %v)", views, b.pageErrors())
+		}
+	}
+	for _, v := range views {
+		t.Logf("progress view: %+v", v)
+		if v.Summary != "Loading…" && v.Summary != "" && v.Rows != "10000" {
+			t.Errorf("rows box %q, want 10000 (summary %q)", v.Rows, v.Summary)
+		}
+	}
+	final := views[len(views)-1]
+	if !strings.HasPrefix(final.Summary, "Completed in ") || !strings.Contains(final.Summary, "10000 rows, 2 stages") || final.Percent != 100 {
+		t.Fatalf("final progress view %+v", final)
+	}
+	stages := eval[[]string](t, b, `[...document.querySelectorAll("#job-stages li")].map((li) => li.textContent)`)
+	if len(stages) != 2 || !strings.Contains(stages[0], "10000 row(s)") || !strings.Contains(stages[1], "200 sequence(s), 200 embedded") {
+		t.Errorf("the completed view does not summarise every stage: %q", stages)
+	}
+
+	// One page of 100 rows in the DOM.
+	b.run(t, "result table", step, waitJS(`document.getElementById("result-count").textContent === "10000 row(s)"`))
+	v := eval[tableView](t, b, readTable)
+	if v.Rows != 100 || v.First != "1" || v.PageInfo != "Rows 1–100 of 10000 · page 1 of 100" || !v.PrevOff || v.NextOff {
+		t.Fatalf("first page %+v", v)
+	}
+	b.shot(t, dir, "02-result-page")
+	png := get(t, b, "table screenshot", chromedp.Screenshot(chromedp.CSS(".table-wrap.result")))
+	writeShot(t, dir, "03-table.png", png)
+
+	// Paging: next, last, previous, page size.
+	b.run(t, "next page", step, chromedp.Click(chromedp.ID("page-next")))
+	if v := eval[tableView](t, b, readTable); v.First != "101" || v.Rows != 100 || v.PageInfo != "Rows 101–200 of 10000 · page 2 of 100" || v.PrevOff {
+		t.Fatalf("page 2 %+v", v)
+	}
+	b.run(t, "last page", step, chromedp.Click(chromedp.ID("page-last")))
+	if v := eval[tableView](t, b, readTable); v.First != "9901" || v.Rows != 100 || !v.NextOff || !strings.HasSuffix(v.PageInfo, "page 100 of 100") {
+		t.Fatalf("last page %+v", v)
+	}
+	b.run(t, "previous page", step, chromedp.Click(chromedp.ID("page-prev")))
+	if v := eval[tableView](t, b, readTable); v.First != "9801" {
+		t.Fatalf("previous page %+v", v)
+	}
+	eval[bool](t, b, `(() => { const s = document.getElementById("page-size"); s.value = "500"; s.dispatchEvent(new Event("change")); return true; })()`)
+	if v := eval[tableView](t, b, readTable); v.Rows != 500 || v.PageInfo != "Rows 9501–10000 of 10000 · page 20 of 20" {
+		t.Fatalf("500 per page %+v", v)
+	}
+
+	// Sorting by the kcat column, against the API's own numbers.
+	var res struct {
+		Data []map[string]any `json:"data"`
+	}
+	var body string
+	if code := s.do("GET", "/api/v1/result/"+job+"/?format=json", nil, "", &body); code != 200 {
+		t.Fatalf("result JSON: %d", code)
+	}
+	if err := json.Unmarshal([]byte(body), &res); err != nil || len(res.Data) != rows {
+		t.Fatalf("result JSON: %v, %d rows", err, len(res.Data))
+	}
+	var kcats []float64
+	for _, r := range res.Data {
+		if f, ok := r["kcat (1/s)"].(float64); ok {
+			kcats = append(kcats, f)
+		}
+	}
+	slices.Sort(kcats)
+	if len(kcats) < rows/2 {
+		t.Fatalf("only %d kcat values", len(kcats))
+	}
+	start := time.Now()
+	b.run(t, "sort ascending", step, chromedp.Click(chromedp.CSS(`#result-table th[data-col="kcat (1/s)"] button`)))
+	sortTook := time.Since(start)
+	up := eval[tableView](t, b, readTable)
+	if up.Sort != "kcat (1/s) ascending" || up.Values[0] != fmt.Sprint(kcats[0]) || !nonDecreasing(t, up.Values) || !strings.HasPrefix(up.PageInfo, "Rows 1–500 ") {
+		t.Fatalf("ascending: sort %q, first %q (want %v), page %q", up.Sort, up.Values[0], kcats[0], up.PageInfo)
+	}
+	b.run(t, "sort descending", step, chromedp.Click(chromedp.CSS(`#result-table th[data-col="kcat (1/s)"] button`)))
+	down := eval[tableView](t, b, readTable)
+	if down.Sort != "kcat (1/s) descending" || down.Values[0] != fmt.Sprint(kcats[len(kcats)-1]) {
+		t.Fatalf("descending: sort %q, first %q (want %v)", down.Sort, down.Values[0], kcats[len(kcats)-1])
+	}
+	t.Logf("sorting 10,000 rows by kcat and drawing 500 of them: %v (click to table, through CDP)", sortTook)
+	b.run(t, "sort by name", step, chromedp.Click(chromedp.CSS(`#result-table th[data-col="Name"] button`)))
+	names := eval[[]string](t, b, `(() => { const i = [...document.querySelectorAll("#result-table thead th")].findIndex((th) => th.dataset.col === "Name");
+		return [...document.querySelectorAll("#result-table tbody tr")].slice(0, 3).map((r) => r.cells[i].textContent); })()`)
+	if strings.Join(names, ",") != "enzyme-00001,enzyme-00002,enzyme-00003" {
+		t.Fatalf("sorted by Name: %v", names)
+	}
+	eval[bool](t, b, `(() => { const s = document.getElementById("page-size"); s.value = "100"; s.dispatchEvent(new Event("change")); return true; })()`)
+
+	// Value columns first and kept in view when the table scrolls sideways.
+	type pinView struct {
+		Order    []string `json:"order"`
+		Pinned   int      `json:"pinned"`
+		Before   float64  `json:"before"`
+		After    float64  `json:"after"`
+		Scrolled float64  `json:"scrolled"`
+	}
+	pin := eval[pinView](t, b, `(() => {
+		const wrap = document.querySelector(".table-wrap.result");
+		const heads = [...document.querySelectorAll("#result-table thead th")];
+		const cell = document.querySelector("#result-table tbody tr").cells[1];
+		const before = cell.getBoundingClientRect().left - wrap.getBoundingClientRect().left;
+		wrap.scrollLeft = 600;
+		const after = cell.getBoundingClientRect().left - wrap.getBoundingClientRect().left;
+		return {order: heads.map((th) => th.dataset.col || th.textContent), pinned: document.querySelectorAll("#result-table thead th.pin").length,
+			before, after, scrolled: wrap.scrollLeft};
+	})()`)
+	if len(pin.Order) < 6 || strings.Join(pin.Order[:5], "|") != "#|kcat (1/s)|KM (mM)|mean similarity to B training data|max similarity to B training data" || pin.Pinned != 3 {
+		t.Fatalf("column order %q, %d pinned", pin.Order, pin.Pinned)
+	}
+	if pin.Scrolled < 100 || pin.After != pin.Before {
+		t.Fatalf("the kcat column moved when the table scrolled by %v px: %v → %v", pin.Scrolled, pin.Before, pin.After)
+	}
+	b.shot(t, dir, "04-scrolled-sideways")
+	eval[bool](t, b, `(document.querySelector(".table-wrap.result").scrollLeft = 0, true)`)
+
+	// Sequences shortened; a click shows one whole.
+	seq := eval[[]string](t, b, `(() => { const b = document.querySelector("#result-table tbody button.seq"); const short = b.textContent; b.click();
+		return [short, b.textContent, b.getAttribute("aria-expanded")]; })()`)
+	if !strings.Contains(seq[0], "…") || len(seq[0]) > 24 || len(seq[1]) < 60 || seq[2] != "true" || !strings.Contains(csvText, ","+seq[1]+",") {
+		t.Fatalf("shortened sequence %q → %q (%s)", seq[0], seq[1], seq[2])
+	}
+
+	// The blank similarity columns say why, with the unit.
+	tip := eval[string](t, b, `document.querySelector('#result-table th[data-col="max similarity to B training data"]').title`)
+	if !strings.Contains(tip, "% identity") || !strings.Contains(tip, "blank") {
+		t.Fatalf("similarity header tooltip %q", tip)
+	}
+
+	// One distribution per predicted value, by source, synthetic marked.
+	type plotView struct {
+		Col    string   `json:"col"`
+		Bars   int      `json:"bars"`
+		Hatch  int      `json:"hatch"`
+		Sum    int      `json:"sum"`
+		Legend []string `json:"legend"`
+		Warn   string   `json:"warn"`
+		Ticks  []string `json:"ticks"`
+	}
+	plots := eval[[]plotView](t, b, `[...document.querySelectorAll("#result-plots figure.plot")].map((f) => ({
+		col: f.dataset.col, bars: f.querySelectorAll("rect.bar").length, hatch: f.querySelectorAll("rect.hatch").length,
+		sum: [...f.querySelectorAll("rect.bar title")].reduce((s, t) => s + parseInt(t.textContent.split(": ")[1], 10), 0),
+		legend: [...f.querySelectorAll(".legend li")].map((li) => li.textContent),
+		warn: (f.querySelector("text.warn") || {}).textContent || "",
+		ticks: [...f.querySelectorAll("text.tick")].map((t) => t.textContent)}))`)
+	if len(plots) != 2 || plots[0].Col != "kcat (1/s)" || plots[1].Col != "KM (mM)" {
+		t.Fatalf("plots %+v", plots)
+	}
+	for _, p := range plots {
+		if p.Bars < 3 || p.Hatch != p.Bars || p.Warn == "" || len(p.Legend) != 1 || !strings.HasPrefix(p.Legend[0], "Synthetic stand-in") {
+			t.Errorf("plot %s: %+v", p.Col, p)
+		}
+	}
+	if plots[0].Sum != len(kcats) {
+		t.Errorf("kcat plot counts %d values, the result has %d", plots[0].Sum, len(kcats))
+	}
+	png = get(t, b, "plot screenshot", chromedp.Screenshot(chromedp.ID("result-plots")))
+	writeShot(t, dir, "05-plots.png", png)
+
+	if errs := b.pageErrors(); len(errs) > 0 {
+		t.Fatalf("page errors (CSP violations, exceptions, console errors):\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+func nonDecreasing(t *testing.T, vals []string) bool {
+	t.Helper()
+	prev := -1.0
+	for _, v := range vals {
+		if v == "" {
+			continue // blanks sort last
+		}
+		var f float64
+		if _, err := fmt.Sscan(v, &f); err != nil || f < prev {
+			t.Logf("not sorted at %q after %v", v, prev)
+			return false
+		}
+		prev = f
+	}
+	return true
+}
+
+func writeShot(t *testing.T, dir, name string, png []byte) {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", p)
+}
