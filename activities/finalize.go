@@ -25,7 +25,9 @@ const syntheticExtraInfo = "synthetic backend: stand-in number, not a prediction
 
 // Finalize ends the job: on success it writes output.csv (WIRE §3) and marks
 // the job Completed; on failure it marks it Failed with the message. Either
-// way the rows that got no prediction are refunded (kinflow difference 8).
+// way the rows that got no prediction are refunded (kinflow difference 8),
+// and so are the rows whose every prediction came from the prediction cache
+// (they cost the service nothing: issue 28).
 // It is idempotent: a finished job is left as it is.
 func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeResult, error) {
 	job, err := a.Store.Job(ctx, in.JobID)
@@ -37,11 +39,12 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeRe
 	}
 	now := time.Now().UTC()
 	if in.Failed {
-		predicted := 0
+		var refund store.Refund
 		if out, err := a.assemble(job); err == nil {
-			predicted = out.fullyPredicted
+			refund = out.refund(job.RequestedRows)
+		} else {
+			refund.Rows = job.RequestedRows
 		}
-		refund := max(0, job.RequestedRows-predicted)
 		if _, err := a.writeJobProvenance(job); err != nil {
 			a.Log.Warn("job provenance", "job_id", job.ID, "error", err)
 		}
@@ -52,8 +55,8 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeRe
 		if _, err := a.Store.FinishJob(ctx, job.ID, store.JobFailed, msg, refund, a.Config.PredictionEngine == "synthetic", "", now); err != nil {
 			return FinalizeResult{}, err
 		}
-		a.Log.Info("job failed", "job_id", job.ID, "error", msg, "refunded", refund)
-		return FinalizeResult{Status: store.JobFailed, Refunded: refund}, nil
+		a.Log.Info("job failed", "job_id", job.ID, "error", msg, "refunded", refund.Rows, "refunded_cached", refund.Cached)
+		return FinalizeResult{Status: store.JobFailed, Refunded: refund.Rows}, nil
 	}
 
 	out, err := a.assemble(job)
@@ -73,12 +76,12 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeRe
 	if _, err := a.writeJobProvenance(job); err != nil {
 		return FinalizeResult{}, err
 	}
-	refund := max(0, job.RequestedRows-out.fullyPredicted)
+	refund := out.refund(job.RequestedRows)
 	if _, err := a.Store.FinishJob(ctx, job.ID, store.JobCompleted, out.skipSummary, refund, out.synthetic, "jobs/"+job.ID+"/output.csv", now); err != nil {
 		return FinalizeResult{}, err
 	}
-	a.Log.Info("job completed", "job_id", job.ID, "rows", out.rows, "predicted", out.fullyPredicted, "refunded", refund)
-	return FinalizeResult{Status: store.JobCompleted, Refunded: refund}, nil
+	a.Log.Info("job completed", "job_id", job.ID, "rows", out.rows, "predicted", out.fullyPredicted, "refunded", refund.Rows, "refunded_cached", refund.Cached)
+	return FinalizeResult{Status: store.JobCompleted, Refunded: refund.Rows}, nil
 }
 
 // noteUnappliedAnnotations reports, in the message of each stage whose
@@ -115,8 +118,18 @@ type assembled struct {
 	csv            []byte
 	rows           int
 	fullyPredicted int
-	skipSummary    string
-	synthetic      bool
+	// fullyCached counts the fully predicted rows whose every prediction
+	// unit was served from the prediction cache.
+	fullyCached int
+	skipSummary string
+	synthetic   bool
+}
+
+// refund is what the job gives back of its requested rows: the rows
+// without a full prediction and the rows served wholly from the cache.
+func (r *assembled) refund(requested int) store.Refund {
+	cached := min(r.fullyCached, requested)
+	return store.Refund{Rows: min(requested, max(0, requested-r.fullyPredicted)+cached), Cached: cached}
 }
 
 // assemble builds output.csv from the input and every stage's predictions
@@ -233,15 +246,30 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 	for r := 0; r < n; r++ {
 		record = record[:0]
 		full := true
+		// fromCache stays true while every unit of the row that went to
+		// the engine or the cache (not skipped before it) came from the cache.
+		fromCache, sent := true, false
 		failed := skip[r]
 		kcatSelected := -1
 		for _, tr := range triples {
 			var cell units.Cell
 			legacy := false
 			var model *float64
+			if !tr.has {
+				fromCache = false
+			}
 			if tr.has {
 				shape := tr.sr.Shapes[r]
 				lo, hi := tr.first[r], tr.first[r+1]
+				for k := lo; k < hi; k++ {
+					if tr.sr.Units[k].Skip != "" {
+						continue
+					}
+					sent = true
+					if tr.pred.Results[k].Cached == nil {
+						fromCache = false
+					}
+				}
 				legacy = !tr.sr.CandidateMode && !shape.PerSubstrate
 				if legacy && hi-lo == 1 {
 					model = tr.pred.Results[lo].Value
@@ -285,6 +313,9 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 		}
 		if full && len(triples) > 0 {
 			res.fullyPredicted++
+			if fromCache && sent {
+				res.fullyCached++
+			}
 		}
 		for _, c := range inputCols {
 			record = append(record, table.Rows[r].Cells[c])
@@ -370,6 +401,7 @@ func (a *Activities) loadStageRowsLite(jobID string, index int) (stageRows, erro
 			Candidate  int      `json:"candidate"`
 			Substrate  int      `json:"substrate"`
 			Substrates []string `json:"substrates"`
+			Skip       string   `json:"skip"`
 		} `json:"units"`
 	}
 	if err := fsutil.ReadJSON(filepath.Join(dir, "rows.json"), &lite); err != nil {
@@ -382,7 +414,7 @@ func (a *Activities) loadStageRowsLite(jobID string, index int) (stageRows, erro
 	sr := lite.stageRows
 	sr.Units = make([]units.Unit, len(lite.Units))
 	for i, u := range lite.Units {
-		sr.Units[i] = units.Unit{Row: u.Row, Target: sr.Target, Candidate: u.Candidate, Substrate: u.Substrate, Substrates: u.Substrates}
+		sr.Units[i] = units.Unit{Row: u.Row, Target: sr.Target, Candidate: u.Candidate, Substrate: u.Substrate, Substrates: u.Substrates, Skip: u.Skip}
 	}
 	return sr, nil
 }

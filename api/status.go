@@ -69,6 +69,27 @@ type statusBody struct {
 	// Notice is kinflow's addition: one sentence when the job read cached
 	// files of unverified origin or synthetic artefacts.
 	Notice string `json:"notice,omitempty"`
+	// Charge is kinflow's addition, on a finished job: the rows charged
+	// and given back to the key's daily quota.
+	Charge *chargeBody `json:"charge,omitempty"`
+}
+
+// chargeBody is what a finished job cost its key: rowsCharged at submit,
+// rowsRefunded at the end (rows without a full prediction, and rows whose
+// every prediction came from the prediction cache), cachedRowsRefunded of
+// them for the cache.
+type chargeBody struct {
+	RowsCharged        int `json:"rowsCharged"`
+	RowsRefunded       int `json:"rowsRefunded"`
+	CachedRowsRefunded int `json:"cachedRowsRefunded"`
+}
+
+// jobCharge is j's charge once it has finished (nil before).
+func jobCharge(j *store.Job) *chargeBody {
+	if j.Status != store.JobCompleted && j.Status != store.JobFailed {
+		return nil
+	}
+	return &chargeBody{RowsCharged: j.RequestedRows, RowsRefunded: j.RefundedRows, CachedRowsRefunded: j.RefundedCachedRows}
 }
 
 type progressBody struct {
@@ -339,6 +360,7 @@ func (s *Server) status(c *gin.Context) {
 	if p, ok := s.readProvenance(j); ok {
 		b.Provenance, b.Notice = p.Stages, p.Notice
 	}
+	b.Charge = jobCharge(j)
 	switch j.Status {
 	case store.JobCompleted:
 		if j.CompletedAt != nil {
