@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -162,6 +163,9 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 		sr       stageRows
 		pred     stagePredictions
 		has      bool
+		// unc is true when the method gives uncertainties: the result
+		// then has its uncertainty columns.
+		unc bool
 		// first[r] is the index of row r's first unit in sr.Units.
 		first []int
 	}
@@ -169,11 +173,11 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 	res := &assembled{rows: n}
 	for i, t := range targets {
 		key, _ := chosen[t].(string)
-		col, display := "kcat (1/s)", key
+		col, display, unc := "kcat (1/s)", key, false
 		if d, ok := a.Catalogue.Get(key); ok {
-			col, display = d.OutputCols[methods.Target(t)], d.DisplayName
+			col, display, unc = d.OutputCols[methods.Target(t)], d.DisplayName, d.Uncertainty
 		}
-		tr := triple{valueCol: col, target: t, display: display}
+		tr := triple{valueCol: col, target: t, display: display, unc: unc}
 		if sr, err := a.loadStageRowsLite(job.ID, i); err == nil && len(sr.Shapes) == n {
 			tr.sr = sr
 			sd, _ := a.stageDir(job.ID, i)
@@ -233,6 +237,15 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 		}
 	}
 
+	// Uncertainty columns (issue 28) come after every other column, so
+	// that the positions an older client reads do not move.
+	for _, tr := range triples {
+		if tr.unc {
+			header = append(header, UncertaintyColumns(tr.target)...)
+		}
+	}
+	uncCells := make([]*units.Uncertainty, len(triples))
+
 	// Similarity columns and experimental values (similarity.go), written
 	// by the annotation activities when the job asked for them.
 	an := a.readAnnotations(dir)
@@ -251,7 +264,8 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 		fromCache, sent := true, false
 		failed := skip[r]
 		kcatSelected := -1
-		for _, tr := range triples {
+		clear(uncCells)
+		for ti, tr := range triples {
 			var cell units.Cell
 			legacy := false
 			var model *float64
@@ -300,6 +314,9 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 				full = false
 			default:
 				record = append(record, cell.Value, cell.Source, cell.Extra)
+				if cell.Filled && tr.unc {
+					uncCells[ti] = cellUncertainty(tr.sr.Units[tr.first[r]:tr.first[r+1]], tr.pred.Results[tr.first[r]:tr.first[r+1]], cell.Selected)
+				}
 				if !cell.Filled {
 					full = false
 					if failed == "" {
@@ -324,6 +341,11 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 			mean, mx := an.similarityCells(r, kcatSelected)
 			record = append(record, mean, mx)
 		}
+		for ti, tr := range triples {
+			if tr.unc {
+				record = append(record, uncertaintyCells(uncCells[ti])...)
+			}
+		}
 		_ = w.Write(record)
 	}
 	w.Flush()
@@ -345,6 +367,56 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 		res.skipSummary = string(b)
 	}
 	return res, nil
+}
+
+// UncertaintyColumns are the result columns of a target's uncertainty, in
+// order: the total and its aleatoric and epistemic parts, each a standard
+// deviation of log10 of the value.
+func UncertaintyColumns(target string) []string {
+	return []string{
+		"Uncertainty " + target + " total (SD, log10)",
+		"Uncertainty " + target + " aleatoric (SD, log10)",
+		"Uncertainty " + target + " epistemic (SD, log10)",
+	}
+}
+
+// cellUncertainty is the uncertainty of a row's scalar value cell: the
+// uncertainty of its one unit, or of the unit of the selected candidate
+// (kcat's best candidate). An array cell (one value per substrate or
+// candidate) has none in these columns.
+func cellUncertainty(us []units.Unit, rs []units.Result, selected int) *units.Uncertainty {
+	if len(us) == 1 {
+		return rs[0].Uncertainty
+	}
+	if selected < 0 {
+		return nil
+	}
+	var found *units.Uncertainty
+	n := 0
+	for k, u := range us {
+		if u.Candidate == selected {
+			found, n = rs[k].Uncertainty, n+1
+		}
+	}
+	if n != 1 {
+		return nil
+	}
+	return found
+}
+
+// uncertaintyCells are the three uncertainty cells of u (blank when nil or
+// for a part the method did not give).
+func uncertaintyCells(u *units.Uncertainty) []string {
+	if u == nil {
+		return []string{"", "", ""}
+	}
+	f := func(v *float64) string {
+		if v == nil {
+			return ""
+		}
+		return strconv.FormatFloat(*v, 'g', -1, 64)
+	}
+	return []string{f(&u.Total), f(u.Aleatoric), f(u.Epistemic)}
 }
 
 // experimentalCells are the (value, Source, Extra Info) cells of row r for
