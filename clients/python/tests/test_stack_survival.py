@@ -1,5 +1,5 @@
-"""The client that survives, against real kinflow stacks: a two-minute outage of the whole stack
-while a script waits, and Ctrl-C in a script and in the CLI."""
+"""Issue 28 against real kinflow stacks: a two-minute outage of the whole stack while a script
+waits, Ctrl-C in a script and in the CLI, a free identical resubmit, uncertainty columns."""
 
 from __future__ import annotations
 
@@ -8,11 +8,15 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import httpx
 import pandas as pd
 from conftest import Stack, input_rows, start_stack
+
+import kinflow_client
+from kinflow_client import Client, SyntheticResultWarning
 
 # How long the stack stays down while the client waits: the issue's two minutes.
 OUTAGE_SECONDS = 120
@@ -108,3 +112,45 @@ def test_ctrl_c_prints_the_reattach_line(stack: Stack, tmp_path: Path) -> None:
     cli = [sys.executable, "-m", "kinflow_client", "-q", "submit", str(csv), "--target", "kcat", "--method", "B"]
     job_id, err, rc = _interrupted(stack, tmp_path, [*cli, "--wait"])
     assert rc == 130 and err.count(f"python -m kinflow_client wait {job_id}") == 1, err
+
+
+def test_identical_resubmit_is_free_and_says_so(stack: Stack) -> None:
+    """Issue 28: rows whose every prediction came from the prediction cache are refunded; the
+    status, the result's attrs and the quota say how many."""
+    c = Client(stack.url, stack.key)
+    rows = input_rows(12, seed=91)
+    first = c.submit(rows, targets="kcat", methods="B")
+    st1 = first.wait(progress=False, timeout=180)
+    used = c.quota().used
+    again = c.submit(rows, targets="kcat", methods="B")
+    st2 = again.wait(progress=False, timeout=180)
+    assert st1.rows_charged == 12 and st1.cached_rows_refunded == 0
+    assert (st2.rows_charged, st2.rows_refunded, st2.cached_rows_refunded) == (12, 12, 12), st2.raw.get("charge")
+    assert c.quota().used == used  # charged 12 at submit, refunded 12 at the end
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntheticResultWarning)
+        df = again.result()
+    assert df.attrs["charge"] == {"rowsCharged": 12, "rowsRefunded": 12, "cachedRowsRefunded": 12}
+
+
+def test_uncertainty_reaches_the_dataframe(stack: Stack) -> None:
+    """A method that gives uncertainties (E) has them after every other column of the result,
+    in the DataFrame and in the plot's caption; one that gives none (B) has none."""
+    c = Client(stack.url, stack.key)
+    gives = {(m.target, m.id): m.gives_uncertainty for m in c.methods()}
+    assert gives[("Km", "E")] and not gives[("Km", "B")]
+    job = c.submit(input_rows(5, seed=93), methods={"kcat": "B", "Km": "E"})
+    job.wait(progress=False, timeout=180)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntheticResultWarning)
+        df = job.result()
+    unc = [col for col in df.columns if str(col).startswith("Uncertainty")]
+    assert unc == [
+        "Uncertainty Km total (SD, log10)", "Uncertainty Km aleatoric (SD, log10)",
+        "Uncertainty Km epistemic (SD, log10)",
+    ] and list(df.columns[-3:]) == unc  # fmt: skip
+    assert df[unc[0]].dtype == "float64" and df[unc[0]].between(0.2, 0.8).all()
+    fig = kinflow_client.plot_result(df)
+    titles = [ax.get_title() for ax in fig.get_axes()]
+    assert "uncertainty" not in titles[0] and "median uncertainty" in titles[1], titles
+    assert "SYNTHETIC" in fig.texts[0].get_text()
