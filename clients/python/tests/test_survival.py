@@ -214,3 +214,19 @@ def test_async_client_has_the_same_surface(monkeypatch: pytest.MonkeyPatch) -> N
     assert [n for n in dir(client_mod.Job) if not n.startswith("_") and not hasattr(kinflow_client.AsyncJob, n)] == [
         "plot"
     ]
+
+
+def test_async_wait_cancelled_prints_the_reattach_line(capsys: pytest.CaptureFixture[str]) -> None:
+    rec = Recorder({"/api/v1/status/": [lambda r: reference_json(status_body("abc", "Processing"))]})
+
+    async def main() -> None:
+        async with AsyncClient("http://x.test", "k", transport=httpx.MockTransport(rec)) as c:
+            task = asyncio.create_task(kinflow_client.AsyncJob(c, "abc").wait(progress=False, poll_interval=30))
+            await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+    asyncio.run(main())
+    err = capsys.readouterr().err
+    assert "job abc" in err and "python -m kinflow_client wait abc" in err
