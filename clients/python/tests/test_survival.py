@@ -172,6 +172,8 @@ def test_result_notes_and_plot() -> None:
     axes = fig.get_axes()
     assert len(axes) == 2 and axes[0].get_xscale() == "log"
     assert "median uncertainty ±0.40" in axes[0].get_title() and "SYNTHETIC" not in fig.texts[0].get_text()
+    # Km: the array cell "[0.12,null,3.4]" gives two values; the two blank rows are counted as left out.
+    assert axes[1].get_title().startswith("Km\n2 values, 2 rows blank")
     labels = [t.get_text() for t in axes[0].get_legend().get_texts()]
     assert labels == ["Prediction from Method B", "BRENDA"]
     # Synthetic: named in the title, hatched, grey.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,19 @@ def _kind(source: str) -> str:
     if "experimental" in s or "brenda" in s or "sabio" in s or "measured" in s:
         return "experimental"
     return "other"
+
+
+def _array_values(cell: object) -> list[float]:
+    """The positive numbers of an array cell (``[0.12,null,3.4]``); empty for anything else."""
+    if not isinstance(cell, str) or not cell.startswith("["):
+        return []
+    try:
+        items = json.loads(cell)
+    except ValueError:
+        return []
+    if not isinstance(items, list):
+        return []
+    return [float(x) for x in items if isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0]
 
 
 def _label(source: str, kind: str) -> str:
@@ -75,12 +89,17 @@ def plot_result(
         values = pd.to_numeric(df[col], errors="coerce")
         sources = df[src_col].astype(str)
         ok = values.notna() & (values > 0)
-        skipped = int((~ok).sum())
         groups: dict[str, list[float]] = {}
         kinds: dict[str, str] = {}
-        for v, src in zip(values[ok], sources[ok], strict=True):
-            groups.setdefault(src, []).append(float(v))
-            kinds[src] = "synthetic" if synthetic_result else _kind(src)
+        plotted = skipped = 0
+        for raw, v, src, good in zip(df[col], values, sources, ok, strict=True):
+            # A per-substrate or per-candidate cell is a JSON array: each of its values counts.
+            vs = [float(v)] if good else _array_values(raw)
+            skipped += 0 if vs else 1
+            for x in vs:
+                groups.setdefault(src, []).append(x)
+                kinds[src] = "synthetic" if synthetic_result else _kind(src)
+                plotted += 1
         if groups:
             lo = min(min(g) for g in groups.values())
             hi = max(max(g) for g in groups.values())
@@ -109,9 +128,9 @@ def plot_result(
         ax.set_xscale("log")
         ax.set_xlabel(f"{col} (log scale)")
         ax.set_ylabel("rows")
-        caption = f"{int(ok.sum())} values"
+        caption = f"{plotted} values"
         if skipped:
-            caption += f", {skipped} blank or ≤ 0 left out"
+            caption += f", {skipped} rows blank or ≤ 0 left out"
         unc = uncertainty_columns(df, target)
         if unc:
             sd = pd.to_numeric(df[unc[0]], errors="coerce")[ok].dropna()
