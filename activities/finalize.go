@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,7 +26,9 @@ const syntheticExtraInfo = "synthetic backend: stand-in number, not a prediction
 
 // Finalize ends the job: on success it writes output.csv (WIRE §3) and marks
 // the job Completed; on failure it marks it Failed with the message. Either
-// way the rows that got no prediction are refunded (kinflow difference 8).
+// way the rows that got no prediction are refunded (kinflow difference 8),
+// and so are the rows whose every prediction came from the prediction cache
+// (they cost the service nothing: issue 28).
 // It is idempotent: a finished job is left as it is.
 func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeResult, error) {
 	job, err := a.Store.Job(ctx, in.JobID)
@@ -37,11 +40,12 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeRe
 	}
 	now := time.Now().UTC()
 	if in.Failed {
-		predicted := 0
+		var refund store.Refund
 		if out, err := a.assemble(job); err == nil {
-			predicted = out.fullyPredicted
+			refund = out.refund(job.RequestedRows)
+		} else {
+			refund.Rows = job.RequestedRows
 		}
-		refund := max(0, job.RequestedRows-predicted)
 		if _, err := a.writeJobProvenance(job); err != nil {
 			a.Log.Warn("job provenance", "job_id", job.ID, "error", err)
 		}
@@ -52,8 +56,8 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeRe
 		if _, err := a.Store.FinishJob(ctx, job.ID, store.JobFailed, msg, refund, a.Config.PredictionEngine == "synthetic", "", now); err != nil {
 			return FinalizeResult{}, err
 		}
-		a.Log.Info("job failed", "job_id", job.ID, "error", msg, "refunded", refund)
-		return FinalizeResult{Status: store.JobFailed, Refunded: refund}, nil
+		a.Log.Info("job failed", "job_id", job.ID, "error", msg, "refunded", refund.Rows, "refunded_cached", refund.Cached)
+		return FinalizeResult{Status: store.JobFailed, Refunded: refund.Rows}, nil
 	}
 
 	out, err := a.assemble(job)
@@ -73,12 +77,12 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeRe
 	if _, err := a.writeJobProvenance(job); err != nil {
 		return FinalizeResult{}, err
 	}
-	refund := max(0, job.RequestedRows-out.fullyPredicted)
+	refund := out.refund(job.RequestedRows)
 	if _, err := a.Store.FinishJob(ctx, job.ID, store.JobCompleted, out.skipSummary, refund, out.synthetic, "jobs/"+job.ID+"/output.csv", now); err != nil {
 		return FinalizeResult{}, err
 	}
-	a.Log.Info("job completed", "job_id", job.ID, "rows", out.rows, "predicted", out.fullyPredicted, "refunded", refund)
-	return FinalizeResult{Status: store.JobCompleted, Refunded: refund}, nil
+	a.Log.Info("job completed", "job_id", job.ID, "rows", out.rows, "predicted", out.fullyPredicted, "refunded", refund.Rows, "refunded_cached", refund.Cached)
+	return FinalizeResult{Status: store.JobCompleted, Refunded: refund.Rows}, nil
 }
 
 // noteUnappliedAnnotations reports, in the message of each stage whose
@@ -115,8 +119,18 @@ type assembled struct {
 	csv            []byte
 	rows           int
 	fullyPredicted int
-	skipSummary    string
-	synthetic      bool
+	// fullyCached counts the fully predicted rows whose every prediction
+	// unit was served from the prediction cache.
+	fullyCached int
+	skipSummary string
+	synthetic   bool
+}
+
+// refund is what the job gives back of its requested rows: the rows
+// without a full prediction and the rows served wholly from the cache.
+func (r *assembled) refund(requested int) store.Refund {
+	cached := min(r.fullyCached, requested)
+	return store.Refund{Rows: min(requested, max(0, requested-r.fullyPredicted)+cached), Cached: cached}
 }
 
 // assemble builds output.csv from the input and every stage's predictions
@@ -149,6 +163,9 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 		sr       stageRows
 		pred     stagePredictions
 		has      bool
+		// unc is true when the method gives uncertainties: the result
+		// then has its uncertainty columns.
+		unc bool
 		// first[r] is the index of row r's first unit in sr.Units.
 		first []int
 	}
@@ -156,11 +173,11 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 	res := &assembled{rows: n}
 	for i, t := range targets {
 		key, _ := chosen[t].(string)
-		col, display := "kcat (1/s)", key
+		col, display, unc := "kcat (1/s)", key, false
 		if d, ok := a.Catalogue.Get(key); ok {
-			col, display = d.OutputCols[methods.Target(t)], d.DisplayName
+			col, display, unc = d.OutputCols[methods.Target(t)], d.DisplayName, d.Uncertainty
 		}
-		tr := triple{valueCol: col, target: t, display: display}
+		tr := triple{valueCol: col, target: t, display: display, unc: unc}
 		if sr, err := a.loadStageRowsLite(job.ID, i); err == nil && len(sr.Shapes) == n {
 			tr.sr = sr
 			sd, _ := a.stageDir(job.ID, i)
@@ -220,6 +237,15 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 		}
 	}
 
+	// Uncertainty columns (issue 28) come after every other column, so
+	// that the positions an older client reads do not move.
+	for _, tr := range triples {
+		if tr.unc {
+			header = append(header, UncertaintyColumns(tr.target)...)
+		}
+	}
+	uncCells := make([]*units.Uncertainty, len(triples))
+
 	// Similarity columns and experimental values (similarity.go), written
 	// by the annotation activities when the job asked for them.
 	an := a.readAnnotations(dir)
@@ -233,15 +259,31 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 	for r := 0; r < n; r++ {
 		record = record[:0]
 		full := true
+		// fromCache stays true while every unit of the row that went to
+		// the engine or the cache (not skipped before it) came from the cache.
+		fromCache, sent := true, false
 		failed := skip[r]
 		kcatSelected := -1
-		for _, tr := range triples {
+		clear(uncCells)
+		for ti, tr := range triples {
 			var cell units.Cell
 			legacy := false
 			var model *float64
+			if !tr.has {
+				fromCache = false
+			}
 			if tr.has {
 				shape := tr.sr.Shapes[r]
 				lo, hi := tr.first[r], tr.first[r+1]
+				for k := lo; k < hi; k++ {
+					if tr.sr.Units[k].Skip != "" {
+						continue
+					}
+					sent = true
+					if tr.pred.Results[k].Cached == nil {
+						fromCache = false
+					}
+				}
 				legacy = !tr.sr.CandidateMode && !shape.PerSubstrate
 				if legacy && hi-lo == 1 {
 					model = tr.pred.Results[lo].Value
@@ -272,6 +314,9 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 				full = false
 			default:
 				record = append(record, cell.Value, cell.Source, cell.Extra)
+				if cell.Filled && tr.unc {
+					uncCells[ti] = cellUncertainty(tr.sr.Units[tr.first[r]:tr.first[r+1]], tr.pred.Results[tr.first[r]:tr.first[r+1]], cell.Selected)
+				}
 				if !cell.Filled {
 					full = false
 					if failed == "" {
@@ -285,6 +330,9 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 		}
 		if full && len(triples) > 0 {
 			res.fullyPredicted++
+			if fromCache && sent {
+				res.fullyCached++
+			}
 		}
 		for _, c := range inputCols {
 			record = append(record, table.Rows[r].Cells[c])
@@ -292,6 +340,11 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 		if simCols == 2 {
 			mean, mx := an.similarityCells(r, kcatSelected)
 			record = append(record, mean, mx)
+		}
+		for ti, tr := range triples {
+			if tr.unc {
+				record = append(record, uncertaintyCells(uncCells[ti])...)
+			}
 		}
 		_ = w.Write(record)
 	}
@@ -314,6 +367,56 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 		res.skipSummary = string(b)
 	}
 	return res, nil
+}
+
+// UncertaintyColumns are the result columns of a target's uncertainty, in
+// order: the total and its aleatoric and epistemic parts, each a standard
+// deviation of log10 of the value.
+func UncertaintyColumns(target string) []string {
+	return []string{
+		"Uncertainty " + target + " total (SD, log10)",
+		"Uncertainty " + target + " aleatoric (SD, log10)",
+		"Uncertainty " + target + " epistemic (SD, log10)",
+	}
+}
+
+// cellUncertainty is the uncertainty of a row's scalar value cell: the
+// uncertainty of its one unit, or of the unit of the selected candidate
+// (kcat's best candidate). An array cell (one value per substrate or
+// candidate) has none in these columns.
+func cellUncertainty(us []units.Unit, rs []units.Result, selected int) *units.Uncertainty {
+	if len(us) == 1 {
+		return rs[0].Uncertainty
+	}
+	if selected < 0 {
+		return nil
+	}
+	var found *units.Uncertainty
+	n := 0
+	for k, u := range us {
+		if u.Candidate == selected {
+			found, n = rs[k].Uncertainty, n+1
+		}
+	}
+	if n != 1 {
+		return nil
+	}
+	return found
+}
+
+// uncertaintyCells are the three uncertainty cells of u (blank when nil or
+// for a part the method did not give).
+func uncertaintyCells(u *units.Uncertainty) []string {
+	if u == nil {
+		return []string{"", "", ""}
+	}
+	f := func(v *float64) string {
+		if v == nil {
+			return ""
+		}
+		return strconv.FormatFloat(*v, 'g', -1, 64)
+	}
+	return []string{f(&u.Total), f(u.Aleatoric), f(u.Epistemic)}
 }
 
 // experimentalCells are the (value, Source, Extra Info) cells of row r for
@@ -370,6 +473,7 @@ func (a *Activities) loadStageRowsLite(jobID string, index int) (stageRows, erro
 			Candidate  int      `json:"candidate"`
 			Substrate  int      `json:"substrate"`
 			Substrates []string `json:"substrates"`
+			Skip       string   `json:"skip"`
 		} `json:"units"`
 	}
 	if err := fsutil.ReadJSON(filepath.Join(dir, "rows.json"), &lite); err != nil {
@@ -382,7 +486,7 @@ func (a *Activities) loadStageRowsLite(jobID string, index int) (stageRows, erro
 	sr := lite.stageRows
 	sr.Units = make([]units.Unit, len(lite.Units))
 	for i, u := range lite.Units {
-		sr.Units[i] = units.Unit{Row: u.Row, Target: sr.Target, Candidate: u.Candidate, Substrate: u.Substrate, Substrates: u.Substrates}
+		sr.Units[i] = units.Unit{Row: u.Row, Target: sr.Target, Candidate: u.Candidate, Substrate: u.Substrate, Substrates: u.Substrates, Skip: u.Skip}
 	}
 	return sr, nil
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -100,7 +101,16 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 		applyProvenance(&out, prov, d)
 		// The units the cache has are served from it; only the rest go to
 		// the engine.
-		pc := a.stageCache(ctx, job, d, sr, prov, send, log)
+		var pc *stagePredCache
+		if d.Uncertainty {
+			// The cache keeps a value or an error per unit, not the
+			// method's uncertainty: a cached value would come back without
+			// it. Such a method is predicted afresh until the cache stores
+			// uncertainties too.
+			log.Info("prediction cache: not used, the method gives uncertainties the cache does not keep")
+		} else {
+			pc = a.stageCache(ctx, job, d, sr, prov, send, log)
+		}
 		toSend := send
 		if pc != nil {
 			toSend = toSend[:0:0]
@@ -122,14 +132,18 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 		}
 		var vals []*float64
 		var reasons map[int]string
+		var uncs map[int]units.Uncertainty
 		unconverted := false
 		switch {
 		case len(toSend) == 0:
 			// Every unit came from the cache: the engine is not called.
 		case a.Config.PredictionEngine == "synthetic":
 			vals, err = a.predictSynthetic(ctx, ref, d, sr, toSend)
+			if err == nil && d.Uncertainty {
+				uncs = syntheticUncertainties(d, sr, toSend)
+			}
 		default:
-			vals, reasons, unconverted, err = a.predictCommand(ctx, ref, job.CanonicalizeSubstrates, d, sr, toSend, dir)
+			vals, reasons, uncs, unconverted, err = a.predictCommand(ctx, ref, job.CanonicalizeSubstrates, d, sr, toSend, dir)
 		}
 		if err != nil {
 			log.Warn("prediction failed", "error", err)
@@ -144,6 +158,9 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 				r.Error = methods.ReasonNoPrediction
 			default:
 				r.Value, r.Source = vals[k], out.Source
+				if u, ok := uncs[k]; ok && d.Uncertainty {
+					r.Uncertainty = &u
+				}
 			}
 		}
 		switch {
@@ -225,6 +242,24 @@ func (a *Activities) predictSynthetic(ctx context.Context, ref StageRef, d *meth
 	return vals, nil
 }
 
+// syntheticUncertainties are the synthetic engine's stand-in uncertainties
+// of a method that gives them, by position in send: deterministic numbers
+// (a total SD between 0.2 and 0.8 log10 units, split 0.8:0.6 into its
+// aleatoric and epistemic parts) flagged Synthetic, so that the path from
+// the engine to the result's columns runs without a model.
+func syntheticUncertainties(d *methods.Descriptor, sr stageRows, send []int) map[int]units.Uncertainty {
+	out := make(map[int]units.Uncertainty, len(send))
+	for k, i := range send {
+		u := sr.Units[i]
+		h := sha256.Sum256([]byte("uncertainty|" + d.Key + "|" + sr.Target + "|" + u.Seq + "|" + strings.Join(u.Substrates, ".")))
+		f := float64(binary.BigEndian.Uint64(h[:8])>>11) / float64(1<<53)
+		total := math.Round((0.2+0.6*f)*1e4) / 1e4
+		alea, epi := math.Round(total*0.8*1e4)/1e4, math.Round(total*0.6*1e4)/1e4
+		out[k] = units.Uncertainty{Total: total, Aleatoric: &alea, Epistemic: &epi, Synthetic: true}
+	}
+	return out
+}
+
 // syntheticRange is the log10 range of stand-in values per target.
 func syntheticRange(target string) (float64, float64) {
 	switch target {
@@ -270,7 +305,7 @@ func (a *Activities) checkArtefacts(ref StageRef) error {
 // (methods.RunCommand) over the stage's valid rows: heartbeats while it
 // runs, its progress stored on the stage, its failures reported as
 // non-retryable PredictionFailed errors.
-func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonicalize bool, d *methods.Descriptor, sr stageRows, send []int, dir string) ([]*float64, map[int]string, bool, error) {
+func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonicalize bool, d *methods.Descriptor, sr stageRows, send []int, dir string) ([]*float64, map[int]string, map[int]units.Uncertainty, bool, error) {
 	rows := make([]methods.EngineRow, len(send))
 	for k, i := range send {
 		rows[k] = methods.EngineRow{Seq: sr.Units[i].Seq, Kwargs: sr.Units[i].Kwargs}
@@ -278,6 +313,7 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 	last := 0
 	var lastWrite time.Time
 	unconverted := false
+	uncs := map[int]units.Uncertainty{}
 	// Heartbeat while the program runs even if it prints nothing.
 	stopBeat := heartbeat.Start(ctx)
 	defer stopBeat()
@@ -292,6 +328,7 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 		Env:         config.ChildEnv(os.Environ()),
 		Chem:        a.Chem,
 		Unconverted: func() { unconverted = true },
+		Uncertainty: func(row int, u units.Uncertainty) { uncs[row] = u },
 		Progress: func(done int) {
 			activity.RecordHeartbeat(ctx, done)
 			// Progress is stored at most every half second, and only
@@ -305,7 +342,7 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 	var ee *methods.EngineError
 	if errors.As(err, &ee) {
 		// The job's error text names the target (WIRE §13.3).
-		return nil, nil, false, temporal.NewNonRetryableApplicationError(sr.Target+": "+ee.Msg, ErrPrediction, ee.Err)
+		return nil, nil, nil, false, temporal.NewNonRetryableApplicationError(sr.Target+": "+ee.Msg, ErrPrediction, ee.Err)
 	}
-	return vals, reasons, unconverted, err
+	return vals, reasons, uncs, unconverted, err
 }

@@ -35,6 +35,23 @@ type methodObject struct {
 	// ModelVersion is kinflow's addition: the method's model_version,
 	// bumped whenever a change would alter its predicted values.
 	ModelVersion string `json:"modelVersion"`
+	// Uncertainty is kinflow's addition: what the method says about the
+	// uncertainty of each value, null for a method that gives none.
+	Uncertainty *uncertaintyInfo `json:"uncertainty"`
+}
+
+// uncertaintyInfo describes the uncertainty columns a method's results
+// carry (after every other column: "Uncertainty <target> total (SD, log10)"
+// and its parts).
+type uncertaintyInfo struct {
+	Measure string   `json:"measure"`
+	Parts   []string `json:"parts"`
+}
+
+// methodUncertainty is the uncertaintyInfo of every method that gives one.
+var methodUncertainty = uncertaintyInfo{
+	Measure: "standard deviation of log10 of the value",
+	Parts:   []string{"total", "aleatoric", "epistemic"},
 }
 
 type methodGroups struct {
@@ -121,6 +138,10 @@ func toMethodObject(d *methods.Descriptor) methodObject {
 	}
 	if d.InputFormat == methods.InputMulti {
 		o.SubstrateFormat = substrateFormatMulti
+	}
+	if d.Uncertainty {
+		u := methodUncertainty
+		o.Uncertainty = &u
 	}
 	return o
 }

@@ -49,6 +49,7 @@ func (s *Server) result(c *gin.Context) {
 			body = withProvenance(body, p)
 		}
 		body = withColumnNotes(body, columnNotes(s.similarityNote(j)))
+		body = withCharge(body, jobCharge(j))
 		c.Data(http.StatusOK, "application/json; charset=utf-8", body)
 		return
 	}
@@ -186,4 +187,18 @@ func cell(row []string, i int) string {
 func writeJSON(b *bytes.Buffer, v any) {
 	enc, _ := json.Marshal(v)
 	b.Write(enc)
+}
+
+// withCharge adds `"charge": {...}` as the last key of a JSON result object.
+func withCharge(body []byte, ch *chargeBody) []byte {
+	if ch == nil || len(body) == 0 || body[len(body)-1] != '}' {
+		return body
+	}
+	enc, err := json.Marshal(ch)
+	if err != nil {
+		return body
+	}
+	out := append(body[:len(body)-1:len(body)-1], `,"charge":`...)
+	out = append(out, enc...)
+	return append(out, '}')
 }

@@ -76,6 +76,27 @@ type statusBody struct {
 	// similarity columns hold, or why they are blank; absent when the job
 	// has none.
 	Similarity *similarityNote `json:"similarity,omitempty"`
+	// Charge is kinflow's addition, on a finished job: the rows charged
+	// and given back to the key's daily quota.
+	Charge *chargeBody `json:"charge,omitempty"`
+}
+
+// chargeBody is what a finished job cost its key: rowsCharged at submit,
+// rowsRefunded at the end (rows without a full prediction, and rows whose
+// every prediction came from the prediction cache), cachedRowsRefunded of
+// them for the cache.
+type chargeBody struct {
+	RowsCharged        int `json:"rowsCharged"`
+	RowsRefunded       int `json:"rowsRefunded"`
+	CachedRowsRefunded int `json:"cachedRowsRefunded"`
+}
+
+// jobCharge is j's charge once it has finished (nil before).
+func jobCharge(j *store.Job) *chargeBody {
+	if j.Status != store.JobCompleted && j.Status != store.JobFailed {
+		return nil
+	}
+	return &chargeBody{RowsCharged: j.RequestedRows, RowsRefunded: j.RefundedRows, CachedRowsRefunded: j.RefundedCachedRows}
 }
 
 type progressBody struct {
@@ -356,6 +377,7 @@ func (s *Server) status(c *gin.Context) {
 	}
 	b.Overall = overall(j, b.Status, b.QueuePosition, stages, units, now)
 	b.Similarity = s.similarityNote(j)
+	b.Charge = jobCharge(j)
 	switch j.Status {
 	case store.JobCompleted:
 		if j.CompletedAt != nil {

@@ -114,6 +114,9 @@ func TestStatusProcessingCompletedFailed(t *testing.T) {
 		if p["moleculesTotal"] != 50.0 || p["predictionsMade"] != 20.0 || p["invalidRows"] != 2.0 {
 			t.Fatalf("progress %v", p)
 		}
+		if _, ok := b["charge"]; ok {
+			t.Fatalf("a running job has no charge yet: %v", b["charge"])
+		}
 		e := p["embedding"].(map[string]any)
 		if e["methodKey"] != "E" || e["needComputation"] != 10.0 || e["remaining"] != 0.0 || e["updatedAt"] != "2026-03-04T14:31:35.123456+00:00" {
 			t.Fatalf("embedding %v", e)
@@ -134,6 +137,16 @@ func TestStatusProcessingCompletedFailed(t *testing.T) {
 		if b["elapsedSeconds"] != 100.0 || b["computeSeconds"] != 88.0 || b["completedAt"] != "2026-03-04T14:31:40.123456+00:00" ||
 			b["resultUrl"] != "/api/v1/result/"+id+"/" || b["error"] != nil {
 			t.Fatalf("completed %v", b)
+		}
+		// A finished job says what it cost: rows charged and refunded, and
+		// how many of them were refunded for coming from the prediction cache.
+		if ch, _ := b["charge"].(map[string]any); ch == nil || ch["rowsCharged"] != 2.0 || ch["rowsRefunded"] != 0.0 || ch["cachedRowsRefunded"] != 0.0 {
+			t.Fatalf("charge %v", b["charge"])
+		}
+		st.DB.Model(&store.Job{}).Where("id = ?", id).Updates(map[string]any{"requested_rows": 50, "refunded_rows": 48, "refunded_cached_rows": 40})
+		if ch := h.do("GET", "/api/v1/status/"+id+"/", ip, key, nil).json(t)["charge"].(map[string]any); ch["rowsCharged"] != 50.0 ||
+			ch["rowsRefunded"] != 48.0 || ch["cachedRowsRefunded"] != 40.0 {
+			t.Fatalf("charge %v", ch)
 		}
 		st.DB.Model(&store.Job{}).Where("id = ?", id).Updates(map[string]any{"status": "Failed", "error_message": ""})
 		b = h.do("GET", "/api/v1/status/"+id+"/", ip, key, nil).json(t)
@@ -192,7 +205,8 @@ func TestResult(t *testing.T) {
 		wantStatus(t, h.do("GET", "/api/v1/result/"+id+"/", ip, key, nil), 409)
 		st.DB.Model(&store.Job{}).Where("id = ?", id).Updates(map[string]any{"status": "Completed"})
 		wantStatus(t, h.do("GET", "/api/v1/result/"+id+"/", ip, key, nil), 500) // no output recorded
-		st.DB.Model(&store.Job{}).Where("id = ?", id).Updates(map[string]any{"output_path": "jobs/" + id + "/output.csv"})
+		st.DB.Model(&store.Job{}).Where("id = ?", id).Updates(map[string]any{"output_path": "jobs/" + id + "/output.csv",
+			"requested_rows": 3, "refunded_rows": 2, "refunded_cached_rows": 1})
 
 		r = h.do("GET", "/api/v1/result/"+id, ip, key, nil)
 		wantStatus(t, r, 200)
@@ -206,7 +220,8 @@ func TestResult(t *testing.T) {
 		want := `{"jobId":"` + id + `","columns":["kcat (1/s)","Source kcat","Extra Info kcat","Protein Sequence","Substrate","n"],"rowCount":3,"data":[` +
 			`{"kcat (1/s)":12.345,"Source kcat":"Prediction from Method B","Extra Info kcat":null,"Protein Sequence":"MKT","Substrate":"CCO","n":1},` +
 			`{"kcat (1/s)":null,"Source kcat":"Invalid protein sequence (unsupported amino acid characters)","Extra Info kcat":null,"Protein Sequence":"M1","Substrate":"C,O","n":2},` +
-			`{"kcat (1/s)":0.00001,"Source kcat":"Prediction from Method B","Extra Info kcat":null,"Protein Sequence":"MKV","Substrate":"O","n":null}]}`
+			`{"kcat (1/s)":0.00001,"Source kcat":"Prediction from Method B","Extra Info kcat":null,"Protein Sequence":"MKV","Substrate":"O","n":null}],` +
+			`"charge":{"rowsCharged":3,"rowsRefunded":2,"cachedRowsRefunded":1}}`
 		if r.Body.String() != want {
 			t.Fatalf("json\n got %s\nwant %s", r.Body, want)
 		}

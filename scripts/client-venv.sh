@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Creates .venv-client/, the Python environment of the official client
 # (clients/python): the package installed editable with its test extra (pytest,
-# mypy, ruff, pandas-stubs, types-tqdm), pinned by clients/python/constraints.txt.
+# mypy, ruff, pandas-stubs, types-tqdm; matplotlib and ipywidgets for the plot
+# and notebook extras; nbclient, nbformat and ipykernel to run the new user's
+# notebook headless), pinned by clients/python/constraints.txt.
 # Idempotent: it reinstalls only when pyproject.toml or the constraints changed
 # (a stamp file records both).
 set -euo pipefail
@@ -22,6 +24,6 @@ start=$(date +%s)
 "$py" -m venv "$venv"
 "$venv/bin/python" -m pip install --disable-pip-version-check --no-input -q \
   -c "$pkg/constraints.txt" -e "$pkg[test]"
-"$venv/bin/python" -c 'import kinflow_client, pandas, httpx, tqdm, tenacity, pytest'
+"$venv/bin/python" -c 'import kinflow_client, pandas, httpx, tqdm, tenacity, pytest, matplotlib, ipywidgets, nbclient, nbformat, ipykernel'
 echo "$want" > "$stamp"
 echo "client-venv: ready in $(( $(date +%s) - start ))s"

@@ -208,7 +208,7 @@ func TestMethodsValidateSubmitStatusResult(t *testing.T) {
 		out := filepath.Join("jobs", job.JobID, "output.csv")
 		_ = os.MkdirAll(filepath.Join(e.media, "jobs", job.JobID), 0o755)
 		_ = os.WriteFile(filepath.Join(e.media, out), []byte("Protein Sequence,kcat (1/s)\nMKT,1.5\nMSK,\n"), 0o644)
-		_, _ = e.st.FinishJob(ctx, job.JobID, store.JobCompleted, "", 0, true, out, time.Now())
+		_, _ = e.st.FinishJob(ctx, job.JobID, store.JobCompleted, "", store.Refund{}, true, out, time.Now())
 	}()
 	var seen []string
 	final, err := e.c.Wait(ctx, job.JobID, 20*time.Millisecond, func(s *client.Status) {

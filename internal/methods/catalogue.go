@@ -368,6 +368,9 @@ func builtin() []*Descriptor {
 			Profile: ProfileMethodEEmbed, GPUEligible: true,
 			StepKeys:       []string{StepMethodEEmbedKcat, StepMethodEEmbedKm},
 			EmbeddingsUsed: []string{"methode_esm2"},
+			// CatPred's inference reports a standard deviation of log10 of
+			// each value (total, aleatoric, epistemic) beside it.
+			Uncertainty: true,
 			// CatPred refuses checkpoints outside CATPRED_TRUSTED_DESERIALIZATION_ROOTS
 			// (catpred/security/deserialization.py); the reference sets it to its
 			// checkpoint folder.

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/kinflow/kinflow/internal/fsutil"
+	"github.com/kinflow/kinflow/internal/units"
 )
 
 // Output columns of the dedicated engines (WIRE §7.3).
@@ -211,21 +212,21 @@ func conversionNote(form string, converted bool) string {
 }
 
 // readEngineResult reads the output of run's contract for n valid rows.
-func readEngineResult(run *engineRun, n int, name string) ([]*float64, map[int]string, error) {
+func readEngineResult(run *engineRun, n int, name string) ([]*float64, map[int]string, []*units.Uncertainty, error) {
 	switch run.contract {
 	case ContractJSON:
 		return readEngineOutput(run.out, n, name)
 	case ContractSubstrateCSV:
 		vals, err := readOutputColumn(run.out, colPredictedValue, n, nil, name)
-		return vals, nil, err
+		return vals, nil, nil, err
 	case ContractReactionCSV:
 		vals, err := readOutputColumn(run.out, colMethodDKcat, n, nil, name)
-		return vals, nil, err
+		return vals, nil, nil, err
 	case ContractMethodA:
 		vals, err := readOutputColumn(run.out, colMethodAPred, n, run.keys, name)
-		return vals, nil, err
+		return vals, nil, nil, err
 	}
-	return nil, nil, &EngineError{Msg: fmt.Sprintf("%s: unknown file contract %q", name, run.contract)}
+	return nil, nil, nil, &EngineError{Msg: fmt.Sprintf("%s: unknown file contract %q", name, run.contract)}
 }
 
 // readOutputColumn reads column col of a dedicated engine's output CSV:

@@ -1,6 +1,7 @@
 package methods
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,6 +13,8 @@ import (
 func FuzzEngineOutputs(f *testing.F) {
 	f.Add([]byte(`{"predictions":[1,"2",null,"nan"],"invalid_indices":[9,-1],"invalid_reasons":{"1":"x","z":"y"}}`), uint8(4))
 	f.Add([]byte("[1.5, \"none\", 1e999]"), uint8(3))
+	f.Add([]byte(`{"predictions":[1,2],"uncertainties":[{"sd_total":0.4,"sd_aleatoric":0.3,"sd_epistemic":-1},null]}`), uint8(2))
+	f.Add([]byte(`{"predictions":[1],"uncertainties":[{"sd_total":"x"},{}]}`), uint8(1))
 	f.Add([]byte("smiles,sequence,y_pred\nCCO,MK,1\n\"a,b\",MK,nan\n"), uint8(2))
 	f.Add([]byte("Predicted Value\n1\n2\n"), uint8(2))
 	f.Add([]byte("\ufeffkcat [s^(-1)],x\n3\n\"unterminated\n"), uint8(1))
@@ -25,9 +28,14 @@ func FuzzEngineOutputs(f *testing.F) {
 		for i := range keys {
 			keys[i] = [2]string{"MK", "CCO"}
 		}
-		if vals, reasons, err := readEngineOutput(path, rows, "M"); err == nil {
-			if len(vals) != rows {
-				t.Fatalf("json: %d values for %d rows", len(vals), rows)
+		if vals, reasons, uncs, err := readEngineOutput(path, rows, "M"); err == nil {
+			if len(vals) != rows || (uncs != nil && len(uncs) != rows) {
+				t.Fatalf("json: %d values, %d uncertainties for %d rows", len(vals), len(uncs), rows)
+			}
+			for _, u := range uncs {
+				if u != nil && (u.Total < 0 || math.IsNaN(u.Total) || math.IsInf(u.Total, 0)) {
+					t.Fatalf("json: uncertainty %+v", u)
+				}
 			}
 			for i := range reasons {
 				if i < 0 || i >= rows {

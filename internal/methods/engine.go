@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/kinflow/kinflow/internal/procio"
+	"github.com/kinflow/kinflow/internal/units"
 )
 
 // ReasonNoPrediction is the skip reason of a row the program gave no value
@@ -83,6 +84,9 @@ type CommandRequest struct {
 	// Keeping the activity alive while the program is silent is the
 	// caller's (internal/heartbeat).
 	Progress func(done int)
+	// Uncertainty, when set, is called for each row the program gave an
+	// uncertainty for (the JSON contract's optional `uncertainties`).
+	Uncertainty func(row int, u units.Uncertainty)
 }
 
 // EngineError is a failure of a method's program or of its files that
@@ -254,36 +258,58 @@ func RunCommand(ctx context.Context, d *Descriptor, req CommandRequest) ([]*floa
 		}
 		return nil, nil, &EngineError{Msg: d.DisplayName + " prediction failed with an internal error (see the job's engine log).", Err: err}
 	}
-	return readEngineResult(run, len(req.Rows), d.DisplayName)
+	vals, reasons, uncs, err := readEngineResult(run, len(req.Rows), d.DisplayName)
+	if err == nil && req.Uncertainty != nil {
+		for i, u := range uncs {
+			if u != nil && vals[i] != nil {
+				req.Uncertainty(i, *u)
+			}
+		}
+	}
+	return vals, reasons, err
 }
 
 // unfilledPlaceholder finds a {name} left in a rendered env value.
 var unfilledPlaceholder = regexp.MustCompile(`\{[a-z0-9_]+\}`)
 
 // readEngineOutput parses the generic engine's output (WIRE §4.7): a bare list
-// or {"predictions", "invalid_indices", "invalid_reasons"}.
-func readEngineOutput(path string, n int, name string) ([]*float64, map[int]string, error) {
+// or {"predictions", "invalid_indices", "invalid_reasons"}, and kinflow's
+// optional "uncertainties" (one entry per prediction, null or
+// {"sd_total", "sd_aleatoric", "sd_epistemic"}: standard deviations of log10
+// of the value, CatPred's own three numbers).
+func readEngineOutput(path string, n int, name string) ([]*float64, map[int]string, []*units.Uncertainty, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, nil, &EngineError{Msg: name + " output file could not be read.", Err: err}
+		return nil, nil, nil, &EngineError{Msg: name + " output file could not be read.", Err: err}
 	}
 	defer f.Close()
 	raw, err := io.ReadAll(f)
 	if err != nil {
-		return nil, nil, &EngineError{Msg: name + " output file could not be read.", Err: err}
+		return nil, nil, nil, &EngineError{Msg: name + " output file could not be read.", Err: err}
 	}
 	var obj struct {
 		Predictions    []json.RawMessage `json:"predictions"`
 		InvalidIndices []int             `json:"invalid_indices"`
 		InvalidReasons map[string]string `json:"invalid_reasons"`
+		Uncertainties  []json.RawMessage `json:"uncertainties"`
 	}
 	if err := json.Unmarshal(raw, &obj.Predictions); err != nil {
 		if err := json.Unmarshal(raw, &obj); err != nil {
-			return nil, nil, &EngineError{Msg: name + " returned an invalid prediction result.", Err: err}
+			return nil, nil, nil, &EngineError{Msg: name + " returned an invalid prediction result.", Err: err}
 		}
 	}
 	if len(obj.Predictions) != n {
-		return nil, nil, &EngineError{Msg: fmt.Sprintf("%s produced %d prediction(s) for %d input(s).", name, len(obj.Predictions), n)}
+		return nil, nil, nil, &EngineError{Msg: fmt.Sprintf("%s produced %d prediction(s) for %d input(s).", name, len(obj.Predictions), n)}
+	}
+	var uncs []*units.Uncertainty
+	if obj.Uncertainties != nil {
+		if len(obj.Uncertainties) != n {
+			return nil, nil, nil, &EngineError{Msg: fmt.Sprintf("%s produced %d uncertainties for %d input(s).", name, len(obj.Uncertainties), n)}
+		}
+		uncs = make([]*units.Uncertainty, n)
+		for i, u := range obj.Uncertainties {
+			uncs[i] = parseUncertainty(u)
+		}
 	}
 	vals := make([]*float64, n)
 	for i, p := range obj.Predictions {
@@ -300,7 +326,33 @@ func readEngineOutput(path string, n int, name string) ([]*float64, map[int]stri
 			reasons[i] = v
 		}
 	}
-	return vals, reasons, nil
+	return vals, reasons, uncs, nil
+}
+
+// parseUncertainty reads one entry of "uncertainties": nil for null, an
+// entry without a finite, non-negative sd_total, or anything unreadable. A
+// part that is not a finite, non-negative number is left out.
+func parseUncertainty(raw json.RawMessage) *units.Uncertainty {
+	var e struct {
+		Total     *float64 `json:"sd_total"`
+		Aleatoric *float64 `json:"sd_aleatoric"`
+		Epistemic *float64 `json:"sd_epistemic"`
+	}
+	if err := json.Unmarshal(raw, &e); err != nil || !finiteSD(e.Total) {
+		return nil
+	}
+	u := &units.Uncertainty{Total: *e.Total}
+	if finiteSD(e.Aleatoric) {
+		u.Aleatoric = e.Aleatoric
+	}
+	if finiteSD(e.Epistemic) {
+		u.Epistemic = e.Epistemic
+	}
+	return u
+}
+
+func finiteSD(v *float64) bool {
+	return v != nil && !math.IsNaN(*v) && !math.IsInf(*v, 0) && *v >= 0
 }
 
 // parsePrediction reads one prediction; null, NaN, empty, "none" and "nan"

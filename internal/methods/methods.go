@@ -309,6 +309,11 @@ type Descriptor struct {
 	// rule): bump it whenever a change would alter predicted values. Empty
 	// in a descriptor is DefaultModelVersion (set by New).
 	ModelVersion string `json:"model_version,omitempty" yaml:"model_version,omitempty"`
+	// Uncertainty says that the method gives, with each value, its own
+	// uncertainty (standard deviations of log10 of the value; the JSON
+	// contract's `uncertainties`): the result then has the uncertainty
+	// columns of its target, and /methods/ says so (issue 28).
+	Uncertainty bool `json:"uncertainty,omitempty" yaml:"uncertainty,omitempty"`
 }
 
 // DefaultModelVersion is the model version of every method that names none.

@@ -76,6 +76,10 @@ type Job struct {
 	InputPath                string `gorm:"not null"`
 	OutputPath               string `gorm:"not null"`
 	Synthetic                bool   `gorm:"not null"`
+
+	// RefundedCachedRows is how many of RefundedRows were refunded because
+	// every prediction of the row came from the prediction cache.
+	RefundedCachedRows int `gorm:"not null"`
 }
 
 // TableName implements gorm's Tabler.

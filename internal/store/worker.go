@@ -117,10 +117,18 @@ func (s *Store) AddEvent(ctx context.Context, ev *JobEvent, keep int) error {
 	})
 }
 
+// Refund is what a finished job gives back to its key's quota: Rows in
+// all, of which Cached rows got every prediction from the prediction cache
+// (the rest got no prediction).
+type Refund struct {
+	Rows   int
+	Cached int
+}
+
 // FinishJob records a job's end: status, message, refund and completion time,
 // once. It answers false when the job had already finished (a retried
 // Finalize refunds nothing twice).
-func (s *Store) FinishJob(ctx context.Context, jobID, status, message string, refund int, synthetic bool, outputPath string, now time.Time) (bool, error) {
+func (s *Store) FinishJob(ctx context.Context, jobID, status, message string, refund Refund, synthetic bool, outputPath string, now time.Time) (bool, error) {
 	var first bool
 	err := s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var j Job
@@ -132,16 +140,16 @@ func (s *Store) FinishJob(ctx context.Context, jobID, status, message string, re
 		}
 		first = true
 		cols := map[string]any{"status": status, "error_message": message, "completed_at": now,
-			"refunded_rows": refund, "synthetic": synthetic, "output_path": outputPath}
+			"refunded_rows": refund.Rows, "refunded_cached_rows": refund.Cached, "synthetic": synthetic, "output_path": outputPath}
 		if j.StartedAt == nil {
 			cols["started_at"] = now
 		}
 		if err := tx.Model(&Job{}).Where("id = ?", jobID).Updates(cols).Error; err != nil {
 			return fmt.Errorf("finish job %s: %w", jobID, err)
 		}
-		if refund > 0 {
+		if refund.Rows > 0 {
 			// The refund goes to the day the rows were charged to.
-			return (&Store{DB: tx, Dialect: s.Dialect}).RefundQuota(ctx, j.KeyID, QuotaDay(j.SubmittedAt), int64(refund))
+			return (&Store{DB: tx, Dialect: s.Dialect}).RefundQuota(ctx, j.KeyID, QuotaDay(j.SubmittedAt), int64(refund.Rows))
 		}
 		return nil
 	})

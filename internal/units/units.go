@@ -118,6 +118,23 @@ type Result struct {
 	// Cached, when set, is when this unit's value (or error) was first
 	// computed: it was served from the prediction cache (internal/predcache).
 	Cached *time.Time `json:"cached,omitempty"`
+	// Uncertainty is the method's own uncertainty of Value, when the
+	// method gives one (issue 28); nil otherwise.
+	Uncertainty *Uncertainty `json:"uncertainty,omitempty"`
+}
+
+// Uncertainty is a method's uncertainty of one predicted value, as
+// standard deviations of log10 of the value: the total and, when the method
+// separates them, its aleatoric (noise in the data) and epistemic (the
+// model's own, e.g. the spread of an ensemble) parts. CatPred's service
+// reports these three (SD_total, SD_aleatoric, SD_epistemic).
+type Uncertainty struct {
+	Total     float64  `json:"total"`
+	Aleatoric *float64 `json:"aleatoric,omitempty"`
+	Epistemic *float64 `json:"epistemic,omitempty"`
+	// Synthetic marks the synthetic engine's stand-in: not a method's
+	// uncertainty.
+	Synthetic bool `json:"synthetic,omitempty"`
 }
 
 // Row is how one input row of a stage was expanded: what Reduce needs

@@ -51,6 +51,7 @@ class Stack:
     tmp: Path
     proc: subprocess.Popen[bytes]
     env: dict[str, str] = field(repr=False)
+    ports: tuple[int, int, int, int] = (0, 0, 0, 0)
 
     def kinflow(self, *args: str) -> str:
         """Run an operator command (`kinflow key limit ...`) on the stack's database."""
@@ -75,11 +76,22 @@ class Stack:
                 self.proc.wait(10)
 
 
-def start_stack(tmp: Path, extra_env: dict[str, str] | None = None) -> Stack:
+def start_stack(
+    tmp: Path,
+    extra_env: dict[str, str] | None = None,
+    *,
+    ports: tuple[int, int, int, int] | None = None,
+    key: str | None = None,
+) -> Stack:
+    """Start `kinflow dev` on free ports with its data under tmp, and generate a key.
+
+    A restart passes the first start's ``ports`` (api, temporal, ui, gpu) and
+    ``key``: the same data folder and database then carry the jobs on.
+    """
     for p, how in ((KINFLOW, "make build"), (TEMPORAL, "make bin/temporal")):
         if not p.exists():
             unavailable(f"{p} is missing (run `{how}`)")
-    api, temporal, ui, gpu = (free_port() for _ in range(4))
+    api, temporal, ui, gpu = ports or tuple(free_port() for _ in range(4))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KINFLOW_", "GPU_EMBED_"))}
     db_url = f"sqlite:{tmp / 'kinflow.db'}"
     env.update(
@@ -92,14 +104,14 @@ def start_stack(tmp: Path, extra_env: dict[str, str] | None = None) -> Stack:
         }
     )
     env.update(extra_env or {})
-    log = open(tmp / "dev.log", "wb")  # noqa: SIM115 (the process writes it until stop)
+    log = open(tmp / "dev.log", "ab")  # noqa: SIM115 (the process writes it until stop)
     proc = subprocess.Popen(
         [str(KINFLOW), "dev", "--temporal-cli", str(TEMPORAL), "--data-dir", str(tmp / ".data"),
          "--temporal-ui-port", str(ui)],
         cwd=REPO, env=env, stdout=log, stderr=log,
     )  # fmt: skip
     url = f"http://127.0.0.1:{api}"
-    stack = Stack(url=url, key="", db_url=db_url, tmp=tmp, proc=proc, env=env)
+    stack = Stack(url=url, key="", db_url=db_url, tmp=tmp, proc=proc, env=env, ports=(api, temporal, ui, gpu))
     deadline = time.monotonic() + 120
     while True:
         if proc.poll() is not None:
@@ -113,6 +125,9 @@ def start_stack(tmp: Path, extra_env: dict[str, str] | None = None) -> Stack:
             stack.stop()
             raise AssertionError(f"kinflow dev did not answer /api/v1/health/ within 120 s:\n{stack.log()}")
         time.sleep(0.3)
+    if key is not None:
+        stack.key = key
+        return stack
     r = httpx.post(f"{url}/api/api-key/generate/", timeout=10)
     assert r.status_code == 201, r.text
     stack.key = r.json()["key"]

@@ -265,7 +265,7 @@ def test_wait_polls_at_a_growing_interval_and_times_out(monkeypatch: pytest.Monk
         client_mod.Job(c, "abc").wait(progress=False, timeout=60)
     assert ei.value.status is not None and ei.value.status.status == "Processing"
     assert slept[:4] == [1.0, 1.5, 2.25, 3.375] and max(slept) == 10.0 and sum(slept) == 60.0
-    assert "Client.job('abc')" in str(ei.value)
+    assert "python -m kinflow_client wait abc" in str(ei.value) and "client.job('abc').wait()" in str(ei.value)
 
 
 def test_failed_status_raises_job_failed() -> None:

@@ -1,17 +1,19 @@
 """kinflow_client: the official Python client of the kinflow API.
 
-from kinflow_client import Client
+from kinflow_client import Client, example_frame
 client = Client()                       # $KINFLOW_URL, $KINFLOW_API_KEY
-job = client.submit(df, targets="kcat", methods="B")
-job.wait()                              # progress bar
-result = job.result()                   # a DataFrame
+job = client.submit(example_frame(), targets="kcat", methods="B")
+job.wait()                              # progress bar; rides out outages
+df = job.result()                       # a DataFrame
 """
 
+from ._async import AsyncClient, AsyncJob
 from ._client import Client, Job
 from ._errors import (
     APIConnectionError,
     APIError,
     Conflict,
+    ConnectionLost,
     Forbidden,
     InvalidInput,
     JobFailed,
@@ -24,13 +26,18 @@ from ._errors import (
     WaitTimeout,
 )
 from ._models import EmbeddingProgress, JobStatus, JobSummary, MethodInfo, Quota, StageStatus, ValidationReport
+from ._plot import plot_result
+from ._results import example_frame
 from ._version import __version__
 
 __all__ = [
     "APIConnectionError",
     "APIError",
+    "AsyncClient",
+    "AsyncJob",
     "Client",
     "Conflict",
+    "ConnectionLost",
     "EmbeddingProgress",
     "Forbidden",
     "InvalidInput",
@@ -50,4 +57,6 @@ __all__ = [
     "ValidationReport",
     "WaitTimeout",
     "__version__",
+    "example_frame",
+    "plot_result",
 ]

@@ -2,32 +2,48 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import random
 import string
+import sys
 import tempfile
 import time
 import uuid
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 import httpx
 import pandas as pd
 
 from . import _constants as C
-from ._errors import InvalidInput, JobFailed, SyntheticResultWarning, WaitTimeout
-from ._http import Transport
+from ._errors import (
+    APIConnectionError,
+    Conflict,
+    ConnectionLost,
+    InvalidInput,
+    JobFailed,
+    ServerError,
+    SyntheticResultWarning,
+    WaitTimeout,
+    reattach_hint,
+)
+from ._http import Transport, env_float, settings
 from ._models import JobStatus, JobSummary, MethodInfo, Quota, ValidationReport
 from ._progress import ProgressBar
 from ._results import InputData, input_csv, result_frame
 from ._version import __version__
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 Target = Literal["kcat", "Km", "kcat/Km"]
 
 
-# The API's job-id slug (WIRE §1.0): anything else never names a job.
+# The API's job ids are letters, digits, '-' and '_': anything else never names a job.
 _JOB_ID_CHARS = frozenset(string.ascii_letters + string.digits + "-_")
 
 
@@ -41,15 +57,167 @@ def _job_path(kind: str, job_id: str) -> str:
     return f"/api/v1/{kind}/{job_id}/"
 
 
+def _resolve_url(base_url: str | None) -> str:
+    url = (base_url or os.environ.get(C.ENV_URL) or C.DEFAULT_BASE_URL).strip().rstrip("/")
+    if url.endswith("/api/v1"):
+        url = url[: -len("/api/v1")]
+    return url
+
+
+def _resolve_key(api_key: str | None) -> str | None:
+    return (api_key if api_key is not None else os.environ.get(C.ENV_API_KEY, "")).strip() or None
+
+
+def _resolve_outage(outage: float | None) -> float:
+    v = float(outage) if outage is not None else env_float(C.ENV_WAIT_OUTAGE, C.DEFAULT_WAIT_OUTAGE)
+    if v < 0 or v != v:
+        raise ValueError(f"wait_outage must be 0 seconds or more, not {outage!r}")
+    return v
+
+
+def _user_agent() -> str:
+    return f"kinflow-client/{__version__} (python; httpx {httpx.__version__})"
+
+
+def _methods_from_json(body: Any) -> list[MethodInfo]:
+    out: list[MethodInfo] = []
+    by_target = body.get("methods") if isinstance(body, dict) else None
+    if not isinstance(by_target, dict):
+        return out
+    for target, entries in by_target.items():
+        for m in entries if isinstance(entries, list) else []:
+            if not isinstance(m, dict):
+                continue
+            msl = m.get("maxSeqLen")
+            req = m.get("requiredColumns")
+            out.append(
+                MethodInfo(
+                    target=str(target),
+                    id=str(m.get("id", "")),
+                    display_name=str(m.get("displayName", "")),
+                    input_format=str(m.get("inputFormat", "")),
+                    max_seq_len=msl if isinstance(msl, int) else None,
+                    required_columns=[str(c) for c in req] if isinstance(req, list) else [],
+                    raw=m,
+                    gives_uncertainty=m.get("uncertainty") is not None and m.get("uncertainty") is not False,
+                )
+            )
+    return out
+
+
+def _validate_form(
+    targets: str | Sequence[str] | None, methods: str | Mapping[str, str] | None, run_similarity: bool
+) -> dict[str, str] | None:
+    form: dict[str, str] = {}
+    if run_similarity:
+        form["runSimilarity"] = "true"
+    if targets is not None or methods is not None:
+        tlist, mmap = _selection(targets, methods)
+        form["targets"] = json.dumps(tlist)
+        form["methods"] = json.dumps(mmap)
+    return form or None
+
+
+def _submit_form(
+    targets: str | Sequence[str] | None,
+    methods: str | Mapping[str, str] | None,
+    handle_long_sequences: str | None,
+    flags: Sequence[tuple[str, bool | None]],
+) -> dict[str, str]:
+    tlist, mmap = _selection(targets, methods)
+    form: dict[str, str] = {"targets": json.dumps(tlist), "methods": json.dumps(mmap)}
+    if handle_long_sequences is not None:
+        if handle_long_sequences not in ("truncate", "skip"):
+            raise ValueError("handle_long_sequences must be 'truncate' or 'skip'")
+        form["handleLongSequences"] = handle_long_sequences
+    for name, value in flags:
+        if value is not None:
+            form[name] = _flag(value)
+    return form
+
+
+def _flags(
+    use_experimental: bool | None,
+    include_similarity_columns: bool | None,
+    canonicalize_substrates: bool | None,
+    disable_gpu_precompute: bool | None,
+    use_prediction_cache: bool | None,
+) -> list[tuple[str, bool | None]]:
+    return [
+        ("useExperimental", use_experimental),
+        ("includeSimilarityColumns", include_similarity_columns),
+        ("canonicalizeSubstrates", canonicalize_substrates),
+        ("disableGpuPrecompute", disable_gpu_precompute),
+        ("usePredictionCache", use_prediction_cache),
+    ]
+
+
+def _jobs_page(body: Any) -> tuple[list[JobSummary], str | None]:
+    items = body if isinstance(body, list) else body.get("jobs", []) if isinstance(body, dict) else []
+    out = [JobSummary.from_json(it) for it in items if isinstance(it, dict)]
+    nxt = body.get("nextCursor") if isinstance(body, dict) else None
+    return out, (nxt if isinstance(nxt, str) and nxt and items else None)
+
+
+def _not_finished(job_id: str, e: Conflict) -> Conflict:
+    """The 409 of a result asked too early, with advice for this client instead of the API's."""
+    return Conflict(
+        f"job {job_id} has not finished yet: wait for it with `job.wait()`, then call `job.result()` "
+        f"(the server said: {e.message})",
+        status=e.status,
+        request_id=e.request_id,
+        headers=e.headers,
+        body=e.body,
+    )
+
+
+def _warn_synthetic(job_id: str, frame: pd.DataFrame) -> None:
+    if frame.attrs.get("synthetic"):
+        warnings.warn(
+            f"job {job_id}: this result comes from kinflow's synthetic backends; "
+            "its numbers are stand-ins, not predictions",
+            SyntheticResultWarning,
+            stacklevel=3,
+        )
+
+
+def _write_csv(job_id: str, data: bytes, path: str | os.PathLike[str]) -> Path:
+    if C.SYNTHETIC_MARKER in data:
+        warnings.warn(
+            f"job {job_id}: this result comes from kinflow's synthetic backends; "
+            "its numbers are stand-ins, not predictions (see the Source columns)",
+            SyntheticResultWarning,
+            stacklevel=3,
+        )
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or Path("."))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
 class Client:
-    """A client of one kinflow API.
+    """A connection to one kinflow server.
 
     ``base_url`` defaults to ``$KINFLOW_URL``, else ``http://127.0.0.1:8000``;
-    ``api_key`` to ``$KINFLOW_API_KEY``. Reads are retried with back-off on
-    connection errors and 429/502/503/504, honouring ``Retry-After`` and
-    ``X-RateLimit-Reset``; submits are retried only where that cannot charge
-    twice (see :meth:`submit`). ``transport`` replaces httpx's transport
-    (tests, proxies).
+    ``api_key`` to ``$KINFLOW_API_KEY``. ``timeout`` (seconds per request)
+    and ``max_retries`` (extra attempts of one request) default to
+    ``$KINFLOW_TIMEOUT`` and ``$KINFLOW_MAX_RETRIES``, else 60 s and 5;
+    ``wait_outage`` (how long ``Job.wait()`` keeps trying while the server
+    cannot be reached) to ``$KINFLOW_WAIT_OUTAGE``, else 10 minutes.
+    :meth:`with_options` gives the same client with other values for a few calls.
+
+    Reads are retried with back-off on connection errors and on the answers
+    "too many requests" and "service unavailable", waiting as long as the
+    server asks; submits are retried only where that cannot charge twice
+    (see :meth:`submit`). ``transport`` replaces httpx's transport (tests, proxies).
     """
 
     def __init__(
@@ -57,22 +225,22 @@ class Client:
         base_url: str | None = None,
         api_key: str | None = None,
         *,
-        timeout: float = C.DEFAULT_TIMEOUT,
-        max_retries: int = C.DEFAULT_MAX_RETRIES,
+        timeout: float | None = None,
+        max_retries: int | None = None,
+        wait_outage: float | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        url = (base_url or os.environ.get(C.ENV_URL) or C.DEFAULT_BASE_URL).strip().rstrip("/")
-        if url.endswith("/api/v1"):
-            url = url[: -len("/api/v1")]
-        key = (api_key if api_key is not None else os.environ.get(C.ENV_API_KEY, "")).strip() or None
-        self.base_url = url
+        self.base_url = _resolve_url(base_url)
+        t, n = settings(timeout, max_retries)
+        #: How long Job.wait() keeps trying while the server cannot be reached, in seconds.
+        self.wait_outage = _resolve_outage(wait_outage)
         self._t = Transport(
-            url,
-            key,
-            timeout=timeout,
-            max_retries=max_retries,
+            self.base_url,
+            _resolve_key(api_key),
+            timeout=t,
+            max_retries=n,
             transport=transport,
-            user_agent=f"kinflow-client/{__version__} (python; httpx {httpx.__version__})",
+            user_agent=_user_agent(),
         )
 
     def __repr__(self) -> str:
@@ -84,55 +252,58 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def timeout(self) -> float:
+        """Seconds one request may take."""
+        return self._t.timeout
+
+    @property
+    def max_retries(self) -> int:
+        """Extra attempts of one request after a connection error or a retryable answer."""
+        return self._t.max_retries
+
+    def with_options(
+        self, *, timeout: float | None = None, max_retries: int | None = None, wait_outage: float | None = None
+    ) -> Client:
+        """The same client (same server, key and connections) with other settings.
+
+        ``client.with_options(timeout=300).submit(big_frame, ...)`` gives one
+        call more time; values left at None stay as they are. Closing either
+        client closes the connections of both.
+        """
+        out = copy.copy(self)
+        out._t = self._t.copy(timeout=timeout, max_retries=max_retries)
+        if wait_outage is not None:
+            out.wait_outage = _resolve_outage(wait_outage)
+        return out
+
     def close(self) -> None:
-        """Close the connection pool."""
+        """Close the connections."""
         self._t.close()
 
     # -- service --------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
-        """GET /api/v1/health/: ``{"status": "ok"|"unavailable", "checks": {...}, ...}``.
+        """Whether the server and what it depends on are up: ``{"status": "ok"|"unavailable", "checks": {...}}``.
 
-        A 503 (a dependency down) is returned as its body, not raised.
+        A server that reports a dependency down answers with that report; it is returned, not raised.
         """
         out: dict[str, Any] = self._t.get("/api/v1/health/", auth=False, ok=(200, 503)).json()
         return out
 
     def methods(self) -> list[MethodInfo]:
-        """The method catalogue, one entry per (target, method)."""
-        body = self._t.get("/api/v1/methods/", auth=False).json()
-        out: list[MethodInfo] = []
-        by_target = body.get("methods") if isinstance(body, dict) else None
-        if not isinstance(by_target, dict):
-            return out
-        for target, entries in by_target.items():
-            for m in entries if isinstance(entries, list) else []:
-                if not isinstance(m, dict):
-                    continue
-                msl = m.get("maxSeqLen")
-                req = m.get("requiredColumns")
-                out.append(
-                    MethodInfo(
-                        target=str(target),
-                        id=str(m.get("id", "")),
-                        display_name=str(m.get("displayName", "")),
-                        input_format=str(m.get("inputFormat", "")),
-                        max_seq_len=msl if isinstance(msl, int) else None,
-                        required_columns=[str(c) for c in req] if isinstance(req, list) else [],
-                        raw=m,
-                    )
-                )
-        return out
+        """The prediction methods the server offers, one entry per (target, method)."""
+        return _methods_from_json(self._t.get("/api/v1/methods/", auth=False).json())
 
     def quota(self) -> Quota:
-        """Today's quota of the key."""
+        """How many rows the key may still submit today, and when that resets."""
         return Quota.from_json(self._t.get("/api/v1/quota/").json())
 
     def generate_key(self) -> str:
-        """Generate the API key of this machine's address (POST /api/api-key/generate/).
+        """Make the API key of this machine's address and use it from now on.
 
-        The key is shown only once: keep it (e.g. in ``KINFLOW_API_KEY``). This
-        client uses it from now on. An address with an active key gets Conflict (409).
+        The key is shown only once: keep it (for instance in ``KINFLOW_API_KEY``).
+        An address that already has a key gets :class:`Conflict`.
         """
         resp = self._t.post_unauthenticated("/api/api-key/generate/")
         key = str(resp.json()["key"])
@@ -141,15 +312,24 @@ class Client:
 
     # -- jobs -----------------------------------------------------------------
 
-    def validate(self, data: InputData, *, run_similarity: bool = False) -> ValidationReport:
+    def validate(
+        self,
+        data: InputData,
+        targets: str | Sequence[str] | None = None,
+        methods: str | Mapping[str, str] | None = None,
+        *,
+        run_similarity: bool = False,
+    ) -> ValidationReport:
         """Check input rows without submitting them (no quota used).
 
         ``data`` is a DataFrame, a CSV path or a list of dicts, as for submit.
+        With ``targets`` and ``methods`` (as for :meth:`submit`) the report is
+        about the chosen methods only; without them, about every method.
         ``report.ok`` is False when rows would be skipped; ``report.to_frame()``
-        lists them.
+        lists them and ``report.summary()`` says it in sentences.
         """
+        form = _validate_form(targets, methods, run_similarity)
         name, body = input_csv(data)
-        form = {"runSimilarity": "true"} if run_similarity else None
         resp = self._t.post("/api/v1/validate/", data=form, files={"file": (name, body, "text/csv")})
         return ValidationReport.from_json(resp.json())
 
@@ -173,12 +353,15 @@ class Client:
         ``targets`` is one target or a list (``"kcat"``, ``"Km"``, ``"kcat/Km"``);
         ``methods`` maps each target to a method id (``{"kcat": "B", "Km": "C"}``),
         or is one id for a single target. ``targets`` may be left out when
-        ``methods`` is a mapping. Options left at None keep the API's defaults
+        ``methods`` is a mapping. Options left at None keep the server's defaults
         (truncate long sequences, no experimental values, similarity columns,
         canonicalised substrates, GPU precompute, the prediction cache).
+        Rows whose every prediction comes from the prediction cache, and rows
+        that get no prediction, are given back to the quota when the job ends.
 
-        ``validate_first`` runs :meth:`validate` and raises :class:`InvalidInput`
-        with the report instead of submitting when a row is flagged.
+        ``validate_first`` runs :meth:`validate` for the chosen methods and
+        raises :class:`InvalidInput` with the report instead of submitting
+        when a row is flagged.
 
         The submit carries an ``Idempotency-Key`` (``idempotency_key``, else a
         fresh uuid4) sent unchanged on every retry: against a server that
@@ -186,29 +369,26 @@ class Client:
         job without a second charge. Pass your own key (and store it) to make
         a submit safe to repeat after a crash of your own process.
         """
-        tlist, mmap = _selection(targets, methods)
+        form = _submit_form(
+            targets,
+            methods,
+            handle_long_sequences,
+            _flags(
+                use_experimental,
+                include_similarity_columns,
+                canonicalize_substrates,
+                disable_gpu_precompute,
+                use_prediction_cache,
+            ),
+        )
         if validate_first:
-            report = self.validate(data)
+            report = self.validate(data, targets, methods)
             if not report.ok:
                 raise InvalidInput(
                     f"{report.problems} row problem(s); nothing was submitted:\n{report.summary()}",
                     report=report,
                 )
         name, body = input_csv(data)
-        form: dict[str, str] = {"targets": json.dumps(tlist), "methods": json.dumps(mmap)}
-        if handle_long_sequences is not None:
-            if handle_long_sequences not in ("truncate", "skip"):
-                raise ValueError("handle_long_sequences must be 'truncate' or 'skip'")
-            form["handleLongSequences"] = handle_long_sequences
-        for field, value in (
-            ("useExperimental", use_experimental),
-            ("includeSimilarityColumns", include_similarity_columns),
-            ("canonicalizeSubstrates", canonicalize_substrates),
-            ("disableGpuPrecompute", disable_gpu_precompute),
-            ("usePredictionCache", use_prediction_cache),
-        ):
-            if value is not None:
-                form[field] = _flag(value)
         key = idempotency_key or str(uuid.uuid4())
         resp = self._t.post(
             "/api/v1/submit/",
@@ -221,13 +401,13 @@ class Client:
         return Job(self, str(out["jobId"]), submitted=out, idempotency_key=key)
 
     def job(self, job_id: str) -> Job:
-        """Re-attach to a job from its id (e.g. stored before a crash). Raises NotFound."""
+        """Re-attach to a job from its id (for instance after a crash). Raises NotFound."""
         job = Job(self, job_id)
         job.status()
         return job
 
     def iter_jobs(self, *, status: str | None = None, page_size: int = C.JOBS_PAGE_SIZE) -> Iterator[JobSummary]:
-        """The key's own jobs, newest first, following the API's cursor page by page.
+        """The key's own jobs, newest first, fetched page by page.
 
         ``status`` keeps only jobs in that status (several: comma-separated,
         ``"Pending,Processing"``). ``page_size`` is 1 to 100.
@@ -239,15 +419,10 @@ class Client:
                 params["status"] = status
             if cursor:
                 params["cursor"] = cursor
-            body = self._t.get("/api/v1/jobs/", params=params).json()
-            items = body if isinstance(body, list) else body.get("jobs", [])
-            for it in items:
-                if isinstance(it, dict):
-                    yield JobSummary.from_json(it)
-            nxt = body.get("nextCursor") if isinstance(body, dict) else None
-            if not isinstance(nxt, str) or not nxt or not items:
+            items, cursor = _jobs_page(self._t.get("/api/v1/jobs/", params=params).json())
+            yield from items
+            if cursor is None:
                 return
-            cursor = nxt
 
     def jobs(self, *, status: str | None = None, limit: int | None = None) -> list[JobSummary]:
         """The key's own jobs, newest first (all of them, or the first ``limit``)."""
@@ -299,8 +474,90 @@ def _selection(
     return tlist, mmap
 
 
+# What Job.wait() treats as the server being away for a while (a restart, a
+# proxy whose upstream is down): it keeps polling through these.
+_OUTAGE_ERRORS = (APIConnectionError, ServerError)
+
+
+class _Waiter:
+    """The decisions of Job.wait() and AsyncJob.wait(), apart from how they sleep."""
+
+    def __init__(
+        self,
+        job_id: str,
+        *,
+        progress: bool,
+        timeout: float | None,
+        file: IO[str] | None,
+        poll_interval: float,
+        max_poll_interval: float,
+        outage: float,
+    ) -> None:
+        self.job_id = job_id
+        self.timeout = timeout
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.interval = poll_interval
+        self.max_interval = max_poll_interval
+        self.outage = outage
+        self.file = file
+        self.bar = ProgressBar(job_id, file) if progress else None
+        self.down_since: float | None = None
+        self.down_polls = 0
+        self.last: JobStatus | None = None
+
+    def seen(self, st: JobStatus) -> float | None:
+        """A status arrived: None when the job completed, else the seconds until the next poll."""
+        self.down_since, self.down_polls, self.last = None, 0, st
+        if self.bar is not None:
+            self.bar.update(st)
+        if st.status == "Completed":
+            return None
+        if st.status == "Failed":
+            raise JobFailed(self.job_id, st.error or "unknown error", st)
+        delay = self._within_deadline(self.interval)
+        self.interval = min(self.interval * C.POLL_GROWTH, self.max_interval)
+        return delay
+
+    def unreachable(self, e: Exception) -> float:
+        """The server could not be asked: the seconds until the next try, or ConnectionLost."""
+        now = time.monotonic()
+        if self.down_since is None:
+            self.down_since = now
+        down = now - self.down_since
+        if down >= self.outage:
+            raise ConnectionLost(self.job_id, down, e) from e
+        # Exponential back-off with full jitter, never past the outage budget.
+        cap = min(C.OUTAGE_MAX_DELAY, C.OUTAGE_INITIAL_DELAY * 2**self.down_polls)
+        self.down_polls += 1
+        delay = random.uniform(C.OUTAGE_INITIAL_DELAY / 2, max(cap, C.OUTAGE_INITIAL_DELAY))
+        if self.bar is not None:
+            self.bar.note(f"server unreachable for {down:.0f} s, still trying (up to {self.outage:.0f} s)")
+        return self._within_deadline(min(delay, max(0.0, self.outage - down)))
+
+    def _within_deadline(self, delay: float) -> float:
+        if self.deadline is None:
+            return delay
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise WaitTimeout(self.job_id, float(self.timeout or 0), self.last)
+        return min(delay, left)
+
+    def interrupted(self) -> str:
+        """Ctrl-C: the line that says the job goes on and how to re-attach (also printed)."""
+        msg = f"stopped waiting for job {self.job_id}; it keeps running on the server: {reattach_hint(self.job_id)}"
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        print(f"\n{msg}", file=self.file or sys.stderr, flush=True)
+        return msg
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 class Job:
-    """A submitted job. Keep ``job.id``: ``Client.job(id)`` re-attaches to it later."""
+    """A submitted job. Keep ``job.id``: ``client.job(id)`` re-attaches to it later."""
 
     def __init__(
         self,
@@ -332,77 +589,76 @@ class Job:
         file: IO[str] | None = None,
         poll_interval: float = C.POLL_INITIAL_INTERVAL,
         max_poll_interval: float = C.POLL_MAX_INTERVAL,
+        outage: float | None = None,
     ) -> JobStatus:
         """Wait until the job is Completed and return its last status.
 
-        Polls at a growing interval (``poll_interval`` times 1.5 per poll, up to
-        ``max_poll_interval``). With ``progress`` a tqdm bar (``file``, default
-        stderr; a widget in Jupyter) shows the stage, the embedding files and
-        the predictions. Raises :class:`JobFailed` when the job fails and
-        :class:`WaitTimeout` after ``timeout`` seconds (the job keeps running).
+        Asks the server at a growing interval (``poll_interval`` times 1.5 per
+        poll, up to ``max_poll_interval`` seconds). With ``progress`` a bar
+        (``file``, default stderr; a widget in Jupyter with the ``notebook``
+        extra) shows how far the job is.
+
+        When the server cannot be reached, or answers with a server error,
+        the wait keeps trying with growing, randomised pauses for up to
+        ``outage`` seconds in a row (default: the client's ``wait_outage``,
+        10 minutes), then raises :class:`ConnectionLost`. Raises
+        :class:`JobFailed` when the job fails and :class:`WaitTimeout` after
+        ``timeout`` seconds in all. Whenever it stops early (those errors, or
+        Ctrl-C) the job keeps running on the server, and the message names
+        the job and the line that re-attaches to it.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        interval = poll_interval
-        bar = ProgressBar(self.id, file) if progress else None
+        w = _Waiter(
+            self.id,
+            progress=progress,
+            timeout=timeout,
+            file=file,
+            poll_interval=poll_interval,
+            max_poll_interval=max_poll_interval,
+            outage=self.client.wait_outage if outage is None else _resolve_outage(outage),
+        )
         try:
             while True:
-                st = self.status()
-                if bar is not None:
-                    bar.update(st)
-                if st.status == "Completed":
+                try:
+                    st = self.status()
+                except _OUTAGE_ERRORS as e:
+                    time.sleep(w.unreachable(e))
+                    continue
+                delay = w.seen(st)
+                if delay is None:
                     return st
-                if st.status == "Failed":
-                    raise JobFailed(self.id, st.error or "unknown error", st)
-                delay = interval
-                if deadline is not None:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise WaitTimeout(self.id, float(timeout or 0), st)
-                    delay = min(delay, left)
                 time.sleep(delay)
-                interval = min(interval * C.POLL_GROWTH, max_poll_interval)
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(w.interrupted()) from None
         finally:
-            if bar is not None:
-                bar.close()
+            w.close()
 
     def result(self) -> pd.DataFrame:
-        """The Completed job's result as a DataFrame (raises Conflict before then).
+        """The finished job's result as a DataFrame (raises Conflict before then: use :meth:`wait`).
 
         Prediction columns are floats with NaN for blank cells; ``Source …`` and
         ``Extra Info …`` are strings. ``df.attrs`` holds the rest of the answer:
-        ``job_id``, ``columns``, ``rowCount``, ``synthetic`` and any provenance
-        the server adds. A synthetic result also raises a SyntheticResultWarning.
+        ``job_id``, ``columns``, ``rowCount``, ``synthetic``, the provenance,
+        the charge and any notes on the columns. A synthetic result also
+        raises a SyntheticResultWarning.
         """
-        payload = self.client._result_json(self.id)
+        try:
+            payload = self.client._result_json(self.id)
+        except Conflict as e:
+            raise _not_finished(self.id, e) from None
         frame = result_frame(payload, base_url=self.client.base_url)
-        if frame.attrs.get("synthetic"):
-            warnings.warn(
-                f"job {self.id}: this result comes from kinflow's synthetic backends; "
-                "its numbers are stand-ins, not predictions",
-                SyntheticResultWarning,
-                stacklevel=2,
-            )
+        _warn_synthetic(self.id, frame)
         return frame
 
     def result_csv(self, path: str | os.PathLike[str]) -> Path:
-        """Write the result CSV, byte for byte as the API serves it, to ``path`` (atomically)."""
-        data = self.client._result_csv(self.id)
-        if C.SYNTHETIC_MARKER in data:
-            warnings.warn(
-                f"job {self.id}: this result comes from kinflow's synthetic backends; "
-                "its numbers are stand-ins, not predictions (see the Source columns)",
-                SyntheticResultWarning,
-                stacklevel=2,
-            )
-        target = Path(path)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or Path("."))
+        """Write the result CSV, byte for byte as the server sends it, to ``path`` (atomically)."""
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return target
+            data = self.client._result_csv(self.id)
+        except Conflict as e:
+            raise _not_finished(self.id, e) from None
+        return _write_csv(self.id, data, path)
+
+    def plot(self, **kwargs: Any) -> Figure:
+        """The distribution of each predicted value of the result (see :func:`kinflow_client.plot_result`)."""
+        from ._plot import plot_result
+
+        return plot_result(self.result(), **kwargs)

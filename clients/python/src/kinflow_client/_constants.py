@@ -10,6 +10,13 @@ DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 ENV_URL = "KINFLOW_URL"
 ENV_API_KEY = "KINFLOW_API_KEY"
 
+# Environment variables for the request timeout (seconds), the retries of one
+# request, and how long Job.wait() rides out an unreachable API (seconds).
+# An argument to Client() or with_options() wins over them.
+ENV_TIMEOUT = "KINFLOW_TIMEOUT"
+ENV_MAX_RETRIES = "KINFLOW_MAX_RETRIES"
+ENV_WAIT_OUTAGE = "KINFLOW_WAIT_OUTAGE"
+
 # Per-request timeout in seconds. Uploads of the largest accepted input
 # (128 MiB) finish well within a minute on a LAN; every other call is small.
 # Connecting gets less: an unreachable host should fail (and be retried) fast.
@@ -41,6 +48,18 @@ RETRY_GET_STATUSES = frozenset({429, 502, 503, 504})
 # server that honours Idempotency-Key (the retry then returns the same job).
 SUBMIT_SAFE_STATUSES = frozenset({503})
 SUBMIT_AMBIGUOUS_STATUSES = frozenset({500, 502, 504})
+
+# How long Job.wait() keeps trying while the API cannot be reached or
+# answers 5xx (a restart, a deploy, a dropped VPN): ten minutes covers an
+# api restart or a whole-stack restart; the job itself keeps running on the
+# server throughout, so giving up early only loses the progress bar.
+DEFAULT_WAIT_OUTAGE = 600.0
+
+# While the API is unreachable, Job.wait() polls again after an exponential
+# back-off with full jitter between these bounds (seconds), so that the
+# clients of one notebook server do not all come back at the same instant.
+OUTAGE_INITIAL_DELAY = 1.0
+OUTAGE_MAX_DELAY = 30.0
 
 # Job polling: the status route reads the database only, so a poll is cheap;
 # start at one second for short jobs and grow by half each poll up to ten

@@ -9,6 +9,11 @@ if TYPE_CHECKING:
     from ._models import JobStatus, ValidationReport
 
 
+def reattach_hint(job_id: str) -> str:
+    """The one line that re-attaches to a job, for a shell and for Python."""
+    return f"re-attach with `python -m kinflow_client wait {job_id}` or, in Python, `client.job({job_id!r}).wait()`"
+
+
 class KinflowError(Exception):
     """Base class of every error this client raises."""
 
@@ -128,12 +133,28 @@ class WaitTimeout(KinflowError, TimeoutError):
     def __init__(self, job_id: str, timeout: float, status: JobStatus | None = None) -> None:
         last = f" (last status: {status.status})" if status is not None else ""
         super().__init__(
-            f"job {job_id} did not finish within {timeout:g} s{last}; it keeps running: "
-            f"re-attach later with Client.job({job_id!r})"
+            f"job {job_id} did not finish within {timeout:g} s{last}; it keeps running: {reattach_hint(job_id)}"
         )
         self.job_id = job_id
         self.timeout = timeout
         self.status = status
+
+
+class ConnectionLost(APIConnectionError):
+    """``Job.wait()`` could not reach the API for longer than it was told to wait.
+
+    The job keeps running on the server; ``job_id`` names it and the message
+    gives the line that re-attaches. ``outage`` is how long the API was
+    unreachable, in seconds.
+    """
+
+    def __init__(self, job_id: str, outage: float, cause: BaseException) -> None:
+        super().__init__(
+            f"job {job_id}: kinflow could not be reached for {outage:.0f} s ({cause}); "
+            f"the job keeps running on the server: {reattach_hint(job_id)}"
+        )
+        self.job_id = job_id
+        self.outage = outage
 
 
 class SyntheticResultWarning(UserWarning):

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import json
 import logging
+import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import tenacity
@@ -125,35 +128,60 @@ def error_from_response(response: httpx.Response) -> APIError:
     return cls(message, **kw)
 
 
-class Transport:
-    """Sends requests to one kinflow API with the key, and retries by policy."""
+def settings(timeout: float | None, max_retries: int | None) -> tuple[float, int]:
+    """The request timeout and retries: the argument, else the environment, else the default."""
+    return (
+        float(timeout) if timeout is not None else env_float(C.ENV_TIMEOUT, C.DEFAULT_TIMEOUT),
+        int(max_retries) if max_retries is not None else int(env_float(C.ENV_MAX_RETRIES, C.DEFAULT_MAX_RETRIES)),
+    )
 
-    def __init__(
-        self,
-        base_url: str,
-        api_key: str | None,
-        *,
-        timeout: float,
-        max_retries: int,
-        transport: httpx.BaseTransport | None,
-        user_agent: str,
-    ) -> None:
+
+def env_float(name: str, default: float) -> float:
+    """A number from the environment variable ``name``; ``default`` when unset or blank."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        v = float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number") from None
+    if v < 0 or v != v:
+        raise ValueError(f"{name}={raw!r} must be zero or more")
+    return v
+
+
+_P = TypeVar("_P", bound="_Policy")
+
+
+class _Policy:
+    """What both transports share: the key, the settings and the retry policy."""
+
+    def __init__(self, base_url: str, api_key: str | None, *, timeout: float, max_retries: int) -> None:
+        if timeout <= 0:
+            raise ValueError(f"timeout must be more than 0 seconds, not {timeout!r}")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be 0 or more, not {max_retries!r}")
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
+        self.timeout = timeout
         self.max_retries = max_retries
-        self.http = httpx.Client(
-            base_url=self.base_url,
-            timeout=httpx.Timeout(timeout, connect=min(timeout, C.DEFAULT_CONNECT_TIMEOUT)),
-            transport=transport,
-            headers={"User-Agent": user_agent, "Accept": "application/json"},
-            follow_redirects=True,
-        )
-        # Replaced in tests to record the back-off without sleeping.
-        self.sleep: Callable[[float], None] = time.sleep
         self._idempotency: bool | None = None
 
-    def close(self) -> None:
-        self.http.close()
+    def copy(self: _P, *, timeout: float | None = None, max_retries: int | None = None) -> _P:
+        """The same transport (one connection pool) with other settings."""
+        out = copy.copy(self)
+        if timeout is not None:
+            if timeout <= 0:
+                raise ValueError(f"timeout must be more than 0 seconds, not {timeout!r}")
+            out.timeout = float(timeout)
+        if max_retries is not None:
+            if max_retries < 0:
+                raise ValueError(f"max_retries must be 0 or more, not {max_retries!r}")
+            out.max_retries = int(max_retries)
+        return out
+
+    def _timeout(self) -> httpx.Timeout:
+        return httpx.Timeout(self.timeout, connect=min(self.timeout, C.DEFAULT_CONNECT_TIMEOUT))
 
     def _headers(self, auth: bool, extra: Mapping[str, str] | None) -> dict[str, str]:
         h: dict[str, str] = dict(extra or {})
@@ -187,22 +215,90 @@ class Transport:
             return secs is not None and secs > C.MAX_SERVER_ADVISED_WAIT
         return False
 
+    @staticmethod
+    def _before_sleep(state: tenacity.RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        wait = state.next_action.sleep if state.next_action is not None else 0.0
+        log.info("kinflow: retrying after %s (attempt %d, in %.1f s)", exc, state.attempt_number, wait)
+
+    def _retry(self, retry_exc: Callable[[BaseException], bool]) -> tenacity.retry_base:
+        return tenacity.retry_if_exception(lambda e: isinstance(e, _RetryableStatus) or retry_exc(e))
+
+    def _unreachable(self, e: httpx.TransportError) -> APIConnectionError:
+        return APIConnectionError(f"cannot reach kinflow at {self.base_url}: {e!r}")
+
+    @staticmethod
+    def _check(resp: httpx.Response, ok: tuple[int, ...]) -> httpx.Response:
+        if resp.status_code in ok or (not ok and 200 <= resp.status_code < 300):
+            return resp
+        raise error_from_response(resp)
+
+    @staticmethod
+    def _get_retry_status(ok: tuple[int, ...]) -> Callable[[int], bool]:
+        return lambda s: s in C.RETRY_GET_STATUSES and s not in ok
+
+    def _post_policies(
+        self, idempotent: bool, supports: Callable[[], bool]
+    ) -> tuple[Callable[[BaseException], bool], Callable[[int], bool]]:
+        def retry_exc(e: BaseException) -> bool:
+            if isinstance(e, _NOT_SENT):
+                return True
+            return isinstance(e, httpx.TransportError) and idempotent and supports()
+
+        def retry_status(s: int) -> bool:
+            if s in C.SUBMIT_SAFE_STATUSES:
+                return True
+            return s in C.SUBMIT_AMBIGUOUS_STATUSES and idempotent and supports()
+
+        return retry_exc, retry_status
+
+    @staticmethod
+    def _lost_answer(e: APIConnectionError) -> APIConnectionError:
+        return APIConnectionError(
+            f"{e}. The request was sent but its answer was lost, and this server does not "
+            "honour Idempotency-Key, so the client did not resend it (that could charge twice): "
+            "check Client.quota() and your jobs before submitting again"
+        )
+
+
+class Transport(_Policy):
+    """Sends requests to one kinflow API with the key, and retries by policy."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        *,
+        timeout: float,
+        max_retries: int,
+        transport: httpx.BaseTransport | None,
+        user_agent: str,
+    ) -> None:
+        super().__init__(base_url, api_key, timeout=timeout, max_retries=max_retries)
+        self.http = httpx.Client(
+            base_url=self.base_url,
+            timeout=self._timeout(),
+            transport=transport,
+            headers={"User-Agent": user_agent, "Accept": "application/json"},
+            follow_redirects=True,
+        )
+        # Replaced in tests to record the back-off without sleeping.
+        self.sleep: Callable[[float], None] = time.sleep
+
+    def close(self) -> None:
+        self.http.close()
+
     def _run(
         self,
         send: Callable[[], httpx.Response],
         retry_exc: Callable[[BaseException], bool],
         retry_status: Callable[[int], bool],
     ) -> httpx.Response:
-        def before_sleep(state: tenacity.RetryCallState) -> None:
-            exc = state.outcome.exception() if state.outcome is not None else None
-            wait = state.next_action.sleep if state.next_action is not None else 0.0
-            log.info("kinflow: retrying after %s (attempt %d, in %.1f s)", exc, state.attempt_number, wait)
-
         retrying = tenacity.Retrying(
             stop=self._stop,
             wait=self._wait,
-            retry=tenacity.retry_if_exception(lambda e: isinstance(e, _RetryableStatus) or retry_exc(e)),
-            before_sleep=before_sleep,
+            retry=self._retry(retry_exc),
+            before_sleep=self._before_sleep,
             sleep=lambda s: self.sleep(s),
             reraise=True,
         )
@@ -216,14 +312,8 @@ class Transport:
         except _RetryableStatus as e:
             return e.response
         except httpx.TransportError as e:
-            raise APIConnectionError(f"cannot reach kinflow at {self.base_url}: {e!r}") from e
+            raise self._unreachable(e) from e
         raise AssertionError("unreachable")  # pragma: no cover
-
-    @staticmethod
-    def _check(resp: httpx.Response, ok: tuple[int, ...]) -> httpx.Response:
-        if resp.status_code in ok or (not ok and 200 <= resp.status_code < 300):
-            return resp
-        raise error_from_response(resp)
 
     def get(
         self,
@@ -235,14 +325,13 @@ class Transport:
     ) -> httpx.Response:
         """GET with retries on connection errors and 429/502/503/504 (honouring Retry-After)."""
         headers = self._headers(auth, None)
+        timeout = self._timeout()
 
         def send() -> httpx.Response:
-            return self.http.get(path, headers=headers, params=params)
+            return self.http.get(path, headers=headers, params=params, timeout=timeout)
 
         resp = self._run(
-            send,
-            retry_exc=lambda e: isinstance(e, httpx.TransportError),
-            retry_status=lambda s: s in C.RETRY_GET_STATUSES and s not in ok,
+            send, retry_exc=lambda e: isinstance(e, httpx.TransportError), retry_status=self._get_retry_status(ok)
         )
         return self._check(resp, ok)
 
@@ -264,37 +353,26 @@ class Transport:
         and 500/502/504: the server then answers the repeat with the same job.
         """
         hdrs = self._headers(True, headers)
+        timeout = self._timeout()
 
         def send() -> httpx.Response:
-            return self.http.post(path, headers=hdrs, data=data, files=files, json=json_body)
+            return self.http.post(path, headers=hdrs, data=data, files=files, json=json_body, timeout=timeout)
 
-        def retry_exc(e: BaseException) -> bool:
-            if isinstance(e, _NOT_SENT):
-                return True
-            return isinstance(e, httpx.TransportError) and idempotent and self.supports_idempotency()
-
-        def retry_status(s: int) -> bool:
-            if s in C.SUBMIT_SAFE_STATUSES:
-                return True
-            return s in C.SUBMIT_AMBIGUOUS_STATUSES and idempotent and self.supports_idempotency()
-
+        retry_exc, retry_status = self._post_policies(idempotent, self.supports_idempotency)
         try:
             resp = self._run(send, retry_exc, retry_status)
         except APIConnectionError as e:
             cause = e.__cause__
             if idempotent and not isinstance(cause, _NOT_SENT) and not self.supports_idempotency():
-                raise APIConnectionError(
-                    f"{e}. The request was sent but its answer was lost, and this server does not "
-                    "honour Idempotency-Key, so the client did not resend it (that could charge twice): "
-                    "check Client.quota() and your jobs before submitting again"
-                ) from cause
+                raise self._lost_answer(e) from cause
             raise
         return self._check(resp, ())
 
     def post_unauthenticated(self, path: str) -> httpx.Response:
         """A POST without the key (the key routes), retried only when it was never sent."""
+        timeout = self._timeout()
         resp = self._run(
-            lambda: self.http.post(path),
+            lambda: self.http.post(path, timeout=timeout),
             retry_exc=lambda e: isinstance(e, _NOT_SENT),
             retry_status=lambda s: False,
         )
@@ -310,8 +388,135 @@ class Transport:
             self._idempotency = False
             try:
                 resp = self.get("/api/v1/openapi.json", auth=False)
-                doc = resp.json()
-                self._idempotency = _documents_idempotency(doc)
+                self._idempotency = _documents_idempotency(resp.json())
+            except (APIError, APIConnectionError, ValueError) as e:
+                log.info("kinflow: cannot read the server's OpenAPI document (%s): no idempotent retries", e)
+        return self._idempotency
+
+
+class AsyncTransport(_Policy):
+    """Transport's twin over httpx.AsyncClient: the same policies, awaited."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        *,
+        timeout: float,
+        max_retries: int,
+        transport: httpx.AsyncBaseTransport | None,
+        user_agent: str,
+    ) -> None:
+        super().__init__(base_url, api_key, timeout=timeout, max_retries=max_retries)
+        self.http = httpx.AsyncClient(
+            base_url=self.base_url,
+            timeout=self._timeout(),
+            transport=transport,
+            headers={"User-Agent": user_agent, "Accept": "application/json"},
+            follow_redirects=True,
+        )
+        # Replaced in tests to record the back-off without sleeping.
+        self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+    async def _run(
+        self,
+        send: Callable[[], Awaitable[httpx.Response]],
+        retry_exc: Callable[[BaseException], bool],
+        retry_status: Callable[[int], bool],
+    ) -> httpx.Response:
+        async def sleep(s: float) -> None:
+            await self.sleep(s)
+
+        retrying = tenacity.AsyncRetrying(
+            stop=self._stop,
+            wait=self._wait,
+            retry=self._retry(retry_exc),
+            before_sleep=self._before_sleep,
+            sleep=sleep,
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    resp = await send()
+                    if retry_status(resp.status_code):
+                        raise _RetryableStatus(resp)
+                    return resp
+        except _RetryableStatus as e:
+            return e.response
+        except httpx.TransportError as e:
+            raise self._unreachable(e) from e
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def get(
+        self,
+        path: str,
+        *,
+        auth: bool = True,
+        params: Mapping[str, str] | None = None,
+        ok: tuple[int, ...] = (),
+    ) -> httpx.Response:
+        """GET with retries on connection errors and 429/502/503/504 (honouring Retry-After)."""
+        headers = self._headers(auth, None)
+        timeout = self._timeout()
+
+        async def send() -> httpx.Response:
+            return await self.http.get(path, headers=headers, params=params, timeout=timeout)
+
+        resp = await self._run(
+            send, retry_exc=lambda e: isinstance(e, httpx.TransportError), retry_status=self._get_retry_status(ok)
+        )
+        return self._check(resp, ok)
+
+    async def post(
+        self,
+        path: str,
+        *,
+        data: Mapping[str, str] | None = None,
+        files: Mapping[str, tuple[str, bytes, str]] | None = None,
+        headers: Mapping[str, str] | None = None,
+        idempotent: bool = False,
+    ) -> httpx.Response:
+        """POST, retried as Transport.post is."""
+        hdrs = self._headers(True, headers)
+        timeout = self._timeout()
+        # Asked before sending (not lazily inside the retry predicate, which
+        # cannot await) and only for an idempotent submit.
+        supports = await self.supports_idempotency() if idempotent else False
+
+        async def send() -> httpx.Response:
+            return await self.http.post(path, headers=hdrs, data=data, files=files, timeout=timeout)
+
+        retry_exc, retry_status = self._post_policies(idempotent, lambda: supports)
+        try:
+            resp = await self._run(send, retry_exc, retry_status)
+        except APIConnectionError as e:
+            cause = e.__cause__
+            if idempotent and not isinstance(cause, _NOT_SENT) and not supports:
+                raise self._lost_answer(e) from cause
+            raise
+        return self._check(resp, ())
+
+    async def post_unauthenticated(self, path: str) -> httpx.Response:
+        """A POST without the key (the key routes), retried only when it was never sent."""
+        timeout = self._timeout()
+
+        async def send() -> httpx.Response:
+            return await self.http.post(path, timeout=timeout)
+
+        resp = await self._run(send, retry_exc=lambda e: isinstance(e, _NOT_SENT), retry_status=lambda s: False)
+        return self._check(resp, ())
+
+    async def supports_idempotency(self) -> bool:
+        """Whether the server documents Idempotency-Key on submit (asked once)."""
+        if self._idempotency is None:
+            self._idempotency = False
+            try:
+                resp = await self.get("/api/v1/openapi.json", auth=False)
+                self._idempotency = _documents_idempotency(resp.json())
             except (APIError, APIConnectionError, ValueError) as e:
                 log.info("kinflow: cannot read the server's OpenAPI document (%s): no idempotent retries", e)
         return self._idempotency

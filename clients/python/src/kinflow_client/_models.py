@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -31,6 +32,30 @@ def _str(d: Mapping[str, Any], *keys: str) -> str:
         if isinstance(v, str):
             return v
     return ""
+
+
+_FRACTION = re.compile(r"(\.\d+)")
+
+
+def parse_time(v: Any) -> datetime | None:
+    """A timestamp of the API as an aware UTC datetime; None when absent or unreadable.
+
+    Accepts ISO 8601 with ``Z`` or an offset and any number of fraction
+    digits (kinflow sends microseconds and ``+00:00``); a time without an
+    offset is taken as UTC.
+    """
+    if not isinstance(v, str) or not v.strip():
+        return None
+    text = v.strip().replace("Z", "+00:00").replace("z", "+00:00")
+    # Python 3.10's fromisoformat takes exactly 3 or 6 fraction digits.
+    text = _FRACTION.sub(lambda m: (m.group(1) + "000000")[:7], text, count=1)
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    return t.astimezone(timezone.utc)
 
 
 def reset_time(seconds: float) -> datetime:
@@ -84,6 +109,8 @@ class MethodInfo:
     max_seq_len: int | None
     required_columns: list[str]
     raw: dict[str, Any] = field(repr=False)
+    #: Whether the method gives an uncertainty with each value (extra result columns).
+    gives_uncertainty: bool = False
 
 
 @dataclass(frozen=True)
@@ -153,7 +180,7 @@ class JobStatus:
 
     job_id: str
     status: str
-    submitted_at: str
+    submitted_at: datetime | None
     elapsed_seconds: int
     queue_position: int | None
     stages: list[StageStatus]
@@ -166,6 +193,15 @@ class JobStatus:
     error: str | None
     synthetic: bool
     raw: dict[str, Any] = field(repr=False)
+    #: When the job finished (Completed), UTC.
+    completed_at: datetime | None = None
+    #: On a finished job: rows charged to the key's daily quota at submit.
+    rows_charged: int | None = None
+    #: On a finished job: rows given back (no full prediction, or every
+    #: prediction from kinflow's prediction cache).
+    rows_refunded: int | None = None
+    #: On a finished job: of the refunded rows, those served wholly from the cache.
+    cached_rows_refunded: int | None = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> JobStatus:
@@ -177,10 +213,11 @@ class JobStatus:
             stages_raw = []
         emb = prog.get("embedding")
         err = d.get("error")
+        charge = _dict(d.get("charge"))
         return cls(
             job_id=_str(d, "jobId"),
             status=_str(d, "status"),
-            submitted_at=_str(d, "submittedAt"),
+            submitted_at=parse_time(d.get("submittedAt")),
             elapsed_seconds=_int(d, "elapsedSeconds"),
             queue_position=_opt_int(d, "queuePosition"),
             stages=[StageStatus.from_json(s) for s in stages_raw if isinstance(s, dict)],
@@ -193,6 +230,10 @@ class JobStatus:
             error=err if isinstance(err, str) else None,
             synthetic=d.get("synthetic") is True,
             raw=dict(d),
+            completed_at=parse_time(d.get("completedAt")),
+            rows_charged=_opt_int(charge, "rowsCharged"),
+            rows_refunded=_opt_int(charge, "rowsRefunded"),
+            cached_rows_refunded=_opt_int(charge, "cachedRowsRefunded"),
         )
 
     def __repr__(self) -> str:
@@ -202,6 +243,8 @@ class JobStatus:
             parts.append(f"{s.target}·{s.method_key}: {s.status} {s.predictions_made}/{s.predictions_total} rows")
         if self.error:
             parts.append(f"error={self.error!r}")
+        if self.rows_refunded:
+            parts.append(f"rows_refunded={self.rows_refunded} of {self.rows_charged}")
         if self.synthetic:
             parts.append("synthetic=True")
         return f"JobStatus({', '.join(parts)})"
@@ -222,9 +265,10 @@ class JobStatus:
 
 @dataclass(frozen=True)
 class ValidationReport:
-    """The answer of POST /api/v1/validate/: what would be skipped, row by row.
+    """What the API says about input rows before a submit: what would be skipped, row by row.
 
-    Rows are numbered as the API numbers them (WIRE-CONTRACT §4.6).
+    Rows are numbered as the API numbers them: 1 is the first data row
+    after the header, counting only rows that are not entirely empty.
     """
 
     row_count: int
@@ -272,9 +316,21 @@ class ValidationReport:
         frame: pd.DataFrame = pd.DataFrame.from_records(recs, columns=["row", "kind", "value", "reason"])
         return frame
 
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The server's findings in plain language, rows in order (``row``, ``column``,
+        ``level``, ``text``); empty from a server that does not write them."""
+        v = self.raw.get("messages")
+        return [m for m in v if isinstance(m, dict) and isinstance(m.get("text"), str)] if isinstance(v, list) else []
+
     def summary(self) -> str:
-        """One line per flagged row, as the Go CLI prints them."""
+        """One line per finding: the server's own sentences when it writes them, else one per flagged row."""
         lines = [f"{self.row_count} rows"]
+        if self.messages:
+            lines += [str(m["text"]) for m in self.messages]
+            if self.ok:
+                lines.append("no row problems")
+            return "\n".join(lines)
         for e in self.invalid_proteins:
             lines.append(f"row {e.get('row')}: protein: {e.get('reason')}")
         for e in self.invalid_substrates:
@@ -296,9 +352,9 @@ class JobSummary:
     targets: list[str]
     methods: dict[str, str]
     rows: int | None
-    submitted_at: str
-    started_at: str | None
-    completed_at: str | None
+    submitted_at: datetime | None
+    started_at: datetime | None
+    completed_at: datetime | None
     synthetic: bool
     raw: dict[str, Any] = field(repr=False)
 
@@ -306,8 +362,6 @@ class JobSummary:
     def from_json(cls, d: Mapping[str, Any]) -> JobSummary:
         targets = d.get("targets")
         methods = d.get("methods")
-        started = d.get("startedAt")
-        completed = d.get("completedAt")
         rows = d.get("rows", d.get("rowCount"))
         return cls(
             job_id=_str(d, "jobId", "id"),
@@ -315,9 +369,9 @@ class JobSummary:
             targets=[t for t in targets if isinstance(t, str)] if isinstance(targets, list) else [],
             methods={k: v for k, v in methods.items() if isinstance(v, str)} if isinstance(methods, dict) else {},
             rows=int(rows) if isinstance(rows, (int, float)) and not isinstance(rows, bool) else None,
-            submitted_at=_str(d, "submittedAt"),
-            started_at=started if isinstance(started, str) else None,
-            completed_at=completed if isinstance(completed, str) else None,
+            submitted_at=parse_time(d.get("submittedAt")),
+            started_at=parse_time(d.get("startedAt")),
+            completed_at=parse_time(d.get("completedAt")),
             synthetic=d.get("synthetic") is True,
             raw=dict(d),
         )

@@ -2,11 +2,36 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from typing import IO, Any
 
-from tqdm.auto import tqdm
+from tqdm.std import tqdm
 
 from ._models import JobStatus
+
+
+def _in_jupyter() -> bool:
+    """Whether this runs in a Jupyter kernel (a notebook, JupyterLab, nbclient)."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return False
+    try:
+        shell = ipython.get_ipython()
+    except AttributeError:
+        return False
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+
+def bar_class(file: IO[str] | None) -> type[tqdm]:  # type: ignore[type-arg]
+    """The notebook widget bar in Jupyter when ipywidgets is installed (the ``notebook``
+    extra), else the text bar; chosen here rather than by ``tqdm.auto``, which warns at
+    import in a notebook without ipywidgets."""
+    if file is None and _in_jupyter() and importlib.util.find_spec("ipywidgets") is not None:
+        from tqdm.notebook import tqdm as notebook_tqdm
+
+        return notebook_tqdm
+    return tqdm
 
 
 def progress_view(st: JobStatus) -> tuple[str, int, int | None, str, str]:
@@ -52,9 +77,13 @@ class ProgressBar:
 
     def __init__(self, job_id: str, file: IO[str] | None = None) -> None:
         kw: dict[str, Any] = {"file": file} if file is not None else {}
-        self._bar = tqdm(
+        self._bar = bar_class(file)(
             total=None, desc=f"job {job_id}", unit="rows", leave=True, dynamic_ncols=True, bar_format=BAR_FORMAT, **kw
         )
+
+    def note(self, text: str) -> None:
+        """Show a passing remark (the server is unreachable) in place of the details."""
+        self._bar.set_postfix_str(text, refresh=True)
 
     def update(self, st: JobStatus) -> None:
         desc, done, total, unit, post = progress_view(st)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import math
 import os
 from collections.abc import Mapping, Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any, Union
 
@@ -14,6 +16,60 @@ import pandas as pd
 InputData = Union[pd.DataFrame, str, "os.PathLike[str]", Sequence[Mapping[str, Any]]]
 
 _TEXT_PREFIXES = ("Source ", "Extra Info ")
+
+# The result's extra columns with a method's uncertainty, after every other
+# column: "Uncertainty <target> total (SD, log10)", then its aleatoric and
+# epistemic parts, as standard deviations of log10 of the value.
+UNCERTAINTY_PREFIX = "Uncertainty "
+
+# Where a server puts notes about result columns (why the similarity columns
+# are blank, their unit): {"column name": "note"}. Read defensively: a server
+# without it, or with another shape, leaves df.attrs["column_notes"] empty.
+COLUMN_NOTES_FIELD = "columnNotes"
+
+
+def example_frame() -> pd.DataFrame:
+    """A small input frame that travels with the package: 3 enzymes by 4 substrates.
+
+    The columns are the API's (``Protein Sequence``, ``Substrate``) and a
+    ``Name`` that the result keeps, so ``client.submit(example_frame(),
+    targets="kcat", methods="B")`` works from anywhere, without a checkout.
+    """
+    text = resources.files("kinflow_client").joinpath("data/example.csv").read_text(encoding="utf-8")
+    frame: pd.DataFrame = pd.read_csv(io.StringIO(text))
+    return frame
+
+
+def value_columns(df: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """The predicted-value columns of a result: (target, value column, Source column) each.
+
+    A result puts each target's value column right before its ``Source <target>``.
+    """
+    cols = [str(c) for c in df.columns]
+    out: list[tuple[str, str, str]] = []
+    for i, c in enumerate(cols):
+        if c.startswith("Source ") and i > 0 and not cols[i - 1].startswith(_TEXT_PREFIXES):
+            out.append((c[len("Source ") :], cols[i - 1], c))
+    return out
+
+
+def uncertainty_columns(df: pd.DataFrame, target: str) -> list[str]:
+    """A target's uncertainty columns (total first, then its parts); empty when the method gives none."""
+    head = f"{UNCERTAINTY_PREFIX}{target} "
+    return [str(c) for c in df.columns if str(c).startswith(head)]
+
+
+def _column_notes(payload: Mapping[str, Any]) -> dict[str, str]:
+    notes = payload.get(COLUMN_NOTES_FIELD)
+    if isinstance(notes, Mapping):
+        return {str(k): str(v) for k, v in notes.items() if isinstance(v, str) and v}
+    if isinstance(notes, list):
+        out: dict[str, str] = {}
+        for n in notes:
+            if isinstance(n, Mapping) and isinstance(n.get("column"), str) and isinstance(n.get("note"), str):
+                out[n["column"]] = n["note"]
+        return out
+    return {}
 
 
 def input_csv(data: InputData) -> tuple[str, bytes]:
@@ -47,7 +103,9 @@ def result_frame(payload: Mapping[str, Any], *, base_url: str) -> pd.DataFrame:
     Numeric columns are float64 with NaN for blanks (a column of whole numbers
     with no blank stays int64), the ``Source …`` and ``Extra Info …`` columns
     are strings ("" for blank), other text columns keep NaN for blanks as
-    ``pandas.read_csv`` does. Everything beside the rows goes to ``df.attrs``.
+    ``pandas.read_csv`` does. Everything beside the rows goes to ``df.attrs``,
+    with ``column_notes`` (column → note from the server) and
+    ``similarity_note`` (why the similarity columns are blank, when they are).
     """
     columns = payload.get("columns")
     data = payload.get("data")
@@ -73,5 +131,10 @@ def result_frame(payload: Mapping[str, Any], *, base_url: str) -> pd.DataFrame:
     attrs["job_id"] = payload.get("jobId")
     attrs["synthetic"] = payload.get("synthetic") is True
     attrs["source"] = base_url
+    notes = _column_notes(payload)
+    attrs["column_notes"] = notes
+    # The similarity columns' note on its own, the first place a reader looks.
+    sim = [v for k, v in notes.items() if "similarity" in k.lower()]
+    attrs["similarity_note"] = sim[0] if sim else None
     frame.attrs.update(attrs)
     return frame

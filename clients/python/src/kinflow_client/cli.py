@@ -46,10 +46,7 @@ def _wait_and_write(job: Job, args: argparse.Namespace) -> int:
     try:
         job.wait(progress=not args.quiet)
     except KeyboardInterrupt:
-        print(
-            f"\nstopped waiting; job {job.id} keeps running: `python -m kinflow_client wait {job.id}`",
-            file=sys.stderr,
-        )
+        # wait() has printed the job and the line that re-attaches.
         return 130
     if args.output:
         path = job.result_csv(args.output)
@@ -74,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("validate", help="check a CSV without submitting it (exit 1 when rows are flagged)")
     v.add_argument("file")
+    v.add_argument("--target", action="append", help="report only this target's method (paired with --method)")
+    v.add_argument("--method", action="append", help="method id for the --target at the same position")
+    v.add_argument("--methods", help="targets and methods at once: kcat=B,Km=C")
     v.add_argument("--similarity", action="store_true", help="also run the similarity analysis")
     v.add_argument("--json", action="store_true", help="print the API's report as JSON")
 
@@ -127,7 +127,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"used {q.used} of {q.limit} today, {q.remaining} remaining; resets at {q.reset_at:%Y-%m-%d %H:%M} UTC")
         return 0
     if cmd == "validate":
-        rep = c.validate(args.file, run_similarity=args.similarity)
+        chosen = bool(args.target or args.method or args.methods)
+        targets, methods = _selection(args) if chosen else (None, None)
+        rep = c.validate(args.file, targets, methods, run_similarity=args.similarity)
         if args.json:
             _print_json(rep.raw)
         else:
@@ -167,6 +169,10 @@ def run(args: argparse.Namespace) -> int:
                 f"(cached {e.cached_already}, computed {e.computed}, remaining {e.remaining}); "
                 f"predictions {g.predictions_made}/{g.predictions_total}"
             )
+        if s.rows_refunded is not None:
+            n = s.cached_rows_refunded
+            cached = f" ({n} served wholly from the prediction cache)" if n else ""
+            print(f"charged {s.rows_charged} rows, refunded {s.rows_refunded}{cached}")
         if s.error:
             print(f"error: {s.error}")
         return 0
@@ -183,7 +189,8 @@ def run(args: argparse.Namespace) -> int:
         for js in c.jobs(status=args.status, limit=args.limit):
             sel = ", ".join(f"{t}={js.methods.get(t, '?')}" for t in js.targets)
             rows = "" if js.rows is None else f" {js.rows} rows"
-            print(f"{js.job_id}  {js.status:10} {js.submitted_at}  {sel}{rows}")
+            when = f"{js.submitted_at:%Y-%m-%d %H:%M:%S}" if js.submitted_at else "?"
+            print(f"{js.job_id}  {js.status:10} {when}  {sel}{rows}")
         return 0
     raise SystemExit(f"error: unknown command {cmd}")  # pragma: no cover (argparse refuses first)
 

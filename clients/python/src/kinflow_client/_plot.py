@@ -1,0 +1,150 @@
+"""One call to see a result: the distribution of each predicted value (matplotlib, the ``plot`` extra)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from ._results import uncertainty_columns, value_columns
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+# Colour per kind of source, so that a reader sees at once which numbers are
+# model predictions, measured values or synthetic stand-ins.
+_COLOURS = {"prediction": "#1f77b4", "experimental": "#2ca02c", "synthetic": "#7f7f7f", "other": "#ff7f0e"}
+_ORDER = ["prediction", "experimental", "other", "synthetic"]
+_MISSING_MSG = (
+    "the plot needs matplotlib: pip install 'kinflow-client[plot]' (or 'kinflow-client[notebook]' in Jupyter)"
+)
+
+
+def _kind(source: str) -> str:
+    s = source.lower()
+    if "synthetic" in s:
+        return "synthetic"
+    if s.startswith("prediction from"):
+        return "prediction"
+    if "experimental" in s or "brenda" in s or "sabio" in s or "measured" in s:
+        return "experimental"
+    return "other"
+
+
+def _array_values(cell: object) -> list[float]:
+    """The positive numbers of an array cell (``[0.12,null,3.4]``); empty for anything else."""
+    if not isinstance(cell, str) or not cell.startswith("["):
+        return []
+    try:
+        items = json.loads(cell)
+    except ValueError:
+        return []
+    if not isinstance(items, list):
+        return []
+    return [float(x) for x in items if isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0]
+
+
+def _label(source: str, kind: str) -> str:
+    if kind == "synthetic":
+        return f"{source} — SYNTHETIC, not a prediction" if "synthetic" not in source.lower() else source
+    return source
+
+
+def plot_result(
+    df: pd.DataFrame, *, bins: int = 30, width: float = 5.0, height: float = 3.6, title: str | None = None
+) -> Figure:
+    """The distribution of each predicted value of a result, one panel per target.
+
+    ``df`` is what :meth:`Job.result` returns. Each panel is a histogram on a
+    logarithmic axis (kinetic parameters span orders of magnitude), its bars
+    stacked and coloured by the ``Source`` of each value (a method's
+    prediction, an experimental value, ...). Synthetic stand-ins are grey,
+    hatched and named in the legend and the title. Where the method gives an
+    uncertainty, the panel states the median standard deviation. Blank and
+    non-positive values are left out and counted in the panel's caption.
+
+    Returns the matplotlib Figure (Jupyter shows it; elsewhere
+    ``fig.savefig("result.png")``). Needs the ``plot`` extra.
+    """
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError as e:  # pragma: no cover (the test venv has it)
+        raise ImportError(_MISSING_MSG) from e
+    import numpy as np
+
+    panels = value_columns(df)
+    if not panels:
+        raise ValueError("this frame has no predicted values to plot (no value column before a 'Source <target>')")
+    synthetic_result = bool(df.attrs.get("synthetic"))
+    fig, axes_any = plt.subplots(1, len(panels), figsize=(width * len(panels), height), squeeze=False)
+    # Closed at once: pyplot does not show it a second time at the end of a
+    # Jupyter cell; the returned Figure is shown (or saved) by the caller.
+    plt.close(fig)
+    axes: list[Axes] = list(axes_any[0])
+    any_synthetic = synthetic_result
+    for ax, (target, col, src_col) in zip(axes, panels, strict=True):
+        values = pd.to_numeric(df[col], errors="coerce")
+        sources = df[src_col].astype(str)
+        ok = values.notna() & (values > 0)
+        groups: dict[str, list[float]] = {}
+        kinds: dict[str, str] = {}
+        plotted = skipped = 0
+        for raw, v, src, good in zip(df[col], values, sources, ok, strict=True):
+            # A per-substrate or per-candidate cell is a JSON array: each of its values counts.
+            vs = [float(v)] if good else _array_values(raw)
+            skipped += 0 if vs else 1
+            for x in vs:
+                groups.setdefault(src, []).append(x)
+                kinds[src] = "synthetic" if synthetic_result else _kind(src)
+                plotted += 1
+        if groups:
+            lo = min(min(g) for g in groups.values())
+            hi = max(max(g) for g in groups.values())
+            if lo == hi:
+                lo, hi = lo / 10, hi * 10
+            edges = [float(x) for x in np.logspace(math.log10(lo), math.log10(hi), bins + 1)]
+            order = sorted(groups, key=lambda s: (_ORDER.index(kinds[s]), s))
+            ax.hist(
+                [groups[s] for s in order],
+                bins=edges,
+                stacked=True,
+                color=[_COLOURS[kinds[s]] for s in order],
+                hatch=None,
+                label=[_label(s, kinds[s]) for s in order],
+                edgecolor="white",
+                linewidth=0.5,
+            )
+            for patches, s in zip(ax.containers, order, strict=False):
+                if kinds[s] == "synthetic":
+                    any_synthetic = True
+                    for p in patches:
+                        p.set_hatch("//")
+            ax.legend(fontsize="small", loc="upper right")
+        else:
+            ax.text(0.5, 0.5, "no values", ha="center", va="center", transform=ax.transAxes)
+        ax.set_xscale("log")
+        ax.set_xlabel(f"{col} (log scale)")
+        ax.set_ylabel("rows")
+        caption = f"{plotted} values"
+        if skipped:
+            caption += f", {skipped} rows blank or ≤ 0 left out"
+        unc = uncertainty_columns(df, target)
+        if unc:
+            sd = pd.to_numeric(df[unc[0]], errors="coerce")[ok].dropna()
+            if len(sd):
+                caption += f"; median uncertainty ±{sd.median():.2f} (SD, log10 units)"
+        ax.set_title(f"{target}\n{caption}", fontsize="medium")
+    heading = title or (f"kinflow result {df.attrs.get('job_id')}" if df.attrs.get("job_id") else "kinflow result")
+    if any_synthetic:
+        heading += " — SYNTHETIC stand-ins, not predictions"
+        for ax in axes:
+            ax.text(
+                0.5, 0.5, "SYNTHETIC", transform=ax.transAxes, ha="center", va="center",
+                fontsize=28, color="grey", alpha=0.25, rotation=20,
+            )  # fmt: skip
+    fig.suptitle(heading)
+    fig.tight_layout()
+    return fig
