@@ -20,6 +20,13 @@ const trackHeartbeat = time.Second
 // every file is there or the workflow cancels it. A tracker already running
 // for the same job stage in this worker is reused; after a restart a new one
 // resumes from the files on disk (the files are the truth).
+//
+// It waits for as long as its stage's embedding phase runs, so it never
+// shares a pool with the work it watches: it runs on the trackers' own task
+// queue (TrackTaskQueue, KINFLOW_TRACK_SLOTS slots), no step of any job waits
+// for it, and the workflow stops it without waiting for its answer
+// (docs/workflows.md, "Slot pools and waits"). A full tracker pool delays
+// live progress only; it cannot hold back a job.
 func (a *Activities) TrackProgress(ctx context.Context, in TrackInput) error {
 	var plan struct {
 		Missing map[string][]string `json:"missing_paths_by_seq"`

@@ -97,6 +97,12 @@ func (h *heldLeases) claim(step string, todo []SeqItem) (mine, others []SeqItem,
 // await waits for the sequences other workers compute. A sequence whose files
 // all appear counts as existing (found, called per file); one whose lease is
 // no longer held without its files is taken over and computed with compute.
+//
+// It waits in a running step activity (holding its slot) for another
+// running step run: that run took its leases inside its own activity, holds
+// its own slot and waits for nothing this one holds, so the wait ends when
+// it writes the files, or 30 s after it dies (its lease goes stale and is
+// taken over).
 func (h *heldLeases) await(ctx context.Context, step string, waiting []SeqItem, found func(n int), compute func([]SeqItem) error) error {
 	for len(waiting) > 0 {
 		var still, takeover []SeqItem
