@@ -125,3 +125,37 @@ func TestLoadBurstEveryJobTracked(t *testing.T) {
 		t.Fatalf("quota used %d after 100 jobs of 3 rows, want 300", got)
 	}
 }
+
+// TestLoadBurstOnProductionTopology: the same burst of 200 concurrent 3-row
+// jobs on the production topology (Temporal server on Postgres, two api,
+// two worker and two gpu-worker processes), half through each api. Every job
+// completes and the quota holds exactly the rows submitted.
+func TestLoadBurstOnProductionTopology(t *testing.T) {
+	tp := startTopology(t, TopologyOptions{})
+	results := make([]*loadgen.Result, len(tp.APIURLs))
+	errs := make([]error, len(tp.APIURLs))
+	done := make(chan int, len(tp.APIURLs))
+	for i, base := range tp.APIURLs {
+		go func() {
+			results[i], errs[i] = loadgen.Run(context.Background(), loadgen.Options{
+				BaseURL: base, Key: tp.key, Jobs: 100, Rows: 3, Poll: 250 * time.Millisecond, Timeout: 10 * time.Minute,
+			})
+			done <- i
+		}()
+	}
+	for range tp.APIURLs {
+		<-done
+	}
+	for i, r := range results {
+		if errs[i] != nil {
+			t.Fatalf("api-%d: %v", i+1, errs[i])
+		}
+		t.Logf("api-%d: %s", i+1, r.Summary())
+		if err := r.Check(); err != nil {
+			t.Fatalf("api-%d: %v", i+1, err)
+		}
+	}
+	if got := quotaUsed(t, tp.APIURLs[0], tp.key); got != 600 {
+		t.Fatalf("quota used %d after 200 jobs of 3 rows, want 600", got)
+	}
+}
