@@ -361,8 +361,9 @@ printf '%s\n' "$@" > ` + args + `
 cat "$4" >> ` + args + `
 mkdir -p "$(dirname "$6")"
 printf '\223NUMPY\001\000\166\000' > "$6"
-printf "{'descr': '<f4', 'fortran_order': False, 'shape': (0,), }" >> "$6"
-printf '%*s\n' 60 '' >> "$6"
+printf "{'descr': '<f4', 'fortran_order': False, 'shape': (1280,), }" >> "$6"
+printf '%*s\n' 57 '' >> "$6"
+head -c 5120 /dev/zero >> "$6"
 `
 	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 		t.Fatal(err)

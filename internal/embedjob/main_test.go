@@ -167,7 +167,12 @@ func fakeStepProgram(args []string) int {
 			continue
 		}
 		for _, p := range s.MissingOutputs {
-			t := embedding.Tensor{Shape: []int{8}, Data: make([]float32, 8)}
+			// The family's own shape: the host checks every file's width.
+			shape := []int{8}
+			if f, ok := embedding.FamilyOf(FamilyName(filepath.Dir(p))); ok {
+				shape = f.Shape(len(s.Sequence))
+			}
+			t := embedding.Tensor{Shape: shape, Data: make([]float32, embedding.NumElements(shape))}
 			body, _ := embedding.EncodeNPY(t)
 			if strings.HasSuffix(p, ".pt") {
 				body, _ = embedding.EncodePT(t)

@@ -167,9 +167,10 @@ def padding_report(lengths: list[int], budget: int, naive_batch: int = 8) -> dic
 
 
 class Writer:
-    """Collects a batch's files and writes them atomically at ``commit`` (then merges
-    each folder's manifest.json): a batch that turns out to hold a non-finite value
-    is ``discard``-ed and writes nothing."""
+    """Collects a batch's files and writes them atomically at ``commit``: every file to
+    its fsynced temp name, then each folder's manifest.json with the files' integrity
+    records, then the renames (a file is never visible before its record). A batch that
+    turns out to hold a non-finite value is ``discard``-ed and writes nothing."""
 
     def __init__(self) -> None:
         self.pending: list[tuple[str, str, bytes]] = []
@@ -182,17 +183,25 @@ class Writer:
         self.pending.clear()
 
     def commit(self) -> None:
-        commits: dict[str, list[cache_io.Commit]] = {}
+        staged: list[cache_io.Staged] = []
         try:
+            commits: dict[str, list[cache_io.Commit]] = {}
             for path, seq_id, data in self.pending:
-                n = cache_io.write_bytes_atomic(path, data)
-                folder = os.path.dirname(path)
-                commits.setdefault(folder, []).append(cache_io.Commit(seq_id, os.path.basename(path), n))
+                st = cache_io.stage_bytes(path, data)
+                staged.append(st)
+                commits.setdefault(os.path.dirname(path), []).append(
+                    cache_io.Commit(seq_id, os.path.basename(path), st.nbytes, st.sha256, st.mtime_ns)
+                )
+            for folder, cs in commits.items():
+                cache_io.merge_manifest(folder, cs)
+            while staged:
+                staged[0].publish()
+                staged.pop(0)
                 self.written += 1
         finally:
             self.pending.clear()
-            for folder, cs in commits.items():
-                cache_io.merge_manifest(folder, cs)
+            for st in staged:
+                st.discard()
 
 
 def check_finite(seqs: list[Seq], reps: dict[Any, list[np.ndarray]], what: str) -> None:
