@@ -101,9 +101,63 @@ type CheckOptions struct {
 // -1 when unknown) and clears present[i] for every file that is bad (set
 // aside) or that vanished meanwhile.
 func (l *Layout) CheckFamily(f Family, sids []string, present []bool, seqLen func(i int) int, o CheckOptions) (Integrity, error) {
+	return l.checkFamily(f, sids, nil, present, seqLen, o)
+}
+
+// slotRecord is a manifest record in the form the check compares.
+type slotRecord struct {
+	bytes, mtime int64
+	sha          [sha256.Size]byte
+	hashed       bool
+	listed       bool
+}
+
+func toSlot(r FileRecord, listed bool) slotRecord {
+	s := slotRecord{bytes: r.Bytes, mtime: r.MtimeNs, listed: listed}
+	if len(r.SHA256) == 2*sha256.Size {
+		_, err := hex.Decode(s.sha[:], []byte(r.SHA256))
+		s.hashed = err == nil
+	}
+	return s
+}
+
+// readSlots reads dir's manifest records of the ids in index into a slice
+// by index, without an allocation per entry on the common path.
+func readSlots(dir string, index map[string]int, n int) []slotRecord {
+	slots := make([]slotRecord, n)
+	b, err := os.ReadFile(filepath.Join(dir, ManifestName))
+	if err != nil {
+		return slots
+	}
+	ok := scanRecords(b, func(sid []byte, r rawRecord) {
+		i, ok := index[string(sid)]
+		if !ok {
+			return
+		}
+		s := slotRecord{bytes: r.Bytes, mtime: r.MtimeNs, listed: true}
+		if len(r.SHA256) == 2*sha256.Size {
+			_, err := hex.Decode(s.sha[:], r.SHA256)
+			s.hashed = err == nil
+		}
+		slots[i] = s
+	})
+	if !ok {
+		clear(slots)
+		for sid, r := range parseFileRecords(b) {
+			if i, ok := index[sid]; ok {
+				slots[i] = toSlot(r, true)
+			}
+		}
+	}
+	return slots
+}
+
+func (l *Layout) checkFamily(f Family, sids []string, index map[string]int, present []bool, seqLen func(i int) int, o CheckOptions) (Integrity, error) {
 	var res Integrity
 	dir := l.FamilyDir(f)
-	recs := ReadFileRecords(dir)
+	if !slicesContainsTrue(present) {
+		return res, nil
+	}
 	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return res, nil
@@ -112,24 +166,31 @@ func (l *Layout) CheckFamily(f Family, sids []string, present []bool, seqLen fun
 		return res, fmt.Errorf("integrity check of %s: %w", f.Name, err)
 	}
 	defer unix.Close(dfd)
+	if index == nil {
+		index = make(map[string]int, len(sids))
+		for i, sid := range sids {
+			index[sid] = i
+		}
+	}
+	recs := readSlots(dir, index, len(sids))
 	suffix := f.Suffix()
 	type badFile struct {
 		i      int
 		reason string
 		st     unix.Stat_t
-		rec    FileRecord
 	}
 	var bad []badFile
 	var updates []Commit
+	var updated []int
 	var st unix.Stat_t
-	var name []byte
+	name := make([]byte, 0, 256)
 	for i, sid := range sids {
 		if !present[i] {
 			continue
 		}
-		name = append(append(name[:0], sid...), suffix...)
+		name = append(append(append(name[:0], sid...), suffix...), 0)
 		res.Checked++
-		if err := unix.Fstatat(dfd, string(name), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err := fstatatName(dfd, name, &st); err != nil {
 			if errors.Is(err, unix.ENOENT) {
 				present[i] = false
 				continue
@@ -137,34 +198,37 @@ func (l *Layout) CheckFamily(f Family, sids []string, present []bool, seqLen fun
 			bad = append(bad, badFile{i: i, reason: "unreadable: " + err.Error(), st: st})
 			continue
 		}
-		rec, listed := recs[sid]
+		rec := &recs[i]
 		mtime := st.Mtim.Nano()
-		if !o.HashAll && rec.Hashed() && rec.Bytes == st.Size && rec.MtimeNs == mtime {
+		if !o.HashAll && rec.hashed && rec.bytes == st.Size && rec.mtime == mtime {
 			continue
 		}
 		res.Hashed++
-		data, err := os.ReadFile(filepath.Join(dir, string(name)))
+		data, err := os.ReadFile(filepath.Join(dir, sid+suffix))
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
 				present[i] = false
 				continue
 			}
-			bad = append(bad, badFile{i: i, reason: "unreadable: " + err.Error(), st: st, rec: rec})
+			bad = append(bad, badFile{i: i, reason: "unreadable: " + err.Error(), st: st})
 			continue
 		}
 		sum := sha256.Sum256(data)
-		hexSum := hex.EncodeToString(sum[:])
+		record := func() {
+			updates = append(updates, Commit{SeqID: sid, Suffix: suffix, Bytes: int64(len(data)), SHA256: hex.EncodeToString(sum[:]), MtimeNs: mtime, RecordOnly: true})
+			updated = append(updated, i)
+		}
 		var reason string
 		switch {
-		case listed && rec.Hashed():
-			if hexSum == rec.SHA256 {
-				if rec.Bytes != int64(len(data)) || rec.MtimeNs != mtime {
-					updates = append(updates, Commit{SeqID: sid, Suffix: suffix, Bytes: int64(len(data)), SHA256: hexSum, MtimeNs: mtime, RecordOnly: true})
+		case rec.hashed:
+			if sum == rec.sha {
+				if rec.bytes != int64(len(data)) || rec.mtime != mtime {
+					record()
 				}
 				continue
 			}
-			if int64(len(data)) != rec.Bytes {
-				reason = fmt.Sprintf("%d bytes, recorded %d", len(data), rec.Bytes)
+			if int64(len(data)) != rec.bytes {
+				reason = fmt.Sprintf("%d bytes, recorded %d", len(data), rec.bytes)
 			} else {
 				reason = "contents differ from the recorded SHA-256"
 			}
@@ -177,10 +241,10 @@ func (l *Layout) CheckFamily(f Family, sids []string, present []bool, seqLen fun
 				reason = err.Error()
 				break
 			}
-			updates = append(updates, Commit{SeqID: sid, Suffix: suffix, Bytes: int64(len(data)), SHA256: hexSum, MtimeNs: mtime, RecordOnly: true})
+			record()
 			continue
 		}
-		bad = append(bad, badFile{i: i, reason: reason, st: st, rec: rec})
+		bad = append(bad, badFile{i: i, reason: reason, st: st})
 	}
 	if o.ReportOnly {
 		for _, b := range bad {
@@ -201,18 +265,22 @@ func (l *Layout) CheckFamily(f Family, sids []string, present []bool, seqLen fun
 	}
 	defer unlock()
 	fresh := ReadFileRecords(dir)
+	unchanged := func(i int) bool {
+		r, ok := fresh[sids[i]]
+		return toSlot(r, ok) == recs[i]
+	}
 	var keep []Commit
-	for _, u := range updates {
-		if r, ok := recs[u.SeqID]; fresh[u.SeqID] == r || !ok {
+	for k, u := range updates {
+		if unchanged(updated[k]) {
 			keep = append(keep, u)
 		}
 	}
 	var remove []string
 	for _, b := range bad {
 		sid := sids[b.i]
-		name := sid + suffix
+		name = append(append(append(name[:0], sid...), suffix...), 0)
 		var now unix.Stat_t
-		if err := unix.Fstatat(dfd, name, &now, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err := fstatatName(dfd, name, &now); err != nil {
 			present[b.i] = false
 			continue
 		}
@@ -221,22 +289,31 @@ func (l *Layout) CheckFamily(f Family, sids []string, present []bool, seqLen fun
 			continue
 		}
 		present[b.i] = false
-		q, err := l.quarantine(f, name, b.reason)
+		q, err := l.quarantine(f, sid+suffix, b.reason)
 		if err != nil {
 			return res, err
 		}
 		res.Bad = append(res.Bad, BadFile{Family: f.Name, SeqID: sid, Reason: b.reason, Quarantined: q})
-		if fresh[sid] == b.rec {
+		if unchanged(b.i) {
 			remove = append(remove, sid)
 		}
 	}
-	if err := mergeManifestLocked(dir, keep, remove); err != nil && (len(keep) > 0 || len(remove) > 0) {
-		return res, err
-	}
 	if len(keep) > 0 || len(remove) > 0 {
+		if err := mergeManifestLocked(dir, keep, remove); err != nil {
+			return res, err
+		}
 		res.Recorded += len(keep)
 	}
 	return res, nil
+}
+
+func slicesContainsTrue(b []bool) bool {
+	for _, x := range b {
+		if x {
+			return true
+		}
+	}
+	return false
 }
 
 // quarantine moves name out of f's folder into the quarantine folder with a

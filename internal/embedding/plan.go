@@ -186,7 +186,7 @@ func (l *Layout) BuildPlan(ctx context.Context, req PlanRequest) (*Plan, error) 
 			if integrity == nil {
 				integrity = &Integrity{}
 			}
-			got, err := l.CheckFamily(f, sids, present[fi], seqLenOf(sids, req.SeqIDToSeq), CheckOptions{})
+			got, err := l.checkFamily(f, sids, index, present[fi], seqLenOf(sids, req.SeqIDToSeq), CheckOptions{})
 			if err != nil {
 				return nil, err
 			}

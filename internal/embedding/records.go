@@ -138,6 +138,39 @@ func (s *jscan) str() (string, bool) {
 	return "", false
 }
 
+// strRaw reads a string without copying it when it has no escape.
+func (s *jscan) strRaw() ([]byte, bool) {
+	if s.peek() != '"' {
+		return nil, false
+	}
+	start := s.i
+	for j := start + 1; j < len(s.b); j++ {
+		switch s.b[j] {
+		case '\\':
+			str, ok := s.str()
+			return []byte(str), ok
+		case '"':
+			s.i = j + 1
+			return s.b[start+1 : j], true
+		}
+	}
+	return nil, false
+}
+
+// tokenRaw reads a number or literal without copying it.
+func (s *jscan) tokenRaw() ([]byte, bool) {
+	s.ws()
+	start := s.i
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return s.b[start:s.i], s.i > start
+		}
+		s.i++
+	}
+	return s.b[start:s.i], s.i > start
+}
+
 // token reads a number or literal.
 func (s *jscan) token() (string, bool) {
 	s.ws()
@@ -214,57 +247,121 @@ func (s *jscan) object(field func(key string) bool) bool {
 	}
 }
 
-// scanFileRecords is the fast path of parseFileRecords; ok is false when
-// the document is not what it expects.
-func scanFileRecords(b []byte) (map[string]FileRecord, bool) {
+// objectRaw is object with the keys as byte slices (valid during field).
+func (s *jscan) objectRaw(field func(key []byte) bool) bool {
+	if !s.eat('{') {
+		return false
+	}
+	if s.eat('}') {
+		return true
+	}
+	for {
+		k, ok := s.strRaw()
+		if !ok || !s.eat(':') || !field(k) {
+			return false
+		}
+		if s.eat(',') {
+			continue
+		}
+		return s.eat('}')
+	}
+}
+
+// rawRecord is one entry's record as scanned: SHA256 is the hex text, a
+// slice of the document.
+type rawRecord struct {
+	Bytes, MtimeNs int64
+	SHA256         []byte
+	Synthetic      bool
+}
+
+// scanRecords calls fn for every entry of a manifest document without
+// allocating per entry (sid and r.SHA256 are slices of b, valid during fn);
+// ok is false when the document is not what it expects.
+func scanRecords(b []byte, fn func(sid []byte, r rawRecord)) bool {
 	s := &jscan{b: b}
-	out := map[string]FileRecord{}
 	ok := s.object(func(key string) bool {
 		if key != "entries" || s.peek() != '{' {
 			return s.skip()
 		}
-		return s.object(func(sid string) bool {
+		return s.objectRaw(func(sid []byte) bool {
 			if s.peek() != '{' {
 				return s.skip()
 			}
-			var r FileRecord
-			ok := s.object(func(field string) bool {
-				if c := s.peek(); (c == '"' && field != "sha256") || c == '{' || c == '[' {
+			var r rawRecord
+			ok := s.objectRaw(func(field []byte) bool {
+				if c := s.peek(); (c == '"' && string(field) != "sha256") || c == '{' || c == '[' {
 					return s.skip()
 				}
-				switch field {
+				switch string(field) {
 				case "bytes", "mtime_ns":
-					tok, ok := s.token()
+					tok, ok := s.tokenRaw()
 					if !ok {
 						return false
 					}
-					if field == "bytes" {
-						r.Bytes = numberInt(tok)
+					v := parseIntBytes(tok)
+					if string(field) == "bytes" {
+						r.Bytes = v
 					} else {
-						r.MtimeNs = numberInt(tok)
+						r.MtimeNs = v
 					}
 					return true
 				case "sha256":
 					if s.peek() != '"' {
 						return s.skip()
 					}
-					v, ok := s.str()
+					v, ok := s.strRaw()
 					r.SHA256 = v
 					return ok
 				case "synthetic":
-					tok, ok := s.token()
-					r.Synthetic = tok == "true"
+					tok, ok := s.tokenRaw()
+					r.Synthetic = string(tok) == "true"
 					return ok
 				}
 				return s.skip()
 			})
-			out[sid] = r
+			if ok {
+				fn(sid, r)
+			}
 			return ok
 		})
 	})
 	if !ok {
-		return nil, false
+		return false
 	}
 	s.ws()
-	return out, s.i == len(s.b)
+	return s.i == len(s.b)
+}
+
+// parseIntBytes is numberInt without allocating for plain integers.
+func parseIntBytes(tok []byte) int64 {
+	var v int64
+	neg := false
+	for i, c := range tok {
+		switch {
+		case c == '-' && i == 0:
+			neg = true
+		case c >= '0' && c <= '9' && v < (1<<62)/10:
+			v = v*10 + int64(c-'0')
+		default:
+			return numberInt(string(tok))
+		}
+	}
+	if neg {
+		return -v
+	}
+	return v
+}
+
+// scanFileRecords is the fast path of parseFileRecords; ok is false when
+// the document is not what it expects.
+func scanFileRecords(b []byte) (map[string]FileRecord, bool) {
+	out := map[string]FileRecord{}
+	ok := scanRecords(b, func(sid []byte, r rawRecord) {
+		out[string(sid)] = FileRecord{Bytes: r.Bytes, MtimeNs: r.MtimeNs, SHA256: string(r.SHA256), Synthetic: r.Synthetic}
+	})
+	if !ok {
+		return nil, false
+	}
+	return out, true
 }
