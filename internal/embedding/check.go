@@ -79,6 +79,7 @@ func checkTorch(path string, size int64) error {
 	}
 	return nil
 }
+
 // checkTorchReader checks that r holds a torch zip archive with data.pkl.
 func checkTorchReader(r io.ReaderAt, size int64) error {
 	zr, err := zip.NewReader(r, size)

@@ -195,7 +195,7 @@ func (l *Layout) checkFamily(f Family, sids []string, index map[string]int, pres
 				present[i] = false
 				continue
 			}
-			bad = append(bad, badFile{i: i, reason: "unreadable: " + err.Error(), st: st})
+			bad = append(bad, badFile{i: i, reason: "unreadable: " + errText(err), st: st})
 			continue
 		}
 		rec := &recs[i]
@@ -210,7 +210,7 @@ func (l *Layout) checkFamily(f Family, sids []string, index map[string]int, pres
 				present[i] = false
 				continue
 			}
-			bad = append(bad, badFile{i: i, reason: "unreadable: " + err.Error(), st: st})
+			bad = append(bad, badFile{i: i, reason: "unreadable: " + errText(err), st: st})
 			continue
 		}
 		sum := sha256.Sum256(data)
@@ -544,7 +544,7 @@ func RecordWritten(paths []string) (map[string]string, error) {
 			sid := strings.TrimSuffix(filepath.Base(p), f.Suffix())
 			info, err := os.Stat(p)
 			if err != nil {
-				bad[p] = "unreadable: " + err.Error()
+				bad[p] = "unreadable: " + errText(err)
 				continue
 			}
 			r := recs[sid]
@@ -553,7 +553,7 @@ func RecordWritten(paths []string) (map[string]string, error) {
 			}
 			data, err := os.ReadFile(p)
 			if err != nil {
-				bad[p] = "unreadable: " + err.Error()
+				bad[p] = "unreadable: " + errText(err)
 				continue
 			}
 			if err := CheckContent(f, data, -1); err != nil {
@@ -569,4 +569,14 @@ func RecordWritten(paths []string) (map[string]string, error) {
 		}
 	}
 	return bad, nil
+}
+
+// errText is err's text without the path a *PathError carries (reasons
+// reach job events, which never show server paths).
+func errText(err error) string {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Op + ": " + pe.Err.Error()
+	}
+	return err.Error()
 }
