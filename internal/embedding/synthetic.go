@@ -126,6 +126,7 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 			if _, err := provenance.Admit(dirs[fi], f.Name, provenance.Synthetic(spec.Key)); err != nil {
 				return 0, fmt.Errorf("step %s: %w", spec.Key, err)
 			}
+			protocolPoint("admitted")
 		}
 	}
 	// Files are written in chunks: every temp file of a chunk, one sync of
@@ -156,6 +157,7 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 					return err
 				}
 				synced[d] = true
+				protocolPoint("synced")
 			}
 		}
 		pending := make([][]Commit, len(spec.Families))
@@ -171,6 +173,7 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 			if err := MergeManifest(dirs[fi], pending[fi], nil); err != nil {
 				return fmt.Errorf("step %s: %w", spec.Key, err)
 			}
+			protocolPoint("listed")
 		}
 		for i, c := range chunk {
 			if err := c.tmp.Commit(); err != nil {
@@ -181,6 +184,7 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 				return fmt.Errorf("step %s: %w", spec.Key, err)
 			}
 			written++
+			protocolPoint("renamed")
 			if onFile != nil {
 				onFile(c.tmp.Final)
 			}
@@ -217,6 +221,7 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 			}
 			sum := sha256.Sum256(data)
 			chunk = append(chunk, staged{fi: fi, sid: sid, tmp: t, size: len(data), sum: hex.EncodeToString(sum[:])})
+			protocolPoint("temp written")
 		}
 		if len(chunk) >= syncChunkFiles {
 			if err := commitChunk(); err != nil {
@@ -226,6 +231,12 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 	}
 	return written, commitChunk()
 }
+
+// protocolPoint is called at each point of the synthetic writer's write
+// protocol (temp file written, folder synced, manifest merged, file
+// renamed). It does nothing in production; a test kills the process at
+// each point in turn (TestKilledSyntheticWriterNeverPassesAsReal).
+var protocolPoint = func(string) {}
 
 // syncChunkFiles is how many files share one file-system sync and one
 // manifest merge per family (a merge rewrites the whole manifest, so fewer
