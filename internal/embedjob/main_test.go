@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -224,8 +225,12 @@ func fakeFingerprint(opts []string) map[string]any {
 				return nil
 			}
 			sum := sha256.Sum256(data)
-			return map[string]any{"model": "fake", "weights": map[string]string{filepath.Base(f): hex.EncodeToString(sum[:])},
+			fp := map[string]any{"model": "fake", "weights": map[string]string{filepath.Base(f): hex.EncodeToString(sum[:])},
 				"precision": "fp32", "program": "fake step program", "program_version": "1"}
+			if slices.Contains(opts, "claim-synthetic") {
+				fp["synthetic"] = true
+			}
+			return fp
 		}
 	}
 	return nil

@@ -265,3 +265,31 @@ func TestFirstRealWriterOverOldSyntheticFiles(t *testing.T) {
 		t.Fatalf("the old synthetic file was taken as real: %+v", out)
 	}
 }
+
+// TestProgramClaimingSyntheticIsRefused: a configured step program whose
+// fingerprint says synthetic is not taken at its word (only kinflow's own
+// synthetic executor is synthetic): the step is refused before any write,
+// and the family gets no record.
+func TestProgramClaimingSyntheticIsRefused(t *testing.T) {
+	f := newFixture(t, 1000)
+	weights := filepath.Join(t.TempDir(), "esm1b.pt")
+	if err := os.WriteFile(weights, []byte("weights"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.settings.Servers = map[string][]string{testStep: {os.Args[0], "--serve", "weights=" + weights, "claim-synthetic"}}
+	pool := stepserver.NewPool(stepserver.Options{Max: 1})
+	t.Cleanup(pool.Close)
+	e := f.engine()
+	e.Runner = &CommandRunner{Settings: f.settings, MediaRoot: f.media, Pool: pool}
+	out, err := e.RunStep(context.Background(), StepRequest{JobID: jobA, StepKey: testStep, Seqs: f.items(t, 30)})
+	var ce *ConfigError
+	if err != nil || !errors.As(out.Failure, &ce) || !strings.Contains(ce.Error(), "reports a synthetic fingerprint") || out.Written != 0 {
+		t.Fatalf("want a refusal, got %+v %v", out, err)
+	}
+	if rec, _ := provenance.ReadRecorded(filepath.Dir(f.path("s00"))); rec != nil {
+		t.Fatalf("a refused program recorded %+v", rec)
+	}
+	if _, err := os.Stat(f.path("s00")); !os.IsNotExist(err) {
+		t.Fatalf("a refused program wrote a file: %v", err)
+	}
+}
