@@ -128,6 +128,26 @@ func TestPredictionCacheCommandEngine(t *testing.T) {
 	})
 }
 
+// TestTransientFailuresAreNotCached: a unit that failed for a transient
+// reason (the engine's out-of-memory text) is not stored, so the next job
+// sends it again; a deterministic failure (bad input) and values are served
+// from the cache.
+func TestTransientFailuresAreNotCached(t *testing.T) {
+	testenv.EachDialect(t, func(t *testing.T, s *store.Store) {
+		h := newPredictHarness(t, s, nil, "")
+		h.a.PredCache = predcache.New(s)
+		csv := "Protein Sequence,Substrate\nMKTAYIAK,CCO\nMKTAYW,O\nMKTAYIAKQRQ,OO\n"
+		first, n := h.cacheJob("transient1", csv, true)
+		if n != 3 || !strings.Contains(first.Results[2].Error, "out of memory") {
+			t.Fatalf("first run: sent %d, %+v", n, first.Results)
+		}
+		again, n := h.cacheJob("transient2", csv, true)
+		if n != 1 || again.Results[2].Cached != nil || again.Results[0].Cached == nil || again.Results[1].Cached == nil {
+			t.Fatalf("second run sent %d rows, want only the out-of-memory one: %+v", n, again.Results)
+		}
+	})
+}
+
 // TestPredictionCacheSyntheticEngine: the synthetic engine caches too; the
 // second run's values are the first's, all marked cached and synthetic.
 func TestPredictionCacheSyntheticEngine(t *testing.T) {
