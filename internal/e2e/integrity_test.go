@@ -127,3 +127,50 @@ func TestCorruptCachedFilesAreFoundRecomputedAndReported(t *testing.T) {
 		}
 	}
 }
+
+// TestChangedDataDirMissesThePredictionCache is issue 26's fourth scenario
+// on real processes: method B's command engine with a {data_dir} folder in
+// the methods file; a second identical job is served from the prediction
+// cache; after one file in the data folder changes in place (a model
+// updated where it lies), the same job misses and the engine runs again.
+func TestChangedDataDirMissesThePredictionCache(t *testing.T) {
+	py := input.DefaultPython
+	if _, err := os.Stat(py); err != nil {
+		testenv.Unavailable(t, "the engine stand-in needs %s", py)
+	}
+	dir := t.TempDir()
+	script := filepath.Join(dir, "b.py")
+	if err := os.WriteFile(script, []byte(engineB), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	table := filepath.Join(data, "coefficients.tsv")
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(table, []byte("a\t1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	methodsFile := filepath.Join(dir, "methods.yaml")
+	yaml := fmt.Sprintf("methods:\n  - key: B\n    command:\n      python: %s\n      script: %s\n      paths: {data_dir: %s}\n", py, script, data)
+	if err := os.WriteFile(methodsFile, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := newStack(t, map[string]string{"KINFLOW_PREDICTION_ENGINE": "command", "KINFLOW_METHODS_FILE": methodsFile,
+		"KINFLOW_HASH_CACHE": filepath.Join(dir, "sha256.json")}, nil)
+	rows := "Protein Sequence,Substrate\nMKTAYIAKQR,CCO\nMSTNPKPQRK,CCO\n"
+	if _, cs := s.runCached(t, rows); cs.Progress.PredictionsCached != 0 || cs.Progress.PredictionsMade != 2 {
+		t.Fatalf("first job: %+v", cs.Progress)
+	}
+	if _, cs := s.runCached(t, rows); cs.Progress.PredictionsCached != 2 {
+		t.Fatalf("same job again: %+v, want both from the cache", cs.Progress)
+	}
+	if err := os.WriteFile(table, []byte("a\t2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Minute)
+	_ = os.Chtimes(table, later, later)
+	if _, cs := s.runCached(t, rows); cs.Progress.PredictionsCached != 0 || cs.Progress.PredictionsMade != 2 {
+		t.Fatalf("after the data file changed: %+v, want the engine to run again", cs.Progress)
+	}
+}

@@ -223,7 +223,7 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 			chunk = append(chunk, staged{fi: fi, sid: sid, tmp: t, size: len(data), sum: hex.EncodeToString(sum[:])})
 			protocolPoint("temp written")
 		}
-		if len(chunk) >= syncChunkFiles {
+		if len(chunk) >= syncChunkFiles*len(spec.Families) {
 			if err := commitChunk(); err != nil {
 				return written, err
 			}
@@ -238,7 +238,8 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 // each point in turn (TestKilledSyntheticWriterNeverPassesAsReal).
 var protocolPoint = func(string) {}
 
-// syncChunkFiles is how many files share one file-system sync and one
-// manifest merge per family (a merge rewrites the whole manifest, so fewer
-// and larger chunks keep a 10,000-file step linear enough).
+// syncChunkFiles is how many files per family share one file-system sync
+// and one manifest merge (a merge rewrites the whole manifest, so fewer and
+// larger chunks keep a 10,000-sequence step near linear: 40 merges per
+// family, as many as before the manifest was written ahead of the renames).
 const syncChunkFiles = 256
