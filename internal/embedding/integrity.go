@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -92,8 +93,6 @@ type CheckOptions struct {
 	// HashAll reads and hashes every file, whatever its stat (`kinflow
 	// cache verify`).
 	HashAll bool
-	// ReportOnly finds bad files without moving them or writing records.
-	ReportOnly bool
 }
 
 // CheckFamily checks the files of family f for the ids whose present[i] is
@@ -155,7 +154,7 @@ func readSlots(dir string, index map[string]int, n int) []slotRecord {
 func (l *Layout) checkFamily(f Family, sids []string, index map[string]int, present []bool, seqLen func(i int) int, o CheckOptions) (Integrity, error) {
 	var res Integrity
 	dir := l.FamilyDir(f)
-	if !slicesContainsTrue(present) {
+	if !slices.Contains(present, true) {
 		return res, nil
 	}
 	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -246,13 +245,6 @@ func (l *Layout) checkFamily(f Family, sids []string, index map[string]int, pres
 		}
 		bad = append(bad, badFile{i: i, reason: reason, st: st})
 	}
-	if o.ReportOnly {
-		for _, b := range bad {
-			res.Bad = append(res.Bad, BadFile{Family: f.Name, SeqID: sids[b.i], Reason: b.reason})
-			present[b.i] = false
-		}
-		return res, nil
-	}
 	if len(bad) == 0 && len(updates) == 0 {
 		return res, nil
 	}
@@ -305,15 +297,6 @@ func (l *Layout) checkFamily(f Family, sids []string, index map[string]int, pres
 		res.Recorded += len(keep)
 	}
 	return res, nil
-}
-
-func slicesContainsTrue(b []bool) bool {
-	for _, x := range b {
-		if x {
-			return true
-		}
-	}
-	return false
 }
 
 // quarantine moves name out of f's folder into the quarantine folder with a
