@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/kinflow/kinflow/internal/embedjob"
 	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/methods"
+	"github.com/kinflow/kinflow/internal/store"
 )
 
 // BuildPlan plans the stage's embedding artefacts (SEED-SPEC §2.4): it maps
@@ -49,7 +51,7 @@ func (a *Activities) BuildPlan(ctx context.Context, in PlanInput) (PlanSummary, 
 	if in.PostCheck && havePrev {
 		plan, err = a.Layout.BuildPlan(ctx, embedding.PlanRequest{
 			MethodKey: first.MethodKey, Target: methods.Target(first.Target), Profile: first.Profile,
-			SeqIDs: first.SeqIDs, SeqIDToSeq: first.SeqIDToSeq, RealOnly: realOnly,
+			SeqIDs: first.SeqIDs, SeqIDToSeq: first.SeqIDToSeq, RealOnly: realOnly, Verify: true,
 		})
 	} else {
 		// One entry per distinct sequence sent: a sequence shared by many
@@ -66,7 +68,7 @@ func (a *Activities) BuildPlan(ctx context.Context, in PlanInput) (PlanSummary, 
 		if len(seqs) == 0 {
 			return PlanSummary{NoSequences: true, Profile: d.Profile}, nil
 		}
-		plan, err = embedding.PlanSequencesWith(ctx, a.Layout, a.Store, d, methods.Target(sr.Target), seqs, embedding.PlanOptions{RealOnly: realOnly})
+		plan, err = embedding.PlanSequencesWith(ctx, a.Layout, a.Store, d, methods.Target(sr.Target), seqs, embedding.PlanOptions{RealOnly: realOnly, Verify: true})
 	}
 	if errors.Is(err, embedding.ErrNoCacheProfile) {
 		return PlanSummary{NoPlan: true}, nil
@@ -75,6 +77,11 @@ func (a *Activities) BuildPlan(ctx context.Context, in PlanInput) (PlanSummary, 
 		return PlanSummary{}, temporal.NewApplicationErrorWithCause("plan_failed: "+err.Error(), ErrPlan, err)
 	}
 
+	if plan.Integrity != nil && len(plan.Integrity.Bad) > 0 {
+		if err := a.reportQuarantined(ctx, in, plan.Integrity); err != nil {
+			return PlanSummary{}, err
+		}
+	}
 	sum := PlanSummary{Profile: plan.Profile, Total: plan.Total, Cached: plan.CachedAlready, Need: plan.NeedComputation,
 		Complete: plan.Complete(), PlanFile: planFile}
 	work := plan.StepWork()
@@ -174,4 +181,27 @@ func (a *Activities) recordCacheLookup(plan *embedding.Plan) {
 		}
 		a.Metrics.CacheLookup(filepath.ToSlash(family), n-missing[dir], missing[dir])
 	}
+}
+
+// ReasonCacheFilesQuarantined is the gpuPrecompute event reason (a kinflow
+// extension of WIRE §2.5's vocabulary, tuple F,F,F,F) of a plan whose
+// integrity check set cached files aside: `cache_files_quarantined:<n>`,
+// the message naming them. The files are counted as missing, so the stage
+// computes them again and the job goes on.
+const ReasonCacheFilesQuarantined = "cache_files_quarantined"
+
+// reportQuarantined records the bad cached files a plan set aside: a job
+// event (the job's status shows it) and a warning in the log.
+func (a *Activities) reportQuarantined(ctx context.Context, in PlanInput, in2 *embedding.Integrity) error {
+	msg := in2.Summary(5)
+	a.Log.Warn("cached files set aside", "job_id", in.JobID, "stage", in.StageIndex, "step", "plan", "files", len(in2.Bad), "detail", msg)
+	st, err := a.Store.Stage(ctx, in.JobID, in.StageIndex)
+	if err != nil {
+		return err
+	}
+	return a.Store.AddEvent(ctx, &store.JobEvent{
+		JobID: in.JobID, StageIndex: in.StageIndex, Kind: store.EventGPUPrecompute,
+		MethodKey: st.MethodKey, Target: st.Target,
+		Reason: fmt.Sprintf("%s:%d", ReasonCacheFilesQuarantined, len(in2.Bad)), Message: msg, CreatedAt: time.Now().UTC(),
+	}, keepEvents)
 }

@@ -77,8 +77,9 @@ func (a *Activities) stageCache(ctx context.Context, job *store.Job, d *methods.
 
 // storeComputed writes the units the engine just computed (indices
 // computed into results) back to the cache: a value or the engine's
-// per-unit failure reason. A failed write is logged; the stage's results
-// stand.
+// per-unit failure reason, unless that reason is transient (out of
+// memory, killed, timed out: predcache.Transient), which the next job must
+// try again. A failed write is logged; the stage's results stand.
 func (a *Activities) storeComputed(ctx context.Context, pc *stagePredCache, d *methods.Descriptor, results []units.Result, computed []int, log *slog.Logger) {
 	if len(computed) == 0 {
 		return
@@ -87,7 +88,7 @@ func (a *Activities) storeComputed(ctx context.Context, pc *stagePredCache, d *m
 	for _, i := range computed {
 		r := results[i]
 		key, ok := pc.keyOf[i]
-		if !ok {
+		if !ok || (r.Value == nil && predcache.Transient(r.Error)) {
 			continue
 		}
 		puts = append(puts, predcache.Put{Key: key, Value: r.Value, Error: r.Error})

@@ -125,6 +125,51 @@ func TestPredictionCacheCommandEngine(t *testing.T) {
 		if _, n = h.cacheJob("cachejob7", rowsCSV(seqs...), true); n != 4 {
 			t.Fatalf("changed engine sent %d rows, want 4", n)
 		}
+		// A file changed in place in the method's {data_dir} misses (issue 26).
+		data := t.TempDir()
+		table := filepath.Join(data, "table.tsv")
+		if err := os.WriteFile(table, []byte("a\t1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths := map[string]string{"data_dir": data}
+		for k, v := range d.Command.Paths {
+			paths[k] = v
+		}
+		d.Command.Paths = paths
+		if _, n = h.cacheJob("cachejob8", rowsCSV(seqs...), true); n != 4 {
+			t.Fatalf("a new data_dir sent %d rows, want 4", n)
+		}
+		if _, n = h.cacheJob("cachejob9", rowsCSV(seqs...), true); n != 0 {
+			t.Fatalf("the same data_dir again sent %d rows, want 0", n)
+		}
+		if err := os.WriteFile(table, []byte("a\t2\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		later := time.Now().Add(time.Minute)
+		_ = os.Chtimes(table, later, later)
+		if _, n = h.cacheJob("cachejob10", rowsCSV(seqs...), true); n != 4 {
+			t.Fatalf("a changed data_dir file sent %d rows, want 4", n)
+		}
+	})
+}
+
+// TestTransientFailuresAreNotCached: a unit that failed for a transient
+// reason (the engine's out-of-memory text) is not stored, so the next job
+// sends it again; a deterministic failure (bad input) and values are served
+// from the cache.
+func TestTransientFailuresAreNotCached(t *testing.T) {
+	testenv.EachDialect(t, func(t *testing.T, s *store.Store) {
+		h := newPredictHarness(t, s, nil, "")
+		h.a.PredCache = predcache.New(s)
+		csv := "Protein Sequence,Substrate\nMKTAYIAK,CCO\nMKTAYW,O\nMKTAYIAKQRQ,OO\n"
+		first, n := h.cacheJob("transient1", csv, true)
+		if n != 3 || !strings.Contains(first.Results[2].Error, "out of memory") {
+			t.Fatalf("first run: sent %d, %+v", n, first.Results)
+		}
+		again, n := h.cacheJob("transient2", csv, true)
+		if n != 1 || again.Results[2].Cached != nil || again.Results[0].Cached == nil || again.Results[1].Cached == nil {
+			t.Fatalf("second run sent %d rows, want only the out-of-memory one: %+v", n, again.Results)
+		}
 	})
 }
 

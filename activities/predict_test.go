@@ -44,6 +44,8 @@ for i, row in enumerate(job["rows"]):
     preds.append(len(row["sequence"]) * mult)
     if row["smiles"] == "O":
         reasons[str(i)] = "water is not a substrate"
+    if row["smiles"] == "OO":
+        reasons[str(i)] = "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
 print("engine stderr line", file=sys.stderr)
 json.dump({"predictions": preds, "invalid_indices": [], "invalid_reasons": reasons}, open(out, "w"))
 `

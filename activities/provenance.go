@@ -74,7 +74,7 @@ func (a *Activities) stageProvenance(ref StageRef, d *methods.Descriptor) (prove
 		st.EngineFingerprint = methods.SyntheticEngineFingerprint(d).ID()
 		st.Synthetic = true
 	} else {
-		fp, err := methods.EngineFingerprint(d, provenance.SharedHashCache())
+		fp, err := methods.EngineFingerprint(d, provenance.SharedHashCache(), methodECheckpoints(d, a.Config.MethodECheckpointRoot))
 		if err != nil {
 			return st, fmt.Errorf("fingerprint of method %s's engine: %w", d.Key, err)
 		}
@@ -200,4 +200,16 @@ func compactStrings(s []string) []string {
 		}
 	}
 	return out
+}
+
+// methodECheckpoints is the checkpoint root a method's environment names
+// (method E's METHODE_CHECKPOINT_ROOT: its model weights), for the engine's
+// fingerprint; "" for the other methods.
+func methodECheckpoints(d *methods.Descriptor, root string) string {
+	for _, e := range d.EnvPaths {
+		if strings.Contains(e.Value, "{methode_checkpoint_root}") {
+			return root
+		}
+	}
+	return ""
 }

@@ -17,12 +17,17 @@ import (
 const cacheUsage = `usage: kinflow cache status [--json]
        kinflow cache verify --family F [--sample N] [--seed S]
        kinflow cache adopt --family F [--sample N] [--seed S]
+       kinflow cache repair --family F
        kinflow cache purge --family F [--synthetic]
        kinflow cache predictions status [--method M]
        kinflow cache predictions purge --method M [--version V]
 
-On the configured media root (KINFLOW_MEDIA_ROOT). verify and adopt recompute
-a sample with the configured step executor (KINFLOW_STEP_EXECUTOR and the GPU
+On the configured media root (KINFLOW_MEDIA_ROOT). status counts per family
+the files, those without an integrity record (unhashed), those whose size or
+time differs from it (mismatched) and those set aside (quarantined). verify
+hashes every file against its record (setting bad ones aside, as a job's plan
+does) and recomputes a sample; repair does the same check and recomputes every
+file set aside. verify, adopt and repair compute with the configured step executor (KINFLOW_STEP_EXECUTOR and the GPU
 host's env file, KINFLOW_GPU_ENV_FILE) and read sequences from the seq map
 (KINFLOW_DATABASE_URL). cache predictions is the prediction cache in the
 database (KINFLOW_DATABASE_URL): how many units it holds, and removing a
@@ -81,13 +86,14 @@ func runCache(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return nil
 		}
 		w := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "FAMILY\tFILES\tBYTES\tORIGIN\tSYNTHETIC\tUNVERIFIED\tFINGERPRINT\tMODEL")
+		fmt.Fprintln(w, "FAMILY\tFILES\tBYTES\tORIGIN\tSYNTHETIC\tUNVERIFIED\tUNHASHED\tMISMATCHED\tQUARANTINED\tFINGERPRINT\tMODEL")
 		for _, s := range st {
 			fp := s.Fingerprint
 			if fp == "" {
 				fp = "(none recorded)"
 			}
-			fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%d\t%d\t%s\t%s\n", s.Family, s.Files, s.Bytes, s.Origin(), s.Synthetic, s.Unverified, fp, s.Model)
+			fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", s.Family, s.Files, s.Bytes, s.Origin(), s.Synthetic, s.Unverified,
+				s.Unhashed, s.Mismatched, s.Quarantined, fp, s.Model)
 		}
 		return w.Flush()
 	case "purge":
@@ -105,7 +111,7 @@ func runCache(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		fmt.Fprintln(stdout)
 		return nil
-	case "verify", "adopt":
+	case "verify", "adopt", "repair":
 		st, err := embedjob.SettingsFromConfig(cfg)
 		if err != nil {
 			return err
@@ -117,6 +123,22 @@ func runCache(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer db.Close()
 		v := &cacheadmin.Verifier{Layout: layout, Settings: st, Executor: cfg.StepExecutor, Sequences: db.SequencesByID, Seed: *seed,
 			Log: func(format string, args ...any) { fmt.Fprintf(stdout, format+"\n", args...) }}
+		if sub == "repair" {
+			res, err := v.Repair(ctx, *family)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "%s: %d file(s) hashed, %d set aside now; %d recomputed with step %s", *family,
+				res.Integrity.Hashed, len(res.Integrity.Bad), res.Recomputed, res.Step)
+			if res.NoSequence > 0 {
+				fmt.Fprintf(stdout, "; %d without a sequence in the seq map", res.NoSequence)
+			}
+			fmt.Fprintln(stdout)
+			if len(res.Failures) > 0 {
+				return fmt.Errorf("repair incomplete: the step program did not write %d file(s)", len(res.Failures))
+			}
+			return nil
+		}
 		var res cacheadmin.VerifyResult
 		if sub == "verify" {
 			res, err = v.Verify(ctx, *family, *sample)
@@ -129,17 +151,21 @@ func runCache(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
+		fmt.Fprintf(stdout, "%s: %d file(s) hashed against their records, %d set aside\n", *family, res.Integrity.Hashed, len(res.Integrity.Bad))
 		fmt.Fprintf(stdout, "%s: %d of %d recomputed file(s) within the bound (step %s, configured fingerprint %s)\n",
 			*family, res.Checked-res.Failed, res.Checked, res.Step, res.Fingerprint.ID())
 		if res.Failed > 0 {
 			return errors.New("verify failed: the cache holds files the configured step program does not reproduce")
+		}
+		if n := len(res.Integrity.Bad); n > 0 {
+			return fmt.Errorf("verify failed: %d file(s) differed from their records and were set aside; `kinflow cache repair --family %s` recomputes them", n, *family)
 		}
 		if sub == "adopt" {
 			fmt.Fprintf(stdout, "adopted %s under fingerprint %s\n", *family, res.Fingerprint.ID())
 		}
 		return nil
 	}
-	return usageError{fmt.Sprintf("unknown cache command %q (status, verify, adopt or purge)", sub)}
+	return usageError{fmt.Sprintf("unknown cache command %q (status, verify, adopt, repair or purge)", sub)}
 }
 
 // runCachePredictions is `kinflow cache predictions status|purge`.

@@ -61,8 +61,10 @@ func FamilyByName(l *embedding.Layout, name string) (embedding.Family, error) {
 	return embedding.Family{}, fmt.Errorf("unknown family %q (see `kinflow cache status`)", name)
 }
 
-// StepOf is the step key that writes family name.
-func StepOf(l *embedding.Layout, name string) (string, error) {
+// StepsOf lists the step keys that write family name, in ActiveSteps
+// order (prot_t5_last/mean_vecs has two: methoda_t5_full and prot_t5_mean).
+func StepsOf(l *embedding.Layout, name string) ([]string, error) {
+	var out []string
 	for _, k := range embedjob.ActiveSteps {
 		spec, err := l.Step(k)
 		if err != nil {
@@ -70,11 +72,24 @@ func StepOf(l *embedding.Layout, name string) (string, error) {
 		}
 		for _, f := range spec.Families {
 			if f.Name == name {
-				return k, nil
+				out = append(out, k)
+				break
 			}
 		}
 	}
-	return "", fmt.Errorf("no step writes family %q", name)
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no step writes family %q", name)
+	}
+	return out, nil
+}
+
+// StepOf is the first step key that writes family name.
+func StepOf(l *embedding.Layout, name string) (string, error) {
+	steps, err := StepsOf(l, name)
+	if err != nil {
+		return "", err
+	}
+	return steps[0], nil
 }
 
 // FamilyStatus is one family's line of `kinflow cache status`.
@@ -90,6 +105,16 @@ type FamilyStatus struct {
 	// origin (no record, or a record made over them and not adopted).
 	Synthetic  int `json:"synthetic"`
 	Unverified int `json:"unverified"`
+	// Unhashed counts the files without an integrity record (an older
+	// cache's, the reference's): hashed and checked on first use.
+	Unhashed int `json:"unhashed"`
+	// Mismatched counts the files whose size or time differs from their
+	// record: hashed before their next use, and set aside if the contents
+	// differ.
+	Mismatched int `json:"mismatched"`
+	// Quarantined counts the files integrity checks set aside
+	// (sequence_info/.quarantine/<family>/).
+	Quarantined int `json:"quarantined"`
 }
 
 // Origin is one word: empty, synthetic, real, mixed or unverified.
@@ -182,10 +207,17 @@ func Status(l *embedding.Layout) ([]FamilyStatus, error) {
 		if err != nil {
 			return nil, err
 		}
-		if len(have) == 0 && rec == nil {
+		quarantined, err := l.Quarantined(f)
+		if err != nil {
+			return nil, err
+		}
+		if len(have) == 0 && rec == nil && len(quarantined) == 0 {
 			continue
 		}
-		s := FamilyStatus{Family: f.Name, Files: len(have)}
+		s := FamilyStatus{Family: f.Name, Files: len(have), Quarantined: len(quarantined)}
+		if s.Unhashed, s.Mismatched, err = integrityCounts(dir, f.Suffix(), have); err != nil {
+			return nil, err
+		}
 		for _, n := range have {
 			s.Bytes += n
 		}
@@ -200,6 +232,30 @@ func Status(l *embedding.Layout) ([]FamilyStatus, error) {
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// integrityCounts stats have's files against dir's manifest records: the
+// files without a hash recorded, and those whose stat differs from theirs.
+func integrityCounts(dir, suffix string, have map[string]int64) (unhashed, mismatched int, err error) {
+	recs := embedding.ReadFileRecords(dir)
+	for sid := range have {
+		r, ok := recs[sid]
+		if !ok || !r.Hashed() {
+			unhashed++
+			continue
+		}
+		info, err := os.Lstat(filepath.Join(dir, sid+suffix))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+		if info.Size() != r.Bytes || info.ModTime().UnixNano() != r.MtimeNs {
+			mismatched++
+		}
+	}
+	return unhashed, mismatched, nil
 }
 
 // PurgeResult says what Purge removed.

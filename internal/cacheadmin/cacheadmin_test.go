@@ -373,3 +373,83 @@ func TestAdoptRefusesAnUncheckedSample(t *testing.T) {
 		t.Fatalf("a record was written: %+v", rec)
 	}
 }
+
+// TestStatusVerifyRepairOnAFamilyOfTwoSteps is the scenario on
+// prot_t5_last/mean_vecs, which methoda_t5_full and prot_t5_mean both
+// write, on a host that has a program for prot_t5_mean only: verify hashes
+// and records every file; a same-shape overwrite and a truncation show as
+// mismatched in status; repair sets both aside (never deletes them) and
+// recomputes them with the one configured program.
+func TestStatusVerifyRepairOnAFamilyOfTwoSteps(t *testing.T) {
+	const fam = embedding.FamilyProtT5LastMean
+	fx := newFixture(t, 5)
+	fx.writeIndependently(t, fam, fx.ids)
+	v := fx.commandVerifier(t)
+	step := "prot_t5_mean"
+	v.Settings.Commands = map[string][]string{step: {os.Args[0], "{manifest_file}"}}
+	v.Settings.Fingerprints = map[string][]string{step: {os.Args[0]}}
+	status := func() FamilyStatus {
+		t.Helper()
+		st, err := Status(fx.l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range st {
+			if s.Family == fam {
+				return s
+			}
+		}
+		t.Fatalf("no status line for %s: %+v", fam, st)
+		return FamilyStatus{}
+	}
+	if s := status(); s.Files != 5 || s.Unhashed != 5 || s.Mismatched != 0 || s.Quarantined != 0 {
+		t.Fatalf("before verify: %+v", s)
+	}
+	res, err := v.Verify(context.Background(), fam, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Step != step || res.Integrity.Hashed != 5 || len(res.Integrity.Bad) != 0 || res.Checked != 2 || res.Failed != 0 {
+		t.Fatalf("verify: %+v", res)
+	}
+	if s := status(); s.Unhashed != 0 || s.Mismatched != 0 {
+		t.Fatalf("after verify: %+v", s)
+	}
+	fx.plant(t, fam, fx.ids[1], fx.ids[0])
+	f, _ := embedding.FamilyByName(fam)
+	if err := os.Truncate(filepath.Join(fx.l.FamilyDir(f), fx.ids[2]+f.Suffix()), 2112); err != nil {
+		t.Fatal(err)
+	}
+	// A later mtime whatever the clock's granularity.
+	later := time.Now().Add(time.Minute)
+	_ = os.Chtimes(filepath.Join(fx.l.FamilyDir(f), fx.ids[1]+f.Suffix()), later, later)
+	if s := status(); s.Mismatched != 2 {
+		t.Fatalf("after the damage: %+v", s)
+	}
+	rep, err := v.Repair(context.Background(), fam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Step != step || len(rep.Integrity.Bad) != 2 || rep.Recomputed != 2 || len(rep.Failures) != 0 {
+		t.Fatalf("repair: %+v", rep)
+	}
+	if s := status(); s.Files != 5 || s.Mismatched != 0 || s.Quarantined != 2 || s.Unhashed != 0 {
+		t.Fatalf("after repair: %+v", s)
+	}
+	for _, sid := range fx.ids[1:3] {
+		got, err := os.ReadFile(filepath.Join(fx.l.FamilyDir(f), sid+f.Suffix()))
+		want, _ := embedding.EncodeArtefact(f.Format, embedding.SyntheticArtefact(f, fx.seqs[sid]))
+		if err != nil || string(got) != string(want) {
+			t.Fatalf("%s not restored: %v", sid, err)
+		}
+	}
+	// A second repair finds nothing to do.
+	if rep, err := v.Repair(context.Background(), fam); err != nil || len(rep.Integrity.Bad) != 0 || rep.Recomputed != 0 {
+		t.Fatalf("second repair: %+v %v", rep, err)
+	}
+	// No program for either step: a clear refusal naming both.
+	v.Settings.Commands, v.Settings.Fingerprints = map[string][]string{}, map[string][]string{}
+	if _, err := v.Verify(context.Background(), fam, 1); err == nil || !strings.Contains(err.Error(), "methoda_t5_full, prot_t5_mean") {
+		t.Fatalf("no program: %v", err)
+	}
+}

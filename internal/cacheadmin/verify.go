@@ -72,6 +72,9 @@ type VerifyResult struct {
 	NoSequence int
 	// Fingerprint is the configured step program's, for the family.
 	Fingerprint provenance.Fingerprint
+	// Integrity is the check of every file against its record (each one
+	// hashed); its bad files were set aside, as a plan would.
+	Integrity embedding.Integrity
 }
 
 func (v *Verifier) logf(format string, args ...any) {
@@ -92,10 +95,16 @@ func (v *Verifier) Verify(ctx context.Context, family string, sample int) (Verif
 	if err != nil {
 		return res, err
 	}
-	if res.Step, err = StepOf(v.Layout, family); err != nil {
+	if res.Step, err = v.stepFor(family); err != nil {
 		return res, err
 	}
 	dir := v.Layout.FamilyDir(f)
+	if res.Integrity, err = checkAll(v.Layout, f); err != nil {
+		return res, err
+	}
+	for _, b := range res.Integrity.Bad {
+		v.logf("BAD %s/%s: %s (set aside as %s)", family, b.SeqID, b.Reason, b.Quarantined)
+	}
 	have, err := artefacts(dir, f.Suffix())
 	if err != nil {
 		return res, err
@@ -183,6 +192,129 @@ func (v *Verifier) Verify(ctx context.Context, family string, sample int) (Verif
 			continue
 		}
 		v.logf("ok %s/%s%s", family, sid, f.Suffix())
+	}
+	return res, nil
+}
+
+// stepFor picks the step that recomputes family: with the command
+// executor, the first step writing it that has a program on this host (a
+// family written by two steps needs only one of them); otherwise the first.
+func (v *Verifier) stepFor(family string) (string, error) {
+	steps, err := StepsOf(v.Layout, family)
+	if err != nil {
+		return "", err
+	}
+	if v.Executor != "command" {
+		return steps[0], nil
+	}
+	for _, k := range steps {
+		_, srv := v.Settings.Servers[k]
+		_, cmd := v.Settings.Commands[k]
+		if srv || cmd {
+			return k, nil
+		}
+	}
+	return "", fmt.Errorf("no program on this host for any step that writes %s (%s): configure one of them in the GPU host's env file", family, strings.Join(steps, ", "))
+}
+
+// checkAll hashes every file of f against its record and sets the bad
+// ones aside (embedding.Layout.CheckFamily with HashAll).
+func checkAll(l *embedding.Layout, f embedding.Family) (embedding.Integrity, error) {
+	have, err := artefacts(l.FamilyDir(f), f.Suffix())
+	if err != nil {
+		return embedding.Integrity{}, err
+	}
+	sids := make([]string, 0, len(have))
+	for sid := range have {
+		sids = append(sids, sid)
+	}
+	sort.Strings(sids)
+	present := make([]bool, len(sids))
+	for i := range present {
+		present[i] = true
+	}
+	return l.CheckFamily(f, sids, present, nil, embedding.CheckOptions{HashAll: true})
+}
+
+// RepairResult is what Repair did.
+type RepairResult struct {
+	Family string
+	Step   string
+	// Integrity is the check of every file (as Verify's).
+	Integrity embedding.Integrity
+	// Recomputed counts the set-aside files written again; NoSequence the
+	// ones whose sequence the seq map does not know.
+	Recomputed, NoSequence int
+	// Failures names the files the step program did not write.
+	Failures []string
+}
+
+// Repair hashes every file of family against its record, sets the bad ones
+// aside and recomputes every set-aside file that has no replacement yet
+// (this run's and earlier ones') with the configured step executor, into
+// the media root's cache.
+func (v *Verifier) Repair(ctx context.Context, family string) (RepairResult, error) {
+	res := RepairResult{Family: family}
+	f, err := FamilyByName(v.Layout, family)
+	if err != nil {
+		return res, err
+	}
+	if res.Step, err = v.stepFor(family); err != nil {
+		return res, err
+	}
+	if res.Integrity, err = checkAll(v.Layout, f); err != nil {
+		return res, err
+	}
+	for _, b := range res.Integrity.Bad {
+		v.logf("BAD %s/%s: %s (set aside as %s)", family, b.SeqID, b.Reason, b.Quarantined)
+	}
+	names, err := v.Layout.Quarantined(f)
+	if err != nil {
+		return res, err
+	}
+	want := map[string]bool{}
+	for _, n := range names {
+		sid := embedding.QuarantinedSeqID(f, n)
+		if sid == "" {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(v.Layout.FamilyDir(f), sid+f.Suffix())); errors.Is(err, os.ErrNotExist) {
+			want[sid] = true
+		}
+	}
+	if len(want) == 0 {
+		return res, nil
+	}
+	ids := make([]string, 0, len(want))
+	for sid := range want {
+		ids = append(ids, sid)
+	}
+	sort.Strings(ids)
+	seqs, err := v.Sequences(ctx, ids)
+	if err != nil {
+		return res, err
+	}
+	var todo []string
+	for _, sid := range ids {
+		if _, ok := seqs[sid]; ok {
+			todo = append(todo, sid)
+		} else {
+			res.NoSequence++
+		}
+	}
+	if len(todo) == 0 {
+		return res, nil
+	}
+	if _, err := v.recompute(ctx, v.Layout, res.Step, todo, seqs); err != nil {
+		return res, err
+	}
+	for _, sid := range todo {
+		if _, err := os.Stat(filepath.Join(v.Layout.FamilyDir(f), sid+f.Suffix())); err == nil {
+			res.Recomputed++
+			v.logf("recomputed %s/%s%s", family, sid, f.Suffix())
+		} else {
+			res.Failures = append(res.Failures, sid)
+		}
 	}
 	return res, nil
 }

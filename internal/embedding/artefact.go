@@ -34,6 +34,14 @@ type Commit struct {
 	Suffix    string
 	Bytes     int64
 	Synthetic bool
+	// SHA256 (hex) and MtimeNs are the file's integrity record: the
+	// planner trusts a file whose size and modification time still match
+	// and hashes one whose stat differs (integrity.go). Empty/zero: none.
+	SHA256  string
+	MtimeNs int64
+	// RecordOnly updates only the entry's integrity record (bytes, sha256,
+	// mtime_ns) of a file already in place: its origin flag is kept.
+	RecordOnly bool
 }
 
 // writeArtefactTemp writes data to a hidden temp file beside
@@ -89,6 +97,10 @@ type ManifestEntry struct {
 	Ready     bool    `json:"ready"`
 	Synthetic bool    `json:"synthetic,omitempty"`
 	UpdatedAt float64 `json:"updated_at"`
+	// SHA256 (hex) and MtimeNs (the file's modification time in Unix
+	// nanoseconds) are the integrity record (integrity.go).
+	SHA256  string `json:"sha256,omitempty"`
+	MtimeNs int64  `json:"mtime_ns,omitempty"`
 }
 
 // ReadManifest returns the entries of dir/manifest.json by seq id; a missing
@@ -146,11 +158,22 @@ func MergeManifest(dir string, commits []Commit, remove []string) error {
 	if err := ensureDir(dir); err != nil {
 		return err
 	}
-	unlock, err := lockFile(filepath.Join(dir, manifestLockName), true)
+	unlock, err := lockManifest(dir)
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	return mergeManifestLocked(dir, commits, remove)
+}
+
+// lockManifest takes dir's manifest lock (the one every kinflow writer,
+// Go or Python, takes to merge the manifest).
+func lockManifest(dir string) (func(), error) {
+	return lockFile(filepath.Join(dir, manifestLockName), true)
+}
+
+// mergeManifestLocked is MergeManifest for a caller holding the lock.
+func mergeManifestLocked(dir string, commits []Commit, remove []string) error {
 	path := filepath.Join(dir, ManifestName)
 	doc := map[string]any{}
 	if b, err := os.ReadFile(path); err == nil {
@@ -178,11 +201,26 @@ func MergeManifest(dir string, commits []Commit, remove []string) error {
 		e["bytes"] = c.Bytes
 		e["filename"] = c.SeqID + c.Suffix
 		e["ready"] = true
+		if c.RecordOnly {
+			e["sha256"] = c.SHA256
+			e["mtime_ns"] = c.MtimeNs
+			entries[c.SeqID] = e
+			continue
+		}
 		e["updated_at"] = now
 		if c.Synthetic {
 			e["synthetic"] = true
 		} else {
 			delete(e, "synthetic")
+		}
+		// A new file without an integrity record drops the old file's:
+		// a stale hash would quarantine the new file.
+		if c.SHA256 != "" {
+			e["sha256"] = c.SHA256
+			e["mtime_ns"] = c.MtimeNs
+		} else {
+			delete(e, "sha256")
+			delete(e, "mtime_ns")
 		}
 		entries[c.SeqID] = e
 	}

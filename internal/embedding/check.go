@@ -3,6 +3,7 @@ package embedding
 import (
 	"archive/zip"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -73,14 +74,22 @@ func checkTorch(path string, size int64) error {
 	if bytes.Equal(head, legacyTorchMagic) {
 		return nil
 	}
-	zr, err := zip.NewReader(f, size)
+	if err := checkTorchReader(f, size); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// checkTorchReader checks that r holds a torch zip archive with data.pkl.
+func checkTorchReader(r io.ReaderAt, size int64) error {
+	zr, err := zip.NewReader(r, size)
 	if err != nil {
-		return fmt.Errorf("%s: not a torch file (neither zip nor legacy pickle): %w", path, err)
+		return fmt.Errorf("not a torch file (neither zip nor legacy pickle): %w", err)
 	}
 	for _, e := range zr.File {
 		if e.Name == "data.pkl" || strings.HasSuffix(e.Name, "/data.pkl") {
 			return nil
 		}
 	}
-	return fmt.Errorf("%s: torch zip archive without data.pkl", path)
+	return errors.New("torch zip archive without data.pkl")
 }

@@ -37,6 +37,10 @@ const (
 	// ESM1vHalf: method F cuts a sequence over ESMWindow residues to its
 	// first and last 500 (WIRE §10.4).
 	ESM1vHalf = 500
+	// ESMTokens is the token-matrix width methods G and H's own workers cut
+	// to (BOS and the first 1,023 residues of a longer sequence, no EOS;
+	// docs/method-cuts.md).
+	ESMTokens = 1024
 )
 
 // Family is one kind of cache artefact (one row of SEED-SPEC §2.5): a folder
@@ -77,9 +81,7 @@ func (f Family) Rows(seqLen int) int {
 			return 2 * ESM1vHalf
 		}
 	case FamilyMethodGESM2:
-		if seqLen > ESMWindow {
-			return ESMWindow
-		}
+		return min(seqLen, ESMTokens-1)
 	}
 	return seqLen
 }

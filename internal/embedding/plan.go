@@ -66,6 +66,9 @@ type Plan struct {
 	// SyntheticIgnored counts the synthetic files counted as missing because
 	// the request asked for real files only.
 	SyntheticIgnored int `json:"synthetic_ignored,omitempty"`
+	// Integrity is what the integrity check found (only with
+	// PlanRequest.Verify).
+	Integrity *Integrity `json:"integrity,omitempty"`
 }
 
 // StepWork is the sparse `step_work` of the plan: step key → missing ids,
@@ -118,6 +121,11 @@ type PlanRequest struct {
 	// real engine or real step programs, which must never consume synthetic
 	// stand-ins (DESIGN.md §8). The first real writer replaces them.
 	RealOnly bool
+	// Verify checks every present persistent file against its integrity
+	// record before it counts as cached (CheckFamily): a bad file is set
+	// aside and counted as missing. Plans that precede an engine's run set
+	// it; `kinflow plan` does not.
+	Verify bool
 }
 
 // BuildPlan builds the plan for req. A profile without shared cache (method
@@ -164,6 +172,7 @@ func (l *Layout) BuildPlan(ctx context.Context, req PlanRequest) (*Plan, error) 
 	dirs := make([]string, len(fams))
 	present := make([][]bool, len(fams))
 	origins := make([]familyOrigin, len(fams))
+	var integrity *Integrity
 	for fi, f := range fams {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -172,6 +181,16 @@ func (l *Layout) BuildPlan(ctx context.Context, req PlanRequest) (*Plan, error) 
 		present[fi] = make([]bool, n)
 		if origins[fi], err = presentWithOrigin(dirs[fi], f.Suffix(), index, present[fi], req.RealOnly); err != nil {
 			return nil, err
+		}
+		if req.Verify && f.Persistent {
+			if integrity == nil {
+				integrity = &Integrity{}
+			}
+			got, err := l.checkFamily(f, sids, index, present[fi], seqLenOf(sids, req.SeqIDToSeq), CheckOptions{})
+			if err != nil {
+				return nil, err
+			}
+			integrity.Add(got)
 		}
 	}
 	var hasBS []bool
@@ -199,6 +218,7 @@ func (l *Layout) BuildPlan(ctx context.Context, req PlanRequest) (*Plan, error) 
 		ExpectedPathsBySeq: make(map[string][]string, n),
 		MissingPathsBySeq:  map[string][]string{},
 		Total:              n * len(fams),
+		Integrity:          integrity,
 	}
 	if len(req.SeqIDToSeq) == n {
 		// The caller's map holds exactly the plan's ids: share it rather
@@ -461,6 +481,8 @@ func PlanSequences(ctx context.Context, l *Layout, mapper SeqIDMapper, d *method
 type PlanOptions struct {
 	// RealOnly is PlanRequest.RealOnly.
 	RealOnly bool
+	// Verify is PlanRequest.Verify.
+	Verify bool
 }
 
 // PlanSequencesWith is PlanSequences with options.
@@ -480,5 +502,5 @@ func PlanSequencesWith(ctx context.Context, l *Layout, mapper SeqIDMapper, d *me
 	for i, id := range ids {
 		m[id] = norm[i]
 	}
-	return l.BuildPlan(ctx, PlanRequest{MethodKey: d.Key, Target: t, Profile: d.Profile, SeqIDs: ids, SeqIDToSeq: m, RealOnly: o.RealOnly})
+	return l.BuildPlan(ctx, PlanRequest{MethodKey: d.Key, Target: t, Profile: d.Profile, SeqIDs: ids, SeqIDToSeq: m, RealOnly: o.RealOnly, Verify: o.Verify})
 }

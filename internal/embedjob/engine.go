@@ -205,12 +205,13 @@ func (e *Engine) RunStep(ctx context.Context, req StepRequest) (StepOutcome, err
 		// Count what the batch wrote whatever its exit: a program that
 		// crashes half-way keeps the files it committed.
 		var absent []MissingFile
+		var wrote []string
+		wroteBy := map[string]string{}
 		for _, it := range items {
 			for _, p := range it.MissingOutputs {
 				if cerr := embedding.CheckFile(p); cerr == nil {
-					out.Written++
-					done++
-					delete(missing, p)
+					wrote = append(wrote, p)
+					wroteBy[p] = it.SeqID
 				} else {
 					reason := "not written by the step program"
 					if !errors.Is(cerr, os.ErrNotExist) {
@@ -222,6 +223,24 @@ func (e *Engine) RunStep(ctx context.Context, req StepRequest) (StepOutcome, err
 					absent = append(absent, MissingFile{SeqID: it.SeqID, Path: p, Reason: reason})
 				}
 			}
+		}
+		// Every file written gets its integrity record (size, time,
+		// SHA-256) in its family's manifest, whoever wrote it: a one-shot
+		// reference program records none. A file of the wrong width or
+		// with non-finite values goes, like a malformed one.
+		badContent, rerr := embedding.RecordWritten(wrote)
+		if rerr != nil && ctx.Err() == nil {
+			req.Log.Printf("RECORD_FAILED job_id=%s step=%s batch=%d error=%v", req.JobID, req.StepKey, job.Index, rerr)
+		}
+		for _, p := range wrote {
+			if why, isBad := badContent[p]; isBad {
+				_ = os.Remove(p)
+				absent = append(absent, MissingFile{SeqID: wroteBy[p], Path: p, Reason: "malformed output removed: " + why})
+				continue
+			}
+			out.Written++
+			done++
+			delete(missing, p)
 		}
 		report()
 		switch {

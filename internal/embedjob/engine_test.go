@@ -361,8 +361,9 @@ printf '%s\n' "$@" > ` + args + `
 cat "$4" >> ` + args + `
 mkdir -p "$(dirname "$6")"
 printf '\223NUMPY\001\000\166\000' > "$6"
-printf "{'descr': '<f4', 'fortran_order': False, 'shape': (0,), }" >> "$6"
-printf '%*s\n' 60 '' >> "$6"
+printf "{'descr': '<f4', 'fortran_order': False, 'shape': (1280,), }" >> "$6"
+printf '%*s\n' 57 '' >> "$6"
+head -c 5120 /dev/zero >> "$6"
 `
 	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 		t.Fatal(err)
@@ -463,5 +464,24 @@ func BenchmarkPackBatches10k(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		PackBatches(items, DefaultToksPerBatch, 0)
+	}
+}
+
+// TestHostNeverRecutsWhatTheProgramCuts: with the default settings the host
+// hands method D's step program a 1,030-residue sequence as it is, so the
+// program's own rule (TurNup: the first 1,022 residues) decides, never the
+// host's first 500 + last 500 (docs/method-cuts.md).
+func TestHostNeverRecutsWhatTheProgramCuts(t *testing.T) {
+	f := newFixture(t, 100000)
+	f.settings.MaxResidues = map[string]int{}
+	for k, v := range DefaultMaxResidues {
+		f.settings.MaxResidues[k] = v
+	}
+	out := f.run(t, f.items(t, 1030, 1, 1023))
+	if out.Written != 3 {
+		t.Fatalf("outcome %+v", out)
+	}
+	if b := f.batches(t); len(b) != 1 || !slices.Equal(b[0], []string{"s00:1030", "s02:1023", "s01:1"}) {
+		t.Fatalf("program saw %v", b)
 	}
 }

@@ -130,7 +130,7 @@ func TestLoadSettings(t *testing.T) {
 	if s.TokenBudget("methodg_esm2") != 6000 || s.TokenBudget("prot_t5_mean") != 2000 {
 		t.Errorf("budgets %d %d", s.TokenBudget("methodg_esm2"), s.TokenBudget("prot_t5_mean"))
 	}
-	if s.MaxResidues["methodg_esm2"] != 1022 || s.MaxResidues["methodf_esm1v"] != 0 || s.MaxResidues["methodd_esm1b"] != 1022 {
+	if s.MaxResidues["methodg_esm2"] != 1022 || s.MaxResidues["methodf_esm1v"] != 0 || s.MaxResidues["methodd_esm1b"] != 0 {
 		t.Errorf("max residues %v", s.MaxResidues)
 	}
 	if s.JobLogDir != filepath.Join("/media", "gpu_jobs", "logs") || s.MethodECheckpointRoot != "/ckpt" {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -167,7 +168,12 @@ func fakeStepProgram(args []string) int {
 			continue
 		}
 		for _, p := range s.MissingOutputs {
-			t := embedding.Tensor{Shape: []int{8}, Data: make([]float32, 8)}
+			// The family's own shape: the host checks every file's width.
+			shape := []int{8}
+			if f, ok := embedding.FamilyOf(FamilyName(filepath.Dir(p))); ok {
+				shape = f.Shape(len(s.Sequence))
+			}
+			t := embedding.Tensor{Shape: shape, Data: make([]float32, embedding.NumElements(shape))}
 			body, _ := embedding.EncodeNPY(t)
 			if strings.HasSuffix(p, ".pt") {
 				body, _ = embedding.EncodePT(t)
@@ -219,8 +225,12 @@ func fakeFingerprint(opts []string) map[string]any {
 				return nil
 			}
 			sum := sha256.Sum256(data)
-			return map[string]any{"model": "fake", "weights": map[string]string{filepath.Base(f): hex.EncodeToString(sum[:])},
+			fp := map[string]any{"model": "fake", "weights": map[string]string{filepath.Base(f): hex.EncodeToString(sum[:])},
 				"precision": "fp32", "program": "fake step program", "program_version": "1"}
+			if slices.Contains(opts, "claim-synthetic") {
+				fp["synthetic"] = true
+			}
+			return fp
 		}
 	}
 	return nil

@@ -54,7 +54,7 @@ func (r *CommandRunner) Fingerprint(ctx context.Context, step string, log *JobLo
 			return provenance.Fingerprint{}, r.serverErr(ctx, step, err)
 		}
 		if fp, ok := provenance.Parse(info["fingerprint"]); ok {
-			return fp, nil
+			return fp, checkClaim(step, fp)
 		}
 		model, _ := info["model"].(string)
 		return ProgramFingerprint(spec.Argv, model)
@@ -92,7 +92,7 @@ func (r *CommandRunner) Fingerprint(ctx context.Context, step string, log *JobLo
 			var doc map[string]any
 			if json.Unmarshal(bytes.TrimSpace(line), &doc) == nil {
 				if fp, ok := provenance.Parse(doc["fingerprint"]); ok {
-					return fp, nil
+					return fp, checkClaim(step, fp)
 				}
 			}
 		}
@@ -103,6 +103,20 @@ func (r *CommandRunner) Fingerprint(ctx context.Context, step string, log *JobLo
 		tail = tail[i+1:]
 	}
 	return provenance.Fingerprint{}, &ConfigError{Msg: fmt.Sprintf("%s%s: %v %s", EnvStepFingerprintPrefix, strings.ToUpper(step), err, tail)}
+}
+
+// checkClaim refuses a step program's fingerprint that claims to be
+// synthetic. Only kinflow's own synthetic executor is synthetic, and it
+// never answers through this path (syntheticServerRunner): a configured
+// program that says so is misconfigured or lying, and taking its word
+// would record its files under a synthetic fingerprint (or, in a family of
+// a real model, beside real ones), so it is refused like a family made by
+// another model.
+func checkClaim(step string, fp provenance.Fingerprint) error {
+	if !fp.Synthetic {
+		return nil
+	}
+	return &ConfigError{Msg: fmt.Sprintf("the step program of %s reports a synthetic fingerprint (%s, model %q): only kinflow's synthetic executor (KINFLOW_STEP_EXECUTOR=synthetic) writes synthetic files; a configured program must report its model", step, fp.ID(), fp.Model)}
 }
 
 // ProgramFingerprint identifies a program that reports no fingerprint of
@@ -198,6 +212,11 @@ func (e *Engine) recheck(ctx context.Context, req StepRequest, admitted provenan
 		return r.serverErr(ctx, req.StepKey, err)
 	}
 	fp, ok := provenance.Parse(info["fingerprint"])
+	if ok {
+		if err := checkClaim(req.StepKey, fp); err != nil {
+			return err
+		}
+	}
 	if !ok {
 		// A server that reports no fingerprint was admitted under its
 		// command line's files (Fingerprint): a restart may have loaded

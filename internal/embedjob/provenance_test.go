@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -104,14 +105,14 @@ func TestRealProgramReplacesSyntheticFiles(t *testing.T) {
 			t.Errorf("%s still flagged synthetic", sid)
 		}
 	}
-	// The files are the real program's (an [8] vector), not the synthetic [1280].
+	// The files are the real program's (zeros), not the synthetic ones (random values).
 	fh, err := os.Open(f.path("s00"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fh.Close()
 	tn, err := embedding.DecodeNPY(fh)
-	if err != nil || len(tn.Data) != 8 {
+	if err != nil || len(tn.Data) != 1280 || slices.ContainsFunc(tn.Data, func(x float32) bool { return x != 0 }) {
 		t.Fatalf("rewritten file: %v %v", err, tn.Shape)
 	}
 	// A second run has nothing to do.
@@ -262,5 +263,33 @@ func TestFirstRealWriterOverOldSyntheticFiles(t *testing.T) {
 	out := f.run(t, items[1:])
 	if out.Failure != nil || out.Written != 1 || out.Skipped != 0 {
 		t.Fatalf("the old synthetic file was taken as real: %+v", out)
+	}
+}
+
+// TestProgramClaimingSyntheticIsRefused: a configured step program whose
+// fingerprint says synthetic is not taken at its word (only kinflow's own
+// synthetic executor is synthetic): the step is refused before any write,
+// and the family gets no record.
+func TestProgramClaimingSyntheticIsRefused(t *testing.T) {
+	f := newFixture(t, 1000)
+	weights := filepath.Join(t.TempDir(), "esm1b.pt")
+	if err := os.WriteFile(weights, []byte("weights"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.settings.Servers = map[string][]string{testStep: {os.Args[0], "--serve", "weights=" + weights, "claim-synthetic"}}
+	pool := stepserver.NewPool(stepserver.Options{Max: 1})
+	t.Cleanup(pool.Close)
+	e := f.engine()
+	e.Runner = &CommandRunner{Settings: f.settings, MediaRoot: f.media, Pool: pool}
+	out, err := e.RunStep(context.Background(), StepRequest{JobID: jobA, StepKey: testStep, Seqs: f.items(t, 30)})
+	var ce *ConfigError
+	if err != nil || !errors.As(out.Failure, &ce) || !strings.Contains(ce.Error(), "reports a synthetic fingerprint") || out.Written != 0 {
+		t.Fatalf("want a refusal, got %+v %v", out, err)
+	}
+	if rec, _ := provenance.ReadRecorded(filepath.Dir(f.path("s00"))); rec != nil {
+		t.Fatalf("a refused program recorded %+v", rec)
+	}
+	if _, err := os.Stat(f.path("s00")); !os.IsNotExist(err) {
+		t.Fatalf("a refused program wrote a file: %v", err)
 	}
 }

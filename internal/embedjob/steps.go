@@ -21,14 +21,15 @@ var deprecatedSteps = methods.DeprecatedSteps()
 func CanonicalStep(key string) (string, bool) { return methods.CanonicalStep(key) }
 
 // DefaultMaxResidues is the longest sequence each step's model accepts as it
-// is. ESM-1b and ESM-1v were trained on 1,024 tokens including BOS and EOS, so
-// 1,022 residues; longer sequences follow TruncateLong. Steps not listed take
-// any length (their programs handle it). The env file overrides these with
-// GPU_EMBED_MAX_RESIDUES_<STEP>.
-var DefaultMaxResidues = map[string]int{
-	"methodd_esm1b": 1022,
-	"methodf_esm1v": 1022,
-}
+// is, for the host to cut longer ones with TruncateLong before the step
+// program sees them. It is empty: every active step program applies its
+// method's own cut (docs/method-cuts.md: method D's first 1,022 residues,
+// method F's first 500 + last 500, methods G and H's 1,024-token matrix),
+// and a second cut by the host would replace the method's rule with
+// another (a 1,030-residue sequence for method D would become 500 + 500).
+// The env file sets GPU_EMBED_MAX_RESIDUES_<STEP> for a program that does
+// not cut itself.
+var DefaultMaxResidues = map[string]int{}
 
 // Layout says which files a step writes for one sequence.
 type Layout interface {

@@ -1,8 +1,13 @@
 package methods
 
 import (
+	"context"
+	"os/exec"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/kinflow/kinflow/internal/provenance"
 )
@@ -16,10 +21,13 @@ func SyntheticEngineFingerprint(d *Descriptor) provenance.Fingerprint {
 
 // EngineFingerprint is the fingerprint of d's command engine: the SHA-256
 // of its program and model files (the script, every command token that
-// names a file once the path placeholders are filled, and the model_dir
-// folder; interpreters are left out), remembered in hc by path, size and
-// mtime. Its model is d's display name and model version.
-func EngineFingerprint(d *Descriptor, hc *provenance.HashCache) (provenance.Fingerprint, error) {
+// names a file once the path placeholders are filled, the model_dir and
+// data_dir folders, and every file or folder in extra, such as method E's
+// checkpoint root; interpreters are left out), remembered in hc by path,
+// size and mtime, and the version of the chemistry toolkit (RDKit) the
+// engine's interpreter imports. Its model is d's display name and model
+// version.
+func EngineFingerprint(d *Descriptor, hc *provenance.HashCache, extra ...string) (provenance.Fingerprint, error) {
 	model := d.DisplayName + " v" + d.ModelVersion
 	if d.Command == nil {
 		return provenance.Fingerprint{Model: model, Program: "unconfigured"}, nil
@@ -48,13 +56,77 @@ func EngineFingerprint(d *Descriptor, hc *provenance.HashCache) (provenance.Fing
 			argv = append(argv, r)
 		}
 	}
-	if m := c.Paths["model_dir"]; m != "" {
-		argv = append(argv, m)
+	// The model's weights and the method's data (methods A, G, G-O2 and I
+	// read tables and checkpoints from {data_dir}): a file changed in place
+	// changes the fingerprint, so the prediction cache misses.
+	for _, k := range []string{"model_dir", "data_dir"} {
+		if m := c.Paths[k]; m != "" && !slices.Contains(argv, m) {
+			argv = append(argv, m)
+		}
+	}
+	for _, e := range extra {
+		if e != "" && !slices.Contains(argv, e) {
+			argv = append(argv, e)
+		}
 	}
 	fp, err := provenance.CommandFingerprint(hc, argv, model)
 	if err != nil {
 		return provenance.Fingerprint{}, err
 	}
 	fp.Program = d.Key + " command engine"
+	if c.Python != "" {
+		fp.Libraries = map[string]string{"rdkit": RDKitVersion(c.Python)}
+	}
 	return fp, nil
+}
+
+// rdkitProbe prints the RDKit version the interpreter imports, or "absent".
+// The package metadata is read first: importing RDKit takes a second.
+const rdkitProbe = `import importlib.metadata as m
+try:
+    print(m.version("rdkit"))
+except Exception:
+    try:
+        import rdkit
+        print(rdkit.__version__)
+    except Exception:
+        print("absent")
+`
+
+// rdkitTimeout bounds the probe: an interpreter that hangs must not stall
+// every prediction; its version then reads "unknown".
+const rdkitTimeout = 60 * time.Second
+
+// rdkitTTL is how long a probed version is trusted: an upgrade of RDKit
+// changes no file of the interpreter itself, so the version is probed
+// again at most this long after, not keyed on the interpreter's files.
+const rdkitTTL = time.Minute
+
+type rdkitProbed struct {
+	version string
+	at      time.Time
+}
+
+var rdkitVersions sync.Map // interpreter path → rdkitProbed
+
+// RDKitVersion is the RDKit version python imports ("absent" without
+// RDKit, "unknown" when the interpreter cannot be run), probed at most
+// once per rdkitTTL per interpreter.
+func RDKitVersion(python string) string {
+	exe, err := exec.LookPath(python)
+	if err != nil {
+		return "unknown"
+	}
+	if v, ok := rdkitVersions.Load(exe); ok && time.Since(v.(rdkitProbed).at) < rdkitTTL {
+		return v.(rdkitProbed).version
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), rdkitTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, exe, "-c", rdkitProbe).Output()
+	v := strings.TrimSpace(string(out))
+	if err != nil || v == "" {
+		return "unknown"
+	}
+	rdkitVersions.Store(exe, rdkitProbed{version: v, at: time.Now()})
+	return v
 }

@@ -52,3 +52,54 @@ func TestEngineFingerprint(t *testing.T) {
 		}
 	}
 }
+
+// TestEngineFingerprintCoversDataCheckpointsAndRDKit: a file changed in
+// place in {data_dir}, in a checkpoint root named by the environment
+// (method E's), or a different RDKit version changes the engine's
+// fingerprint, so the prediction cache misses.
+func TestEngineFingerprintCoversDataCheckpointsAndRDKit(t *testing.T) {
+	dir := t.TempDir()
+	write := func(p, body string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script, data, ckpt := filepath.Join(dir, "predict.py"), filepath.Join(dir, "data"), filepath.Join(dir, "ckpt")
+	write(script, "print(1)\n")
+	write(filepath.Join(data, "table.csv"), "a,b\n")
+	write(filepath.Join(ckpt, "kcat", "fold_0", "model_0", "model.pt"), "weights")
+	// A stand-in interpreter whose RDKit version is a file's contents.
+	version := filepath.Join(dir, "rdkit-version")
+	write(version, "2023.09.1\n")
+	py := filepath.Join(dir, "python")
+	write(py, "#!/bin/sh\ncat "+version+"\n")
+	d := &Descriptor{Key: "E", DisplayName: "Method E", ModelVersion: "1",
+		Command: &Command{Python: py, Script: script, Paths: map[string]string{"data_dir": data}}}
+	id := func() string {
+		t.Helper()
+		rdkitVersions.Clear()
+		fp, err := EngineFingerprint(d, provenance.NewHashCache(""), ckpt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fp.ID()
+	}
+	fp, _ := EngineFingerprint(d, provenance.NewHashCache(""), ckpt)
+	if fp.Libraries["rdkit"] != "2023.09.1" || fp.Weights["data/table.csv"] == "" || fp.Weights["ckpt/kcat/fold_0/model_0/model.pt"] == "" {
+		t.Fatalf("fingerprint %+v", fp)
+	}
+	base := id()
+	write(filepath.Join(data, "table.csv"), "a,c\n")
+	afterData := id()
+	write(filepath.Join(ckpt, "kcat", "fold_0", "model_0", "model.pt"), "weightz")
+	afterCkpt := id()
+	write(version, "2024.03.5\n")
+	afterRDKit := id()
+	if base == afterData || afterData == afterCkpt || afterCkpt == afterRDKit {
+		t.Fatalf("fingerprints %s %s %s %s: each change must show", base, afterData, afterCkpt, afterRDKit)
+	}
+}

@@ -2,14 +2,18 @@
 
 Every artefact is written to a hidden temp file ``.<sid>.<random><suffix>`` in its
 final folder, fsynced, then renamed into place, so no reader or planner ever sees a
-partial file and a watcher sees one moved-to event. The folder's ``manifest.json`` is
-then merged under the same lock file kinflow's Go writers take (``.manifest.lock``,
-flock), so kinflow writers never lose each other's entries.
+partial file and a watcher sees one moved-to event. Before the rename, the folder's
+``manifest.json`` is merged under the same lock file kinflow's Go writers take
+(``.manifest.lock``, flock), so kinflow writers never lose each other's entries; each
+entry records the file's size, modification time (``mtime_ns``) and SHA-256, which
+kinflow's planner compares before a model reads the file (internal/embedding's
+integrity check). Recording first means a file is never visible without its record.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import io
 import json
 import os
@@ -74,6 +78,50 @@ def write_bytes_atomic(path: str, data: bytes) -> int:
     return len(data)
 
 
+@dataclass
+class Staged:
+    """A file written and fsynced under its hidden temp name, not yet visible."""
+
+    tmp: str
+    path: str
+    nbytes: int
+    mtime_ns: int
+    sha256: str
+
+    def publish(self) -> None:
+        """Rename the temp file into place (its modification time is kept)."""
+        os.replace(self.tmp, self.path)
+
+    def discard(self) -> None:
+        try:
+            os.unlink(self.tmp)
+        except FileNotFoundError:
+            pass
+
+
+def stage_bytes(path: str, data: bytes) -> Staged:
+    """Write data to a hidden, fsynced temp file beside path (not renamed yet) and
+    return its integrity record."""
+    folder, name = os.path.split(path)
+    stem, suffix = os.path.splitext(name)
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=suffix, dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fchmod(f.fileno(), 0o644)
+            os.fsync(f.fileno())
+            st = os.fstat(f.fileno())
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return Staged(tmp, path, len(data), st.st_mtime_ns, hashlib.sha256(data).hexdigest())
+
+
 def npy_bytes(arr: np.ndarray) -> bytes:
     """Encode arr as NPY (format 1.0), C order."""
     buf = io.BytesIO()
@@ -93,11 +141,16 @@ def pt_bytes(tensor) -> bytes:
 
 @dataclass
 class Commit:
-    """One artefact written, for the manifest merge."""
+    """One artefact written, for the manifest merge: its size and, when known, its
+    modification time and SHA-256 (the integrity record). ``synthetic`` keeps the
+    flag for a stand-in's files; a real model's files carry none."""
 
     seq_id: str
     filename: str
     nbytes: int
+    sha256: str = ""
+    mtime_ns: int = 0
+    synthetic: bool = False
 
 
 def merge_manifest(folder: str, commits: Iterable[Commit]) -> None:
@@ -128,7 +181,16 @@ def merge_manifest(folder: str, commits: Iterable[Commit]) -> None:
             if not isinstance(e, dict):
                 e = {}
             e.update(bytes=c.nbytes, filename=c.filename, ready=True, updated_at=now)
-            e.pop("synthetic", None)
+            if c.synthetic:
+                e["synthetic"] = True
+            else:
+                e.pop("synthetic", None)
+            if c.sha256:
+                e.update(sha256=c.sha256, mtime_ns=c.mtime_ns)
+            else:
+                # A stale record would make the planner set the new file aside.
+                e.pop("sha256", None)
+                e.pop("mtime_ns", None)
             entries[c.seq_id] = e
         doc.update(count=len(entries), entries=entries, updated_at=now, version=1)
         write_bytes_atomic(path, json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())

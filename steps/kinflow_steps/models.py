@@ -169,11 +169,20 @@ class FairESM:
         return idx
 
     @torch.inference_mode()
-    def embed(self, seqs: list[str], layers: list[Any], cls: bool = False) -> dict[Any, list[np.ndarray]]:
+    def embed(
+        self, seqs: list[str], layers: list[Any], cls: bool = False, max_tokens: int | None = None
+    ) -> dict[Any, list[np.ndarray]]:
         """Per-layer lists of [len(seq), D] float32 residue matrices (or, with cls,
-        [D] vectors of the BOS/CLS position)."""
+        [D] vectors of the BOS/CLS position). With max_tokens, the batch's token matrix
+        (BOS, residues, EOS, padding) is cut to its first max_tokens columns, as the
+        reference's method G and H workers do (``batch_tokens[:, :1024]``): a longer
+        sequence keeps BOS and its first max_tokens - 1 residues, without EOS, and its
+        matrix has that many rows."""
         _fake_oom(len(seqs))
         _, _, tokens = self.converter([(str(i), s) for i, s in enumerate(seqs)])
+        if max_tokens is not None and tokens.shape[1] > max_tokens:
+            tokens = tokens[:, :max_tokens]
+        keep = tokens.shape[1] - 1
         idx = {layer: self.layer_index(layer) for layer in layers}
         out = self.model(tokens.to(self.device), repr_layers=sorted(set(idx.values())), return_contacts=False)
         reps = out["representations"]
@@ -183,7 +192,7 @@ class FairESM:
             if cls:
                 result[layer] = [rep[row, 0].copy() for row in range(len(seqs))]
             else:
-                result[layer] = [rep[row, 1 : len(s) + 1].copy() for row, s in enumerate(seqs)]
+                result[layer] = [rep[row, 1 : min(len(s), keep) + 1].copy() for row, s in enumerate(seqs)]
         return result
 
 

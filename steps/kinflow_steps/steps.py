@@ -30,6 +30,8 @@ AMINO = set("ACDEFGHIKLMNPQRSTVWYXUZOB")
 
 # ESM windows: 1,024 tokens with BOS/EOS, so 1,022 residues.
 ESM_WINDOW = 1022
+#: The token-matrix width the reference's method G and H workers cut to.
+ESM_TOKENS = 1024
 # Method F's rule for longer sequences (WIRE §10.4): first 500 + last 500.
 ESM1V_HALF = 500
 # The binding-site predictor refuses longer sequences (WIRE §9.2).
@@ -110,11 +112,12 @@ def mean_vec(res: np.ndarray) -> np.ndarray:
 
 def weighted_vec(res: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Binding-site-weighted average as the reference computes it: the table's weights
-    at their full precision, NaN weights as 0, normalised to sum 1 in float64; weights
+    at their full precision, NaN and infinite weights as 0, normalised to sum 1 in float64; weights
     summing to 0 or less (or to infinity) give the plain mean. Stored as float32
     (kinflow's NPY reader takes float32)."""
     w = np.asarray(w, dtype=np.float64)
-    w = np.where(np.isnan(w), 0.0, w)
+    # The reference drops NaN and infinite weights alike (nan_to_num to 0).
+    w = np.nan_to_num(w, nan=0.0, posinf=0.0, neginf=0.0)
     total = w.sum()
     if not np.isfinite(total) or total <= 0:
         return mean_vec(res)
@@ -167,9 +170,10 @@ def padding_report(lengths: list[int], budget: int, naive_batch: int = 8) -> dic
 
 
 class Writer:
-    """Collects a batch's files and writes them atomically at ``commit`` (then merges
-    each folder's manifest.json): a batch that turns out to hold a non-finite value
-    is ``discard``-ed and writes nothing."""
+    """Collects a batch's files and writes them atomically at ``commit``: every file to
+    its fsynced temp name, then each folder's manifest.json with the files' integrity
+    records, then the renames (a file is never visible before its record). A batch that
+    turns out to hold a non-finite value is ``discard``-ed and writes nothing."""
 
     def __init__(self) -> None:
         self.pending: list[tuple[str, str, bytes]] = []
@@ -182,17 +186,25 @@ class Writer:
         self.pending.clear()
 
     def commit(self) -> None:
-        commits: dict[str, list[cache_io.Commit]] = {}
+        staged: list[cache_io.Staged] = []
         try:
+            commits: dict[str, list[cache_io.Commit]] = {}
             for path, seq_id, data in self.pending:
-                n = cache_io.write_bytes_atomic(path, data)
-                folder = os.path.dirname(path)
-                commits.setdefault(folder, []).append(cache_io.Commit(seq_id, os.path.basename(path), n))
+                st = cache_io.stage_bytes(path, data)
+                staged.append(st)
+                commits.setdefault(os.path.dirname(path), []).append(
+                    cache_io.Commit(seq_id, os.path.basename(path), st.nbytes, st.sha256, st.mtime_ns)
+                )
+            for folder, cs in commits.items():
+                cache_io.merge_manifest(folder, cs)
+            while staged:
+                staged[0].publish()
+                staged.pop(0)
                 self.written += 1
         finally:
             self.pending.clear()
-            for folder, cs in commits.items():
-                cache_io.merge_manifest(folder, cs)
+            for st in staged:
+                st.discard()
 
 
 def check_finite(seqs: list[Seq], reps: dict[Any, list[np.ndarray]], what: str) -> None:
@@ -290,6 +302,8 @@ class PooledStep(Step):
     or ``residue_pt``."""
 
     spec: dict[str, tuple[Any, str]] = {}
+    #: The token-matrix cut of the method's own code (FairESM.embed), None for none.
+    max_tokens: int | None = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -302,7 +316,11 @@ class PooledStep(Step):
     def produce(self, b: Batch, group: list[tuple[Seq, dict[str, str]]], w: Writer) -> None:
         seqs = [self.fit(s.sequence) for s, _ in group]
         layers = sorted({self.spec[f][0] for _, want in group for f in want}, key=str)
-        reps = self.model.embed(seqs, layers)
+        reps = (
+            self.model.embed(seqs, layers, max_tokens=self.max_tokens)
+            if self.max_tokens
+            else self.model.embed(seqs, layers)
+        )
         check_finite([s for s, _ in group], reps, self.key)
         need_w = {s.seq_id for s, want in group if any(self.spec[f][1] == "weighted" for f in want)}
         weights = self.weights_for(b, need_w) if need_w else {}
@@ -369,24 +387,23 @@ class ESM2Step(PooledStep):
 
 
 class MethodHESM2LastMean(ESM2Step):
-    """Method H: layer-33 (last) mean of ESM-2 650M, the first 1,022 residues."""
+    """Method H: layer-33 (last) mean of ESM-2 650M over the residues the method's own
+    worker keeps: its token matrix cut to 1,024 columns (BOS and the first 1,023
+    residues, no EOS, for a longer sequence; docs/method-cuts.md)."""
 
     key = "methodh_esm2_last_mean"
     spec = {"esm2_layer_last_mean": (LAST, "mean")}
-
-    def fit(self, seq: str) -> str:
-        return seq[:ESM_WINDOW]
+    max_tokens = ESM_TOKENS
 
 
 class MethodGESM2(ESM2Step):
     """Method G: the layer-33 per-residue tensor [L, 1280] as torch.save float32, the
-    first 1,022 residues (kinflow's Family.Rows; the reference cut tokens at 1,024)."""
+    token matrix cut to 1,024 columns as the method's own worker does: at most 1,023
+    rows, no EOS for a longer sequence (kinflow's Family.Rows; docs/method-cuts.md)."""
 
     key = "methodg_esm2"
     spec = {"methodg_esm2": (LAST, "residue_pt")}
-
-    def fit(self, seq: str) -> str:
-        return seq[:ESM_WINDOW]
+    max_tokens = ESM_TOKENS
 
 
 class MethodAESM2Layers(ESM2Step):

@@ -9,3 +9,52 @@ def test_valid_seq_id_matches_the_go_rule():
         assert cache_io.valid_seq_id(sid), sid
     for sid in ["", ".hidden", "-flag", "a/b", "a\\b", "a..b", "a,b", "a b", "a\tb", "a\x7fb", "x" * 129]:
         assert not cache_io.valid_seq_id(sid), repr(sid)
+
+
+def test_writer_records_integrity_before_the_file_is_visible(tmp_path, monkeypatch):
+    """Each entry holds the file's size, mtime_ns and SHA-256 (what kinflow's planner
+    compares), and the manifest is merged before the rename: at the moment a file
+    becomes visible its record is already there."""
+    import hashlib
+    import json
+    import os
+
+    from kinflow_steps import cache_io
+    from kinflow_steps.steps import Writer
+
+    folder = tmp_path / "sequence_info" / "esm2_layer_last_mean"
+    path = str(folder / "abc.npy")
+    seen_at_publish = []
+    real_publish = cache_io.Staged.publish
+
+    def publish(self):
+        doc = json.loads((folder / "manifest.json").read_text())
+        seen_at_publish.append(doc["entries"].get("abc"))
+        real_publish(self)
+
+    monkeypatch.setattr(cache_io.Staged, "publish", publish)
+    w = Writer()
+    w.put(path, "abc", b"\x93NUMPY payload")
+    w.commit()
+    assert w.written == 1
+    e = json.loads((folder / "manifest.json").read_text())["entries"]["abc"]
+    st = os.stat(path)
+    assert seen_at_publish == [e]
+    assert e["bytes"] == st.st_size and e["mtime_ns"] == st.st_mtime_ns
+    assert e["sha256"] == hashlib.sha256(b"\x93NUMPY payload").hexdigest()
+    assert "synthetic" not in e
+    assert not [n for n in os.listdir(folder) if n.startswith(".abc.")]
+
+
+def test_merge_manifest_keeps_a_synthetic_flag(tmp_path):
+    import json
+
+    from kinflow_steps import cache_io
+
+    cache_io.merge_manifest(str(tmp_path), [cache_io.Commit("s", "s.npy", 3, "ab" * 32, 7, synthetic=True)])
+    e = json.loads((tmp_path / "manifest.json").read_text())["entries"]["s"]
+    assert e["synthetic"] is True and e["sha256"] == "ab" * 32 and e["mtime_ns"] == 7
+    # A real file over it drops the flag and a stale record.
+    cache_io.merge_manifest(str(tmp_path), [cache_io.Commit("s", "s.npy", 4)])
+    e = json.loads((tmp_path / "manifest.json").read_text())["entries"]["s"]
+    assert "synthetic" not in e and "sha256" not in e and e["bytes"] == 4

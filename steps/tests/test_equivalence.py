@@ -69,16 +69,21 @@ def check(step: str, artefact: str, sid: str, got, want) -> None:
 _REPS: dict = {}
 
 
-def fair_reps(path: str, seq: str, layers: list[int], state: dict | None = None) -> dict[int, np.ndarray]:
-    """[len+2, D] fp32 token representations per layer of one sequence alone."""
+def fair_reps(
+    path: str, seq: str, layers: list[int], state: dict | None = None, token_cut: int | None = None
+) -> dict[int, np.ndarray]:
+    """[len+2, D] fp32 token representations per layer of one sequence alone (with
+    token_cut, of its first token_cut tokens: methods G and H, docs/method-cuts.md)."""
     import torch
 
-    key = (path, seq, tuple(layers), state is not None)
+    key = (path, seq, tuple(layers), state is not None, token_cut)
     if key not in _REPS:
         model, alphabet = fair_load(path)
         if state is not None:
             model.load_state_dict(state)
         toks = torch.tensor([[alphabet.cls_idx] + [alphabet.get_idx(a) for a in seq] + [alphabet.eos_idx]])
+        if token_cut is not None:
+            toks = toks[:, :token_cut]
         with torch.no_grad():
             out = model.eval()(toks, repr_layers=layers)["representations"]
         _REPS[key] = {i: out[i][0].numpy() for i in layers}
@@ -86,9 +91,10 @@ def fair_reps(path: str, seq: str, layers: list[int], state: dict | None = None)
 
 
 def ref_weighted(res: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """The reference's rule, written out: NaN weights count 0; weights summing to 0 or
-    less give the plain mean; else the float64 weighted mean with weights normalised."""
-    w = np.nan_to_num(np.asarray(w, dtype=np.float64), nan=0.0)
+    """The reference's rule, written out: NaN and infinite weights count 0; weights
+    summing to 0 or less give the plain mean; else the float64 weighted mean with weights
+    normalised (docs/method-cuts.md)."""
+    w = np.nan_to_num(np.asarray(w, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0)
     if w.sum() <= 0:
         return res.astype(np.float64).mean(0)
     return (res.astype(np.float64) * (w / w.sum())[:, None]).sum(0)
@@ -156,7 +162,7 @@ def test_methodh_esm2_last_mean(serve, eq, media):
         == "done"
     )
     for sid, seq in ESM2_CUT.items():
-        res = fair_reps(eq["KINFLOW_ESM2_650M_PATH"], seq[:1022], [33])[33][1:-1]
+        res = fair_reps(eq["KINFLOW_ESM2_650M_PATH"], seq, [33], token_cut=1024)[33][1 : 1 + min(len(seq), 1023)]
         check("methodh_esm2_last_mean", "esm2_layer_last_mean", sid,
               np.load(out_path(media, "esm2_layer_last_mean", sid)), res.astype(np.float64).mean(0))  # fmt: skip
 
@@ -167,7 +173,7 @@ def test_methodg_esm2(serve, eq, media):
     s = serve("methodg_esm2")
     assert s.send(manifest("methodg_esm2", media, ESM2_CUT, [("methodg_esm2", ".pt")]))["status"] == "done"
     for sid, seq in ESM2_CUT.items():
-        res = fair_reps(eq["KINFLOW_ESM2_650M_PATH"], seq[:1022], [33])[33][1:-1]
+        res = fair_reps(eq["KINFLOW_ESM2_650M_PATH"], seq, [33], token_cut=1024)[33][1 : 1 + min(len(seq), 1023)]
         got = torch.load(out_path(media, "methodg_esm2", sid, ".pt"), weights_only=True)
         check("methodg_esm2", "methodg_esm2", sid, got.numpy(), res)
 

@@ -1,0 +1,565 @@
+package embedding
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+)
+
+// The integrity check (DESIGN.md §8: the cache is only worth what its files
+// are right). Every kinflow writer records each file's size, modification
+// time and SHA-256 in its family's manifest (Commit). Before a stage's
+// engine runs, the planner compares every persistent file the stage will
+// read with its record: a stat is enough while size and time match; a file
+// whose stat differs, or that has no hash recorded (an older cache, the
+// reference's), is read, hashed and, without a hash to compare, checked for
+// shape and finite values, then recorded. A bad file is moved aside into
+// sequence_info/.quarantine/ (never deleted), counted as missing and so
+// computed again.
+
+// QuarantineDir is the folder under sequence_info/ that bad files are moved
+// into, by family: `.quarantine/<family>/<file>.<unix nanoseconds>`, each
+// with a `.reason` file beside it. Hidden, so no listing counts it.
+const QuarantineDir = ".quarantine"
+
+// QuarantineReasonSuffix ends the text file that says why a file was set aside.
+const QuarantineReasonSuffix = ".reason"
+
+// BadFile is one cached file that failed its integrity check.
+type BadFile struct {
+	Family string `json:"family"`
+	SeqID  string `json:"seq_id"`
+	Reason string `json:"reason"`
+	// Quarantined is where the file now is, relative to sequence_info/
+	// (empty when it changed again while being set aside and was left).
+	Quarantined string `json:"quarantined,omitempty"`
+}
+
+// Integrity is what an integrity check found.
+type Integrity struct {
+	// Checked counts the files compared with their records.
+	Checked int `json:"checked"`
+	// Hashed counts the files read and hashed (stat differed, no hash
+	// recorded, or every file on request).
+	Hashed int `json:"hashed"`
+	// Recorded counts the records written (a first hash, or a new time for
+	// unchanged contents).
+	Recorded int `json:"recorded"`
+	// Bad lists the files set aside.
+	Bad []BadFile `json:"bad,omitempty"`
+}
+
+// Add merges o into in.
+func (in *Integrity) Add(o Integrity) {
+	in.Checked += o.Checked
+	in.Hashed += o.Hashed
+	in.Recorded += o.Recorded
+	in.Bad = append(in.Bad, o.Bad...)
+}
+
+// Summary is a one-line account of the bad files (at most limit named).
+func (in *Integrity) Summary(limit int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d cached file(s) failed the integrity check and were set aside, to be computed again", len(in.Bad))
+	for i, bf := range in.Bad {
+		if i == limit {
+			fmt.Fprintf(&b, "; and %d more", len(in.Bad)-limit)
+			break
+		}
+		sep := ": "
+		if i > 0 {
+			sep = "; "
+		}
+		fmt.Fprintf(&b, "%s%s/%s (%s)", sep, bf.Family, bf.SeqID, bf.Reason)
+	}
+	return b.String()
+}
+
+// CheckOptions are CheckFamily's options.
+type CheckOptions struct {
+	// HashAll reads and hashes every file, whatever its stat (`kinflow
+	// cache verify`).
+	HashAll bool
+}
+
+// CheckFamily checks the files of family f for the ids whose present[i] is
+// set (sids[i]; seqLen(i) is the sequence's length for the shape check, or
+// -1 when unknown) and clears present[i] for every file that is bad (set
+// aside) or that vanished meanwhile.
+func (l *Layout) CheckFamily(f Family, sids []string, present []bool, seqLen func(i int) int, o CheckOptions) (Integrity, error) {
+	return l.checkFamily(f, sids, nil, present, seqLen, o)
+}
+
+// slotRecord is a manifest record in the form the check compares.
+type slotRecord struct {
+	bytes, mtime int64
+	sha          [sha256.Size]byte
+	hashed       bool
+	listed       bool
+}
+
+func toSlot(r FileRecord, listed bool) slotRecord {
+	s := slotRecord{bytes: r.Bytes, mtime: r.MtimeNs, listed: listed}
+	if len(r.SHA256) == 2*sha256.Size {
+		_, err := hex.Decode(s.sha[:], []byte(r.SHA256))
+		s.hashed = err == nil
+	}
+	return s
+}
+
+// readSlots reads dir's manifest records of the ids in index into a slice
+// by index, without an allocation per entry on the common path.
+func readSlots(dir string, index map[string]int, n int) []slotRecord {
+	slots := make([]slotRecord, n)
+	b, err := os.ReadFile(filepath.Join(dir, ManifestName))
+	if err != nil {
+		return slots
+	}
+	ok := scanRecords(b, func(sid []byte, r rawRecord) {
+		i, ok := index[string(sid)]
+		if !ok {
+			return
+		}
+		s := slotRecord{bytes: r.Bytes, mtime: r.MtimeNs, listed: true}
+		if len(r.SHA256) == 2*sha256.Size {
+			_, err := hex.Decode(s.sha[:], r.SHA256)
+			s.hashed = err == nil
+		}
+		slots[i] = s
+	})
+	if !ok {
+		clear(slots)
+		for sid, r := range parseFileRecords(b) {
+			if i, ok := index[sid]; ok {
+				slots[i] = toSlot(r, true)
+			}
+		}
+	}
+	return slots
+}
+
+func (l *Layout) checkFamily(f Family, sids []string, index map[string]int, present []bool, seqLen func(i int) int, o CheckOptions) (Integrity, error) {
+	var res Integrity
+	dir := l.FamilyDir(f)
+	if !slices.Contains(present, true) {
+		return res, nil
+	}
+	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return res, nil
+	}
+	if err != nil {
+		return res, fmt.Errorf("integrity check of %s: %w", f.Name, err)
+	}
+	defer unix.Close(dfd)
+	if index == nil {
+		index = make(map[string]int, len(sids))
+		for i, sid := range sids {
+			index[sid] = i
+		}
+	}
+	recs := readSlots(dir, index, len(sids))
+	suffix := f.Suffix()
+	type badFile struct {
+		i      int
+		reason string
+		st     unix.Stat_t
+	}
+	var bad []badFile
+	var updates []Commit
+	var updated []int
+	var st unix.Stat_t
+	name := make([]byte, 0, 256)
+	for i, sid := range sids {
+		if !present[i] {
+			continue
+		}
+		name = append(append(append(name[:0], sid...), suffix...), 0)
+		res.Checked++
+		if err := fstatatName(dfd, name, &st); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				present[i] = false
+				continue
+			}
+			bad = append(bad, badFile{i: i, reason: "unreadable: " + errText(err), st: st})
+			continue
+		}
+		rec := &recs[i]
+		mtime := st.Mtim.Nano()
+		if !o.HashAll && rec.hashed && rec.bytes == st.Size && rec.mtime == mtime {
+			continue
+		}
+		res.Hashed++
+		data, err := os.ReadFile(filepath.Join(dir, sid+suffix))
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				present[i] = false
+				continue
+			}
+			bad = append(bad, badFile{i: i, reason: "unreadable: " + errText(err), st: st})
+			continue
+		}
+		sum := sha256.Sum256(data)
+		record := func() {
+			updates = append(updates, Commit{SeqID: sid, Suffix: suffix, Bytes: int64(len(data)), SHA256: hex.EncodeToString(sum[:]), MtimeNs: mtime, RecordOnly: true})
+			updated = append(updated, i)
+		}
+		var reason string
+		switch {
+		case rec.hashed:
+			if sum == rec.sha {
+				if rec.bytes != int64(len(data)) || rec.mtime != mtime {
+					record()
+				}
+				continue
+			}
+			if int64(len(data)) != rec.bytes {
+				reason = fmt.Sprintf("%d bytes, recorded %d", len(data), rec.bytes)
+			} else {
+				reason = "contents differ from the recorded SHA-256"
+			}
+		default:
+			n := -1
+			if seqLen != nil {
+				n = seqLen(i)
+			}
+			if err := CheckContent(f, data, n); err != nil {
+				reason = err.Error()
+				break
+			}
+			record()
+			continue
+		}
+		bad = append(bad, badFile{i: i, reason: reason, st: st})
+	}
+	if len(bad) == 0 && len(updates) == 0 {
+		return res, nil
+	}
+	// Set aside and record under the manifest lock, against a fresh read:
+	// a writer that replaced a file since (it records, then renames) is
+	// not undone.
+	unlock, err := lockManifest(dir)
+	if err != nil {
+		return res, err
+	}
+	defer unlock()
+	fresh := ReadFileRecords(dir)
+	unchanged := func(i int) bool {
+		r, ok := fresh[sids[i]]
+		return toSlot(r, ok) == recs[i]
+	}
+	var keep []Commit
+	for k, u := range updates {
+		if unchanged(updated[k]) {
+			keep = append(keep, u)
+		}
+	}
+	var remove []string
+	for _, b := range bad {
+		sid := sids[b.i]
+		name = append(append(append(name[:0], sid...), suffix...), 0)
+		var now unix.Stat_t
+		if err := fstatatName(dfd, name, &now); err != nil {
+			present[b.i] = false
+			continue
+		}
+		if now.Size != b.st.Size || now.Mtim != b.st.Mtim || now.Ino != b.st.Ino {
+			// Replaced while being checked: the next check looks again.
+			continue
+		}
+		present[b.i] = false
+		q, err := l.quarantine(f, sid+suffix, b.reason)
+		if err != nil {
+			return res, err
+		}
+		res.Bad = append(res.Bad, BadFile{Family: f.Name, SeqID: sid, Reason: b.reason, Quarantined: q})
+		if unchanged(b.i) {
+			remove = append(remove, sid)
+		}
+	}
+	if len(keep) > 0 || len(remove) > 0 {
+		if err := mergeManifestLocked(dir, keep, remove); err != nil {
+			return res, err
+		}
+		res.Recorded += len(keep)
+	}
+	return res, nil
+}
+
+// quarantine moves name out of f's folder into the quarantine folder with a
+// reason file, and returns its new path relative to sequence_info/.
+func (l *Layout) quarantine(f Family, name, reason string) (string, error) {
+	qdir := filepath.Join(l.SequenceInfo(), QuarantineDir, filepath.FromSlash(f.Dir))
+	if err := os.MkdirAll(qdir, 0o755); err != nil {
+		return "", fmt.Errorf("quarantine folder: %w", err)
+	}
+	dst := filepath.Join(qdir, name+"."+strconv.FormatInt(time.Now().UnixNano(), 10))
+	if err := os.Rename(filepath.Join(l.FamilyDir(f), name), dst); err != nil {
+		return "", fmt.Errorf("set aside a bad cached file of %s: %w", f.Name, err)
+	}
+	_ = os.WriteFile(dst+QuarantineReasonSuffix, []byte(reason+"\n"), 0o644)
+	rel, err := filepath.Rel(l.SequenceInfo(), dst)
+	if err != nil {
+		rel = dst
+	}
+	return filepath.ToSlash(rel), nil
+}
+
+// Quarantined lists the files of family f set aside by integrity checks
+// (their names in the quarantine folder, reason files left out).
+func (l *Layout) Quarantined(f Family) ([]string, error) {
+	ents, err := os.ReadDir(filepath.Join(l.SequenceInfo(), QuarantineDir, filepath.FromSlash(f.Dir)))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		if e.Type().IsRegular() && !strings.HasSuffix(e.Name(), QuarantineReasonSuffix) {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+// QuarantinedSeqID is the seq id of a quarantined file's name
+// (`<sid><suffix>.<nanoseconds>`), "" when it is not one of f's.
+func QuarantinedSeqID(f Family, name string) string {
+	i := strings.LastIndexByte(name, '.')
+	if i < 0 {
+		return ""
+	}
+	sid, ok := strings.CutSuffix(name[:i], f.Suffix())
+	if !ok || !ValidSeqID(sid) {
+		return ""
+	}
+	return sid
+}
+
+// CheckContent checks an artefact's contents for family f without a hash
+// to compare with: it must decode, have f's width (pooled: Dim values;
+// per residue: rows of Dim, as many as f.Rows(seqLen) when seqLen ≥ 0) and
+// hold only finite values. A torch file that holds more than one tensor
+// (the reference's method E writes a dict) is checked for its structure only.
+func CheckContent(f Family, data []byte, seqLen int) error {
+	var shape []int
+	var finite func() error
+	switch f.Format {
+	case FormatNPY:
+		h, err := readNPYHeader(bytes.NewReader(data))
+		if err != nil {
+			return fmt.Errorf("unreadable: %v", err)
+		}
+		size := h.itemSize()
+		n := int64(NumElements(h.shape))
+		if size == 0 {
+			return fmt.Errorf("npy dtype %q not understood", h.descr)
+		}
+		if int64(len(data)) < h.size+n*size {
+			return fmt.Errorf("truncated: %d bytes, the header promises %d", len(data), h.size+n*size)
+		}
+		shape = h.shape
+		raw := data[h.size : h.size+n*size]
+		finite = func() error { return finiteNPY(h.descr, raw) }
+	case FormatPT:
+		t, err := DecodePT(data)
+		if err != nil {
+			if cerr := checkTorchBytes(data); cerr != nil {
+				return fmt.Errorf("unreadable: %v", cerr)
+			}
+			return nil
+		}
+		shape = t.Shape
+		finite = func() error { return finiteF32(t.Data) }
+	default:
+		if len(data) == 0 {
+			return errors.New("empty file")
+		}
+		return nil
+	}
+	if err := checkShape(f, shape, seqLen); err != nil {
+		return err
+	}
+	return finite()
+}
+
+// checkShape checks shape against family f for a sequence of seqLen residues.
+func checkShape(f Family, shape []int, seqLen int) error {
+	if !f.PerResidue {
+		if NumElements(shape) != f.Dim || len(shape) == 0 || shape[len(shape)-1] != f.Dim {
+			return fmt.Errorf("shape %v, want [%d]", shape, f.Dim)
+		}
+		return nil
+	}
+	if len(shape) != 2 || shape[1] != f.Dim {
+		return fmt.Errorf("shape %v, want [L, %d]", shape, f.Dim)
+	}
+	if seqLen >= 0 && shape[0] != f.Rows(seqLen) {
+		return fmt.Errorf("shape %v, want [%d, %d]", shape, f.Rows(seqLen), f.Dim)
+	}
+	return nil
+}
+
+func finiteF32(v []float32) error {
+	for i, x := range v {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return fmt.Errorf("non-finite value at %d", i)
+		}
+	}
+	return nil
+}
+
+// finiteNPY checks the values of an npy payload of dtype descr (float
+// types; other dtypes have no non-finite values).
+func finiteNPY(descr string, raw []byte) error {
+	var order binary.ByteOrder = binary.LittleEndian
+	if strings.HasPrefix(descr, ">") {
+		order = binary.BigEndian
+	}
+	switch strings.TrimLeft(descr, "<>=|") {
+	case "f4":
+		for i := 0; i+4 <= len(raw); i += 4 {
+			x := math.Float32frombits(order.Uint32(raw[i:]))
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return fmt.Errorf("non-finite value at %d", i/4)
+			}
+		}
+	case "f8":
+		for i := 0; i+8 <= len(raw); i += 8 {
+			x := math.Float64frombits(order.Uint64(raw[i:]))
+			if math.IsNaN(x) || math.IsInf(x, 0) {
+				return fmt.Errorf("non-finite value at %d", i/8)
+			}
+		}
+	case "f2":
+		for i := 0; i+2 <= len(raw); i += 2 {
+			// Exponent bits all set: infinity or NaN.
+			if order.Uint16(raw[i:])&0x7c00 == 0x7c00 {
+				return fmt.Errorf("non-finite value at %d", i/2)
+			}
+		}
+	}
+	return nil
+}
+
+// checkTorchBytes is checkTorch over bytes in memory.
+func checkTorchBytes(data []byte) error {
+	if bytes.HasPrefix(data, legacyTorchMagic) {
+		return nil
+	}
+	return checkTorchReader(bytes.NewReader(data), int64(len(data)))
+}
+
+// seqLenOf returns the rune length of each id's sequence, -1 when unknown.
+func seqLenOf(sids []string, seqs map[string]string) func(i int) int {
+	return func(i int) int {
+		s, ok := seqs[sids[i]]
+		if !ok {
+			return -1
+		}
+		return utf8.RuneCountInString(s)
+	}
+}
+
+// FamilyOf returns the family named name: a fixed one, or a method E
+// checkpoint family (`methode_esm2/<kcat|km>/<model key>`).
+func FamilyOf(name string) (Family, bool) {
+	if f, ok := FamilyByName(name); ok {
+		return f, true
+	}
+	rest, ok := strings.CutPrefix(name, FamilyMethodEESM2Prefix+"/")
+	if !ok {
+		return Family{}, false
+	}
+	param, key, ok := strings.Cut(rest, "/")
+	if !ok {
+		return Family{}, false
+	}
+	f, err := MethodEFamily(param, key)
+	return f, err == nil
+}
+
+// familyOfDir is the family of a cache folder (its path under sequence_info/).
+func familyOfDir(dir string) (Family, bool) {
+	sep := string(filepath.Separator) + SequenceInfoDir + string(filepath.Separator)
+	i := strings.LastIndex(dir, sep)
+	if i < 0 {
+		return Family{}, false
+	}
+	return FamilyOf(filepath.ToSlash(dir[i+len(sep):]))
+}
+
+// RecordWritten is the GPU host's check of the files a step program just
+// wrote: each file whose manifest record matches its stat (kinflow's step
+// programs record before the rename) is taken as it is; any other is read,
+// checked (CheckContent) and, when good, recorded. It returns the bad files
+// with the reason, for the caller to remove and report; a file of no known
+// family is left alone.
+func RecordWritten(paths []string) (map[string]string, error) {
+	byDir := map[string][]string{}
+	for _, p := range paths {
+		byDir[filepath.Dir(p)] = append(byDir[filepath.Dir(p)], p)
+	}
+	bad := map[string]string{}
+	for dir, ps := range byDir {
+		f, ok := familyOfDir(dir)
+		if !ok {
+			continue
+		}
+		recs := ReadFileRecords(dir)
+		var updates []Commit
+		for _, p := range ps {
+			sid := strings.TrimSuffix(filepath.Base(p), f.Suffix())
+			info, err := os.Stat(p)
+			if err != nil {
+				bad[p] = "unreadable: " + errText(err)
+				continue
+			}
+			r := recs[sid]
+			if r.Hashed() && r.Bytes == info.Size() && r.MtimeNs == info.ModTime().UnixNano() {
+				continue
+			}
+			data, err := os.ReadFile(p)
+			if err != nil {
+				bad[p] = "unreadable: " + errText(err)
+				continue
+			}
+			if err := CheckContent(f, data, -1); err != nil {
+				bad[p] = err.Error()
+				continue
+			}
+			sum := sha256.Sum256(data)
+			updates = append(updates, Commit{SeqID: sid, Suffix: f.Suffix(), Bytes: int64(len(data)),
+				SHA256: hex.EncodeToString(sum[:]), MtimeNs: info.ModTime().UnixNano(), RecordOnly: true})
+		}
+		if err := MergeManifest(dir, updates, nil); err != nil {
+			return bad, err
+		}
+	}
+	return bad, nil
+}
+
+// errText is err's text without the path a *PathError carries (reasons
+// reach job events, which never show server paths).
+func errText(err error) string {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Op + ": " + pe.Err.Error()
+	}
+	return err.Error()
+}
