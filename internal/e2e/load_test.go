@@ -108,9 +108,10 @@ func TestLoadBurstsOnEmbeddedDefault(t *testing.T) {
 // TestLoadBurstEveryJobTracked is the shape that stopped the service for
 // good (issue 25): every job runs a progress tracker and regular activities,
 // and the CPU worker has only two activity slots. Trackers now live on
-// their own queue, so 100 concurrent jobs still all complete; with trackers
-// in the CPU pool, two trackers filled both slots and their own jobs waited
-// for a slot for ever.
+// their own queue, so 100 concurrent jobs all complete (17 s here). Built
+// with the tracker back in the CPU pool and GPUHealth a regular activity
+// (the shape before the fix), this test hangs until its timeout: two
+// trackers fill both slots and their jobs wait for a slot for ever.
 func TestLoadBurstEveryJobTracked(t *testing.T) {
 	d, key := startDev(t,
 		"KINFLOW_TRACK_MIN_FILES=1",
@@ -158,4 +159,23 @@ func TestLoadBurstOnProductionTopology(t *testing.T) {
 	if got := quotaUsed(t, tp.APIURLs[0], tp.key); got != 600 {
 		t.Fatalf("quota used %d after 200 jobs of 3 rows, want 600", got)
 	}
+}
+
+// TestReplayManyUsersShapes runs the workflow shapes of issue 25 on a real
+// stack and replays their histories (recorded into workflows/testdata with
+// KINFLOW_RECORD_HISTORIES=1): a small job (Predict and annotations local,
+// GPU health local, its step on the GPU small lane) and a larger one (a
+// tracker on its own queue, the step on the main GPU queue).
+func TestReplayManyUsersShapes(t *testing.T) {
+	s := newStack(t, nil, nil)
+	small := s.submit(csvRows(randSeed(), 3, 150), []string{"kcat"}, map[string]string{"kcat": "B"})
+	large := s.submit(csvRows(randSeed(), 60, 150), []string{"kcat"}, map[string]string{"kcat": "B"})
+	for _, j := range []string{small, large} {
+		if st := s.waitDone(j, 3*time.Minute); st.Status != "Completed" {
+			t.Fatalf("job %s: %s %s", j, st.Status, st.Error)
+		}
+	}
+	s.replay("prediction:"+small, "prediction_small_job_local")
+	s.replay("prediction:"+large, "prediction_tracker_own_queue")
+	s.replayEmbedJobs("embedjob_small_or_main_lane")
 }
