@@ -107,8 +107,16 @@ func TestStatusShowsEmbeddingProgressRising(t *testing.T) {
 		`kinflow_step_duration_seconds_count{outcome="ok",step="Predict"} 1`,
 		`kinflow_cache_files_total{family="prot_t5_last/mean_vecs",result="miss"} 40`,
 		`kinflow_gpu_precompute_events_total{reason="done"} 1`,
-		`kinflow_progress_files_found_total{source="notify"}`)
+		`kinflow_progress_files_found_total{source="notify"}`,
+		// Slot pools per queue and the server's backlog (docs/workflows.md).
+		`kinflow_worker_slots{kind="activity",task_queue="`+s.cpuQ+`"} 4`,
+		`kinflow_worker_slots{kind="activity",task_queue="`+s.cpuQ+`-track"} 1000`,
+		`kinflow_worker_slots_used{kind="activity",task_queue="`+s.cpuQ+`-track"} 0`,
+		`kinflow_worker_slots{kind="local_activity",task_queue="`+s.cpuQ+`"} 64`,
+		`kinflow_task_queue_backlog_age_seconds{kind="activity",task_queue="`+s.cpuQ+`"} 0`,
+		`kinflow_task_queue_backlog_tasks{kind="workflow",task_queue="`+s.cpuQ+`"} 0`)
 	wantMetrics(t, "http://"+gpuMetrics+"/metrics",
+		`kinflow_worker_slots{kind="activity",task_queue="`+s.gpuQ+`-small"} 8`,
 		`kinflow_step_duration_seconds_count{outcome="ok",step="prot_t5_mean"}`,
 		`method="GET",route="/health",server="gpu"`)
 
