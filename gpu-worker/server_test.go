@@ -247,10 +247,15 @@ func TestSubmitPollDone(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	for _, m := range []string{"JOB_QUEUED job_id=" + id, "JOB_START", "STEP_START job_id=" + id + " step=methodd_esm1b seq_count=2",
-		"TRUNCATE", "STEP_DONE job_id=" + id + " step=methoda_t5_full", "JOB_DONE job_id=" + id} {
+		"STEP_DONE job_id=" + id + " step=methoda_t5_full", "JOB_DONE job_id=" + id} {
 		if !strings.Contains(logTail, m) {
 			t.Errorf("log lacks %q:\n%s", m, logTail)
 		}
+	}
+	// Method D's step program cuts a long sequence itself (TurNup's first
+	// 1,022 residues, docs/method-cuts.md): the host never re-cuts it.
+	if strings.Contains(logTail, "TRUNCATE") {
+		t.Errorf("the host cut a sequence that method D's program cuts itself:\n%s", logTail)
 	}
 	first := strings.SplitN(logTail, "\n", 2)[0]
 	if _, err := time.Parse("2006-01-02T15:04:05.000000Z", strings.SplitN(first, " ", 2)[0]); err != nil {
