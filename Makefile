@@ -56,7 +56,7 @@ test: test-deps ## run every test, unit and integration, against real Temporal, 
 bench: bin/temporal bin/temporal-server ## run the Go benchmarks (figures go to docs/BENCHMARKS.md)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) ./...
 
-bench-load: bin/temporal build ## many users at once: bursts of 1, 50 and 200 concurrent 3-row jobs and one 10,000-row job beside 100 small ones, on kinflow dev with 1 and 2 CPU workers (jobs/s, p50/p99 latency, /status/ req/s)
+bench-load: bin/temporal build ## many users at once: 3-row jobs one at a time, in bursts of 50 and 200, and 1 and 100 of them submitted 5 s into a 10,000-row job, on kinflow dev with 1 and 2 CPU workers (jobs/s, p50/p99 latency, /status/ req/s)
 	$(GO) run ./tools/loadbench -kinflow bin/kinflow -temporal-cli bin/temporal -workers 1,2 -bursts 1,50,200 -big 10000
 
 lint: ## gofmt, go vet, staticcheck, workflowcheck (determinism of workflow code); ruff (check + format) on steps/ (from .venv-steps); mypy --strict + ruff on clients/python

@@ -39,6 +39,9 @@ type Options struct {
 	// BigRows, when above 0, first submits one job of that many rows and
 	// then the burst: small jobs must not queue behind it.
 	BigRows int
+	// BigLead is how long after the large job's submit the burst starts,
+	// so that it meets the large job in its embedding phase.
+	BigLead time.Duration
 	// Seed makes the sequences; runs with the same seed send the same jobs
 	// (0: drawn at random, so nothing comes from the prediction cache).
 	Seed uint64
@@ -147,6 +150,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			defer close(bigDone)
 			c.wait(ctx, res.Big, start)
 		}()
+		select {
+		case <-time.After(o.BigLead):
+		case <-ctx.Done():
+		}
 	}
 
 	// The burst: every small job submitted at the same moment.

@@ -39,7 +39,8 @@ func run() error {
 	alone := flag.Int("alone", 10, "jobs run one at a time for the burst size 1")
 	rows := flag.Int("rows", 3, "rows per small job")
 	big := flag.Int("big", 0, "also measure a burst of -mixed small jobs while a job of this many rows runs (0: skip)")
-	mixed := flag.Int("mixed", 100, "small jobs beside the large one")
+	mixed := flag.String("mixed", "1,100", "small jobs beside the large one, comma-separated burst sizes")
+	lead := flag.Duration("big-lead", 5*time.Second, "time between the large job's submit and the small ones'")
 	statusClients := flag.Int("status-clients", 8, "clients reading /status/ in a closed loop during each burst")
 	timeout := flag.Duration("timeout", 10*time.Minute, "bound of each burst")
 	poll := flag.Duration("poll", 250*time.Millisecond, "how often each job of a burst reads its status (latencies are quantised by it)")
@@ -121,16 +122,25 @@ func run() error {
 				fmt.Printf("%-8d %-7d %6.1f %9.2f %9.2f %9.2f %10.0f %s\n", nw, n, r.JobsPerSec, r.P50.Seconds(), r.P99.Seconds(), r.Max.Seconds(), statusRate, note)
 			}
 			if *big > 0 {
-				o := loadgen.Options{BaseURL: d.BaseURL, Key: key, Rows: *rows, Jobs: *mixed, BigRows: *big, Timeout: *timeout, Poll: *poll}
-				r, err := loadgen.Run(ctx, o)
+				ms, err := ints(*mixed)
 				if err != nil {
-					return err
+					return fmt.Errorf("-mixed: %w", err)
 				}
-				note := fmt.Sprintf("beside one %d-row job (%s in %.1f s)", *big, r.Big.Status, r.Big.Latency.Seconds())
-				if err := r.Check(); err != nil {
-					note += "; " + err.Error()
+				for _, m := range ms {
+					o := loadgen.Options{BaseURL: d.BaseURL, Key: key, Rows: *rows, Jobs: m, BigRows: *big, BigLead: *lead, Timeout: *timeout, Poll: *poll}
+					if m == 1 {
+						o.Poll = 20 * time.Millisecond
+					}
+					r, err := loadgen.Run(ctx, o)
+					if err != nil {
+						return err
+					}
+					note := fmt.Sprintf("submitted %v after one %d-row job (%s in %.1f s)", *lead, *big, r.Big.Status, r.Big.Latency.Seconds())
+					if err := r.Check(); err != nil {
+						note += "; " + err.Error()
+					}
+					fmt.Printf("%-8d %-7d %6.1f %9.2f %9.2f %9.2f %10s %s\n", nw, m, r.JobsPerSec, r.P50.Seconds(), r.P99.Seconds(), r.Max.Seconds(), "-", note)
 				}
-				fmt.Printf("%-8d %-7d %6.1f %9.2f %9.2f %9.2f %10s %s\n", nw, *mixed, r.JobsPerSec, r.P50.Seconds(), r.P99.Seconds(), r.Max.Seconds(), "-", note)
 			}
 			return nil
 		}()
