@@ -369,7 +369,14 @@ func (c *client) wait(ctx context.Context, j *Job, since time.Time) {
 // stop closes.
 func (c *client) statusLoop(ctx context.Context, ids <-chan string, stop <-chan struct{}, sc *statusCounter) {
 	var mine []string
+	// ready is always ready: with a job to read, the select never blocks.
+	ready := make(chan struct{})
+	close(ready)
 	for i := 0; ; i++ {
+		var read <-chan struct{}
+		if len(mine) > 0 {
+			read = ready
+		}
 		select {
 		case <-stop:
 			return
@@ -378,18 +385,7 @@ func (c *client) statusLoop(ctx context.Context, ids <-chan string, stop <-chan 
 		case id := <-ids:
 			mine = append(mine, id)
 			continue
-		default:
-		}
-		if len(mine) == 0 {
-			select {
-			case <-stop:
-				return
-			case <-ctx.Done():
-				return
-			case id := <-ids:
-				mine = append(mine, id)
-			}
-			continue
+		case <-read:
 		}
 		t0 := time.Now()
 		if _, code, err := c.status(ctx, mine[i%len(mine)]); err == nil && code == http.StatusOK {
