@@ -137,6 +137,14 @@ const (
 	DefaultMaxUnitsPerJob = 100000
 )
 
+// options reads the body's option fields, JSON or form.
+func (b *requestBody) options() (input.RawOptions, error) {
+	if b.isJSON {
+		return input.OptionsFromJSON(b.json.Fields)
+	}
+	return input.OptionsFromForm(b.form)
+}
+
 // loadTable reads the body's table: the JSON `data`, or the uploaded .csv.
 func (s *Server) loadTable(b *requestBody) (*input.Table, error) {
 	if b.isJSON {
@@ -178,15 +186,7 @@ func (s *Server) submit(c *gin.Context) {
 	if !ok {
 		return
 	}
-	var (
-		raw input.RawOptions
-		err error
-	)
-	if b.isJSON {
-		raw, err = input.OptionsFromJSON(b.json.Fields)
-	} else {
-		raw, err = input.OptionsFromForm(b.form)
-	}
+	raw, err := b.options()
 	if err != nil {
 		s.inputError(c, err)
 		return

@@ -15,15 +15,7 @@ import (
 // when the request chose none (the report then covers every method, as
 // the contract has it), else the chosen method keys in target order.
 func (s *Server) validateChoice(b *requestBody) ([]string, *input.Options, error) {
-	var (
-		raw input.RawOptions
-		err error
-	)
-	if b.isJSON {
-		raw, err = input.OptionsFromJSON(b.json.Fields)
-	} else {
-		raw, err = input.OptionsFromForm(b.form)
-	}
+	raw, err := b.options()
 	if err != nil || !raw.Chosen() {
 		return nil, nil, err
 	}
