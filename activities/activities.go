@@ -52,6 +52,8 @@ type Activities struct {
 	experimentalOnce sync.Once
 	heavyOnce        sync.Once
 	heavy            chan struct{}
+	progressOnce     sync.Once
+	progressB        *progressBatch
 }
 
 // turn waits for a place among the CPU-bound steps that run as local

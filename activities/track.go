@@ -45,11 +45,11 @@ func (a *Activities) TrackProgress(ctx context.Context, in TrackInput) error {
 	opts := progress.Options{
 		Key:   progress.Key{JobID: in.JobID, Stage: in.StageIndex},
 		Paths: paths,
-		Store: func(ctx context.Context, computed int) error {
-			start := time.Now()
-			err := a.Store.SetEmbeddingComputed(ctx, in.JobID, in.StageIndex, computed, start.UTC())
-			a.Metrics.ProgressStored(time.Since(start))
-			return err
+		// Written with every other tracker's count of this worker, in one
+		// transaction per interval (progressbatch.go).
+		Store: func(_ context.Context, computed int) error {
+			a.progress().set(in.JobID, in.StageIndex, computed)
+			return nil
 		},
 		OnFound:  func(src progress.Source, n int) { a.Metrics.TrackerFound(string(src), n) },
 		Log:      log,

@@ -1,6 +1,8 @@
 package workflows
 
 import (
+	"time"
+
 	"context"
 	"fmt"
 
@@ -53,6 +55,11 @@ func (s Starter) StartJob(ctx context.Context, jobID string) error {
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		TypedSearchAttributes:    temporal.NewSearchAttributes(SearchAttrJobID.ValueSet(jobID), SearchAttrStage.ValueSet("queued")),
+		// Local activities (bookkeeping, a small job's Predict) run inside
+		// workflow tasks; the SDK heartbeats a long task, but on a starved
+		// 2-core host under a burst the default 10 s expired and the task's
+		// local activities ran again (an event recorded twice).
+		WorkflowTaskTimeout: workflowTaskTimeout,
 	}, PredictionWorkflowName, PredictionInput{JobID: jobID})
 	if err != nil {
 		return fmt.Errorf("start workflow for job %s: %w", jobID, err)
@@ -64,3 +71,6 @@ func (s Starter) StartJob(ctx context.Context, jobID string) error {
 func RegisterCPU(r worker.WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(PredictionWorkflow, workflow.RegisterOptions{Name: PredictionWorkflowName})
 }
+
+// workflowTaskTimeout bounds one workflow task of a prediction job.
+const workflowTaskTimeout = 30 * time.Second

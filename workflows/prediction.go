@@ -397,14 +397,14 @@ func (w *prediction) heavy(ctx workflow.Context, timeout time.Duration, fn any, 
 // stops it.
 //
 // Since trackerQueueVersion the tracker runs on its own task queue
-// (activities.TrackTaskQueue) with its own slots, a stage missing fewer than
-// KINFLOW_TRACK_MIN_FILES files runs none (its post-check records the
-// count), and stopping it does not wait for the tracker to acknowledge: no
-// step of the job ever waits for its tracker, so a tracker pool that is full
-// or slow delays live progress, never a job (docs/workflows.md, "Slot
-// pools"). Before it, the tracker held a slot of the CPU queue for the whole
-// embedding phase: enough concurrent jobs filled every slot with trackers
-// whose own jobs then waited for a slot, for ever.
+// (activities.TrackTaskQueue) with its own slots, and a stage missing fewer
+// than KINFLOW_TRACK_MIN_FILES files runs none (its post-check records the
+// count). No step of the job waits for its tracker, and stopping it waits at
+// most trackerStopWait for its answer, so a tracker pool that is full or
+// slow delays live progress, never a job (docs/workflows.md, "Slot pools
+// and waits"). Before it, the tracker held a slot of the CPU queue for the
+// whole embedding phase: enough concurrent jobs filled every slot with
+// trackers whose own jobs then waited for a slot, for ever.
 func (w *prediction) startTracker(ctx workflow.Context, st activities.StageInfo, plan activities.PlanSummary) func() {
 	pol := w.prep.Policy
 	own := workflow.GetVersion(ctx, trackerQueueVersion, workflow.DefaultVersion, 1) >= 1
@@ -428,9 +428,6 @@ func (w *prediction) startTracker(ctx workflow.Context, st activities.StageInfo,
 		if ao.TaskQueue == "" {
 			ao.TaskQueue = activities.TrackTaskQueue(pol.CPUTaskQueue)
 		}
-		// A tracker that has not started yet (its pool is full) could
-		// otherwise be waited for; nothing after it needs its end.
-		ao.WaitForCancellation = false
 		// Waiting for a tracker slot longer than this is pointless: the
 		// embedding phase it would watch is usually over by then.
 		// (A schedule-to-start timeout is never retried.)
@@ -441,9 +438,28 @@ func (w *prediction) startTracker(ctx workflow.Context, st activities.StageInfo,
 		cancel()
 		if !own {
 			_ = f.Get(ctx, nil)
+			return
 		}
+		// Its answer usually comes at once: a tracker not started yet is
+		// cancelled by the server, a running one ends as soon as its last
+		// file is there. Taking that answer here keeps it from arriving in
+		// the middle of the job's last workflow task, which the server
+		// would then refuse to complete (an unhandled event), running that
+		// task's local activities (Predict, Finalize…) a second time. A
+		// tracker slower than trackerStopWait is left behind: nothing
+		// depends on it.
+		tctx, stop := workflow.WithCancel(ctx)
+		sel := workflow.NewSelector(ctx)
+		sel.AddFuture(f, func(workflow.Future) {})
+		sel.AddFuture(workflow.NewTimer(tctx, trackerStopWait), func(workflow.Future) {})
+		sel.Select(ctx)
+		stop()
 	}
 }
+
+// trackerStopWait bounds how long a stage waits for its stopped tracker's
+// answer (startTracker).
+const trackerStopWait = 5 * time.Second
 
 func (w *prediction) plan(ctx workflow.Context, st activities.StageInfo, post bool) (activities.PlanSummary, error) {
 	var p activities.PlanSummary

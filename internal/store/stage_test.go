@@ -36,3 +36,30 @@ func TestStage(t *testing.T) {
 		}
 	})
 }
+
+// The trackers of one worker write their counts together; each count only
+// ever raises its stage's (a late write never lowers progress).
+func TestSetEmbeddingComputedMany(t *testing.T) {
+	testenv.EachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		now := time.Now().UTC()
+		for _, id := range []string{"jobprogA", "jobprogB"} {
+			job := &store.Job{ID: id, Status: store.JobPending, SubmittedAt: now}
+			if err := s.CreateJob(ctx, job, []store.JobStage{{JobID: id, Index: 0, Target: "kcat", MethodKey: "B", Status: "running"}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.SetEmbeddingComputedMany(ctx, []store.Progress{{JobID: "jobprogA", Computed: 7}, {JobID: "jobprogB", Computed: 3}}, now); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetEmbeddingComputedMany(ctx, []store.Progress{{JobID: "jobprogA", Computed: 5}, {JobID: "jobprogB", Computed: 9}}, now); err != nil {
+			t.Fatal(err)
+		}
+		for id, want := range map[string]int{"jobprogA": 7, "jobprogB": 9} {
+			st, err := s.Stage(ctx, id, 0)
+			if err != nil || st.EmbeddingComputed != want {
+				t.Fatalf("%s: computed %d, want %d (%v)", id, st.EmbeddingComputed, want, err)
+			}
+		}
+	})
+}

@@ -95,6 +95,34 @@ func (s *Store) SetEmbeddingComputed(ctx context.Context, jobID string, index, c
 	return nil
 }
 
+// Progress is one stage's embedding count for SetEmbeddingComputedMany.
+type Progress struct {
+	JobID    string
+	Stage    int
+	Computed int
+}
+
+// SetEmbeddingComputedMany stores many stages' counts in one transaction
+// (each only raises its stage's count, as SetEmbeddingComputed does): the
+// progress trackers of one worker write together, one transaction per
+// interval instead of one per tracker, which is what keeps a single-writer
+// database (SQLite) responsive with a hundred jobs embedding at once.
+func (s *Store) SetEmbeddingComputedMany(ctx context.Context, ps []Progress, now time.Time) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	return s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		for _, p := range ps {
+			if err := tx.Model(&JobStage{}).
+				Where("job_id = ? AND stage_index = ? AND embedding_computed < ?", p.JobID, p.Stage, p.Computed).
+				Updates(map[string]any{"embedding_computed": p.Computed, "embedding_updated_at": now}).Error; err != nil {
+				return fmt.Errorf("update progress of stage %d of job %s: %w", p.Stage, p.JobID, err)
+			}
+		}
+		return nil
+	})
+}
+
 // AddEvent records one job event. Events of a job are kept to the newest
 // keep per kind (the contract keeps the last 20 gpuPrecompute events).
 func (s *Store) AddEvent(ctx context.Context, ev *JobEvent, keep int) error {
