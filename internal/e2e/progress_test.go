@@ -157,7 +157,15 @@ func wantMetrics(t *testing.T, url string, lines ...string) {
 	body := string(b)
 	for _, l := range lines {
 		if !strings.Contains(body, l) {
-			t.Errorf("%s lacks %s", url, l)
+			// The series with the name, for the reader of the failure.
+			name, _, _ := strings.Cut(l, "{")
+			var have []string
+			for _, bl := range strings.Split(body, "\n") {
+				if strings.HasPrefix(bl, name) {
+					have = append(have, bl)
+				}
+			}
+			t.Errorf("%s lacks %s; it has:\n%s", url, l, strings.Join(have, "\n"))
 		}
 	}
 }

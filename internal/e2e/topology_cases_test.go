@@ -240,8 +240,11 @@ func TestTopologyProgressWithoutNotifications(t *testing.T) {
 		notify += metricSum(t, url, `kinflow_progress_files_found_total{source="notify"}`)
 		swept += metricSum(t, url, `kinflow_progress_files_found_total{source="reconcile"}`)
 	}
-	if notify != 0 || swept < n {
-		t.Errorf("files found: %v by notification, %v by sweeps; want 0 and %d", notify, swept, n)
+	// The tracker is stopped when the remote phase ends, without waiting
+	// for its last sweep (docs/workflows.md): the post-check records the
+	// final count (checked above); the sweeps must have found files.
+	if notify != 0 || swept < 1 || swept > n {
+		t.Errorf("files found: %v by notification, %v by sweeps; want 0 and 1 to %d", notify, swept, n)
 	}
 	t.Logf("computed values seen: %v", seen)
 }
