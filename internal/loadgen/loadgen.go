@@ -52,7 +52,8 @@ type Options struct {
 	StatusClients int
 	// Timeout bounds the whole run (default 10 minutes).
 	Timeout time.Duration
-	// HTTP is the client (default: 60 s timeout, enough idle connections).
+	// HTTP is the client (default: 3 min timeout per request, enough idle
+	// connections; the load tests assert completion, not speed).
 	HTTP *http.Client
 }
 
@@ -110,7 +111,7 @@ func (o *Options) defaults() {
 		o.Seed = rand.Uint64()
 	}
 	if o.HTTP == nil {
-		o.HTTP = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
+		o.HTTP = &http.Client{Timeout: 3 * time.Minute, Transport: &http.Transport{
 			MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: 30 * time.Second,
 		}}
 	}

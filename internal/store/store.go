@@ -33,6 +33,9 @@ type Store struct {
 	Dialect Dialect
 }
 
+// sqliteBusyTimeout is SQLite's busy_timeout and the write gate's wait.
+const sqliteBusyTimeout = 60 * time.Second
+
 // Open connects to databaseURL (sqlite:PATH or postgres://…). It does not
 // migrate; call Migrate.
 func Open(ctx context.Context, databaseURL string) (*Store, error) {
@@ -68,6 +71,11 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 		// read-then-write transactions cannot deadlock on the upgrade.
 		dsn := path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(60000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
 		db, err = gorm.Open(sqlite.Open(dsn), cfg)
+		if err == nil {
+			// One writer of this process at a time, in line (gate.go).
+			g := newWriteGate(db.ConnPool, sqliteBusyTimeout)
+			db.ConnPool, db.Statement.ConnPool = g, g
+		}
 	case strings.HasPrefix(databaseURL, "postgres://"), strings.HasPrefix(databaseURL, "postgresql://"):
 		dialect = Postgres
 		db, err = gorm.Open(postgres.Open(databaseURL), cfg)
