@@ -373,7 +373,7 @@ func (w *prediction) local(ctx workflow.Context, st activities.StageInfo, plan a
 // the workflow's own task, which saves the two Temporal round trips of an
 // activity. A small job's steps are bounded (at most KINFLOW_SMALL_JOB_ROWS
 // rows), and the activities take turns with the regular ones for the CPU
-// (Activities.Heavy), so that running them locally never oversubscribes the
+// (Activities.turn), so that running them locally never oversubscribes the
 // worker. Idempotent either way: a retry finds the step's file and returns.
 func (w *prediction) heavy(ctx workflow.Context, timeout time.Duration, fn any, args ...any) workflow.Future {
 	if w.small {
@@ -529,8 +529,8 @@ func gpuJobID(jobID string, stage int, attempt int32) string {
 const pollTimeoutPostCheckVersion = "poll-timeout-post-check"
 
 // trackerQueueVersion names the change that moved the progress tracker to
-// its own task queue, skips it for small stages and stops it without
-// waiting (startTracker).
+// its own task queue, skips it for small stages and, when stopping it,
+// waits at most trackerStopWait for its answer (startTracker).
 const trackerQueueVersion = "tracker-own-queue"
 
 // smallJobLocalVersion names the change that runs a small job's Predict and
