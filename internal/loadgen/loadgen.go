@@ -9,20 +9,18 @@
 package loadgen
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"mime/multipart"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kinflow/kinflow/internal/client"
 )
 
 // Options describe one burst.
@@ -124,14 +122,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	o.defaults()
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	c := &client{o: o}
-	if c.o.Key == "" {
-		k, err := c.generateKey(ctx)
+	if o.Key == "" {
+		k, err := GenerateKey(ctx, o.BaseURL)
 		if err != nil {
 			return nil, err
 		}
-		c.o.Key = k
+		o.Key = k
 	}
+	c := &driver{o: o, api: &client.Client{BaseURL: o.BaseURL, Key: o.Key, HTTP: o.HTTP}}
 	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
 	bodies := make([]string, o.Jobs)
 	for i := range bodies {
@@ -268,7 +266,12 @@ func CSV(r *rand.Rand, n, seqLen int) string {
 	return b.String()
 }
 
-type client struct{ o Options }
+// driver sends the run's requests through the Go client (internal/client):
+// its submit carries an Idempotency-Key and retries, as a careful user's does.
+type driver struct {
+	o   Options
+	api *client.Client
+}
 
 type statusCounter struct {
 	n   atomic.Int64
@@ -292,83 +295,42 @@ func (s *statusCounter) latencies() []time.Duration {
 // GenerateKey asks the API at baseURL for a key (one per address: a second
 // call from the same address is refused while the first key is active).
 func GenerateKey(ctx context.Context, baseURL string) (string, error) {
-	o := Options{BaseURL: baseURL}
-	o.defaults()
-	return (&client{o: o}).generateKey(ctx)
+	k, err := (&client.Client{BaseURL: baseURL}).GenerateKey(ctx)
+	if err != nil {
+		return "", fmt.Errorf("generate an API key: %w", err)
+	}
+	return k.Key, nil
 }
 
-func (c *client) generateKey(ctx context.Context) (string, error) {
-	var out struct {
-		Key   string `json:"key"`
-		Error string `json:"error"`
-	}
-	code, err := c.do(ctx, "POST", "/api/api-key/generate/", nil, "", &out)
+func (c *driver) submit(ctx context.Context, csv string) (string, error) {
+	out, err := c.api.Submit(ctx, "input.csv", strings.NewReader(csv), client.SubmitOptions{
+		Targets: []string{c.o.Target}, Methods: map[string]string{c.o.Target: c.o.Method},
+		IncludeSimilarityColumns: true,
+	})
 	if err != nil {
 		return "", err
-	}
-	if code != http.StatusCreated || out.Key == "" {
-		return "", fmt.Errorf("generate an API key: %d %s", code, out.Error)
-	}
-	return out.Key, nil
-}
-
-func (c *client) submit(ctx context.Context, csv string) (string, error) {
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	fw, _ := mw.CreateFormFile("file", "input.csv")
-	_, _ = io.WriteString(fw, csv)
-	_ = mw.WriteField("targets", fmt.Sprintf(`[%q]`, c.o.Target))
-	_ = mw.WriteField("methods", fmt.Sprintf(`{%q: %q}`, c.o.Target, c.o.Method))
-	_ = mw.Close()
-	var out struct {
-		JobID string `json:"jobId"`
-		Error string `json:"error"`
-	}
-	code, err := c.do(ctx, "POST", "/api/v1/submit/", &buf, mw.FormDataContentType(), &out)
-	if err != nil {
-		return "", err
-	}
-	if code != http.StatusCreated {
-		return "", fmt.Errorf("submit: %d %s", code, out.Error)
 	}
 	return out.JobID, nil
 }
 
-type statusBody struct {
-	Status string `json:"status"`
-	Error  string `json:"error"`
-}
-
-func (c *client) status(ctx context.Context, id string) (statusBody, int, error) {
-	var st statusBody
-	code, err := c.do(ctx, "GET", "/api/v1/status/"+id+"/", nil, "", &st)
-	return st, code, err
-}
-
-// wait polls j until it ends or ctx does.
-func (c *client) wait(ctx context.Context, j *Job, since time.Time) {
-	t := time.NewTicker(c.o.Poll)
-	defer t.Stop()
-	for {
-		st, code, err := c.status(ctx, j.ID)
-		if err == nil && code == http.StatusOK {
-			j.Status = st.Status
-			if st.Status == "Completed" || st.Status == "Failed" {
-				j.Latency, j.Error = time.Since(since), st.Error
-				return
-			}
+// wait polls j until it ends or ctx does; a failed read is read again.
+func (c *driver) wait(ctx context.Context, j *Job, since time.Time) {
+	for ctx.Err() == nil {
+		st, err := c.api.Wait(ctx, j.ID, c.o.Poll, func(st *client.Status) { j.Status = st.Status })
+		if err == nil {
+			j.Status, j.Latency, j.Error = st.Status, time.Since(since), st.Error
+			return
 		}
 		select {
 		case <-ctx.Done():
-			return
-		case <-t.C:
+		case <-time.After(c.o.Poll):
 		}
 	}
 }
 
 // statusLoop reads the status of the burst's jobs, one after another, until
 // stop closes.
-func (c *client) statusLoop(ctx context.Context, ids <-chan string, stop <-chan struct{}, sc *statusCounter) {
+func (c *driver) statusLoop(ctx context.Context, ids <-chan string, stop <-chan struct{}, sc *statusCounter) {
 	var mine []string
 	// ready is always ready: with a job to read, the select never blocks.
 	ready := make(chan struct{})
@@ -389,38 +351,10 @@ func (c *client) statusLoop(ctx context.Context, ids <-chan string, stop <-chan 
 		case <-read:
 		}
 		t0 := time.Now()
-		if _, code, err := c.status(ctx, mine[i%len(mine)]); err == nil && code == http.StatusOK {
+		if _, err := c.api.Status(ctx, mine[i%len(mine)]); err == nil {
 			sc.add(time.Since(t0))
 		}
 	}
-}
-
-func (c *client) do(ctx context.Context, method, path string, body io.Reader, ctype string, out any) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.o.BaseURL, "/")+path, body)
-	if err != nil {
-		return 0, err
-	}
-	if ctype != "" {
-		req.Header.Set("Content-Type", ctype)
-	}
-	if c.o.Key != "" {
-		req.Header.Set("Authorization", "Bearer "+c.o.Key)
-	}
-	resp, err := c.o.HTTP.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return resp.StatusCode, err
-	}
-	if out != nil && len(data) > 0 {
-		if err := json.Unmarshal(data, out); err != nil && resp.StatusCode < 300 {
-			return resp.StatusCode, fmt.Errorf("%s %s: %w", method, path, err)
-		}
-	}
-	return resp.StatusCode, nil
 }
 
 // ErrIncomplete is returned by Check when a job of the burst did not end
