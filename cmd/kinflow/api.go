@@ -30,6 +30,7 @@ func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	log := newLogger(cfg, stderr, "api")
+	startPprof(log)
 	st, err := openStore(ctx, cfg)
 	if err != nil {
 		return err

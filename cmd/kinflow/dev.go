@@ -45,6 +45,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	log := newLogger(cfg, stderr, "dev")
+	startPprof(log)
 
 	uiURL := ""
 	if *temporalCLI != "" {

@@ -48,6 +48,7 @@ func runGPUWorker(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return fmt.Errorf("GPU env file: %w", err)
 	}
 	log := newLogger(cfg, stderr, "gpu-worker")
+	startPprof(log)
 	if *check {
 		fmt.Fprintf(stdout, "kinflow gpu-worker --check: executor %s\n", cfg.StepExecutor)
 		res, err := embedjob.Check(ctx, cfg, st, log, stdout)

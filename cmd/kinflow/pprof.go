@@ -15,7 +15,8 @@ import (
 // profiler is never exposed to a network.
 const envPprof = "KINFLOW_PPROF_LISTEN"
 
-// startPprof serves the profiler when envPprof names a loopback address.
+// startPprof serves the profiler when envPprof names a loopback address;
+// the long-running roles (api, worker, gpu-worker, dev) call it at start.
 func startPprof(log *slog.Logger) {
 	addr := os.Getenv(envPprof)
 	if addr == "" {

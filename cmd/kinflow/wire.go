@@ -27,9 +27,7 @@ func loadConfig() (*config.Config, error) {
 // newLogger writes JSON lines at the configured level, tagged with the role.
 func newLogger(cfg *config.Config, w io.Writer, role string) *slog.Logger {
 	h := slog.NewJSONHandler(w, &slog.HandlerOptions{Level: cfg.LogLevel})
-	log := slog.New(h).With("service", role)
-	startPprof(log)
-	return log
+	return slog.New(h).With("service", role)
 }
 
 // openStore opens the application database and applies pending migrations.

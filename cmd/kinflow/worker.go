@@ -36,6 +36,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	log := newLogger(cfg, stderr, "worker")
+	startPprof(log)
 	st, err := openStore(ctx, cfg)
 	if err != nil {
 		return err
