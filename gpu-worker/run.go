@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 
@@ -91,6 +92,13 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 		wo.Interceptors = append(wo.Interceptors, d.Metrics.WorkerInterceptor())
 		d.Metrics.SetSlots(cfg.GPUTaskQueue, "activity", max(cfg.GPUSlots, 1))
 		d.Metrics.SetSlots(embedjob.SmallTaskQueue(cfg.GPUTaskQueue), "activity", max(cfg.GPUSmallSlots, 1))
+		if err := d.Metrics.RegisterBacklog(metrics.TemporalBacklog(d.Client.WorkflowService(), cfg.TemporalNamespace,
+			metrics.Queue{Name: cfg.GPUTaskQueue, Type: enumspb.TASK_QUEUE_TYPE_WORKFLOW},
+			metrics.Queue{Name: cfg.GPUTaskQueue, Type: enumspb.TASK_QUEUE_TYPE_ACTIVITY},
+			metrics.Queue{Name: embedjob.SmallTaskQueue(cfg.GPUTaskQueue), Type: enumspb.TASK_QUEUE_TYPE_ACTIVITY},
+		), log); err != nil {
+			return nil, err
+		}
 	}
 	w := embedjob.NewWorker(d.Client, wo, acts)
 	small := embedjob.NewSmallWorker(d.Client, wo, acts)

@@ -7,8 +7,6 @@ import (
 	"log/slog"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	taskqueuepb "go.temporal.io/api/taskqueue/v1"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/worker"
@@ -163,50 +161,14 @@ func newCPUWorkers(tc client.Client, cfg *config.Config, m *metrics.Metrics) (*c
 	m.SetSlots(cfg.CPUTaskQueue, "local_activity", cfg.CPULocalActivitySlots)
 	m.SetSlots(cfg.CPUTaskQueue, "workflow", cfg.CPUWorkflowSlots)
 	m.SetSlots(activities.TrackTaskQueue(cfg.CPUTaskQueue), "activity", cfg.TrackSlots)
-	if err := m.RegisterBacklog(backlogReader(tc, cfg.TemporalNamespace,
-		queueKind{cfg.CPUTaskQueue, enumspb.TASK_QUEUE_TYPE_WORKFLOW},
-		queueKind{cfg.CPUTaskQueue, enumspb.TASK_QUEUE_TYPE_ACTIVITY},
-		queueKind{activities.TrackTaskQueue(cfg.CPUTaskQueue), enumspb.TASK_QUEUE_TYPE_ACTIVITY},
+	if err := m.RegisterBacklog(metrics.TemporalBacklog(tc.WorkflowService(), cfg.TemporalNamespace,
+		metrics.Queue{Name: cfg.CPUTaskQueue, Type: enumspb.TASK_QUEUE_TYPE_WORKFLOW},
+		metrics.Queue{Name: cfg.CPUTaskQueue, Type: enumspb.TASK_QUEUE_TYPE_ACTIVITY},
+		metrics.Queue{Name: activities.TrackTaskQueue(cfg.CPUTaskQueue), Type: enumspb.TASK_QUEUE_TYPE_ACTIVITY},
 	), nil); err != nil {
 		return nil, err
 	}
 	return &cpuWorkers{cpu: cpu, track: track}, nil
-}
-
-// queueKind is one task queue and type whose backlog /metrics reports.
-type queueKind struct {
-	name string
-	typ  enumspb.TaskQueueType
-}
-
-// backlogReader reads the backlog of each queue from the Temporal server
-// (DescribeTaskQueue with its statistics).
-func backlogReader(tc client.Client, namespace string, qs ...queueKind) metrics.BacklogReader {
-	return func(ctx context.Context) ([]metrics.Backlog, error) {
-		out := make([]metrics.Backlog, 0, len(qs))
-		for _, q := range qs {
-			resp, err := tc.WorkflowService().DescribeTaskQueue(ctx, &workflowservice.DescribeTaskQueueRequest{
-				Namespace:     namespace,
-				TaskQueue:     &taskqueuepb.TaskQueue{Name: q.name, Kind: enumspb.TASK_QUEUE_KIND_NORMAL},
-				TaskQueueType: q.typ,
-				ReportStats:   true,
-			})
-			if err != nil {
-				return nil, fmt.Errorf("describe task queue %s: %w", q.name, err)
-			}
-			kind := "activity"
-			if q.typ == enumspb.TASK_QUEUE_TYPE_WORKFLOW {
-				kind = "workflow"
-			}
-			b := metrics.Backlog{TaskQueue: q.name, Kind: kind}
-			if st := resp.GetStats(); st != nil {
-				b.Count = st.GetApproximateBacklogCount()
-				b.Age = st.GetApproximateBacklogAge().AsDuration()
-			}
-			out = append(out, b)
-		}
-		return out, nil
-	}
 }
 
 func (ws *cpuWorkers) start() error {

@@ -117,6 +117,8 @@ func TestStatusShowsEmbeddingProgressRising(t *testing.T) {
 		`kinflow_task_queue_backlog_tasks{kind="workflow",task_queue="`+s.cpuQ+`"} 0`)
 	wantMetrics(t, "http://"+gpuMetrics+"/metrics",
 		`kinflow_worker_slots{kind="activity",task_queue="`+s.gpuQ+`-small"} 8`,
+		`kinflow_task_queue_backlog_age_seconds{kind="activity",task_queue="`+s.gpuQ+`-small"} 0`,
+		`kinflow_task_queue_backlog_tasks{kind="workflow",task_queue="`+s.gpuQ+`"} 0`,
 		`kinflow_step_duration_seconds_count{outcome="ok",step="prot_t5_mean"}`,
 		`method="GET",route="/health",server="gpu"`)
 

@@ -12,13 +12,18 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	enumspb "go.temporal.io/api/enums/v1"
+	taskqueuepb "go.temporal.io/api/taskqueue/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/interceptor"
 )
@@ -41,6 +46,8 @@ type Metrics struct {
 	trackerLatency prometheus.Histogram
 	slots          *prometheus.GaugeVec
 	slotsUsed      *prometheus.GaugeVec
+	backlogMu      sync.Mutex
+	backlog        *backlogCollector
 }
 
 // New builds the metrics of one process, with the Go runtime and process
@@ -220,50 +227,103 @@ type Backlog struct {
 type BacklogReader func(ctx context.Context) ([]Backlog, error)
 
 type backlogCollector struct {
-	read       BacklogReader
+	mu         sync.Mutex
+	readers    []BacklogReader
 	age, count *prometheus.Desc
 	log        *slog.Logger
 }
 
-func (c backlogCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.age; ch <- c.count }
+func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.age; ch <- c.count }
 
-func (c backlogCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), jobsScrapeTimeout)
 	defer cancel()
-	bs, err := c.read(ctx)
-	if err != nil {
-		c.log.Warn("metrics: read task queue backlogs", "error", err)
-		ch <- prometheus.NewInvalidMetric(c.age, err)
-		return
-	}
-	for _, b := range bs {
-		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, b.Age.Seconds(), b.TaskQueue, b.Kind)
-		ch <- prometheus.MustNewConstMetric(c.count, prometheus.GaugeValue, float64(b.Count), b.TaskQueue, b.Kind)
+	c.mu.Lock()
+	readers := slices.Clone(c.readers)
+	c.mu.Unlock()
+	for _, read := range readers {
+		bs, err := read(ctx)
+		if err != nil {
+			c.log.Warn("metrics: read task queue backlogs", "error", err)
+			ch <- prometheus.NewInvalidMetric(c.age, err)
+			continue
+		}
+		for _, b := range bs {
+			ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, b.Age.Seconds(), b.TaskQueue, b.Kind)
+			ch <- prometheus.MustNewConstMetric(c.count, prometheus.GaugeValue, float64(b.Count), b.TaskQueue, b.Kind)
+		}
 	}
 }
 
 // RegisterBacklog exports kinflow_task_queue_backlog_age_seconds and
-// kinflow_task_queue_backlog_tasks{task_queue,kind}, read from the Temporal
-// server at each scrape: the age of the oldest task no worker has taken is
-// the signal to alert on (slots exhausted, or too few workers).
+// kinflow_task_queue_backlog_tasks{task_queue,kind} for the queues read
+// reports, read from the Temporal server at each scrape: the age of the
+// oldest task no worker has taken is the signal to alert on (slots
+// exhausted, or too few workers). Each role of a process adds its own
+// queues (the CPU worker and the GPU host of `kinflow dev` share one
+// registry).
 func (m *Metrics) RegisterBacklog(read BacklogReader, log *slog.Logger) error {
 	if m == nil {
 		return nil
 	}
-	if log == nil {
-		log = slog.Default()
+	m.backlogMu.Lock()
+	defer m.backlogMu.Unlock()
+	if m.backlog == nil {
+		if log == nil {
+			log = slog.Default()
+		}
+		labels := []string{"task_queue", "kind"}
+		c := &backlogCollector{log: log,
+			age: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "task_queue_backlog_age_seconds"),
+				"Age of the oldest task waiting in the task queue for a worker slot (0: none waits), from the Temporal server at scrape time.", labels, nil),
+			count: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "task_queue_backlog_tasks"),
+				"Approximate number of tasks waiting in the task queue, from the Temporal server at scrape time.", labels, nil),
+		}
+		if err := m.Registry.Register(c); err != nil {
+			return fmt.Errorf("register backlog collector: %w", err)
+		}
+		m.backlog = c
 	}
-	labels := []string{"task_queue", "kind"}
-	c := backlogCollector{read: read, log: log,
-		age: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "task_queue_backlog_age_seconds"),
-			"Age of the oldest task waiting in the task queue for a worker slot (0: none waits), from the Temporal server at scrape time.", labels, nil),
-		count: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "task_queue_backlog_tasks"),
-			"Approximate number of tasks waiting in the task queue, from the Temporal server at scrape time.", labels, nil),
-	}
-	if err := m.Registry.Register(c); err != nil {
-		return fmt.Errorf("register backlog collector: %w", err)
-	}
+	m.backlog.mu.Lock()
+	m.backlog.readers = append(m.backlog.readers, read)
+	m.backlog.mu.Unlock()
 	return nil
+}
+
+// Queue is one task queue and type whose backlog TemporalBacklog reads.
+type Queue struct {
+	Name string
+	Type enumspb.TaskQueueType
+}
+
+// TemporalBacklog reads the backlog of each queue from the Temporal server
+// (DescribeTaskQueue with its statistics).
+func TemporalBacklog(svc workflowservice.WorkflowServiceClient, namespace string, qs ...Queue) BacklogReader {
+	return func(ctx context.Context) ([]Backlog, error) {
+		out := make([]Backlog, 0, len(qs))
+		for _, q := range qs {
+			resp, err := svc.DescribeTaskQueue(ctx, &workflowservice.DescribeTaskQueueRequest{
+				Namespace:     namespace,
+				TaskQueue:     &taskqueuepb.TaskQueue{Name: q.Name, Kind: enumspb.TASK_QUEUE_KIND_NORMAL},
+				TaskQueueType: q.Type,
+				ReportStats:   true,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("describe task queue %s: %w", q.Name, err)
+			}
+			kind := "activity"
+			if q.Type == enumspb.TASK_QUEUE_TYPE_WORKFLOW {
+				kind = "workflow"
+			}
+			b := Backlog{TaskQueue: q.Name, Kind: kind}
+			if st := resp.GetStats(); st != nil {
+				b.Count = st.GetApproximateBacklogCount()
+				b.Age = st.GetApproximateBacklogAge().AsDuration()
+			}
+			out = append(out, b)
+		}
+		return out, nil
+	}
 }
 
 // JobCounter counts jobs by status (Pending, Processing, Completed, Failed).

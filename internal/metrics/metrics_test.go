@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -173,4 +174,29 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	testenv.StopTemporal()
 	os.Exit(code)
+}
+
+// Two roles of one process (kinflow dev's CPU worker and GPU host) each add
+// their queues' backlogs to the one registry.
+func TestBacklogFromTwoRoles(t *testing.T) {
+	m := New()
+	for _, q := range []string{"cpu", "gpu-small"} {
+		err := m.RegisterBacklog(func(context.Context) ([]Backlog, error) {
+			return []Backlog{{TaskQueue: q, Kind: "activity", Count: 3, Age: 1500 * time.Millisecond}}, nil
+		}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{
+		`kinflow_task_queue_backlog_age_seconds{kind="activity",task_queue="cpu"} 1.5`,
+		`kinflow_task_queue_backlog_age_seconds{kind="activity",task_queue="gpu-small"} 1.5`,
+		`kinflow_task_queue_backlog_tasks{kind="activity",task_queue="gpu-small"} 3`,
+	} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 }
