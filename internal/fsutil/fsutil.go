@@ -5,8 +5,8 @@
 //
 // The protocol is the cache write protocol of WIRE-CONTRACT §9.7: the data
 // goes to a hidden temp file `.<stem>.<random><ext>` in the final file's
-// folder, is made durable (an fsync of the file, or one syncfs(2) for a
-// batch, see SyncFS), and is renamed over the final name. Readers, the
+// folder, is made durable (an fsync of the file, or of each file of a batch
+// at once, see SyncTemps), and is renamed over the final name. Readers, the
 // progress tracker and the planners ignore hidden names, and a watcher sees
 // one moved-to event per file.
 package fsutil
@@ -60,7 +60,7 @@ func TempPattern(final string) string {
 
 // WriteTemp creates final's folder if needed and writes a hidden temp file
 // beside final with write, then sets perm. With sync set the file is fsynced;
-// a batch writer passes false and calls SyncFS once before committing its
+// a batch writer passes false and calls SyncTemps once before committing its
 // files. On error nothing is left behind.
 func WriteTemp(final string, perm os.FileMode, sync bool, write func(io.Writer) error) (Temp, error) {
 	dir := filepath.Dir(final)
@@ -129,9 +129,10 @@ const syncParallel = 16
 
 // SyncTemps makes every temp file of ts durable (an fsync each, up to
 // syncParallel at once) before the caller commits them. Its cost grows with
-// the batch alone, where SyncFS's grows with everything any process wrote
-// on the file system: under many concurrent jobs (or a busy neighbour) a
-// syncfs(2) took 0.5–1.7 s for a batch of three 4 KiB files.
+// the batch alone, where a syncfs(2)'s (what batches used before) grows
+// with everything any process wrote on the file system: under many
+// concurrent jobs (or a busy neighbour) it took 0.5–1.7 s for a batch of
+// three 4 KiB files.
 func SyncTemps(ts []Temp) error {
 	if len(ts) == 0 {
 		return nil
@@ -160,21 +161,6 @@ func SyncTemps(ts []Temp) error {
 		if err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// SyncFS flushes the file system holding dir (syncfs(2)): one call makes
-// every temp file written before it durable, where an fsync per file would
-// cost a disk flush each.
-func SyncFS(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	defer f.Close()
-	if err := unix.Syncfs(int(f.Fd())); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	return nil
 }

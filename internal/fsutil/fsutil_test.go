@@ -158,15 +158,6 @@ func TestCommitIntoMissingFolderFails(t *testing.T) {
 	}
 }
 
-func TestSyncFS(t *testing.T) {
-	if err := SyncFS(t.TempDir()); err != nil {
-		t.Fatal(err)
-	}
-	if err := SyncFS(filepath.Join(t.TempDir(), "missing")); err == nil {
-		t.Error("SyncFS of a missing folder succeeded")
-	}
-}
-
 func TestSyncTempsThenCommit(t *testing.T) {
 	dir := t.TempDir()
 	var ts []Temp
