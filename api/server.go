@@ -68,8 +68,10 @@ type Server struct {
 	eng         *gin.Engine
 	cat         *methods.Catalogue
 	methodsBody methodsBody
-	chem        *input.Chemistry
-	openapi     []byte
+	// caps are the caps on prediction units (unitCapsOf).
+	caps    input.UnitCaps
+	chem    *input.Chemistry
+	openapi []byte
 	// idemLocks serialise, within this process, the submits that carry the
 	// same Idempotency-Key (striped by its hash): the database's primary
 	// key decides which one creates the job, but a crowd of transactions
@@ -92,7 +94,8 @@ func New(d Deps) *Server {
 	if s.cat == nil {
 		s.cat = methods.Default()
 	}
-	s.methodsBody = buildMethodsBody(s.cat, s.unitCaps())
+	s.caps = unitCapsOf(d.Config)
+	s.methodsBody = buildMethodsBody(s.cat, s.caps)
 	s.chem = d.Chemistry
 	if s.chem == nil {
 		s.chem = input.NewChemistry(nil, s.log)

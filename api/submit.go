@@ -17,6 +17,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/input"
 	"github.com/kinflow/kinflow/internal/methods"
@@ -123,19 +124,19 @@ func (s *Server) maxRows() int {
 	return input.DefaultMaxRows
 }
 
-// unitCaps are the server's caps on prediction units (DESIGN §9).
-func (s *Server) unitCaps() input.UnitCaps {
-	if cfg := s.deps.Config; cfg != nil {
-		return input.UnitCaps{PerRow: cfg.MaxUnitsPerRow, PerJob: cfg.MaxUnitsPerJob}
+// unitCapsOf are the server's caps on prediction units (DESIGN §9), read
+// once when the Server is made. Without a configuration (a Server built
+// bare) they are the configuration keys' defaults, from the one table of
+// keys.
+func unitCapsOf(cfg *config.Config) input.UnitCaps {
+	if cfg == nil {
+		var err error
+		if cfg, err = config.Load(func(string) (string, bool) { return "", false }); err != nil {
+			return input.UnitCaps{}
+		}
 	}
-	return input.UnitCaps{PerRow: DefaultMaxUnitsPerRow, PerJob: DefaultMaxUnitsPerJob}
+	return input.UnitCaps{PerRow: cfg.MaxUnitsPerRow, PerJob: cfg.MaxUnitsPerJob}
 }
-
-// The caps without a configuration (tests): config's defaults.
-const (
-	DefaultMaxUnitsPerRow = 1000
-	DefaultMaxUnitsPerJob = 100000
-)
 
 // options reads the body's option fields, JSON or form.
 func (b *requestBody) options() (input.RawOptions, error) {
@@ -202,7 +203,7 @@ func (s *Server) submit(c *gin.Context) {
 	}
 	// One row may not buy unbounded work: quota counts rows, so the
 	// prediction units a row (and a job) may carry are capped.
-	if err := input.CountUnits(s.cat, sub.Table, sub.Options.Targets, sub.Options.Methods, s.unitCaps()).Err(); err != nil {
+	if err := input.CountUnits(s.cat, sub.Table, sub.Options.Targets, sub.Options.Methods, s.caps).Err(); err != nil {
 		s.inputError(c, err)
 		return
 	}
@@ -483,9 +484,9 @@ func (s *Server) validate(c *gin.Context) {
 	// methods, or the most any method makes of each row.
 	var u input.UnitsReport
 	if opts != nil {
-		u = input.CountUnits(s.cat, t, opts.Targets, opts.Methods, s.unitCaps())
+		u = input.CountUnits(s.cat, t, opts.Targets, opts.Methods, s.caps)
 	} else {
-		u = input.CountUnits(s.cat, t, nil, nil, s.unitCaps())
+		u = input.CountUnits(s.cat, t, nil, nil, s.caps)
 	}
 	rep.PredictionUnits = &u
 	finishReport(rep, keys)
