@@ -158,7 +158,14 @@ func (w *prediction) stage(ctx workflow.Context, st activities.StageInfo) error 
 	}
 	w.setStage(ctx, st.Index, "predict")
 	var pr activities.PredictResult
-	if err := w.heavy(ctx, 12*time.Hour, a.Predict, ref).Get(ctx, &pr); err != nil {
+	popts := workflow.ActivityOptions{
+		// A method over 10,000 rows on CPU can take hours; the heartbeat
+		// timeout finds a dead worker quickly.
+		StartToCloseTimeout: 12 * time.Hour,
+		HeartbeatTimeout:    w.heartbeat(),
+		RetryPolicy:         longRetry,
+	}
+	if err := w.heavy(ctx, popts, a.Predict, ref).Get(ctx, &pr); err != nil {
 		_ = w.mark(ctx, activities.StageMark{JobID: w.in.JobID, StageIndex: st.Index, Status: "failed", Message: userMessage(err)})
 		return err
 	}
@@ -368,29 +375,23 @@ func (w *prediction) local(ctx workflow.Context, st activities.StageInfo, plan a
 	return w.event(ctx, st, false, false, true, false, "computed_locally", "")
 }
 
-// heavy runs a CPU-bound step (Predict, an annotation): a regular activity
-// on the CPU queue with heartbeats, or, for a small job, a local activity in
-// the workflow's own task, which saves the two Temporal round trips of an
-// activity. A small job's steps are bounded (at most KINFLOW_SMALL_JOB_ROWS
-// rows), and the activities take turns with the regular ones for the CPU
+// heavy runs a CPU-bound step (Predict, an annotation) with ao: a regular
+// activity on the CPU queue, or, for a small job, a local activity in the
+// workflow's own task with ao's retry policy, which saves the two Temporal
+// round trips of an activity. A small job's steps are bounded (at most
+// KINFLOW_SMALL_JOB_ROWS rows), and they take turns for the CPU
 // (Activities.turn), so that running them locally never oversubscribes the
 // worker. Idempotent either way: a retry finds the step's file and returns.
-func (w *prediction) heavy(ctx workflow.Context, timeout time.Duration, fn any, args ...any) workflow.Future {
+func (w *prediction) heavy(ctx workflow.Context, ao workflow.ActivityOptions, fn any, args ...any) workflow.Future {
 	if w.small {
 		return workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 			// A small job's step: a method's program loading its model and
 			// predicting 50 rows takes minutes at most.
 			StartToCloseTimeout: 30 * time.Minute,
-			RetryPolicy:         longRetry,
+			RetryPolicy:         ao.RetryPolicy,
 		}), fn, args...)
 	}
-	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		// A method over 10,000 rows on CPU can take hours; the heartbeat
-		// timeout finds a dead worker quickly.
-		StartToCloseTimeout: timeout,
-		HeartbeatTimeout:    w.heartbeat(),
-		RetryPolicy:         longRetry,
-	}), fn, args...)
+	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, ao), fn, args...)
 }
 
 // startTracker starts TrackProgress for the stage and returns a function that
