@@ -139,6 +139,10 @@ type Event struct {
 	Failed     bool   `json:"failed"`
 	Reason     string `json:"reason"`
 	Message    string `json:"message,omitempty"`
+	// Key names the event within its workflow run (run id and sequence):
+	// a retried workflow task records its events again, and each is stored
+	// once. Empty in histories from before keys.
+	Key string `json:"key,omitempty"`
 }
 
 // StageMark sets a stage's status (and the job's running stage).

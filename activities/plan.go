@@ -199,9 +199,10 @@ func (a *Activities) reportQuarantined(ctx context.Context, in PlanInput, in2 *e
 	if err != nil {
 		return err
 	}
-	return a.Store.AddEvent(ctx, &store.JobEvent{
+	_, err = a.Store.AddEvent(ctx, &store.JobEvent{
 		JobID: in.JobID, StageIndex: in.StageIndex, Kind: store.EventGPUPrecompute,
 		MethodKey: st.MethodKey, Target: st.Target,
 		Reason: fmt.Sprintf("%s:%d", ReasonCacheFilesQuarantined, len(in2.Bad)), Message: msg, CreatedAt: time.Now().UTC(),
 	}, keepEvents)
+	return err
 }

@@ -21,11 +21,15 @@ func (a *Activities) RecordEvent(ctx context.Context, ev Event) error {
 		JobID: ev.JobID, StageIndex: ev.StageIndex, Kind: store.EventGPUPrecompute,
 		MethodKey: st.MethodKey, Target: st.Target,
 		Attempted: ev.Attempted, UsedGPU: ev.UsedGPU, Completed: ev.Completed, Failed: ev.Failed,
-		Reason: ev.Reason, Message: ev.Message, CreatedAt: time.Now().UTC(),
+		Reason: ev.Reason, Message: ev.Message, CreatedAt: time.Now().UTC(), Key: ev.Key,
+	}
+	stored, err := a.Store.AddEvent(ctx, row, keepEvents)
+	if err != nil || !stored {
+		return err
 	}
 	a.Log.Info("gpu_precompute", "job_id", ev.JobID, "stage", ev.StageIndex, "method", st.MethodKey, "target", st.Target, "step", "gpu_precompute", "reason", ev.Reason, "message", ev.Message)
 	a.Metrics.GPUEvent(ev.Reason)
-	return a.Store.AddEvent(ctx, row, keepEvents)
+	return nil
 }
 
 // MarkStage sets a stage's status and the job's counters mirror (WIRE §2.3).

@@ -54,6 +54,10 @@ type prediction struct {
 	in     PredictionInput
 	prep   activities.PreparedJob
 	status PredictionStatus
+	// events counts the events this run recorded: with the run id, each
+	// event's key, so that one recorded again by a retried workflow task is
+	// stored once.
+	events int
 	// small is set for a job of at most KINFLOW_SMALL_JOB_ROWS rows (since
 	// smallJobLocalVersion): its Predict and annotations are local
 	// activities.
@@ -469,7 +473,9 @@ func (w *prediction) plan(ctx workflow.Context, st activities.StageInfo, post bo
 }
 
 func (w *prediction) event(ctx workflow.Context, st activities.StageInfo, attempted, usedGPU, completed, failed bool, reason, msg string) error {
-	ev := activities.Event{JobID: w.in.JobID, StageIndex: st.Index, Attempted: attempted, UsedGPU: usedGPU, Completed: completed, Failed: failed, Reason: reason, Message: msg}
+	w.events++
+	ev := activities.Event{JobID: w.in.JobID, StageIndex: st.Index, Attempted: attempted, UsedGPU: usedGPU, Completed: completed, Failed: failed, Reason: reason, Message: msg,
+		Key: fmt.Sprintf("%s:%d", workflow.GetInfo(ctx).WorkflowExecution.RunID, w.events)}
 	return workflow.ExecuteLocalActivity(localOptions(ctx), a.RecordEvent, ev).Get(ctx, nil)
 }
 

@@ -131,6 +131,10 @@ type JobEvent struct {
 	Reason     string    `gorm:"not null"`
 	Message    string    `gorm:"not null"`
 	CreatedAt  time.Time `gorm:"not null;index"`
+	// Key names the event within its workflow run (run id and sequence);
+	// AddEvent stores an event with a key once. Empty: no key (events from
+	// before keys).
+	Key string `gorm:"column:event_key;size:80;not null;default:''"`
 }
 
 // TableName implements gorm's Tabler.

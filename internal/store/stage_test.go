@@ -63,3 +63,40 @@ func TestSetEmbeddingComputedMany(t *testing.T) {
 		}
 	})
 }
+
+// A workflow task that is retried runs its local activities again: an event
+// recorded again under its key is stored once; events without a key are
+// stored each time, as before keys.
+func TestAddEventOncePerKey(t *testing.T) {
+	testenv.EachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		now := time.Now().UTC()
+		job := &store.Job{ID: "jobevkey", Status: store.JobPending, SubmittedAt: now}
+		if err := s.CreateJob(ctx, job, []store.JobStage{{JobID: job.ID, Index: 0, Target: "kcat", MethodKey: "B", Status: "running"}}); err != nil {
+			t.Fatal(err)
+		}
+		add := func(key, reason string) bool {
+			t.Helper()
+			stored, err := s.AddEvent(ctx, &store.JobEvent{JobID: job.ID, Kind: store.EventGPUPrecompute, MethodKey: "B", Target: "kcat",
+				Reason: reason, CreatedAt: now, Key: key}, 20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return stored
+		}
+		if !add("run-1:1", "submitted") || !add("run-1:2", "done") {
+			t.Fatal("first records not stored")
+		}
+		if add("run-1:2", "done") {
+			t.Fatal("the same key stored twice")
+		}
+		if !add("run-2:2", "done") || !add("", "x") || !add("", "x") {
+			t.Fatal("another run's key, or keyless events, not stored")
+		}
+		var n int64
+		s.DB.Model(&store.JobEvent{}).Where("job_id = ?", job.ID).Count(&n)
+		if n != 5 {
+			t.Fatalf("%d events stored, want 5", n)
+		}
+	})
+}

@@ -123,13 +123,26 @@ func (s *Store) SetEmbeddingComputedMany(ctx context.Context, ps []Progress, now
 	})
 }
 
-// AddEvent records one job event. Events of a job are kept to the newest
+// AddEvent records one job event, once per non-empty Key; stored reports
+// whether this call stored it. Events of a job are kept to the newest
 // keep per kind (the contract keeps the last 20 gpuPrecompute events).
-func (s *Store) AddEvent(ctx context.Context, ev *JobEvent, keep int) error {
-	return s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+func (s *Store) AddEvent(ctx context.Context, ev *JobEvent, keep int) (stored bool, err error) {
+	err = s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if ev.Key != "" {
+			// Recorded again by a retried workflow task: already stored.
+			var n int64
+			if err := tx.Model(&JobEvent{}).Where("job_id = ? AND event_key = ?", ev.JobID, ev.Key).Count(&n).Error; err != nil {
+				return fmt.Errorf("look up event of job %s: %w", ev.JobID, err)
+			}
+			if n > 0 {
+				stored = false
+				return nil
+			}
+		}
 		if err := tx.Create(ev).Error; err != nil {
 			return fmt.Errorf("record event of job %s: %w", ev.JobID, err)
 		}
+		stored = true
 		if keep <= 0 {
 			return nil
 		}
@@ -143,6 +156,7 @@ func (s *Store) AddEvent(ctx context.Context, ev *JobEvent, keep int) error {
 		}
 		return nil
 	})
+	return stored && err == nil, err
 }
 
 // Refund is what a finished job gives back to its key's quota: Rows in
