@@ -174,20 +174,30 @@ func (s *stack) stop() {
 	}
 }
 
+// waitHealthy waits for the api's health and, when the stack runs a GPU
+// host, for its HTTP API to answer (a test may call it at once).
 func (s *stack) waitHealthy() {
 	s.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(s.base + "/api/v1/health/")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
+	urls := []string{s.base + "/api/v1/health/"}
+	if _, ok := s.procs["gpu-worker"]; ok && s.env["KINFLOW_GPU_LISTEN"] != "" {
+		urls = append(urls, "http://"+s.env["KINFLOW_GPU_LISTEN"]+"/health")
 	}
-	s.t.Fatalf("api at %s never became healthy", s.base)
+	for _, u := range urls {
+		for {
+			resp, err := http.Get(u)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				s.t.Fatalf("%s never answered 200", u)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
 }
 
 func (s *stack) generateKey() string {
