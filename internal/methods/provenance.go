@@ -21,8 +21,8 @@ func SyntheticEngineFingerprint(d *Descriptor) provenance.Fingerprint {
 
 // EngineFingerprint is the fingerprint of d's command engine: the SHA-256
 // of its program and model files (the script, every command token that
-// names a file once the path placeholders are filled, the model_dir and
-// data_dir folders, and every file or folder in extra, such as method E's
+// names a file once the path placeholders are filled, the tools, model_dir
+// and data_dir folders, and every file or folder in extra, such as method E's
 // checkpoint root; interpreters are left out), remembered in hc by path,
 // size and mtime, and the version of the chemistry toolkit (RDKit) the
 // engine's interpreter imports. Its model is d's display name and model
@@ -56,10 +56,12 @@ func EngineFingerprint(d *Descriptor, hc *provenance.HashCache, extra ...string)
 			argv = append(argv, r)
 		}
 	}
-	// The model's weights and the method's data (methods A, G, G-O2 and I
-	// read tables and checkpoints from {data_dir}): a file changed in place
+	// The method's helper code ({tools}: the reference's seqmap and
+	// cache_io, which map sequences to ids and read the embeddings), the
+	// model's weights and the method's data (methods A, G, G-O2 and I read
+	// tables and checkpoints from {data_dir}): a file changed in place
 	// changes the fingerprint, so the prediction cache misses.
-	for _, k := range []string{"model_dir", "data_dir"} {
+	for _, k := range []string{"tools", "model_dir", "data_dir"} {
 		if m := c.Paths[k]; m != "" && !slices.Contains(argv, m) {
 			argv = append(argv, m)
 		}

@@ -54,7 +54,7 @@ func TestEngineFingerprint(t *testing.T) {
 }
 
 // TestEngineFingerprintCoversDataCheckpointsAndRDKit: a file changed in
-// place in {data_dir}, in a checkpoint root named by the environment
+// place in {tools} or {data_dir}, in a checkpoint root named by the environment
 // (method E's), or a different RDKit version changes the engine's
 // fingerprint, so the prediction cache misses.
 func TestEngineFingerprintCoversDataCheckpointsAndRDKit(t *testing.T) {
@@ -69,8 +69,12 @@ func TestEngineFingerprintCoversDataCheckpointsAndRDKit(t *testing.T) {
 		}
 	}
 	script, data, ckpt := filepath.Join(dir, "predict.py"), filepath.Join(dir, "data"), filepath.Join(dir, "ckpt")
+	tools := filepath.Join(dir, "tools")
 	write(script, "print(1)\n")
 	write(filepath.Join(data, "table.csv"), "a,b\n")
+	write(filepath.Join(tools, "seqmap", "main.py"), "print('map')\n")
+	// Running the helpers writes bytecode: that must not change anything.
+	write(filepath.Join(tools, "seqmap", "__pycache__", "main.cpython-312.pyc"), "bytecode")
 	write(filepath.Join(ckpt, "kcat", "fold_0", "model_0", "model.pt"), "weights")
 	// A stand-in interpreter whose RDKit version is a file's contents.
 	version := filepath.Join(dir, "rdkit-version")
@@ -78,7 +82,7 @@ func TestEngineFingerprintCoversDataCheckpointsAndRDKit(t *testing.T) {
 	py := filepath.Join(dir, "python")
 	write(py, "#!/bin/sh\ncat "+version+"\n")
 	d := &Descriptor{Key: "E", DisplayName: "Method E", ModelVersion: "1",
-		Command: &Command{Python: py, Script: script, Paths: map[string]string{"data_dir": data}}}
+		Command: &Command{Python: py, Script: script, Paths: map[string]string{"data_dir": data, "tools": tools}}}
 	id := func() string {
 		t.Helper()
 		rdkitVersions.Clear()
@@ -89,10 +93,20 @@ func TestEngineFingerprintCoversDataCheckpointsAndRDKit(t *testing.T) {
 		return fp.ID()
 	}
 	fp, _ := EngineFingerprint(d, provenance.NewHashCache(""), ckpt)
-	if fp.Libraries["rdkit"] != "2023.09.1" || fp.Weights["data/table.csv"] == "" || fp.Weights["ckpt/kcat/fold_0/model_0/model.pt"] == "" {
+	if fp.Libraries["rdkit"] != "2023.09.1" || fp.Weights["data/table.csv"] == "" || fp.Weights["ckpt/kcat/fold_0/model_0/model.pt"] == "" ||
+		fp.Weights["tools/seqmap/main.py"] == "" {
 		t.Fatalf("fingerprint %+v", fp)
 	}
+	first := id()
+	write(filepath.Join(tools, "seqmap", "__pycache__", "main.cpython-312.pyc"), "other bytecode")
+	if id() != first {
+		t.Fatal("a bytecode cache under {tools} changed the fingerprint")
+	}
+	write(filepath.Join(tools, "seqmap", "main.py"), "print('map v2')\n")
 	base := id()
+	if base == first {
+		t.Fatal("a changed file under {tools} left the fingerprint as it was")
+	}
 	write(filepath.Join(data, "table.csv"), "a,c\n")
 	afterData := id()
 	write(filepath.Join(ckpt, "kcat", "fold_0", "model_0", "model.pt"), "weightz")
