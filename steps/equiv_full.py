@@ -7,8 +7,11 @@ writes a random-weight ESM-2 650M (33 x 1280, 20 heads, attention sharpened as i
 equivalence tests) in fair-esm's format, embeds a 1,500- and a 700-residue sequence in
 one padded batch through the step programs' model class (kinflow_steps.models.FairESM,
 production precision), compares layers 26, 29 and 33 with each sequence alone through
-fair-esm in fp32, then the old ``model.to(float16)`` cast at 1,500 residues; prints the
-figures as JSON (docs/BENCHMARKS.md).
+fair-esm in fp32, then methods G and H's cut (a 1,030- and a 700-residue sequence in one
+padded batch, token matrix cut at 1,024 columns: BOS and the first 1,023 residues, no EOS,
+layer 33's rows and their mean) against fair-esm alone on the cut tokens, then the old
+``model.to(float16)`` cast at 1,500 residues; prints the figures as JSON
+(docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -58,6 +61,20 @@ def main() -> int:
                          "pooled_cosine": p.min_cosine, "ok": r.ok and p.ok})  # fmt: skip
             if i == 0 and layer == 33:
                 fp32 = want
+    # Methods G and H: the token matrix cut at 1,024 columns, as their workers do.
+    cut = [rand_seq(1030, 103), rand_seq(700, 104)]
+    t = time.monotonic()
+    got = FairESM(path, torch.device("cpu"), torch.float32).embed(cut, [33], max_tokens=1024)
+    print(f"G/H batch in {time.monotonic() - t:.0f}s", file=sys.stderr)
+    for i, seq in enumerate(cut):
+        toks = torch.tensor([[alphabet.cls_idx] + [alphabet.get_idx(a) for a in seq] + [alphabet.eos_idx]])[:, :1024]
+        with torch.no_grad():
+            want = model(toks, repr_layers=[33])["representations"][33][0, 1 : 1 + min(len(seq), 1023)].numpy()
+        r = compare(got[33][i], want)
+        p = compare(got[33][i].astype(np.float64).mean(0), want.astype(np.float64).mean(0))
+        rows.append({"case": "G/H cut at 1,024 tokens", "len": len(seq), "rows": int(got[33][i].shape[0]), "layer": 33,
+                     "residue_min_cosine": r.min_cosine, "pooled_cosine": p.min_cosine,
+                     "ok": r.ok and p.ok and got[33][i].shape == want.shape})  # fmt: skip
     old = fair_load(path)[0].eval().to(torch.float16)  # the programs' old CUDA cast
     toks = torch.tensor([[alphabet.cls_idx] + [alphabet.get_idx(a) for a in seqs[0]] + [alphabet.eos_idx]])
     with torch.no_grad():
