@@ -47,7 +47,9 @@ type Config struct {
 	// LogLevel is the slog level of every role.
 	LogLevel slog.Level
 
-	// GPUEmbedServiceURL is the GPU service base URL; empty turns GPU offload off.
+	// GPUEmbedServiceURL is the GPU service's base URL, or several GPU
+	// hosts' base URLs joined by commas (gpuhealth.URLs splits them);
+	// empty turns GPU offload off.
 	GPUEmbedServiceURL string
 	// GPUEmbedServiceToken is the optional bearer token of the GPU service.
 	GPUEmbedServiceToken string
@@ -231,17 +233,19 @@ var Keys = []Key{
 			return c.LogLevel.UnmarshalText([]byte(strings.ToLower(strings.TrimSpace(v))))
 		}},
 	{Name: "GPU_EMBED_SERVICE_URL", Default: "",
-		Meaning: "Base URL of the GPU embedding service. Empty: GPU offload is skipped and missing embeddings are computed locally.",
-		Allowed: "want empty or an http(s) URL",
+		Meaning: "Base URL of the GPU embedding service, or a comma-separated list of GPU hosts' URLs: the service counts as online while any of them answers online. Empty: GPU offload is skipped and missing embeddings are computed locally.",
+		Allowed: "want empty, an http(s) URL or a comma-separated list of them",
 		set: func(c *Config, v string) error {
-			v = strings.TrimRight(strings.TrimSpace(v), "/")
-			if v != "" {
-				u, err := url.Parse(v)
+			var urls []string
+			for _, f := range splitList(v) {
+				f = strings.TrimRight(f, "/")
+				u, err := url.Parse(f)
 				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 					return errInvalid
 				}
+				urls = append(urls, f)
 			}
-			c.GPUEmbedServiceURL = v
+			c.GPUEmbedServiceURL = strings.Join(urls, ",")
 			return nil
 		}},
 	{Name: "GPU_EMBED_SERVICE_TOKEN", Default: "",

@@ -82,6 +82,14 @@ func TestValuesParse(t *testing.T) {
 	if len(c.TrustedProxies) != 2 || c.TrustedProxies[1].Bits() != 32 {
 		t.Errorf("proxies: %v", c.TrustedProxies)
 	}
+	// Several GPU hosts: each checked, trimmed and kept in order.
+	c, err = Load(env(map[string]string{"GPU_EMBED_SERVICE_URL": " http://gpu-a:8080/ ,https://gpu-b,, "}))
+	if err != nil || c.GPUEmbedServiceURL != "http://gpu-a:8080,https://gpu-b" {
+		t.Errorf("list: %q, %v", c.GPUEmbedServiceURL, err)
+	}
+	if _, err := Load(env(map[string]string{"GPU_EMBED_SERVICE_URL": "http://gpu-a,ftp://gpu-b"})); err == nil {
+		t.Error("a list with one bad URL was accepted")
+	}
 }
 
 // TestREADMEConfigTable keeps the README's configuration table equal to the

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +36,8 @@ type Health struct {
 type Checker struct {
 	Config *config.Config
 	HTTP   *http.Client
+	// Timeout bounds each host's answer (New: gpuHTTPTimeout).
+	Timeout time.Duration
 
 	mu   sync.Mutex
 	at   time.Time
@@ -43,13 +46,30 @@ type Checker struct {
 
 // New returns a checker for cfg's GPU service.
 func New(cfg *config.Config) *Checker {
-	return &Checker{Config: cfg, HTTP: &http.Client{Timeout: gpuHTTPTimeout}}
+	return &Checker{Config: cfg, HTTP: &http.Client{}, Timeout: gpuHTTPTimeout}
 }
 
-// Check returns the GPU service's health, through the TTL cache.
+// URLs are the GPU hosts' base URLs in GPU_EMBED_SERVICE_URL (one, or
+// several joined by commas), in order.
+func URLs(cfg *config.Config) []string {
+	var out []string
+	for _, u := range strings.Split(cfg.GPUEmbedServiceURL, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// Check returns the GPU service's health, through the TTL cache. With
+// several hosts the service is online while any of them answers online:
+// every host is asked at once and the first online answer is taken (the
+// GPU queue is served by every host, so one host that is down must not
+// send jobs to the CPU while others are up); when none is online the
+// first host's answer is the reason.
 func (h *Checker) Check(ctx context.Context) Health {
-	url := h.Config.GPUEmbedServiceURL
-	if url == "" {
+	urls := URLs(h.Config)
+	if len(urls) == 0 {
 		return Health{Configured: false, Online: false, Reason: "not_configured"}
 	}
 	h.mu.Lock()
@@ -57,9 +77,38 @@ func (h *Checker) Check(ctx context.Context) Health {
 	if !h.at.IsZero() && time.Since(h.at) < h.Config.GPUEmbedHealthTTL {
 		return h.last
 	}
-	r := h.fetch(ctx, url)
+	r := h.any(ctx, urls)
 	h.at, h.last = time.Now(), r
 	return r
+}
+
+// any asks every host in urls and returns the first online answer, or the
+// first host's answer when none is online.
+func (h *Checker) any(ctx context.Context, urls []string) Health {
+	if len(urls) == 1 {
+		return h.fetch(ctx, urls[0])
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type answer struct {
+		i int
+		h Health
+	}
+	answers := make(chan answer, len(urls))
+	for i, u := range urls {
+		go func() { answers <- answer{i, h.fetch(ctx, u)} }()
+	}
+	var first Health
+	for range urls {
+		a := <-answers
+		if a.h.Online {
+			return a.h
+		}
+		if a.i == 0 {
+			first = a.h
+		}
+	}
+	return first
 }
 
 // GPUStatus implements the API's GPUStatus.
@@ -69,8 +118,11 @@ func (h *Checker) GPUStatus(ctx context.Context) (configured, online bool) {
 }
 
 func (h *Checker) fetch(ctx context.Context, url string) Health {
-	ctx, cancel := context.WithTimeout(ctx, gpuHTTPTimeout)
-	defer cancel()
+	if h.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, h.Timeout)
+		defer cancel()
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/health", nil)
 	if err != nil {
 		return Health{Configured: true, Reason: "unreachable: " + err.Error()}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -71,5 +72,62 @@ func TestCheckCachesForTheTTL(t *testing.T) {
 	h.Check(ctx)
 	if n := calls.Load(); n != 2 {
 		t.Errorf("%d calls after the TTL, want 2", n)
+	}
+}
+
+// TestCheckSeveralHosts: with several GPU hosts the service is online while
+// any answers online, whatever the others do, and the answer does not wait
+// for a host that hangs (its check has no timeout here, so waiting for it
+// would hang the test); with none online the first host's answer is the
+// reason.
+func TestCheckSeveralHosts(t *testing.T) {
+	ctx := context.Background()
+	down := httptest.NewServer(http.NotFoundHandler())
+	downURL := down.URL
+	down.Close()
+	offline, _ := service(t, 200, `{"online": false}`)
+	online, calls := service(t, 200, `{"online": true, "executor": "command"}`)
+	release := make(chan struct{})
+	hanging := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(hanging.Close)
+	t.Cleanup(func() { close(release) })
+
+	cfg, err := config.Load(func(k string) (string, bool) {
+		if k == "GPU_EMBED_SERVICE_URL" {
+			return " " + downURL + "/, " + hanging.URL + "," + offline.URL + " ," + online.URL + "/", true
+		}
+		return "", false
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.GPUEmbedServiceToken = "tok"
+	if got := URLs(cfg); len(got) != 4 || got[0] != downURL || got[3] != online.URL {
+		t.Fatalf("URLs %q", got)
+	}
+	h := New(cfg)
+	h.Timeout = 0
+	if got := h.Check(ctx); got != (Health{Configured: true, Online: true, Executor: "command"}) {
+		t.Fatalf("one host online among four: %+v", got)
+	}
+	if calls.Load() != 1 {
+		t.Errorf("online host asked %d times", calls.Load())
+	}
+
+	// None online: the first host's answer, after every host answered.
+	cfg.GPUEmbedServiceURL = offline.URL + "," + downURL
+	h = New(cfg)
+	h.Config.GPUEmbedHealthTTL = 0
+	if got := h.Check(ctx); got != (Health{Configured: true, Reason: "remote_offline"}) {
+		t.Errorf("none online: %+v", got)
+	}
+	cfg.GPUEmbedServiceURL = downURL + "," + offline.URL
+	if got := h.Check(ctx); got.Online || !strings.HasPrefix(got.Reason, "unreachable: ") {
+		t.Errorf("first host down, second offline: %+v", got)
 	}
 }
