@@ -118,3 +118,35 @@ func TestUncertaintyRoundTrip(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkLookup10kUncertainty is BenchmarkLookup10k for a method that
+// gives uncertainty: every entry with all three numbers.
+func BenchmarkLookup10kUncertainty(b *testing.B) {
+	for _, d := range []store.Dialect{store.SQLite, store.Postgres} {
+		b.Run(string(d), func(b *testing.B) {
+			s := testenv.OpenStore(b, d)
+			ctx := context.Background()
+			c := New(s)
+			ks := keys(10000, 5)
+			puts := make([]Put, len(ks))
+			for i := range ks {
+				v, t := float64(i)*1.5, 0.2+float64(i%600)/1000
+				puts[i] = Put{Key: ks[i], Value: &v, UncertaintyRecorded: true,
+					Uncertainty: &units.Uncertainty{Total: t, Aleatoric: ptr(t * 0.8), Epistemic: ptr(t * 0.6)}}
+			}
+			before := tableBytes(b, s)
+			if err := c.Store(ctx, "E", "1", puts, time.Now()); err != nil {
+				b.Fatal(err)
+			}
+			size := float64(tableBytes(b, s)-before) / float64(len(ks))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				got, err := c.Lookup(ctx, ks)
+				if err != nil || len(got) != len(ks) || got[ks[1]].Uncertainty == nil {
+					b.Fatalf("%d found: %v", len(got), err)
+				}
+			}
+			b.ReportMetric(size, "bytes/unit")
+		})
+	}
+}
