@@ -36,7 +36,10 @@ type stagePredCache struct {
 // numbers its family fingerprint does not describe. With the job's
 // usePredictionCache false nothing is looked up, and what the engine
 // computes is still stored. A lookup that fails is logged and the stage
-// predicts every unit: the cache only ever saves work.
+// predicts every unit: the cache only ever saves work. For a method that
+// gives uncertainty, an entry with a value stored without the method's
+// uncertainty (before the cache kept uncertainties) is a miss: the unit is
+// computed again, and its new entry replaces the old one.
 func (a *Activities) stageCache(ctx context.Context, job *store.Job, d *methods.Descriptor, sr stageRows, prov provenance.Stage, send []int, log *slog.Logger) *stagePredCache {
 	if a.PredCache == nil || len(prov.Unverified) > 0 {
 		return nil
@@ -70,14 +73,24 @@ func (a *Activities) stageCache(ctx context.Context, job *store.Job, d *methods.
 		log.Warn("prediction cache lookup failed; predicting every unit", "error", err)
 		hits = map[predcache.Key]predcache.Entry{}
 	}
+	stale := 0
+	if d.Uncertainty {
+		for k, e := range hits {
+			if e.Value != nil && !e.UncertaintyRecorded {
+				delete(hits, k)
+				stale++
+			}
+		}
+	}
 	pc.hits = hits
-	log.Info("prediction cache", "units", len(send), "cached", len(hits), "lookup_ms", time.Since(start).Milliseconds())
+	log.Info("prediction cache", "units", len(send), "cached", len(hits), "without_uncertainty", stale, "lookup_ms", time.Since(start).Milliseconds())
 	return pc
 }
 
 // storeComputed writes the units the engine just computed (indices
-// computed into results) back to the cache: a value or the engine's
-// per-unit failure reason, unless that reason is transient (out of
+// computed into results) back to the cache: a value (with its uncertainty,
+// for a method that gives one) or the engine's per-unit failure reason,
+// unless that reason is transient (out of
 // memory, killed, timed out: predcache.Transient), which the next job must
 // try again. A failed write is logged; the stage's results stand.
 func (a *Activities) storeComputed(ctx context.Context, pc *stagePredCache, d *methods.Descriptor, results []units.Result, computed []int, log *slog.Logger) {
@@ -91,7 +104,11 @@ func (a *Activities) storeComputed(ctx context.Context, pc *stagePredCache, d *m
 		if !ok || (r.Value == nil && predcache.Transient(r.Error)) {
 			continue
 		}
-		puts = append(puts, predcache.Put{Key: key, Value: r.Value, Error: r.Error})
+		p := predcache.Put{Key: key, Value: r.Value, Error: r.Error, UncertaintyRecorded: d.Uncertainty}
+		if d.Uncertainty && r.Value != nil {
+			p.Uncertainty = r.Uncertainty
+		}
+		puts = append(puts, p)
 	}
 	if err := a.PredCache.Store(context.WithoutCancel(ctx), d.Key, pc.version, puts, time.Now()); err != nil {
 		log.Warn("prediction cache write failed", "error", err)

@@ -99,18 +99,10 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 			out.Source = "Prediction from " + d.DisplayName
 		}
 		applyProvenance(&out, prov, d)
-		// The units the cache has are served from it; only the rest go to
-		// the engine.
-		var pc *stagePredCache
-		if d.Uncertainty {
-			// The cache keeps a value or an error per unit, not the
-			// method's uncertainty: a cached value would come back without
-			// it. Such a method is predicted afresh until the cache stores
-			// uncertainties too.
-			log.Info("prediction cache: not used, the method gives uncertainties the cache does not keep")
-		} else {
-			pc = a.stageCache(ctx, job, d, sr, prov, send, log)
-		}
+		// The units the cache has are served from it (with the uncertainty
+		// they were computed with, for a method that gives one); only the
+		// rest go to the engine.
+		pc := a.stageCache(ctx, job, d, sr, prov, send, log)
 		toSend := send
 		if pc != nil {
 			toSend = toSend[:0:0]
@@ -125,6 +117,10 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 				r.Cached = &at
 				if e.Value != nil {
 					r.Value, r.Source = e.Value, out.Source
+					if d.Uncertainty && e.Uncertainty != nil {
+						u := *e.Uncertainty
+						r.Uncertainty = &u
+					}
 				} else {
 					r.Error = e.Error
 				}

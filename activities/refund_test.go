@@ -15,8 +15,15 @@ import (
 // the finished job.
 func (h *predictHarness) finishCachedJob(id, csv string, rows int) *store.Job {
 	h.t.Helper()
+	return h.finishCachedJobWith(id, map[string]string{"kcat": "B"}, csv, rows)
+}
+
+// finishCachedJobWith is finishCachedJob for a one-target job by the
+// method given.
+func (h *predictHarness) finishCachedJobWith(id string, methodsByTarget map[string]string, csv string, rows int) *store.Job {
+	h.t.Helper()
 	ctx := context.Background()
-	h.submit(id, map[string]string{"kcat": "B"}, true, csv)
+	h.submit(id, methodsByTarget, true, csv)
 	h.a.Store.DB.Model(&store.Job{}).Where("id = ?", id).Updates(map[string]any{"requested_rows": rows, "use_prediction_cache": true})
 	job, err := h.a.Store.Job(ctx, id)
 	if err != nil {

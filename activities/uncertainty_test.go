@@ -38,6 +38,12 @@ func (h *predictHarness) finishedOutput(id string, stages int) ([]string, [][]st
 	if _, err := h.env.ExecuteActivity(h.a.Finalize, FinalizeInput{JobID: id}); err != nil {
 		h.t.Fatal(err)
 	}
+	return h.outputCSV(id)
+}
+
+// outputCSV is the finished job's output.csv: header and rows.
+func (h *predictHarness) outputCSV(id string) ([]string, [][]string) {
+	h.t.Helper()
 	dir, _ := h.a.jobDir(id)
 	f, err := os.Open(filepath.Join(dir, "output.csv"))
 	if err != nil {

@@ -677,7 +677,11 @@
     $("result-notes").hidden = !noteText;
     renderHead();
     renderPage();
+    // The plots' drawing time is measured ("kinflow-plots"): the browser
+    // test holds it to a bound for a 10,000-row result.
+    const t0 = performance.now();
     renderPlots(res, d.values, synthetic);
+    performance.measure("kinflow-plots", { start: t0 });
   }
 
   function renderHead() {
@@ -936,7 +940,189 @@
       if (nonPositive) notes.push(nonPositive + " value(s) ≤ 0 not shown on the log scale");
       fig.append(svg, legend, el("figcaption", desc + (notes.length ? " " + notes.join("; ") + "." : "")));
       box.append(fig);
+      const target = targetOf(table.cols, i);
+      if (table.cols.includes(uncertaintyCol(target, "total"))) {
+        renderUncertainty(box, res, col, target, srcCol, labels, synthetic, k);
+      }
     });
+  }
+
+  // uncertaintyCol is the result column of a target's uncertainty part
+  // (total, aleatoric, epistemic): a standard deviation of log10(value).
+  function uncertaintyCol(target, part) { return "Uncertainty " + target + " " + part + " (SD, log10)"; }
+
+  function median(xs) {
+    if (!xs.length) return NaN;
+    const a = xs.slice().sort((x, y) => x - y), m = a.length >> 1;
+    return a.length % 2 ? a[m] : (a[m - 1] + a[m]) / 2;
+  }
+
+  // uncertaintyRows pairs each row's positive scalar value with its total
+  // SD (log10 units), by source; rows without either are left out.
+  function uncertaintyRows(res, col, target, srcCol) {
+    const tc = uncertaintyCol(target, "total"), ac = uncertaintyCol(target, "aleatoric"), ec = uncertaintyCol(target, "epistemic");
+    const out = [], alea = [], epi = [];
+    (res.data || []).forEach((row) => {
+      const v = Number(row[col]), sd = row[tc] == null || row[tc] === "" ? NaN : Number(row[tc]);
+      if (!(sd >= 0) || !(v > 0) || typeof row[col] === "string") return;
+      out.push({ x: Math.log10(v), sd, label: sourceLabel(row[srcCol]) });
+      if (row[ac] != null && row[ac] !== "" && Number(row[ac]) >= 0) alea.push(Number(row[ac]));
+      if (row[ec] != null && row[ec] !== "" && Number(row[ec]) >= 0) epi.push(Number(row[ec]));
+    });
+    return { rows: out, alea, epi };
+  }
+
+  // renderUncertainty adds a target's uncertainty panels after its value
+  // plot: the distribution of the per-row total SD (log10 units, with its
+  // median as a fold factor), and each value's ±1 SD interval for an even
+  // sample of at most INTERVALS rows ranked by value (few enough that each
+  // interval stays a line of its own). Colours follow the
+  // value plot's sources; synthetic stand-ins are hatched or dashed and
+  // named so.
+  const INTERVALS = 80;
+  function renderUncertainty(box, res, col, target, srcCol, labels, synthetic, k) {
+    const { rows, alea, epi } = uncertaintyRows(res, col, target, srcCol);
+    const fig = el("figure", null, "plot uncertainty");
+    fig.dataset.col = col;
+    fig.dataset.kind = "uncertainty";
+    if (!rows.length) {
+      fig.append(el("figcaption", "Uncertainty of " + col + ": the method gives one, but no row has both a value and its uncertainty."));
+      box.append(fig);
+      return;
+    }
+    const colour = (l) => { const g = labels.indexOf(l); return PALETTE[(g < 0 ? labels.length : g) % PALETTE.length]; };
+    const isSyn = (l) => l === "Synthetic stand-in";
+    const sds = rows.map((r) => r.sd);
+    const med = median(sds);
+    const fold = (sd) => "×/÷ " + fmtNum(Math.pow(10, sd));
+    const warn = (svg, x) => {
+      if (!synthetic) return;
+      const w = svgEl("text", { x: x, y: 12, "text-anchor": "end" }, "warn");
+      w.textContent = "SYNTHETIC — not predictions";
+      svg.append(w);
+    };
+    const W = 360, H = 190, L = 40, R = 20, T = 22, B = 34, pw = W - L - R, ph = H - T - B;
+
+    // Panel 1: the distribution of the total SD.
+    const hiSD = Math.max(0.1, Math.ceil(Math.max(...sds) * 10) / 10);
+    const nb = 24, bw = pw / nb;
+    const groups = [...new Set(rows.map((r) => r.label))];
+    const counts = groups.map(() => new Array(nb).fill(0));
+    rows.forEach((r) => { counts[groups.indexOf(r.label)][Math.min(nb - 1, Math.floor(r.sd / hiSD * nb))]++; });
+    const top = Math.max(...new Array(nb).fill(0).map((_, b) => groups.reduce((s, _g, g) => s + counts[g][b], 0)));
+    const hist = svgEl("svg", { viewBox: "0 0 " + W + " " + H, role: "img" }, "sd-hist");
+    const hdesc = "Uncertainty of " + col + ": distribution of the total standard deviation of log10(value) over " + rows.length +
+      " row(s), in log10 units; median " + fmtNum(med) + " (" + fold(med) + ")" + (synthetic ? "; synthetic stand-ins, not predictions" : "") + ".";
+    hist.setAttribute("aria-label", hdesc);
+    const ht = svgEl("title"); ht.textContent = hdesc; hist.append(ht);
+    const defs = svgEl("defs");
+    const hatchID = "hatch-u" + k;
+    const pat = svgEl("pattern", { id: hatchID, width: 6, height: 6, patternUnits: "userSpaceOnUse", patternTransform: "rotate(45)" });
+    pat.append(svgEl("line", { x1: 0, y1: 0, x2: 0, y2: 6, stroke: "#3d2800", "stroke-width": 2 }));
+    defs.append(pat);
+    hist.append(defs);
+    [0, 0.5, 1].forEach((f) => {
+      const y = T + ph - f * ph;
+      hist.append(svgEl("line", { x1: L, x2: L + pw, y1: y, y2: y }, "grid"));
+      const t = svgEl("text", { x: L - 4, y: y + 3, "text-anchor": "end" }, "tick");
+      t.textContent = String(Math.round(f * top));
+      hist.append(t);
+    });
+    for (let b = 0; b < nb; b++) {
+      let y = T + ph;
+      groups.forEach((l, g) => {
+        const n = counts[g][b];
+        if (!n) return;
+        const h = (n / top) * ph;
+        y -= h;
+        const attrs = { x: L + b * bw + 0.5, y: y, width: Math.max(1, bw - 1), height: h, fill: colour(l) };
+        const r = svgEl("rect", attrs, "bar");
+        const tip = svgEl("title");
+        tip.textContent = l + ": " + n + " row(s) with total SD " + fmtNum(b * hiSD / nb) + " to " + fmtNum((b + 1) * hiSD / nb) + " log10 units";
+        r.append(tip);
+        hist.append(r);
+        if (isSyn(l)) hist.append(svgEl("rect", Object.assign({}, attrs, { fill: "url(#" + hatchID + ")" }), "hatch"));
+      });
+    }
+    hist.append(svgEl("polyline", { points: L + "," + T + " " + L + "," + (T + ph) + " " + (L + pw) + "," + (T + ph) }, "axis"));
+    for (let j = 0; j <= 4; j++) {
+      const x = L + (j / 4) * pw;
+      hist.append(svgEl("line", { x1: x, x2: x, y1: T + ph, y2: T + ph + 4 }, "axis"));
+      const t = svgEl("text", { x: x, y: T + ph + 15, "text-anchor": "middle" }, "tick");
+      t.textContent = fmtNum(j * hiSD / 4);
+      hist.append(t);
+    }
+    const mx = L + Math.min(1, med / hiSD) * pw;
+    hist.append(svgEl("line", { x1: mx, x2: mx, y1: T, y2: T + ph }, "median"));
+    const mt = svgEl("text", { x: Math.min(mx + 3, L + pw - 2), y: T + 10, "text-anchor": mx + 3 > L + pw - 90 ? "end" : "start" }, "label median-label");
+    mt.textContent = "median " + fmtNum(med) + " (" + fold(med) + ")";
+    hist.append(mt);
+    const hx = svgEl("text", { x: L + pw / 2, y: H - 4, "text-anchor": "middle" }, "label");
+    hx.textContent = "total SD of log10(" + target + "), log10 units";
+    hist.append(hx);
+    const hy = svgEl("text", { x: L, y: 12 }, "label");
+    hy.textContent = "rows";
+    hist.append(hy);
+    warn(hist, L + pw);
+
+    // Panel 2: ±1 SD intervals for an even sample of the rows ranked by value.
+    const ranked = rows.slice().sort((a, b) => a.x - b.x);
+    const m = Math.min(INTERVALS, ranked.length);
+    const sample = [];
+    for (let j = 0; j < m; j++) sample.push(ranked[m === 1 ? 0 : Math.round(j * (ranked.length - 1) / (m - 1))]);
+    let lo = Math.floor(Math.min(...sample.map((r) => r.x - r.sd))), hi = Math.ceil(Math.max(...sample.map((r) => r.x + r.sd)));
+    if (hi === lo) hi = lo + 1;
+    const IT = 32, IH = 270, ip = IH - IT - B;
+    const xs = (x) => L + ((x - lo) / (hi - lo)) * pw;
+    const ivs = svgEl("svg", { viewBox: "0 0 " + W + " " + IH, role: "img" }, "intervals");
+    const idesc = col + ": each value with its ±1 total SD interval (log scale) for " + m + " of " + rows.length +
+      " row(s), evenly spaced by rank" + (synthetic ? "; synthetic stand-ins, not predictions" : "") + ".";
+    ivs.setAttribute("aria-label", idesc);
+    const it = svgEl("title"); it.textContent = idesc; ivs.append(it);
+    for (let e = lo; e <= hi; e++) {
+      const x = xs(e);
+      ivs.append(svgEl("line", { x1: x, x2: x, y1: IT, y2: IT + ip }, "grid"));
+      const t = svgEl("text", { x: x, y: IT + ip + 15, "text-anchor": "middle" }, "tick");
+      t.textContent = fmtPow(e);
+      ivs.append(t);
+    }
+    const step = ip / m;
+    sample.forEach((r, j) => {
+      const y = IT + ip - (j + 0.5) * step;
+      const g = svgEl("g", null, "interval");
+      const line = svgEl("line", { x1: xs(r.x - r.sd), x2: xs(r.x + r.sd), y1: y, y2: y, stroke: colour(r.label) }, isSyn(r.label) ? "band synthetic" : "band");
+      const dot = svgEl("circle", { cx: xs(r.x), cy: y, r: Math.max(1, Math.min(2.2, step / 2)), fill: colour(r.label) }, "point");
+      const tip = svgEl("title");
+      tip.textContent = r.label + ": " + fmtNum(Math.pow(10, r.x)) + " (" + fold(r.sd) + ", total SD " + fmtNum(r.sd) + " log10 units): " +
+        fmtNum(Math.pow(10, r.x - r.sd)) + " to " + fmtNum(Math.pow(10, r.x + r.sd));
+      g.append(line, dot, tip);
+      ivs.append(g);
+    });
+    ivs.append(svgEl("polyline", { points: L + "," + IT + " " + L + "," + (IT + ip) + " " + (L + pw) + "," + (IT + ip) }, "axis"));
+    const ix = svgEl("text", { x: L + pw / 2, y: IH - 4, "text-anchor": "middle" }, "label");
+    ix.textContent = col + " (log scale), ±1 total SD";
+    ivs.append(ix);
+    const iy = svgEl("text", { x: L, y: 26 }, "label");
+    iy.textContent = m < rows.length ? "rows ranked by value (" + m + " of " + rows.length + ")" : "rows ranked by value";
+    ivs.append(iy);
+    warn(ivs, L + pw);
+
+    const legend = el("ul", null, "legend");
+    groups.forEach((l) => {
+      const li = el("li");
+      const sw = svgEl("svg", { viewBox: "0 0 14 14", "aria-hidden": "true" });
+      sw.append(svgEl("line", { x1: 0, x2: 14, y1: 7, y2: 7, stroke: colour(l), "stroke-width": 3 }, isSyn(l) ? "band synthetic" : "band"));
+      li.append(sw, el("span", l + (isSyn(l) ? " — a stand-in uncertainty, not a method's" : "")));
+      legend.append(li);
+    });
+    const parts = [];
+    if (alea.length) parts.push("aleatoric median " + fmtNum(median(alea)));
+    if (epi.length) parts.push("epistemic median " + fmtNum(median(epi)));
+    const cap = "Uncertainty of " + col + " (" + rows.length + " row(s) with one): the method's standard deviation of log10(value), in log10 units " +
+      "(an SD of 0.3 is a factor of about 2 either way); total median " + fmtNum(med) + " (" + fold(med) + ")" +
+      (parts.length ? ", " + parts.join(", ") : "") + "." + (synthetic ? " Synthetic stand-ins, not predictions." : "");
+    fig.append(hist, ivs, legend, el("figcaption", cap));
+    box.append(fig);
   }
 
   function fmtNum(x) { return Number(x.toPrecision(3)).toString(); }

@@ -70,7 +70,7 @@ const readTable = `(() => {
 // view when scrolled sideways, shortens sequences with the full text on a
 // click, explains the blank similarity columns in their header tooltip,
 // and draws one log-scale distribution per predicted value with the
-// synthetic source marked. The page reports the job's progress from
+// synthetic source marked, and no uncertainty panel. The page reports the job's progress from
 // `overall` while it runs. Screenshots go to $KINFLOW_E2E_SCREENSHOTS.
 func TestBrowserLargeResult(t *testing.T) {
 	b := newBrowser(t)
@@ -265,6 +265,11 @@ func TestBrowserLargeResult(t *testing.T) {
 		if p.Bars < 3 || p.Hatch != p.Bars || p.Warn == "" || len(p.Legend) != 1 || !strings.HasPrefix(p.Legend[0], "Synthetic stand-in") {
 			t.Errorf("plot %s: %+v", p.Col, p)
 		}
+	}
+	// No uncertainty columns, no uncertainty panel (TestBrowserUncertaintyPlot
+	// has one).
+	if n := eval[int](t, b, `document.querySelectorAll("#result-plots figure.uncertainty, #result-plots svg.sd-hist, #result-plots svg.intervals").length`); n != 0 {
+		t.Errorf("%d uncertainty panels in a result without uncertainty columns", n)
 	}
 	if plots[0].Sum != len(kcats) {
 		t.Errorf("kcat plot counts %d values, the result has %d", plots[0].Sum, len(kcats))

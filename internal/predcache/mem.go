@@ -104,7 +104,9 @@ func (c *Cache) Lookup(ctx context.Context, keys []Key) (map[Key]Entry, error) {
 }
 
 // Store writes entries for method at modelVersion, stamped now (see
-// storeDB), and keeps them in the memory tier.
+// storeDB), and keeps them in the memory tier as the database now has
+// them: an entry present stands, unless storeDB replaced it (one without
+// its method's uncertainty, by one with it).
 func (c *Cache) Store(ctx context.Context, method, modelVersion string, puts []Put, now time.Time) error {
 	if c.mem == nil {
 		return c.storeDB(ctx, method, modelVersion, puts, now)
@@ -126,8 +128,8 @@ func (c *Cache) Store(ctx context.Context, method, modelVersion string, puts []P
 	}
 	at := now.UTC().Truncate(time.Millisecond)
 	for _, p := range puts {
-		if _, ok := c.mem.entries[p.Key]; !ok {
-			c.mem.add(p.Key, Entry{Value: p.Value, Error: p.Error, FirstComputed: at})
+		if old, ok := c.mem.entries[p.Key]; !ok || (p.UncertaintyRecorded && !old.UncertaintyRecorded) {
+			c.mem.add(p.Key, Entry{Value: p.Value, Error: p.Error, Uncertainty: p.Uncertainty, UncertaintyRecorded: p.UncertaintyRecorded, FirstComputed: at})
 		}
 	}
 	return nil

@@ -11,7 +11,9 @@
 // simply another key: a new model version or fingerprint misses, and
 // nothing is ever invalidated in place. The value is the engine's raw value
 // or its failure reason for the unit (never both), taken before reductions
-// and experimental overrides, with the time it was first computed.
+// and experimental overrides, with the time it was first computed, and for
+// a method that gives uncertainty the unit's uncertainty as the engine gave
+// it (migration 0007).
 package predcache
 
 import (
@@ -33,6 +35,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/kinflow/kinflow/internal/store"
+	"github.com/kinflow/kinflow/internal/units"
 )
 
 // Key identifies one prediction unit's value.
@@ -148,6 +151,14 @@ func (k *Keyer) Key(u Unit) Key {
 type Entry struct {
 	Value *float64
 	Error string
+	// Uncertainty is the value's uncertainty as the method gave it (nil
+	// when it gave none for this unit).
+	Uncertainty *units.Uncertainty
+	// UncertaintyRecorded is whether the entry was stored with its
+	// method's uncertainty (Put.UncertaintyRecorded): false for an entry
+	// of a method without uncertainty and for one stored before the cache
+	// kept uncertainties, which a method that gives them must not serve.
+	UncertaintyRecorded bool
 	// FirstComputed is when the value was computed and stored.
 	FirstComputed time.Time
 }
@@ -163,7 +174,7 @@ type Cache struct {
 // without a memory tier.
 func New(st *store.Store) *Cache { return &Cache{st: st} }
 
-// sqliteStoreRows is the most entries per SQLite insert: 6 variables
+// sqliteStoreRows is the most entries per SQLite insert: 11 variables
 // each, well within SQLite's 32,766.
 const sqliteStoreRows = 100
 
@@ -199,25 +210,27 @@ func (c *Cache) lookupDB(ctx context.Context, keys []Key) (map[Key]Entry, error)
 		} else {
 			// The row names its key by its index in the array: no 32-byte
 			// key comes back (a third less time than returning the key).
-			rows, err = sqlDB.QueryContext(ctx, "SELECT j.key, c.value, c.error, c.created_at_ms FROM json_each(?) AS j JOIN prediction_cache AS c ON c.unit_key = unhex(j.value)", hexArray(part))
+			rows, err = sqlDB.QueryContext(ctx, "SELECT j.key, "+lookupColumns("c.")+" FROM json_each(?) AS j JOIN prediction_cache AS c ON c.unit_key = unhex(j.value)", hexArray(part))
 		}
 		if err != nil {
 			return nil, fmt.Errorf("look up %d predictions: %w", len(part), err)
 		}
 		for rows.Next() {
 			var (
-				kb  []byte
-				idx int64
-				v   sql.NullFloat64
-				e   sql.NullString
-				ms  int64
-				key Key
+				kb            []byte
+				idx           int64
+				v             sql.NullFloat64
+				e             sql.NullString
+				ms            int64
+				ut, ua, ue    sql.NullFloat64
+				usyn, urecord bool
+				key           Key
 			)
 			dst := any(&kb)
 			if c.st.Dialect != store.Postgres {
 				dst = &idx
 			}
-			if err := rows.Scan(dst, &v, &e, &ms); err != nil {
+			if err := rows.Scan(dst, &v, &e, &ms, &ut, &ua, &ue, &usyn, &urecord); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("read cached prediction: %w", err)
 			}
@@ -230,11 +243,12 @@ func (c *Cache) lookupDB(ctx context.Context, keys []Key) (map[Key]Entry, error)
 				}
 				key = part[idx]
 			}
-			ent := Entry{Error: e.String, FirstComputed: time.UnixMilli(ms).UTC()}
+			ent := Entry{Error: e.String, FirstComputed: time.UnixMilli(ms).UTC(), UncertaintyRecorded: urecord}
 			if v.Valid {
 				f := v.Float64
 				ent.Value = &f
 			}
+			ent.Uncertainty = readUncertainty(nullPtr(ut), nullPtr(ua), nullPtr(ue), usyn)
 			out[key] = ent
 		}
 		if err := rows.Close(); err != nil {
@@ -247,7 +261,33 @@ func (c *Cache) lookupDB(ctx context.Context, keys []Key) (map[Key]Entry, error)
 	return out, nil
 }
 
-const lookupPostgres = "SELECT unit_key, value, error, created_at_ms FROM prediction_cache WHERE unit_key = ANY($1)"
+// lookupColumns are the columns a lookup reads after the key, with the
+// table's alias prefix.
+func lookupColumns(alias string) string {
+	cols := []string{"value", "error", "created_at_ms", "uncertainty_total", "uncertainty_aleatoric", "uncertainty_epistemic", "uncertainty_synthetic", "uncertainty_recorded"}
+	for i := range cols {
+		cols[i] = alias + cols[i]
+	}
+	return strings.Join(cols, ", ")
+}
+
+var lookupPostgres = "SELECT unit_key, " + lookupColumns("") + " FROM prediction_cache WHERE unit_key = ANY($1)"
+
+func nullPtr(f sql.NullFloat64) *float64 {
+	if !f.Valid {
+		return nil
+	}
+	return &f.Float64
+}
+
+// readUncertainty is a stored uncertainty: nil without a total (a unit
+// the method gave none, or an entry of a method without uncertainty).
+func readUncertainty(total, alea, epi *float64, synthetic bool) *units.Uncertainty {
+	if total == nil {
+		return nil
+	}
+	return &units.Uncertainty{Total: *total, Aleatoric: alea, Epistemic: epi, Synthetic: synthetic}
+}
 
 // lookupPgx runs the Postgres lookup on pgx's own interface beneath
 // database/sql: rows decode in place, which took 10,000 hits from about 53
@@ -271,22 +311,25 @@ func lookupPgx(ctx context.Context, db *sql.DB, arg [][]byte, out map[Key]Entry)
 			return err
 		}
 		var (
-			kb []byte
-			v  *float64
-			e  *string
-			ms int64
+			kb            []byte
+			v             *float64
+			e             *string
+			ms            int64
+			ut, ua, ue    *float64
+			usyn, urecord bool
 		)
-		_, err = pgx.ForEachRow(rows, []any{&kb, &v, &e, &ms}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&kb, &v, &e, &ms, &ut, &ua, &ue, &usyn, &urecord}, func() error {
 			var key Key
 			copy(key[:], kb)
-			ent := Entry{Value: v, FirstComputed: time.UnixMilli(ms).UTC()}
+			ent := Entry{Value: v, FirstComputed: time.UnixMilli(ms).UTC(), UncertaintyRecorded: urecord,
+				Uncertainty: readUncertainty(ut, ua, ue, usyn)}
 			if e != nil {
 				ent.Error = *e
 			}
 			out[key] = ent
-			// Nil again, so that pgx allocates the next row's value instead
+			// Nil again, so that pgx allocates the next row's values instead
 			// of writing into this row's.
-			v, e = nil, nil
+			v, e, ut, ua, ue = nil, nil, nil, nil, nil
 			return nil
 		})
 		return err
@@ -314,12 +357,56 @@ type Put struct {
 	Key   Key
 	Value *float64
 	Error string
+	// Uncertainty is the value's uncertainty (nil when the method gave
+	// none for this unit); only with a Value and UncertaintyRecorded.
+	Uncertainty *units.Uncertainty
+	// UncertaintyRecorded is true for every entry of a method that gives
+	// uncertainty, whether or not this unit got one: it tells this entry
+	// from one stored before the cache kept uncertainties.
+	UncertaintyRecorded bool
+}
+
+// upsert is what a store does with an entry already present: it stands
+// (its first-computed time too), unless it was stored without its
+// method's uncertainty and the new entry has it, which then replaces it
+// whole (value, error, uncertainty and time: one computation).
+const upsert = ` ON CONFLICT (unit_key) DO UPDATE SET value = excluded.value, error = excluded.error,
+uncertainty_total = excluded.uncertainty_total, uncertainty_aleatoric = excluded.uncertainty_aleatoric,
+uncertainty_epistemic = excluded.uncertainty_epistemic, uncertainty_synthetic = excluded.uncertainty_synthetic,
+uncertainty_recorded = excluded.uncertainty_recorded, created_at_ms = excluded.created_at_ms
+WHERE excluded.uncertainty_recorded AND NOT prediction_cache.uncertainty_recorded`
+
+// dedupe drops entries whose key came earlier in puts (two units of one
+// stage with the same key): Postgres refuses an upsert that meets one key
+// twice in a statement.
+func dedupe(puts []Put) []Put {
+	seen := make(map[Key]struct{}, len(puts))
+	out := puts[:0:0]
+	for _, p := range puts {
+		if _, ok := seen[p.Key]; ok {
+			continue
+		}
+		seen[p.Key] = struct{}{}
+		out = append(out, p)
+	}
+	return out
+}
+
+// uncertaintyArgs are p's uncertainty columns' values.
+func uncertaintyArgs(p Put) (total, alea, epi *float64, synthetic bool) {
+	if p.Uncertainty == nil {
+		return nil, nil, nil, false
+	}
+	t := p.Uncertainty.Total
+	return &t, p.Uncertainty.Aleatoric, p.Uncertainty.Epistemic, p.Uncertainty.Synthetic
 }
 
 // storeDB writes entries for method at modelVersion, stamped now. An entry
 // already present is kept (its first-computed time stands): two jobs that
-// computed one unit at once store it once. An entry with neither a value
-// nor an error is refused. On Postgres the entries travel as a few array
+// computed one unit at once store it once; only an entry stored without
+// its method's uncertainty is replaced by one with it (upsert). An entry
+// with neither a value nor an error is refused, and so is an uncertainty
+// without a value or not marked recorded. On Postgres the entries travel as a few array
 // parameters; on SQLite as bound variables, 100 entries a statement (a
 // JSON array, as lookupDB takes, changes about one value in ten by a unit
 // in the last place).
@@ -332,7 +419,11 @@ func (c *Cache) storeDB(ctx context.Context, method, modelVersion string, puts [
 		if (p.Value == nil) == (p.Error == "") {
 			return fmt.Errorf("cache entry %x: want exactly one of a value and an error", p.Key[:4])
 		}
+		if p.Uncertainty != nil && (p.Value == nil || !p.UncertaintyRecorded) {
+			return fmt.Errorf("cache entry %x: an uncertainty needs a value and UncertaintyRecorded", p.Key[:4])
+		}
 	}
+	puts = dedupe(puts)
 	sqlDB, err := c.st.DB.DB()
 	if err != nil {
 		return err
@@ -343,15 +434,21 @@ func (c *Cache) storeDB(ctx context.Context, method, modelVersion string, puts [
 			ks := make([][]byte, len(part))
 			vs := make([]*float64, len(part))
 			es := make([]*string, len(part))
+			uts, uas, ues := make([]*float64, len(part)), make([]*float64, len(part)), make([]*float64, len(part))
+			usyn, urec := make([]bool, len(part)), make([]bool, len(part))
 			for i := range part {
 				ks[i], vs[i] = part[i].Key[:], part[i].Value
 				if part[i].Error != "" {
 					es[i] = &part[i].Error
 				}
+				uts[i], uas[i], ues[i], usyn[i] = uncertaintyArgs(part[i])
+				urec[i] = part[i].UncertaintyRecorded
 			}
-			_, err = sqlDB.ExecContext(ctx, `INSERT INTO prediction_cache (unit_key, method, model_version, value, error, created_at_ms)
-SELECT k, $4, $5, v, e, $6 FROM unnest($1::bytea[], $2::float8[], $3::text[]) AS u(k, v, e)
-ON CONFLICT (unit_key) DO NOTHING`, ks, vs, es, method, modelVersion, ms)
+			_, err = sqlDB.ExecContext(ctx, `INSERT INTO prediction_cache (unit_key, method, model_version, value, error, created_at_ms,
+uncertainty_total, uncertainty_aleatoric, uncertainty_epistemic, uncertainty_synthetic, uncertainty_recorded)
+SELECT k, $4, $5, v, e, $6, ut, ua, ue, us, ur
+FROM unnest($1::bytea[], $2::float8[], $3::text[], $7::float8[], $8::float8[], $9::float8[], $10::bool[], $11::bool[]) AS u(k, v, e, ut, ua, ue, us, ur)`+upsert,
+				ks, vs, es, method, modelVersion, ms, uts, uas, ues, usyn, urec)
 		} else {
 			// Bound variables, not a JSON array as the lookup takes: SQLite
 			// parses a JSON number into a double that is off by one unit in
@@ -360,13 +457,14 @@ ON CONFLICT (unit_key) DO NOTHING`, ks, vs, es, method, modelVersion, ms)
 			for at := 0; at < len(part) && err == nil; at += sqliteStoreRows {
 				rows := part[at:min(at+sqliteStoreRows, len(part))]
 				var q strings.Builder
-				q.WriteString("INSERT INTO prediction_cache (unit_key, method, model_version, value, error, created_at_ms) VALUES ")
-				args := make([]any, 0, 6*len(rows))
+				q.WriteString("INSERT INTO prediction_cache (unit_key, method, model_version, value, error, created_at_ms, " +
+					"uncertainty_total, uncertainty_aleatoric, uncertainty_epistemic, uncertainty_synthetic, uncertainty_recorded) VALUES ")
+				args := make([]any, 0, 11*len(rows))
 				for i, p := range rows {
 					if i > 0 {
 						q.WriteByte(',')
 					}
-					q.WriteString("(?, ?, ?, ?, ?, ?)")
+					q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 					var v, e any
 					if p.Value != nil {
 						v = *p.Value
@@ -374,9 +472,10 @@ ON CONFLICT (unit_key) DO NOTHING`, ks, vs, es, method, modelVersion, ms)
 					if p.Error != "" {
 						e = p.Error
 					}
-					args = append(args, p.Key[:], method, modelVersion, v, e, ms)
+					ut, ua, ue, us := uncertaintyArgs(p)
+					args = append(args, p.Key[:], method, modelVersion, v, e, ms, floatArg(ut), floatArg(ua), floatArg(ue), us, p.UncertaintyRecorded)
 				}
-				q.WriteString(" ON CONFLICT (unit_key) DO NOTHING")
+				q.WriteString(upsert)
 				_, err = sqlDB.ExecContext(ctx, q.String(), args...)
 			}
 		}
@@ -385,6 +484,14 @@ ON CONFLICT (unit_key) DO NOTHING`, ks, vs, es, method, modelVersion, ms)
 		}
 	}
 	return nil
+}
+
+// floatArg is a nullable float as a bound variable.
+func floatArg(f *float64) any {
+	if f == nil {
+		return nil
+	}
+	return *f
 }
 
 // ErrNoMethod is returned by Purge without a method.
@@ -440,6 +547,12 @@ type row struct {
 	Value        *float64
 	Error        *string
 	CreatedAtMs  int64 `gorm:"not null"`
+	// The uncertainty columns (migration 0007).
+	UncertaintyTotal     *float64
+	UncertaintyAleatoric *float64
+	UncertaintyEpistemic *float64
+	UncertaintySynthetic bool `gorm:"not null;default:false"`
+	UncertaintyRecorded  bool `gorm:"not null;default:false"`
 }
 
 // TableName implements gorm's Tabler.

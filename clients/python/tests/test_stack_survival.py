@@ -153,4 +153,8 @@ def test_uncertainty_reaches_the_dataframe(stack: Stack) -> None:
     fig = kinflow_client.plot_result(df)
     titles = [ax.get_title() for ax in fig.get_axes()]
     assert "uncertainty" not in titles[0] and "median uncertainty" in titles[1], titles
+    # Km's uncertainty panels (the SD's distribution, the ±1 SD intervals) and none for kcat.
+    assert len(titles) == 4 and titles[2].startswith("Km uncertainty\n5 rows") and titles[3].startswith("Km: each"), (
+        titles
+    )
     assert "SYNTHETIC" in fig.texts[0].get_text()

@@ -170,8 +170,24 @@ def test_result_notes_and_plot() -> None:
         ("kcat", "kcat (1/s)", "Source kcat"), ("Km", "KM (mM)", "Source Km")]  # fmt: skip
     fig = kinflow_client.plot_result(df)
     axes = fig.get_axes()
-    assert len(axes) == 2 and axes[0].get_xscale() == "log"
+    # kcat has an uncertainty column: its two uncertainty panels follow the value panels; Km has none.
+    assert len(axes) == 4 and axes[0].get_xscale() == "log"
     assert "median uncertainty ±0.40" in axes[0].get_title() and "SYNTHETIC" not in fig.texts[0].get_text()
+    sd_ax, iv_ax = axes[2], axes[3]
+    assert sd_ax.get_title().startswith(
+        "kcat uncertainty\n1 rows; median total SD 0.40 log10 units (\u00d7/\u00f7 2.5)"
+    )
+    assert sd_ax.get_xlabel() == "total SD of log10(kcat), log10 units"
+    assert sum(p.get_height() for p in sd_ax.patches) == 1
+    assert [t.get_text() for t in sd_ax.get_legend().get_texts()][-1] == "median 0.4 (\u00d7/\u00f7 2.51)"
+    # The one row with a value and an SD: 12.345 from 12.345 / 10**0.4 to 12.345 * 10**0.4, on a log axis.
+    assert iv_ax.get_xscale() == "log" and iv_ax.get_xlabel() == "kcat (1/s) (log scale), \u00b11 total SD"
+    (seg,) = iv_ax.containers[0].lines[2][0].get_segments()
+    assert seg[0][0] == pytest.approx(12.345 / 10**0.4) and seg[1][0] == pytest.approx(12.345 * 10**0.4)
+    assert iv_ax.get_ylabel() == "rows ranked by value"
+    # Without uncertainty columns: the value panels only.
+    plain = kinflow_client.plot_result(df.drop(columns=["Uncertainty kcat total (SD, log10)"]))
+    assert len(plain.get_axes()) == 2 and not any("uncertainty" in a.get_title() for a in plain.get_axes()[1:])
     # Km: the array cell "[0.12,null,3.4]" gives two values; the two blank rows are counted as left out.
     assert axes[1].get_title().startswith("Km\n2 values, 2 rows blank")
     labels = [t.get_text() for t in axes[0].get_legend().get_texts()]
@@ -181,6 +197,11 @@ def test_result_notes_and_plot() -> None:
     fig = kinflow_client.plot_result(kinflow_client._results.result_frame(payload, base_url="http://x"))
     assert "SYNTHETIC" in fig.texts[0].get_text()
     assert all(p.get_hatch() == "//" for p in fig.get_axes()[0].patches if p.get_height() > 0)
+    # ...and so are the uncertainty panels: hatched bars, dashed intervals, the watermark.
+    sd_ax, iv_ax = fig.get_axes()[2], fig.get_axes()[3]
+    assert all(p.get_hatch() == "//" for p in sd_ax.patches if p.get_height() > 0)
+    assert iv_ax.containers[0].lines[2][0].get_linestyle()[0][1] is not None
+    assert all(any(t.get_text() == "SYNTHETIC" for t in ax.texts) for ax in fig.get_axes())
     with pytest.raises(ValueError, match="no value column"):
         kinflow_client.plot_result(pd.DataFrame({"a": [1]}))
 

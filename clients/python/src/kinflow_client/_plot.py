@@ -53,6 +53,82 @@ def _label(source: str, kind: str) -> str:
     return source
 
 
+# The most rows whose ±1 SD interval the uncertainty panel draws (an even
+# sample by rank of value): few enough that each stays a line of its own.
+INTERVAL_ROWS = 80
+# "times or divided by": an SD of s log10 units is a factor of 10**s either way.
+_FOLD = "\N{MULTIPLICATION SIGN}/\N{DIVISION SIGN}"
+
+
+def _uncertainty_panels(
+    ax_sd: Axes, ax_iv: Axes, df: pd.DataFrame, target: str, col: str, src_col: str, total_col: str, synthetic: bool
+) -> bool:
+    """Draw a target's uncertainty: the distribution of the per-row total SD (log10 units) on
+    ``ax_sd`` and each value's ±1 SD interval for an even sample of rows ranked by value on
+    ``ax_iv``. Returns whether any of it was synthetic."""
+    values = pd.to_numeric(df[col], errors="coerce")
+    sd = pd.to_numeric(df[total_col], errors="coerce")
+    keep = values.notna() & (values > 0) & sd.notna() & (sd >= 0)
+    if not keep.any():
+        for ax in (ax_sd, ax_iv):
+            ax.text(0.5, 0.5, "no value with an uncertainty", ha="center", va="center", transform=ax.transAxes)
+            ax.set_axis_off()
+        return False
+    v, u = values[keep].astype(float), sd[keep].astype(float)
+    src = df.loc[keep, src_col].astype(str)
+    kinds = {s: "synthetic" if synthetic else _kind(s) for s in src.unique()}
+    order = sorted(kinds, key=lambda s: (_ORDER.index(kinds[s]), s))
+    med = float(u.median())
+    hi = max(0.1, math.ceil(float(u.max()) * 10) / 10)
+    ax_sd.hist(
+        [u[src == s].tolist() for s in order],
+        bins=24,
+        range=(0.0, hi),
+        stacked=True,
+        color=[_COLOURS[kinds[s]] for s in order],
+        label=[_label(s, kinds[s]) for s in order],
+        edgecolor="white",
+        linewidth=0.5,
+    )
+    for patches, s in zip(ax_sd.containers, order, strict=False):
+        if kinds[s] == "synthetic":
+            for p in patches:
+                p.set_hatch("//")
+    ax_sd.axvline(med, color="black", linestyle="--", linewidth=1, label=f"median {med:.3g} ({_FOLD} {10**med:.3g})")
+    # Headroom above the bars for the legend.
+    ax_sd.set_ylim(0, ax_sd.get_ylim()[1] * 1.35)
+    ax_sd.legend(fontsize="small", loc="upper left")
+    ax_sd.set_xlim(0, hi)
+    ax_sd.set_xlabel(f"total SD of log10({target}), log10 units")
+    ax_sd.set_ylabel("rows")
+    ax_sd.set_title(
+        f"{target} uncertainty\n{len(u)} rows; median total SD {med:.2f} log10 units ({_FOLD} {10**med:.2g})",
+        fontsize="medium",
+    )
+
+    ranked = sorted(zip(v.tolist(), u.tolist(), src.tolist(), strict=True))
+    m = min(INTERVAL_ROWS, len(ranked))
+    sample = [ranked[0]] if m == 1 else [ranked[round(j * (len(ranked) - 1) / (m - 1))] for j in range(m)]
+    for s in order:
+        pts = [(j, x, e) for j, (x, e, ss) in enumerate(sample) if ss == s]
+        if not pts:
+            continue
+        ys = [j for j, _, _ in pts]
+        xs = [x for _, x, _ in pts]
+        lower = [x - x / 10**e for _, x, e in pts]
+        upper = [x * 10**e - x for _, x, e in pts]
+        bars = ax_iv.errorbar(xs, ys, xerr=[lower, upper], fmt="o", ms=2, lw=1, color=_COLOURS[kinds[s]])
+        if kinds[s] == "synthetic":
+            for lc in bars.lines[2]:
+                lc.set_linestyle("--")
+    ax_iv.set_xscale("log")
+    ax_iv.set_yticks([])
+    ax_iv.set_ylabel(f"rows ranked by value ({m} of {len(ranked)})" if m < len(ranked) else "rows ranked by value")
+    ax_iv.set_xlabel(f"{col} (log scale), ±1 total SD")
+    ax_iv.set_title(f"{target}: each value's ±1 SD interval", fontsize="medium")
+    return any(k == "synthetic" for k in kinds.values())
+
+
 def plot_result(
     df: pd.DataFrame, *, bins: int = 30, width: float = 5.0, height: float = 3.6, title: str | None = None
 ) -> Figure:
@@ -63,8 +139,12 @@ def plot_result(
     stacked and coloured by the ``Source`` of each value (a method's
     prediction, an experimental value, ...). Synthetic stand-ins are grey,
     hatched and named in the legend and the title. Where the method gives an
-    uncertainty, the panel states the median standard deviation. Blank and
-    non-positive values are left out and counted in the panel's caption.
+    uncertainty, the panel states the median standard deviation, and two
+    panels below it show that uncertainty: the distribution of the per-row
+    total standard deviation of log10(value) (log10 units; the median as a
+    fold factor: times or divided by 10**SD) and each value's ±1 SD interval for an even
+    sample of at most 80 rows ranked by value. Blank and non-positive values
+    are left out and counted in the panel's caption.
 
     Returns the matplotlib Figure (Jupyter shows it; elsewhere
     ``fig.savefig("result.png")``). Needs the ``plot`` extra.
@@ -79,11 +159,30 @@ def plot_result(
     if not panels:
         raise ValueError("this frame has no predicted values to plot (no value column before a 'Source <target>')")
     synthetic_result = bool(df.attrs.get("synthetic"))
-    fig, axes_any = plt.subplots(1, len(panels), figsize=(width * len(panels), height), squeeze=False)
+    uncertain = {target: uncertainty_columns(df, target) for target, _, _ in panels}
+    n_rows = 3 if any(uncertain.values()) else 1
+    fig, axes_any = plt.subplots(
+        n_rows, len(panels), figsize=(width * len(panels), height * n_rows), squeeze=False
+    )  # fmt: skip
     # Closed at once: pyplot does not show it a second time at the end of a
     # Jupyter cell; the returned Figure is shown (or saved) by the caller.
     plt.close(fig)
     axes: list[Axes] = list(axes_any[0])
+    # Every panel drawn: the value panels, then each uncertainty pair; the
+    # uncertainty axes of a target without uncertainty are removed.
+    drawn: list[Axes] = list(axes)
+    for k, (target, col, src_col) in enumerate(panels):
+        if n_rows == 1:
+            break
+        ax_sd, ax_iv = axes_any[1][k], axes_any[2][k]
+        unc = uncertain[target]
+        if not unc:
+            fig.delaxes(ax_sd)
+            fig.delaxes(ax_iv)
+            continue
+        if _uncertainty_panels(ax_sd, ax_iv, df, target, col, src_col, unc[0], synthetic_result):
+            synthetic_result = True
+        drawn += [ax_sd, ax_iv]
     any_synthetic = synthetic_result
     for ax, (target, col, src_col) in zip(axes, panels, strict=True):
         values = pd.to_numeric(df[col], errors="coerce")
@@ -140,7 +239,7 @@ def plot_result(
     heading = title or (f"kinflow result {df.attrs.get('job_id')}" if df.attrs.get("job_id") else "kinflow result")
     if any_synthetic:
         heading += " — SYNTHETIC stand-ins, not predictions"
-        for ax in axes:
+        for ax in drawn:
             ax.text(
                 0.5, 0.5, "SYNTHETIC", transform=ax.transAxes, ha="center", va="center",
                 fontsize=28, color="grey", alpha=0.25, rotation=20,
