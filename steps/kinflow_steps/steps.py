@@ -257,10 +257,12 @@ class Step:
     def refuse(self, seq: str) -> str | None:
         """Why the method's own code computes nothing for seq (None: it does). A
         fair-esm model's alphabet has no lower-case letters and no J: fair-esm's
-        ``Alphabet.encode`` raises on them, so such a sequence gets no file."""
+        ``Alphabet.encode`` raises on them, so such a sequence gets no file. Only the
+        residues the model is given count (after the step's own cut, ``fit``: methods D
+        and F cut the string before encoding it; G and H cut tokens after)."""
         model = getattr(self, "model", None)
         if isinstance(model, FairESM):
-            bad = model.unknown(seq)
+            bad = model.unknown(self.fit(seq))
             if bad:
                 return f"character(s) {''.join(bad)} not in fair-esm's alphabet, on which the method's own code fails"
         return None

@@ -125,9 +125,12 @@ def test_weighted_mean_edge_weights_equal_the_methods_code(w):
 #   "esmc":     ESM C's own tokenizer through ESMC.encode: X, B, U, Z, O are tokens;
 #               any other letter (lower case, J) is <unk>, one token per letter.
 #   "catpred":  CatPred's 20-letter residue index after fair-esm: any other letter fails.
-# step: (model path key, rule, [(family, suffix, layer, output)]); output "mean" or "rows".
+# step: (model path key, rule, [(family, suffix, layer, output)], cut); output "mean",
+# "weighted", "rows" or "cls"; cut: the method's length cut before or after encoding
+# (the first table): ("seq", 1022) the string's first 1,022 residues, ("halves", 1022)
+# over 1,022 the first 500 + last 500, ("tokens", 1024) the token matrix after encoding.
 RESIDUE_RULES = {
-    "prot_t5_mean": ("KINFLOW_PROT_T5_PATH", "t5", [("prot_t5_last/mean_vecs", ".npy", "last", "mean")]),
+    "prot_t5_mean": ("KINFLOW_PROT_T5_PATH", "t5", [("prot_t5_last/mean_vecs", ".npy", "last", "mean")], None),
     "methoda_t5_full": (
         "KINFLOW_PROT_T5_PATH",
         "t5",
@@ -136,21 +139,29 @@ RESIDUE_RULES = {
             ("prot_t5_layer_19/weighted_vecs", ".npy", 19, "weighted"),
             ("prot_t5_last/mean_vecs", ".npy", "last", "mean"),
         ],
+        None,
     ),
     "methodi_prot_t5_residues": (
         "KINFLOW_PROT_T5_PATH",
         "t5_words",
         [("methodi_prot_t5_residues", ".npy", "last", "rows")],
+        None,
     ),
     "methoda_esm2_layers": (
         "KINFLOW_ESM2_650M_PATH",
         "fair",
         [("esm2_layer_26/mean_vecs", ".npy", 26, "mean"), ("esm2_layer_29/weighted_vecs", ".npy", 29, "weighted")],
+        None,
     ),
-    "methodg_esm2": ("KINFLOW_ESM2_650M_PATH", "fair", [("methodg_esm2", ".pt", 33, "rows")]),
-    "methodh_esm2_last_mean": ("KINFLOW_ESM2_650M_PATH", "fair", [("esm2_layer_last_mean", ".npy", 33, "mean")]),
-    "methodf_esm1v": ("KINFLOW_ESM1V_PATH", "fair", [("esm1v", ".npy", 33, "rows")]),
-    "methodd_esm1b": ("KINFLOW_ESM1B_PATH", "fair", [("esm1b_methodd", ".npy", 33, "cls")]),
+    "methodg_esm2": ("KINFLOW_ESM2_650M_PATH", "fair", [("methodg_esm2", ".pt", 33, "rows")], ("tokens", 1024)),
+    "methodh_esm2_last_mean": (
+        "KINFLOW_ESM2_650M_PATH",
+        "fair",
+        [("esm2_layer_last_mean", ".npy", 33, "mean")],
+        ("tokens", 1024),
+    ),
+    "methodf_esm1v": ("KINFLOW_ESM1V_PATH", "fair", [("esm1v", ".npy", 33, "rows")], ("halves", 1022)),
+    "methodd_esm1b": ("KINFLOW_ESM1B_PATH", "fair", [("esm1b_methodd", ".npy", 33, "cls")], ("seq", 1022)),
 }
 
 #: Lower case, the five non-standard letters of the models' alphabets, J (in none),
@@ -164,6 +175,17 @@ ODD_SEQS = {
     "withj": "MKTJAYIAK",
     "lowernonstd": "MKuzobxAKq",
 }
+
+
+def with_lower_at(n: int, at: int, seed: int) -> str:
+    seq = rand_seq(n, seed)
+    return seq[:at] + seq[at].lower() + seq[at + 1 :]
+
+
+#: For the fair-esm steps, 1,030 residues with one lower-case letter: at 1,025 (past
+#: method D's first 1,022, inside F's last 500) and at 510 (inside D's cut, in the middle
+#: F drops); G and H encode the whole string before their token cut.
+LONG_ODD_SEQS = {"tail": with_lower_at(1030, 1025, 31), "middle": with_lower_at(1030, 510, 32)}
 
 
 def t5_reference(path: str, seq: str, rule: str) -> dict:
@@ -189,9 +211,10 @@ def t5_reference(path: str, seq: str, rule: str) -> dict:
     }
 
 
-def fair_reference(path: str, seq: str, state: dict | None) -> dict | None:
-    """{layer: token rows incl. BOS} of a fair-esm model for seq as its batch converter
-    takes it, or None where fair-esm raises (the method's code writes nothing)."""
+def fair_reference(path: str, seq: str, state: dict | None, cut) -> tuple[dict, int] | None:
+    """({layer: token rows incl. BOS}, residues kept) of a fair-esm model for seq as its
+    batch converter takes it after the method's cut, or None where fair-esm raises (the
+    method's code writes nothing)."""
     import argparse
 
     import esm
@@ -201,13 +224,19 @@ def fair_reference(path: str, seq: str, state: dict | None) -> dict | None:
         model, alphabet = esm.pretrained.load_model_and_alphabet_local(path)
     if state is not None:
         model.load_state_dict(state)
+    if cut and cut[0] == "seq":
+        seq = seq[: cut[1]]
+    if cut and cut[0] == "halves" and len(seq) > cut[1]:
+        seq = seq[:500] + seq[-500:]
     try:
         _, _, toks = alphabet.get_batch_converter()([("s", seq)])
     except KeyError:
         return None
+    if cut and cut[0] == "tokens":
+        toks = toks[:, : cut[1]]
     with torch.no_grad():
         reps = model.eval()(toks, repr_layers=[26, 29, 33])["representations"]
-    return {k: v[0].numpy() for k, v in reps.items()}
+    return {k: v[0].numpy() for k, v in reps.items()}, min(len(seq), toks.shape[1] - 1)
 
 
 def reduce(rows: np.ndarray, output: str, n: int, w: np.ndarray | None) -> np.ndarray:
@@ -241,33 +270,36 @@ def test_lower_case_and_nonstandard_residues_follow_the_methods_code(server, tin
 
     import torch
 
-    key, rule, fams = RESIDUE_RULES[step]
-    weights = weights_for(ODD_SEQS)
+    key, rule, fams, cut = RESIDUE_RULES[step]
+    seqs = {**ODD_SEQS, **(LONG_ODD_SEQS if rule == "fair" else {})}
+    weights = weights_for(seqs)
     write_weights(media, weights)
     s = server(step)
-    ans = s.send(manifest(step, media, ODD_SEQS, [(f, suf) for f, suf, _, _ in fams]))
+    ans = s.send(manifest(step, media, seqs, [(f, suf) for f, suf, _, _ in fams]))
     state = None
     if step == "methodd_esm1b":
         raw = torch.load(tiny["KINFLOW_METHODD_CHECKPOINT"])
         state = {k[len("module.model.") :]: v for k, v in raw.items() if k.startswith("module.model.")}
     refused = []
-    for sid, seq in ODD_SEQS.items():
+    for sid, seq in seqs.items():
+        n = len(seq)
         if rule.startswith("t5"):
             reps = t5_reference(tiny[key], seq, rule)
             rows = {layer: reps[layer] for layer in reps}
         else:
-            full = fair_reference(tiny[key], seq, state)
-            if full is None:
+            got_ref = fair_reference(tiny[key], seq, state, cut)
+            if got_ref is None:
                 refused.append(sid)
                 for fam, suf, _, _ in fams:
                     assert not os.path.exists(out_path(media, fam, sid, suf)), (step, sid, fam)
                 continue
+            full, n = got_ref
             rows = {layer: full[layer][1:] for layer in full}
             cls = {layer: full[layer][0] for layer in full}
         for fam, suf, layer, output in fams:
             p = out_path(media, fam, sid, suf)
             got = torch.load(p).numpy() if suf == ".pt" else np.load(p)
-            want = cls[layer] if output == "cls" else reduce(rows[layer], output, len(seq), weights[sid])
+            want = cls[layer] if output == "cls" else reduce(rows[layer], output, n, weights[sid])
             assert got.shape == want.shape, (step, sid, fam, got.shape, want.shape)
             np.testing.assert_allclose(got, want, err_msg=f"{step} {sid} {fam}", **TOL)
     if refused:
