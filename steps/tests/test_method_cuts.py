@@ -1,7 +1,9 @@
-"""The methods' own length cuts, from a table written from each method's code
-(docs/method-cuts.md cites file and line), independent of kinflow_steps: for every
-rule the reference computation is done here, from the table alone, with fair-esm on
-the tiny random-weight models, at lengths 1, the limit, limit + 1 and far past it."""
+"""The methods' own length cuts and their treatment of lower case and non-standard
+residues, from tables written from each method's code (docs/method-cuts.md cites file
+and line), independent of kinflow_steps: for every rule the reference computation is
+done here, from the table alone, with the model's own library (fair-esm, transformers'
+T5, EvolutionaryScale's ESM C) on the tiny random-weight models: lengths 1, the limit,
+limit + 1 and far past it; lower case, U, Z, O, B, X and J."""
 
 from __future__ import annotations
 
