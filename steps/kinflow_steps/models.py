@@ -162,6 +162,12 @@ class FairESM:
         self.device = device
         self.num_layers = int(model.num_layers)
 
+    def unknown(self, seq: str) -> list[str]:
+        """The characters of seq that fair-esm's ``Alphabet.encode`` raises on (not
+        tokens of the model's alphabet: lower case, J, anything but its upper-case
+        residues), sorted."""
+        return sorted(set(seq) - set(self.alphabet.tok_to_idx))
+
     def layer_index(self, layer: Any) -> int:
         idx = self.num_layers if layer == LAST else int(layer)
         if not 0 <= idx <= self.num_layers:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import string
 import subprocess
 import sys
 import tempfile
@@ -26,7 +27,11 @@ from kinflow_steps.models import ESMC, LAST, FairESM, ProtT5, nonfinite_rows, pi
 from kinflow_steps.precision import dtype_of, precision_for
 
 SEQUENCE_INFO = "sequence_info"
-AMINO = set("ACDEFGHIKLMNPQRSTVWYXUZOB")
+#: What a manifest's sequence may hold: letters of either case. Case is kept and each
+#: step treats its letters as its method's own code does (docs/method-cuts.md,
+#: "Lower case and non-standard residues"); kinflow's GPU host sends only the 20
+#: standard upper-case residues, so anything else comes from an operator's manifest.
+LETTERS = frozenset(string.ascii_letters)
 
 # ESM windows: 1,024 tokens with BOS/EOS, so 1,022 residues.
 ESM_WINDOW = 1022
@@ -74,7 +79,7 @@ def parse_manifest(doc: Any) -> Batch:
             b.seqs.append(
                 Seq(
                     seq_id=str(s["seq_id"]),
-                    sequence=str(s["sequence"]).strip().upper(),
+                    sequence=str(s["sequence"]).strip(),
                     outputs=outputs,
                     missing=[str(p) for p in missing] if missing is not None else list(outputs),
                     original_length=int(s.get("original_length") or 0),
@@ -86,7 +91,7 @@ def parse_manifest(doc: Any) -> Batch:
     for s in b.seqs:
         if not cache_io.valid_seq_id(s.seq_id):
             raise BatchError(f"invalid seq id {s.seq_id!r}")
-        bad = set(s.sequence) - AMINO
+        bad = set(s.sequence) - LETTERS
         if not s.sequence or bad:
             raise BatchError(f"seq {s.seq_id}: bad sequence (characters {''.join(sorted(bad)) or 'none'})")
     return b
@@ -249,6 +254,19 @@ class Step:
         """The sequence the model sees (the step's long-sequence rule)."""
         return seq
 
+    def refuse(self, seq: str) -> str | None:
+        """Why the method's own code computes nothing for seq (None: it does). A
+        fair-esm model's alphabet has no lower-case letters and no J: fair-esm's
+        ``Alphabet.encode`` raises on them, so such a sequence gets no file. Only the
+        residues the model is given count (after the step's own cut, ``fit``: methods D
+        and F cut the string before encoding it; G and H cut tokens after)."""
+        model = getattr(self, "model", None)
+        if isinstance(model, FairESM):
+            bad = model.unknown(self.fit(seq))
+            if bad:
+                return f"character(s) {''.join(bad)} not in fair-esm's alphabet, on which the method's own code fails"
+        return None
+
     def pending(self, b: Batch) -> list[tuple[Seq, dict[str, str]]]:
         """Sequences with missing files, each with {family: path} of what to write."""
         todo = []
@@ -272,9 +290,15 @@ class Step:
         are written once every forward pass of the batch is done: a non-finite value
         anywhere fails the batch with nothing written; another BatchError (a missing
         binding-site row) still writes what was computed."""
-        todo = self.pending(b)
         w = Writer()
         problems: list[str] = []
+        todo = []
+        for s, want in self.pending(b):
+            why = self.refuse(s.sequence)
+            if why:
+                problems.append(f"seq {s.seq_id}: {why}; nothing written for it")
+            else:
+                todo.append((s, want))
         by_id = {s.seq_id: (s, want) for s, want in todo}
         try:
             for group in pack([s for s, _ in todo], self.budget):
@@ -694,6 +718,15 @@ class MethodEEmbed(Step):
             m.eval()
             self.models[key] = m
         return {"model": f"catpred {self.parameter} x{len(self.models)}"}
+
+    def refuse(self, seq: str) -> str | None:
+        """CatPred indexes residues with its 20-letter table (``_AA_TO_INDEX``) after
+        fair-esm's encoder: any other letter (lower case, X, B, U, Z, O, J) fails the
+        method's own code, so such a sequence gets no file."""
+        bad = sorted(set(seq) - set(CATPRED_AA))
+        if bad:
+            return f"residue(s) {''.join(bad)} outside CatPred's 20-letter index, on which the method's own code fails"
+        return None
 
     def produce(self, b: Batch, group: list[tuple[Seq, dict[str, str]]], w: Writer) -> None:
         torch = self.torch
