@@ -55,14 +55,7 @@ func TestCachedRowsAreRefunded(t *testing.T) {
 		ctx := context.Background()
 		h := newPredictHarness(t, s, nil, "")
 		h.a.PredCache = predcache.New(s)
-		used := func() int64 {
-			t.Helper()
-			u, err := s.QuotaUsed(ctx, 1, store.QuotaDay(time.Now()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return u
-		}
+		used := func() int64 { return quotaUsedToday(t, s) }
 		// Row 2 ("…W" with water) gets no prediction: refunded on every run.
 		seqs := []string{"MKTAYIAK", "MKTAYIAKQ", "MKTAYW", "MKTAYI"}
 		first := h.finishCachedJob("refund1", rowsCSV(seqs...), 4)
@@ -100,4 +93,14 @@ func TestCachedRowsAreRefunded(t *testing.T) {
 			t.Fatalf("retried Finalize: %v, quota used %d", err, used())
 		}
 	})
+}
+
+// quotaUsedToday is key 1's quota used today.
+func quotaUsedToday(t *testing.T, s *store.Store) int64 {
+	t.Helper()
+	u, err := s.QuotaUsed(context.Background(), 1, store.QuotaDay(time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }

@@ -1,14 +1,12 @@
 package activities
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kinflow/kinflow/internal/predcache"
 	"github.com/kinflow/kinflow/internal/store"
@@ -42,7 +40,6 @@ json.dump({"predictions": [len(r["sequence"]) / 3 for r in job["rows"]],
 // is cached and refunded likewise.
 func TestUncertaintyIsCachedAndRefunded(t *testing.T) {
 	testenv.EachDialect(t, func(t *testing.T, s *store.Store) {
-		ctx := context.Background()
 		dir := t.TempDir()
 		calls := filepath.Join(dir, "calls.txt")
 		script := filepath.Join(dir, "e.py")
@@ -60,14 +57,7 @@ func TestUncertaintyIsCachedAndRefunded(t *testing.T) {
 			_ = os.Remove(calls)
 			return strings.TrimSpace(string(b))
 		}
-		used := func() int64 {
-			t.Helper()
-			u, err := s.QuotaUsed(ctx, 1, store.QuotaDay(time.Now()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return u
-		}
+		used := func() int64 { return quotaUsedToday(t, s) }
 		e, _ := h.a.Catalogue.Get("E")
 		km := map[string]string{"Km": "E"}
 		in := rowsCSV("MKTAYIAK", "MKTAYIAKQ", "MKTAYIAKQR", "MKTAYIAKQRQ")

@@ -617,6 +617,43 @@
     if (cls) e.setAttribute("class", cls);
     return e;
   };
+  // stackedBars draws a histogram's frame and bars into svg: the hatch
+  // pattern for synthetic sources, the count grid with its ticks, the bars
+  // of each bin stacked by group (o.groups, o.counts[group][bin]) with a
+  // tooltip each, a hatch over every bar of a synthetic group, and the axes.
+  const stackedBars = (svg, o) => {
+    const { L, T, pw, ph, nb, bw, top } = o;
+    const defs = svgEl("defs");
+    const pat = svgEl("pattern", { id: o.hatchID, width: 6, height: 6, patternUnits: "userSpaceOnUse", patternTransform: "rotate(45)" });
+    pat.append(svgEl("rect", { width: 6, height: 6, fill: "#ffffff", "fill-opacity": 0 }), svgEl("line", { x1: 0, y1: 0, x2: 0, y2: 6, stroke: "#3d2800", "stroke-width": 2 }));
+    defs.append(pat);
+    svg.append(defs);
+    [0, 0.5, 1].forEach((f) => {
+      const y = T + ph - f * ph;
+      svg.append(svgEl("line", { x1: L, x2: L + pw, y1: y, y2: y }, "grid"));
+      const t = svgEl("text", { x: L - 4, y: y + 3, "text-anchor": "end" }, "tick");
+      t.textContent = String(Math.round(f * top));
+      svg.append(t);
+    });
+    for (let b = 0; b < nb; b++) {
+      let y = T + ph;
+      o.groups.forEach((l, g) => {
+        const n = o.counts[g][b];
+        if (!n) return;
+        const h = (n / top) * ph;
+        y -= h;
+        const attrs = { x: L + b * bw + 0.5, y: y, width: Math.max(1, bw - 1), height: h, fill: o.fill(l, g) };
+        const r = svgEl("rect", attrs, "bar");
+        if (o.tagSource) r.dataset.source = l;
+        const tip = svgEl("title");
+        tip.textContent = o.tip(l, n, b);
+        r.append(tip);
+        svg.append(r);
+        if (o.hatched(l)) svg.append(svgEl("rect", Object.assign({}, attrs, { fill: "url(#" + o.hatchID + ")" }), "hatch"));
+      });
+    }
+    svg.append(svgEl("polyline", { points: L + "," + T + " " + L + "," + (T + ph) + " " + (L + pw) + "," + (T + ph) }, "axis"));
+  };
   // Source colours: distinct for colour-blind readers (Okabe–Ito), in the
   // order sources are first met; synthetic sources are hatched as well.
   const PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#000000"];
@@ -871,39 +908,12 @@
         (synthetic ? "; synthetic stand-ins, not predictions" : "") + ".";
       svg.setAttribute("aria-label", desc);
       const title = svgEl("title"); title.textContent = desc; svg.append(title);
-      const defs = svgEl("defs");
-      const hatchID = "hatch-" + k;
-      const pat = svgEl("pattern", { id: hatchID, width: 6, height: 6, patternUnits: "userSpaceOnUse", patternTransform: "rotate(45)" });
-      pat.append(svgEl("rect", { width: 6, height: 6, fill: "#ffffff", "fill-opacity": 0 }), svgEl("line", { x1: 0, y1: 0, x2: 0, y2: 6, stroke: "#3d2800", "stroke-width": 2 }));
-      defs.append(pat);
-      svg.append(defs);
-      // Grid and y ticks (counts).
-      [0, 0.5, 1].forEach((f) => {
-        const y = T + ph - f * ph;
-        svg.append(svgEl("line", { x1: L, x2: L + pw, y1: y, y2: y }, "grid"));
-        const t = svgEl("text", { x: L - 4, y: y + 3, "text-anchor": "end" }, "tick");
-        t.textContent = String(Math.round(f * top));
-        svg.append(t);
+      stackedBars(svg, {
+        L, T, pw, ph, nb, bw, top, groups: labels, counts, hatchID: "hatch-" + k, tagSource: true,
+        fill: (l, g) => PALETTE[g % PALETTE.length],
+        hatched: (l) => l === "Synthetic stand-in",
+        tip: (l, n, b) => l + ": " + n + " value(s) from " + fmtNum(Math.pow(10, lo + b / PER_DECADE)) + " to " + fmtNum(Math.pow(10, lo + (b + 1) / PER_DECADE)),
       });
-      // Bars, stacked by source.
-      for (let b = 0; b < nb; b++) {
-        let y = T + ph;
-        labels.forEach((l, g) => {
-          const n = counts[g][b];
-          if (!n) return;
-          const h = (n / top) * ph;
-          y -= h;
-          const attrs = { x: L + b * bw + 0.5, y: y, width: Math.max(1, bw - 1), height: h, fill: PALETTE[g % PALETTE.length] };
-          const r = svgEl("rect", attrs, "bar");
-          r.dataset.source = l;
-          const tip = svgEl("title");
-          tip.textContent = l + ": " + n + " value(s) from " + fmtNum(Math.pow(10, lo + b / PER_DECADE)) + " to " + fmtNum(Math.pow(10, lo + (b + 1) / PER_DECADE));
-          r.append(tip);
-          svg.append(r);
-          if (l === "Synthetic stand-in") svg.append(svgEl("rect", Object.assign({}, attrs, { fill: "url(#" + hatchID + ")" }), "hatch"));
-        });
-      }
-      svg.append(svgEl("polyline", { points: L + "," + T + " " + L + "," + (T + ph) + " " + (L + pw) + "," + (T + ph) }, "axis"));
       for (let e = lo; e <= hi; e++) {
         const x = L + (e - lo) * PER_DECADE * bw;
         svg.append(svgEl("line", { x1: x, x2: x, y1: T + ph, y2: T + ph + 4 }, "axis"));
@@ -1015,36 +1025,12 @@
       " row(s), in log10 units; median " + fmtNum(med) + " (" + fold(med) + ")" + (synthetic ? "; synthetic stand-ins, not predictions" : "") + ".";
     hist.setAttribute("aria-label", hdesc);
     const ht = svgEl("title"); ht.textContent = hdesc; hist.append(ht);
-    const defs = svgEl("defs");
-    const hatchID = "hatch-u" + k;
-    const pat = svgEl("pattern", { id: hatchID, width: 6, height: 6, patternUnits: "userSpaceOnUse", patternTransform: "rotate(45)" });
-    pat.append(svgEl("line", { x1: 0, y1: 0, x2: 0, y2: 6, stroke: "#3d2800", "stroke-width": 2 }));
-    defs.append(pat);
-    hist.append(defs);
-    [0, 0.5, 1].forEach((f) => {
-      const y = T + ph - f * ph;
-      hist.append(svgEl("line", { x1: L, x2: L + pw, y1: y, y2: y }, "grid"));
-      const t = svgEl("text", { x: L - 4, y: y + 3, "text-anchor": "end" }, "tick");
-      t.textContent = String(Math.round(f * top));
-      hist.append(t);
+    stackedBars(hist, {
+      L, T, pw, ph, nb, bw, top, groups, counts, hatchID: "hatch-u" + k,
+      fill: (l) => colour(l),
+      hatched: isSyn,
+      tip: (l, n, b) => l + ": " + n + " row(s) with total SD " + fmtNum(b * hiSD / nb) + " to " + fmtNum((b + 1) * hiSD / nb) + " log10 units",
     });
-    for (let b = 0; b < nb; b++) {
-      let y = T + ph;
-      groups.forEach((l, g) => {
-        const n = counts[g][b];
-        if (!n) return;
-        const h = (n / top) * ph;
-        y -= h;
-        const attrs = { x: L + b * bw + 0.5, y: y, width: Math.max(1, bw - 1), height: h, fill: colour(l) };
-        const r = svgEl("rect", attrs, "bar");
-        const tip = svgEl("title");
-        tip.textContent = l + ": " + n + " row(s) with total SD " + fmtNum(b * hiSD / nb) + " to " + fmtNum((b + 1) * hiSD / nb) + " log10 units";
-        r.append(tip);
-        hist.append(r);
-        if (isSyn(l)) hist.append(svgEl("rect", Object.assign({}, attrs, { fill: "url(#" + hatchID + ")" }), "hatch"));
-      });
-    }
-    hist.append(svgEl("polyline", { points: L + "," + T + " " + L + "," + (T + ph) + " " + (L + pw) + "," + (T + ph) }, "axis"));
     for (let j = 0; j <= 4; j++) {
       const x = L + (j / 4) * pw;
       hist.append(svgEl("line", { x1: x, x2: x, y1: T + ph, y2: T + ph + 4 }, "axis"));

@@ -161,16 +161,7 @@ func TestBrowserLargeResult(t *testing.T) {
 	}
 
 	// Sorting by the kcat column, against the API's own numbers.
-	var res struct {
-		Data []map[string]any `json:"data"`
-	}
-	var body string
-	if code := s.do("GET", "/api/v1/result/"+job+"/?format=json", nil, "", &body); code != 200 {
-		t.Fatalf("result JSON: %d", code)
-	}
-	if err := json.Unmarshal([]byte(body), &res); err != nil || len(res.Data) != rows {
-		t.Fatalf("result JSON: %v, %d rows", err, len(res.Data))
-	}
+	res := s.resultJSON(t, job, rows)
 	var kcats []float64
 	for _, r := range res.Data {
 		if f, ok := r["kcat (1/s)"].(float64); ok {
@@ -306,4 +297,20 @@ func writeShot(t *testing.T, dir, name string, png []byte) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s", p)
+}
+
+// resultJSON is job's result as JSON; it must have rows rows.
+func (s *stack) resultJSON(t *testing.T, job string, rows int) (res struct {
+	Columns []string         `json:"columns"`
+	Data    []map[string]any `json:"data"`
+}) {
+	t.Helper()
+	var body string
+	if code := s.do("GET", "/api/v1/result/"+job+"/?format=json", nil, "", &body); code != 200 {
+		t.Fatalf("result JSON: %d", code)
+	}
+	if err := json.Unmarshal([]byte(body), &res); err != nil || len(res.Data) != rows {
+		t.Fatalf("result JSON: %v, %d rows", err, len(res.Data))
+	}
+	return res
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -40,17 +39,7 @@ func TestBrowserUncertaintyPlot(t *testing.T) {
 		document.querySelectorAll("#result-plots figure.plot").length > 0`))
 
 	// The API's own numbers: each row's Km and its total SD.
-	var res struct {
-		Columns []string         `json:"columns"`
-		Data    []map[string]any `json:"data"`
-	}
-	var body string
-	if code := s.do("GET", "/api/v1/result/"+job+"/?format=json", nil, "", &body); code != 200 {
-		t.Fatalf("result JSON: %d", code)
-	}
-	if err := json.Unmarshal([]byte(body), &res); err != nil || len(res.Data) != rows {
-		t.Fatalf("result JSON: %v, %d rows", err, len(res.Data))
-	}
+	res := s.resultJSON(t, job, rows)
 	const totalCol = "Uncertainty Km total (SD, log10)"
 	if !slices.Contains(res.Columns, totalCol) || slices.ContainsFunc(res.Columns, func(c string) bool { return strings.HasPrefix(c, "Uncertainty kcat") }) {
 		t.Fatalf("columns %q", res.Columns)

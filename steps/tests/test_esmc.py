@@ -59,18 +59,23 @@ def reference_hidden(path: str, seq: str, layer: int) -> np.ndarray:
     return out.hidden_states[layer][0].to(torch.float32).numpy()[1:-1]
 
 
+def esmc_env(path):
+    """The step program's environment for the tiny ESM C at path, on the CPU at the
+    default precision."""
+    return {
+        "KINFLOW_ESMC_600M_PATH": path,
+        "KINFLOW_ESMC_SHAPE": ",".join(str(x) for x in SHAPE),
+        "KINFLOW_STEPS_DEVICE": "cpu",
+        "KINFLOW_STEPS_PRECISION": "",
+    }
+
+
 def test_methoda_esmc_layers(esmc_path, media, tmp_path):
     seqs = {"c1500": rand_seq(1500, 201), "c600": rand_seq(600, 202), "c30": rand_seq(30, 203)}
     weights = table_weights(seqs)
     write_table(media, weights)
     fams = [(f"esmc_layer_{n}/{k}", ".npy") for n in (24, 32) for k in ("mean_vecs", "weighted_vecs")]
-    env = {
-        "KINFLOW_ESMC_600M_PATH": esmc_path,
-        "KINFLOW_ESMC_SHAPE": ",".join(str(x) for x in SHAPE),
-        "KINFLOW_STEPS_DEVICE": "cpu",
-        "KINFLOW_STEPS_PRECISION": "",
-    }
-    s = Server("methoda_esmc_layers", env, str(tmp_path))
+    s = Server("methoda_esmc_layers", esmc_env(esmc_path), str(tmp_path))
     try:
         assert s.ready.get("ready") is True, s.stderr()
         assert s.send(manifest("methoda_esmc_layers", media, seqs, fams))["status"] == "done", s.stderr()

@@ -368,18 +368,12 @@ def test_esmc_lower_case_and_nonstandard_residues_follow_its_tokenizer(tmp_path)
 
     _require("torch", "numpy", "esm.models.esmc", "esm.tokenization")
     import make_tiny_models
-    from test_esmc import SHAPE, reference_hidden
+    from test_esmc import SHAPE, esmc_env, reference_hidden
 
     path = make_tiny_models.write_esmc(str(tmp_path), SHAPE, name="esmc_cuts", qk_ln_scale=2.0)
     media = str(tmp_path / "media")
     fams = [("esmc_layer_24/mean_vecs", ".npy"), ("esmc_layer_32/mean_vecs", ".npy")]
-    env = {
-        "KINFLOW_ESMC_600M_PATH": path,
-        "KINFLOW_ESMC_SHAPE": ",".join(str(x) for x in SHAPE),
-        "KINFLOW_STEPS_DEVICE": "cpu",
-        "KINFLOW_STEPS_PRECISION": "",
-    }
-    s = Server("methoda_esmc_layers", env, str(tmp_path))
+    s = Server("methoda_esmc_layers", esmc_env(path), str(tmp_path))
     try:
         assert s.ready.get("ready") is True, s.stderr()
         seqs = {**ODD_SEQS, "upper": ODD_SEQS["mixed"].upper()}
