@@ -908,8 +908,9 @@
         (synthetic ? "; synthetic stand-ins, not predictions" : "") + ".";
       svg.setAttribute("aria-label", desc);
       const title = svgEl("title"); title.textContent = desc; svg.append(title);
+      const hatchID = "hatch-" + k;
       stackedBars(svg, {
-        L, T, pw, ph, nb, bw, top, groups: labels, counts, hatchID: "hatch-" + k, tagSource: true,
+        L, T, pw, ph, nb, bw, top, groups: labels, counts, hatchID, tagSource: true,
         fill: (l, g) => PALETTE[g % PALETTE.length],
         hatched: (l) => l === "Synthetic stand-in",
         tip: (l, n, b) => l + ": " + n + " value(s) from " + fmtNum(Math.pow(10, lo + b / PER_DECADE)) + " to " + fmtNum(Math.pow(10, lo + (b + 1) / PER_DECADE)),
