@@ -35,8 +35,11 @@ func TestBrowserUncertaintyPlot(t *testing.T) {
 	eval[bool](t, b, `(localStorage.setItem("kinflow.apiKey", `+jsString(s.key)+`), true)`)
 	job := s.submit(largeCSV(rows), []string{"kcat", "Km"}, map[string]string{"kcat": "B", "Km": "E"})
 	b.run(t, "open job", step, chromedp.Navigate(s.base+"/#job="+job), chromedp.Reload())
-	b.run(t, "result", 9*time.Minute, waitJS(`document.getElementById("result-count").textContent === "10000 row(s)" &&
-		document.querySelectorAll("#result-plots figure.plot").length > 0`))
+	b.run(t, "result", 9*time.Minute, waitJS(`(document.getElementById("result-count").textContent === "10000 row(s)" &&
+		document.querySelectorAll("#result-plots figure.plot").length > 0) || !document.getElementById("job-error").hidden`))
+	if e := eval[string](t, b, jobErrorJS); e != "" {
+		t.Fatalf("the page shows an error instead of the result: %q", e)
+	}
 
 	// The API's own numbers: each row's Km and its total SD.
 	res := s.resultJSON(t, job, rows)
