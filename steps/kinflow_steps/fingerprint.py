@@ -158,6 +158,10 @@ def fingerprint(step) -> dict:
     finally:
         cache.save()
     dtype = str(getattr(step, "dtype", "")).replace("torch.", "")
+    if dtype and getattr(step, "family", "") == "esm2":
+        from kinflow_steps.models import esm2_path
+
+        dtype += esm2_path(getattr(step, "dtype", None))
     fp = {
         "model": model or step.key,
         "weights": weights,

@@ -140,23 +140,221 @@ def fair_esm_load(path: str):
         return esm.pretrained.load_model_and_alphabet_local(path)
 
 
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _varlen_flash() -> Any:
+    """PyTorch's variable-length flash attention as f(q, k, v, cu, max_len) over
+    [T, H, D] tensors with the softmax scale 1 (q arrives scaled), or None where this
+    PyTorch has neither ``torch.nn.attention.varlen.varlen_attn`` (2.10+) nor the
+    ``aten._flash_attention_forward`` op it wraps."""
+    import inspect
+
+    try:
+        from torch.nn.attention.varlen import varlen_attn  # type: ignore[import-not-found]
+
+        if "scale" in inspect.signature(varlen_attn).parameters:
+
+            def public(q, k, v, cu, n):
+                return varlen_attn(q, k, v, cu, cu, n, n, scale=1.0)
+
+            return public
+    except ImportError:
+        pass
+    op = getattr(torch.ops.aten, "_flash_attention_forward", None)
+    if op is None:
+        return None
+
+    def aten(q, k, v, cu, n):
+        return op(q, k, v, cu, cu, n, n, 0.0, False, False, scale=1.0)[0]
+
+    return aten
+
+
+def _rotate(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, scale: float) -> torch.Tensor:
+    """fair-esm's ``apply_rotary_pos_emb`` in fp32 on [T, H, D] (t * scale first: fair-esm
+    scales q before the rotation); cast back to t's dtype."""
+    tf = t.float()
+    if scale != 1.0:
+        tf = tf * scale
+    half = tf.shape[-1] // 2
+    rot = torch.cat((-tf[..., half:], tf[..., :half]), dim=-1)
+    return (tf * cos + rot * sin).to(t.dtype)
+
+
+def _attention_in(x, ln_w, ln_b, eps: float, wqkv, bqkv, cos, sin, heads: int, scaling: float):
+    """A layer's pre-norm and q/k/v projections with the rotary positions: [T, H, D] each."""
+    F = torch.nn.functional
+    T, E = x.shape
+    h = F.layer_norm(x, (E,), ln_w, ln_b, eps).to(wqkv.dtype)
+    qkv = F.linear(h, wqkv, bqkv).view(T, 3, heads, E // heads)
+    return _rotate(qkv[:, 0], cos, sin, scaling), _rotate(qkv[:, 1], cos, sin, 1.0), qkv[:, 2].contiguous()
+
+
+def _attention_out_ffn(x, o, wo, bo, ln_w, ln_b, eps: float, w1, b1, w2, b2):
+    """The attention's output projection and residual, then the pre-norm exact-GELU
+    feed-forward and its residual; x (the residual stream) stays fp32."""
+    F = torch.nn.functional
+    T, E = x.shape
+    x = x + F.linear(o.reshape(T, E), wo, bo).float()
+    h = F.layer_norm(x, (E,), ln_w, ln_b, eps).to(w1.dtype)
+    return x + F.linear(F.gelu(F.linear(h, w1, b1)), w2, b2).float()
+
+
+class UnpaddedESM2:
+    """fair-esm's ESM-2 forward pass over a batch's sequences laid end to end: no
+    padding is computed, and each sequence attends to itself alone (variable-length
+    flash attention on CUDA; one scaled-dot-product attention per sequence elsewhere).
+
+    It reuses the loaded fair-esm model's own weights and follows its ``ESM2.forward``
+    and ``TransformerLayer.forward`` step for step: the embedding with token dropout's
+    rescaling, per layer pre-norm attention with rotary positions (counted from 0 in
+    each sequence, as fair-esm counts them in its padded batch), the exact GELU
+    feed-forward, residual additions, and ``emb_layer_norm_after`` on the last layer's
+    representation only. With ``dtype`` fp16 or bf16 (the CUDA fast path) the matrix
+    products run in that dtype with fp32 accumulation while the residual stream, the
+    layer norms, the rotary table and rotation, and the softmax statistics stay fp32;
+    with fp32 it is fair-esm's arithmetic without the padding, which the CPU tests
+    compare with fair-esm itself. Only kinflow_steps.precision decides where a half
+    precision runs (the GPU proof: docs/BENCHMARKS.md, "Step programs on a GPU").
+
+    KINFLOW_STEPS_COMPILE=1 fuses each layer's element-wise work (norms, casts, the
+    rotation, GELU, residual additions) with ``torch.compile``; the products and the
+    attention are the same kernels."""
+
+    def __init__(self, model: torch.nn.Module, device: torch.device, dtype: torch.dtype):
+        self.model = model
+        self.device = device
+        self.dtype = dtype
+        self.flash = _varlen_flash() if device.type == "cuda" and dtype in (torch.float16, torch.bfloat16) else None
+        first = model.layers[0].self_attn
+        self.heads, self.scaling = int(first.num_heads), float(first.scaling)
+        self.inv_freq = first.rot_emb.inv_freq.detach().float().to(device)
+        self.attention_in, self.attention_out_ffn = _attention_in, _attention_out_ffn
+        self.compiled = env_flag("KINFLOW_STEPS_COMPILE")
+        if self.compiled:
+            self.attention_in = torch.compile(_attention_in, dynamic=True)
+            self.attention_out_ffn = torch.compile(_attention_out_ffn, dynamic=True)
+        self.weights = []
+        with torch.no_grad():
+            for layer in model.layers:
+                a, n1, n2 = layer.self_attn, layer.self_attn_layer_norm, layer.final_layer_norm
+                self.weights.append(
+                    (
+                        (n1.weight, n1.bias, float(n1.eps)),
+                        torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).to(dtype).contiguous(),
+                        torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]).to(dtype).contiguous(),
+                        a.out_proj.weight.to(dtype),
+                        a.out_proj.bias.to(dtype),
+                        (n2.weight, n2.bias, float(n2.eps)),
+                        layer.fc1.weight.to(dtype),
+                        layer.fc1.bias.to(dtype),
+                        layer.fc2.weight.to(dtype),
+                        layer.fc2.bias.to(dtype),
+                    )
+                )
+        if dtype != torch.float32:
+            # The half-precision copies serve the products; fp32 stays for the norms.
+            for layer in model.layers:
+                for lin in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj,
+                            layer.self_attn.out_proj, layer.fc1, layer.fc2):  # fmt: skip
+                    lin.weight = None  # type: ignore[assignment]
+
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lens: list[int], cu: torch.Tensor):
+        """Attention of each sequence to itself over [T, H, D] tensors (q scaled)."""
+        if self.flash is not None:
+            return self.flash(q, k, v, cu, max(lens))
+        out = torch.empty_like(q)
+        start = 0
+        for n in lens:
+            qs, ks, vs = (t[start : start + n].transpose(0, 1).unsqueeze(0) for t in (q, k, v))
+            o = torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, scale=1.0)
+            out[start : start + n] = o.squeeze(0).transpose(0, 1)
+            start += n
+        return out
+
+    def __call__(self, tokens: list[torch.Tensor], repr_layers: list[int]) -> dict[int, torch.Tensor]:
+        """tokens: one 1-D token tensor per sequence (BOS, residues, EOS, as fair-esm's
+        batch converter gives them, cut where the method cuts); returns, per layer
+        asked, the fp32 [sum of n_tokens, D] representations, sequences end to end."""
+        m, dev = self.model, self.device
+        lens = [int(t.numel()) for t in tokens]
+        flat = torch.cat(tokens).to(dev)
+        cu = torch.tensor([0, *np.cumsum(lens).tolist()], dtype=torch.int32, device=dev)
+        pos = torch.cat([torch.arange(n) for n in lens]).to(dev, torch.float32)
+
+        x = m.embed_scale * m.embed_tokens(flat)
+        if m.token_dropout:
+            masked = flat == m.mask_idx
+            x.masked_fill_(masked.unsqueeze(-1), 0.0)
+            mask_ratio_train = 0.15 * 0.8
+            seg = torch.repeat_interleave(torch.arange(len(lens), device=dev), torch.tensor(lens, device=dev))
+            counts = torch.zeros(len(lens), device=dev).index_add_(0, seg, masked.float())
+            observed = (counts / torch.tensor(lens, device=dev, dtype=torch.float32)).to(x.dtype)
+            x = x * (1 - mask_ratio_train) / (1 - observed)[seg][:, None]
+        freqs = torch.outer(pos, self.inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
+
+        want = set(repr_layers)
+        reps: dict[int, torch.Tensor] = {}
+        if 0 in want:
+            reps[0] = x
+        n_layers = len(m.layers)
+        for i, (n1, wqkv, bqkv, wo, bo, n2, w1, b1, w2, b2) in enumerate(self.weights):
+            q, k, v = self.attention_in(x, *n1, wqkv, bqkv, cos, sin, self.heads, self.scaling)
+            o = self.attention(q, k, v, lens, cu)
+            x = self.attention_out_ffn(x, o, wo, bo, *n2, w1, b1, w2, b2)
+            if i + 1 in want and i + 1 != n_layers:
+                reps[i + 1] = x
+        if n_layers in want:
+            reps[n_layers] = m.emb_layer_norm_after(x)
+        return reps
+
+
+def unpadded_esm2(dtype: Any) -> bool:
+    """Whether FairESM runs an ESM-2 checkpoint through UnpaddedESM2 at dtype."""
+    return dtype not in (None, torch.float32) or env_flag("KINFLOW_STEPS_UNPADDED")
+
+
+def esm2_path(dtype: Any) -> str:
+    """What an ESM-2 step's precision in its fingerprint adds for the unpadded path
+    (empty for fair-esm's own padded forward pass): the numbers differ by rounding, so
+    the cache and the provenance keep them apart."""
+    if not unpadded_esm2(dtype):
+        return ""
+    half = dtype is not None and dtype != torch.float32
+    note = ", unpadded" + (" (fp32 residual stream, norms and rotation)" if half else "")
+    return note + (", compiled" if env_flag("KINFLOW_STEPS_COMPILE") else "")
+
+
 class FairESM:
     """An ESM-2 / ESM-1b / ESM-1v checkpoint loaded with fair-esm's
     ``load_model_and_alphabet_local`` (the file's name picks the architecture, as in
     fair-esm: ``esm2*`` is ESM-2; a ``-contact-regression.pt`` file must sit beside
-    ESM-2 and ESM-1b checkpoints)."""
+    ESM-2 and ESM-1b checkpoints).
+
+    ESM-2 in bf16 (proven on CUDA only, kinflow_steps.precision) runs unpadded
+    (UnpaddedESM2); KINFLOW_STEPS_UNPADDED=1 takes that path at fp32 too, as the tests
+    and benchmarks do. Every other case is fair-esm's own padded forward pass."""
 
     def __init__(self, path: str, device: torch.device, dtype: torch.dtype, state_dict: dict | None = None):
         model, alphabet = fair_esm_load(path)
         if state_dict is not None:
             model.load_state_dict(state_dict)
         model.eval()
-        if dtype != torch.float32:
+        self.unpadded: UnpaddedESM2 | None = None
+        if type(model).__name__ == "ESM2" and unpadded_esm2(dtype):
+            self.model = model.to(device)
+            self.unpadded = UnpaddedESM2(self.model, device, dtype)
+        elif dtype != torch.float32:
             # Only reached where kinflow_steps.precision proves the dtype: the rotary
             # positions stay float32 in any case.
             model = model.to(dtype)
             pin_rotary_fp32(model)
-        self.model = model.to(device)
+        if self.unpadded is None:
+            self.model = model.to(device)
         self.alphabet = alphabet
         self.converter = alphabet.get_batch_converter()
         self.device = device
@@ -185,6 +383,8 @@ class FairESM:
         sequence keeps BOS and its first max_tokens - 1 residues, without EOS, and its
         matrix has that many rows."""
         _fake_oom(len(seqs))
+        if self.unpadded is not None:
+            return self.embed_unpadded(seqs, layers, cls, max_tokens)
         _, _, tokens = self.converter([(str(i), s) for i, s in enumerate(seqs)])
         if max_tokens is not None and tokens.shape[1] > max_tokens:
             tokens = tokens[:, :max_tokens]
@@ -199,6 +399,32 @@ class FairESM:
                 result[layer] = [rep[row, 0].copy() for row in range(len(seqs))]
             else:
                 result[layer] = [rep[row, 1 : min(len(s), keep) + 1].copy() for row, s in enumerate(seqs)]
+        return result
+
+    def embed_unpadded(
+        self, seqs: list[str], layers: list[Any], cls: bool, max_tokens: int | None
+    ) -> dict[Any, list[np.ndarray]]:
+        """embed() through UnpaddedESM2: each sequence's tokens as fair-esm's batch
+        converter makes them (BOS, residues, EOS), cut at max_tokens as in embed()."""
+        assert self.unpadded is not None
+        toks = []
+        for s in seqs:
+            _, _, t = self.converter([("0", s)])
+            t = t[0]
+            toks.append(t[:max_tokens] if max_tokens is not None else t)
+        idx = {layer: self.layer_index(layer) for layer in layers}
+        reps = self.unpadded(toks, sorted(set(idx.values())))
+        starts = np.cumsum([0] + [int(t.numel()) for t in toks])
+        result: dict[Any, list[np.ndarray]] = {}
+        for layer, i in idx.items():
+            flat = reps[i].float().cpu().numpy()  # one copy to the host per batch and layer
+            if cls:
+                result[layer] = [flat[a] for a in starts[:-1]]
+            else:
+                result[layer] = [
+                    flat[a + 1 : a + 1 + min(len(s), int(b - a) - 1)]
+                    for a, b, s in zip(starts[:-1], starts[1:], seqs, strict=True)
+                ]
         return result
 
 

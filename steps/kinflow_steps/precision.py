@@ -10,8 +10,9 @@ the CPU, ``ESMC.logits`` autocasts) and fp32 on the CPU; CatPred (method E) fp32
 A precision runs only where an equivalence test shows it within the bound of
 kinflow_steps.equivalence against that yardstick: ``PROVEN`` lists them per family and
 device type, the first being the default. Everything else — ``KINFLOW_STEPS_PRECISION``
-set to an unproven value, such as fp16 for ESM-2 on CUDA, whose fp16 rotary table puts
-positions 0.66 rad off at 1,502 tokens — is refused at start with one line.
+set to an unproven value, such as bf16 for ESM-2 on CUDA (worst residue cosine 0.967 at
+full size), or fp16 for fair-esm's ESM-1b/1v, whose plain ``model.to(float16)`` puts the
+whole residual stream in fp16 — is refused at start with one line.
 
 The proofs: steps/tests/test_equivalence.py on the CPU (``make test``). The CUDA rows
 are the reference's own numerics (the yardstick itself); a faster CUDA mode joins the
@@ -31,7 +32,9 @@ DTYPES = {FP32: torch.float32, FP16: torch.float16, BF16: torch.bfloat16}
 
 #: family -> device type -> proven precisions (the first is the default).
 PROVEN: dict[str, dict[str, tuple[str, ...]]] = {
-    "esm2": {"cpu": (FP32,), "cuda": (FP32,)},
+    # fp16 on CUDA is UnpaddedESM2 (fp16 products, fp32 residual stream, norms and
+    # rotation; varlen flash attention), proven on an H100 at full size: bf16 is not.
+    "esm2": {"cpu": (FP32,), "cuda": (FP32, FP16)},
     "esm1b": {"cpu": (FP32,), "cuda": (FP32,)},
     "esm1v": {"cpu": (FP32,), "cuda": (FP32,)},
     "prot_t5": {"cpu": (FP32,), "cuda": (FP16,)},
@@ -41,18 +44,25 @@ PROVEN: dict[str, dict[str, tuple[str, ...]]] = {
 
 
 def precision_for(family: str, device: torch.device) -> str:
-    """The precision the family runs at on device: KINFLOW_STEPS_PRECISION when it is
-    proven there, the family's default when unset; ConfigError (one line) otherwise."""
+    """The precision the family runs at on device: KINFLOW_STEPS_PRECISION_<FAMILY>
+    (KINFLOW_STEPS_PRECISION_ESM2=fp16, say) or else KINFLOW_STEPS_PRECISION when it is
+    proven there, the family's default when neither is set; ConfigError (one line)
+    otherwise. The per-family name lets one host's environment choose a precision for
+    one model family without refusing the steps of the others."""
     table = PROVEN[family]
     proven = table.get(device.type, table["cpu"])
-    want = os.environ.get("KINFLOW_STEPS_PRECISION", "").strip().lower()
+    name = f"KINFLOW_STEPS_PRECISION_{family.upper()}"
+    want = os.environ.get(name, "").strip().lower()
+    if not want:
+        name = "KINFLOW_STEPS_PRECISION"
+        want = os.environ.get(name, "").strip().lower()
     if not want:
         return proven[0]
     if want not in DTYPES:
-        raise ConfigError(f"KINFLOW_STEPS_PRECISION={want!r}: want fp32, fp16 or bf16")
+        raise ConfigError(f"{name}={want!r}: want fp32, fp16 or bf16")
     if want not in proven:
         raise ConfigError(
-            f"KINFLOW_STEPS_PRECISION={want} has no equivalence proof for {family} on {device.type} "
+            f"{name}={want} has no equivalence proof for {family} on {device.type} "
             f"(proven: {', '.join(proven)}; steps/kinflow_steps/precision.py)"
         )
     return want
