@@ -132,6 +132,35 @@ def roofline(row: dict[str, Any], params: int, peak_tflops: float) -> dict[str, 
     return row
 
 
+def first_batch(seqs: list[str], budget: int = 16384) -> tuple[list[str], int]:
+    """The leading sequences that fit budget tokens (BOS and EOS counted)."""
+    group, total = [], 0
+    for s in seqs:
+        if total + len(s) + 2 > budget:
+            break
+        group.append(s)
+        total += len(s) + 2
+    return group, total
+
+
+def forward_only(part: str, name: str, fm: Any, group: list[str], total: int, params: int, peak: float) -> dict:
+    """The unpadded forward pass alone over one batch (no host copies): median of 5 after
+    one warm-up, as a roofline row."""
+    toks = [fm.converter([("0", s)])[2][0] for s in group]
+    times = []
+    for _ in range(6):
+        sync()
+        t = time.monotonic()
+        fm.unpadded(toks, [33])
+        sync()
+        times.append(time.monotonic() - t)
+    med = sorted(times[1:])[2]
+    row = {"part": part, "case": f"throughput {name}, forward only (one {total:,}-token batch)", "params": params,
+           "sequences": len(group), "of": len(group), "batches": 1, "tokens": total, "wall_s": round(med, 4),
+           "tokens_per_s": round(total / med, 1)}  # fmt: skip
+    return roofline(row, params, peak)
+
+
 def enzyme_lengths(n: int) -> list[str]:
     from test_packing import lengths
 
@@ -292,27 +321,10 @@ def part_esm2(a) -> None:
         fm = None
     # The unpadded forward alone (no host copies): one 16,384-token batch of enzyme-like
     # sequences, median of 5, per precision.
-    group, total = [], 0
-    for s in seqs:
-        if total + len(s) + 2 > 16384:
-            break
-        group.append(s)
-        total += len(s) + 2
-    toks = [fast["bf16"].converter([("0", s)])[2][0] for s in group]
+    group, total = first_batch(seqs)
     for prec, fm in fast.items():
         try:
-            times = []
-            for _ in range(6):
-                sync()
-                t = time.monotonic()
-                fm.unpadded(toks, [33])
-                sync()
-                times.append(time.monotonic() - t)
-            med = sorted(times[1:])[2]
-            row = {"part": "esm2", "case": f"throughput unpadded {prec}, forward only (one 16,384-token batch)",
-                   "params": params, "sequences": len(group), "of": len(group), "batches": 1, "tokens": total,
-                   "wall_s": round(med, 4), "tokens_per_s": round(total / med, 1)}  # fmt: skip
-            emit(a.out, roofline(row, params, peak))
+            emit(a.out, forward_only("esm2", f"unpadded {prec}", fm, group, total, params, peak))
         except Exception as exc:  # noqa: BLE001
             emit(a.out, {"part": "esm2", "case": f"forward only {prec}", "error": f"{type(exc).__name__}: {exc}"[:800]})
     del fast
@@ -348,12 +360,7 @@ def part_esm2fast(a) -> None:
         cut_want = ref_model(toks.to(dev), repr_layers=[33])["representations"][33][0, 1:].float().cpu().numpy()
     del ref_model
     seqs = enzyme_lengths(a.n)
-    group, total = [], 0
-    for s in seqs:
-        if total + len(s) + 2 > 16384:
-            break
-        group.append(s)
-        total += len(s) + 2
+    group, total = first_batch(seqs)
     for prec, dt in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
         for compiled in (False, True):
             name = f"unpadded {prec}{' compiled' if compiled else ''}"
@@ -372,19 +379,7 @@ def part_esm2fast(a) -> None:
                 emit(a.out, {"part": "esm2fast", "case": name + ", G/H cut", "len": 1030, "layer": 33,
                              **cmp_rows(got[33][0], cut_want)})  # fmt: skip
                 emit(a.out, {"part": "esm2fast", "case": name, "first_call_s": round(first_s, 2)})
-                toks = [fm.converter([("0", s)])[2][0] for s in group]
-                times = []
-                for _ in range(6):
-                    sync()
-                    t = time.monotonic()
-                    fm.unpadded(toks, [33])
-                    sync()
-                    times.append(time.monotonic() - t)
-                med = sorted(times[1:])[2]
-                row = {"part": "esm2fast", "case": f"throughput {name}, forward only (one 16,384-token batch)",
-                       "params": params, "sequences": len(group), "of": len(group), "batches": 1, "tokens": total,
-                       "wall_s": round(med, 4), "tokens_per_s": round(total / med, 1)}  # fmt: skip
-                emit(a.out, roofline(row, params, a.peak_tflops))
+                emit(a.out, forward_only("esm2fast", name, fm, group, total, params, a.peak_tflops))
                 if prec == "fp16":
                     cap = a.cap_s if compiled else a.cap_s / 2
                     rate = throughput(lambda g, fm=fm: fm.embed(g, ["last"]), seqs, 16384, cap, 2)
