@@ -335,17 +335,25 @@ class FairESM:
     fair-esm: ``esm2*`` is ESM-2; a ``-contact-regression.pt`` file must sit beside
     ESM-2 and ESM-1b checkpoints).
 
-    ESM-2 in bf16 (proven on CUDA only, kinflow_steps.precision) runs unpadded
+    ESM-2 in fp16 (proven on CUDA only, kinflow_steps.precision) runs unpadded
     (UnpaddedESM2); KINFLOW_STEPS_UNPADDED=1 takes that path at fp32 too, as the tests
-    and benchmarks do. Every other case is fair-esm's own padded forward pass."""
+    and benchmarks do, unless the caller says ``unpadded=False`` (method E: CatPred's
+    own ESM-2 features). Every other case is fair-esm's own padded forward pass."""
 
-    def __init__(self, path: str, device: torch.device, dtype: torch.dtype, state_dict: dict | None = None):
+    def __init__(
+        self,
+        path: str,
+        device: torch.device,
+        dtype: torch.dtype,
+        state_dict: dict | None = None,
+        unpadded: bool | None = None,
+    ):
         model, alphabet = fair_esm_load(path)
         if state_dict is not None:
             model.load_state_dict(state_dict)
         model.eval()
         self.unpadded: UnpaddedESM2 | None = None
-        if type(model).__name__ == "ESM2" and unpadded_esm2(dtype):
+        if type(model).__name__ == "ESM2" and (unpadded_esm2(dtype) if unpadded is None else unpadded):
             self.model = model.to(device)
             self.unpadded = UnpaddedESM2(self.model, device, dtype)
         elif dtype != torch.float32:

@@ -699,7 +699,7 @@ class MethodEEmbed(Step):
             self.esm_utils = importlib.import_module("catpred.data.esm_utils")
         except ImportError as exc:
             raise ConfigError(f"method E's package catpred cannot be imported from {src}: {exc}") from exc
-        offline_esm(self.esm_utils, FairESM(esm2, self.device, torch.float32))
+        offline_esm(self.esm_utils, FairESM(esm2, self.device, torch.float32, unpadded=False))
         self.torch = torch
         self.checkpoints: dict[str, str] = {}
         base = os.path.join(root, self.parameter)
