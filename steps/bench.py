@@ -138,7 +138,6 @@ def main() -> int:
     full = a.size == "full"
     if a.model == "esm2" and a.model_path:
         import esm
-        import torch
 
         path = a.model_path
         layers, dim, heads = {"full": (33, 1280, 20), "tiny": (33, 32, 2), "eq": (33, 128, 2)}[a.size]
@@ -146,7 +145,6 @@ def main() -> int:
             p.numel()
             for p in esm.model.esm2.ESM2(layers, dim, heads, esm.Alphabet.from_architecture("ESM-1b")).parameters()
         )
-        del torch
         env, step, fam = {"KINFLOW_ESM2_650M_PATH": path}, "methodh_esm2_last_mean", "esm2_layer_last_mean"
     elif a.model == "esm2":
         path, params = write_esm2(models, a.size)
@@ -190,7 +188,10 @@ def main() -> int:
         ("w0", "".join(rng.choice(AMINO) for _ in range(300))),
         ("w1", "".join(rng.choice(AMINO) for _ in range(90))),
     ]
-    send_batch(proc, step, fam, media, 0, warm)
+    ans = send_batch(proc, step, fam, media, 0, warm)
+    if ans.get("status") != "done":
+        print(f"bench: warm-up batch: {ans}", file=sys.stderr)
+        return 1
     t = time.monotonic()
     for i, ids in enumerate(batches, 1):
         ans = send_batch(proc, step, fam, media, i, [(sid, seqs[sid]) for sid in ids])
