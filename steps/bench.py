@@ -79,19 +79,6 @@ def write_t5(out: str, full: bool) -> tuple[str, int]:
     return folder, sum(p.numel() for p in model.parameters())
 
 
-def pack(lengths: list[tuple[str, int]], budget: int, max_seqs: int) -> list[list[str]]:
-    out, cur, longest = [], [], 0
-    for sid, n in sorted(lengths, key=lambda x: x[1], reverse=True):
-        if cur and ((max(longest, n) + 2) * (len(cur) + 1) > budget or (max_seqs and len(cur) >= max_seqs)):
-            out.append(cur)
-            cur, longest = [], 0
-        cur.append(sid)
-        longest = max(longest, n)
-    if cur:
-        out.append(cur)
-    return out
-
-
 def send_batch(proc: subprocess.Popen, step: str, fam: str, media: str, batch: int, seqs: list[tuple[str, str]]):
     """One manifest line to the step server (every file missing); its answer."""
     items = []
@@ -138,13 +125,13 @@ def main() -> int:
     full = a.size == "full"
     if a.model == "esm2" and a.model_path:
         import esm
+        import torch
 
         path = a.model_path
         layers, dim, heads = {"full": (33, 1280, 20), "tiny": (33, 32, 2), "eq": (33, 128, 2)}[a.size]
-        params = sum(
-            p.numel()
-            for p in esm.model.esm2.ESM2(layers, dim, heads, esm.Alphabet.from_architecture("ESM-1b")).parameters()
-        )
+        with torch.device("meta"):  # the count only: no weights allocated
+            shape = esm.model.esm2.ESM2(layers, dim, heads, esm.Alphabet.from_architecture("ESM-1b"))
+        params = sum(p.numel() for p in shape.parameters())
         env, step, fam = {"KINFLOW_ESM2_650M_PATH": path}, "methodh_esm2_last_mean", "esm2_layer_last_mean"
     elif a.model == "esm2":
         path, params = write_esm2(models, a.size)
@@ -167,7 +154,9 @@ def main() -> int:
         ids = list(seqs)
         batches = [ids[i : i + a.naive_batch] for i in range(0, len(ids), a.naive_batch)]
     else:
-        batches = pack([(k, len(v)) for k, v in seqs.items()], a.toks_per_batch, 0)
+        from kinflow_steps.steps import Seq, pack  # the step programs' own packing
+
+        batches = [[x.seq_id for x in g] for g in pack([Seq(k, v, [], []) for k, v in seqs.items()], a.toks_per_batch)]
     computed = sum((max(len(seqs[k]) for k in b) + 2) * len(b) for b in batches)
     full_env = dict(
         os.environ, PYTHONPATH=os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH", "")])), **env

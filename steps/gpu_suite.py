@@ -92,19 +92,20 @@ def cmp_rows(got, want) -> dict[str, Any]:
     }
 
 
-def throughput(embed, seqs: list[str], budget: int, cap_s: float, extra_tokens: int, max_seqs: int = 0):
-    """Pack seqs as the GPU host does (longest first, (longest + 2) × count <= budget),
-    run the batches in a shuffled order through embed until cap_s, and return the rate."""
-    from bench import pack
+def throughput(embed, seqs: list[str], budget: int, cap_s: float, extra_tokens: int):
+    """Pack seqs as the step programs do (kinflow_steps.steps.pack: longest first,
+    (longest + 2) × count <= budget), run the batches in a shuffled order through embed
+    until cap_s, and return the rate."""
+    from kinflow_steps.steps import Seq, pack
 
-    batches = pack([(str(i), len(s)) for i, s in enumerate(seqs)], budget, max_seqs)
+    batches = [[int(x.seq_id) for x in g] for g in pack([Seq(str(i), s, [], []) for i, s in enumerate(seqs)], budget)]
     random.Random(1).shuffle(batches)
-    embed([seqs[int(i)] for i in batches[0]])  # warm-up (kernels, allocator)
+    embed([seqs[i] for i in batches[0]])  # warm-up (kernels, allocator)
     sync()
     done_seqs = done_tokens = computed = 0
     t = time.monotonic()
     for b in batches:
-        group = [seqs[int(i)] for i in b]
+        group = [seqs[i] for i in b]
         embed(group)
         done_seqs += len(group)
         done_tokens += sum(len(s) + extra_tokens for s in group)
@@ -159,6 +160,14 @@ def forward_only(part: str, name: str, fm: Any, group: list[str], total: int, pa
            "sequences": len(group), "of": len(group), "batches": 1, "tokens": total, "wall_s": round(med, 4),
            "tokens_per_s": round(total / med, 1)}  # fmt: skip
     return roofline(row, params, peak)
+
+
+def fair_tokens(alphabet, seq: str, cut: int | None = None):
+    """[1, n] fair-esm tokens of seq alone (BOS, residues, EOS), cut to its first cut."""
+    import torch
+
+    toks = torch.tensor([[alphabet.cls_idx] + [alphabet.get_idx(c) for c in seq] + [alphabet.eos_idx]])
+    return toks[:, :cut] if cut else toks
 
 
 def enzyme_lengths(n: int) -> list[str]:
@@ -252,9 +261,7 @@ def part_esm2(a) -> None:
     ref_model = copy.deepcopy(base).to(dev)
 
     def ref(seq: str, layers: list[int], cut: int | None = None) -> dict[int, Any]:
-        toks = torch.tensor([[alphabet.cls_idx] + [alphabet.get_idx(c) for c in seq] + [alphabet.eos_idx]])
-        if cut:
-            toks = toks[:, :cut]
+        toks = fair_tokens(alphabet, seq, cut)
         with torch.no_grad():
             reps = ref_model(toks.to(dev), repr_layers=layers)["representations"]
         n = min(len(seq), toks.shape[1] - 1)
@@ -305,7 +312,7 @@ def part_esm2(a) -> None:
     seqs = enzyme_lengths(a.n)
     peak = a.peak_tflops
     runs = [
-        ("padded fp32 (production), 4,096-token batches", prod_model(path, dev, torch.float32), 4096, a.cap_s / 2),
+        ("padded fp32 (production), 4,096-token batches", models.FairESM(path, dev, torch.float32), 4096, a.cap_s / 2),
         ("unpadded bf16, 16,384-token batches", fast["bf16"], 16384, a.cap_s),
         ("unpadded bf16, 65,536-token batches", fast["bf16"], 65536, a.cap_s / 2),
         ("unpadded fp16, 16,384-token batches", fast["fp16"], 16384, a.cap_s / 2),
@@ -350,12 +357,12 @@ def part_esm2fast(a) -> None:
     layers = [26, 29, 33]
     wants = []
     for s in probe:
-        toks = torch.tensor([[alphabet.cls_idx] + [alphabet.get_idx(c) for c in s] + [alphabet.eos_idx]])
+        toks = fair_tokens(alphabet, s)
         with torch.no_grad():
             reps = ref_model(toks.to(dev), repr_layers=layers)["representations"]
         wants.append({k: v[0, 1:-1].float().cpu().numpy() for k, v in reps.items()})
     cut_seq = rand_seq(1030, 103)
-    toks = torch.tensor([[alphabet.cls_idx] + [alphabet.get_idx(c) for c in cut_seq] + [alphabet.eos_idx]])[:, :1024]
+    toks = fair_tokens(alphabet, cut_seq, 1024)
     with torch.no_grad():
         cut_want = ref_model(toks.to(dev), repr_layers=[33])["representations"][33][0, 1:].float().cpu().numpy()
     del ref_model
@@ -408,12 +415,6 @@ def part_bench_esm2(a) -> None:
     if out.returncode != 0:
         row = {"error": f"rc {out.returncode}: " + out.stderr[-800:]}
     emit(a.out, {"part": "bench-esm2", "case": "resident server, method H, fp16 unpadded compiled", **row})
-
-
-def prod_model(path: str, dev, dt):
-    from kinflow_steps import models
-
-    return models.FairESM(path, dev, dt)
 
 
 def part_t5(a) -> None:
@@ -626,8 +627,9 @@ def main() -> int:
         ok[part] = finish(a, part, proc, 240) == 0
     print(f"suite: models written at {time.monotonic() - t0:.0f}s", flush=True)
     limits = {"esm2": 240, "esm2fast": 250, "bench-esm2": 150, "t5": 110, "esmc": 90}
-    for part in ("esm2", "esm2fast", "bench-esm2", "t5", "esmc"):
-        if part in skip or not ok.get(f"write-{part.split('fast')[0].split('bench-')[-1]}", False):
+    model_of = {"esm2": "esm2", "esm2fast": "esm2", "bench-esm2": "esm2", "t5": "t5", "esmc": "esmc"}
+    for part in limits:
+        if part in skip or not ok.get(f"write-{model_of[part]}", False):
             continue
         run_part(a, part, limits[part], env=esmc_env if part == "esmc" else None)
         print(f"suite: {part} done at {time.monotonic() - t0:.0f}s", flush=True)

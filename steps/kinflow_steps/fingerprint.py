@@ -158,10 +158,8 @@ def fingerprint(step) -> dict:
     finally:
         cache.save()
     dtype = str(getattr(step, "dtype", "")).replace("torch.", "")
-    if dtype and getattr(step, "family", "") == "esm2":
-        from kinflow_steps.models import esm2_path
-
-        dtype += esm2_path(getattr(step, "dtype", None))
+    if dtype and hasattr(step, "precision_note"):
+        dtype += step.precision_note()
     fp = {
         "model": model or step.key,
         "weights": weights,

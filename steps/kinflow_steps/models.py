@@ -49,11 +49,16 @@ def _fake_oom(n: int) -> None:
         raise exc(f"CUDA out of memory (simulated: {n} sequences > {raw})")
 
 
+def env_flag(name: str) -> bool:
+    """Whether the environment variable name is set to 1, true, yes or on."""
+    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
 def pick_device() -> torch.device:
     """KINFLOW_STEPS_DEVICE (cpu, cuda, cuda:N) or CUDA when present. With
     KINFLOW_STEPS_REQUIRE_CUDA=1 a host without CUDA is a start-up error."""
     want = os.environ.get("KINFLOW_STEPS_DEVICE", "").strip()
-    require = os.environ.get("KINFLOW_STEPS_REQUIRE_CUDA", "").strip().lower() in {"1", "true", "yes", "on"}
+    require = env_flag("KINFLOW_STEPS_REQUIRE_CUDA")
     if require and not torch.cuda.is_available():
         raise ConfigError("KINFLOW_STEPS_REQUIRE_CUDA=1 but no CUDA device is available")
     if want:
@@ -140,10 +145,6 @@ def fair_esm_load(path: str):
         return esm.pretrained.load_model_and_alphabet_local(path)
 
 
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
-
-
 def _varlen_flash() -> Any:
     """PyTorch's variable-length flash attention as f(q, k, v, cu, max_len) over
     [T, H, D] tensors with the softmax scale 1 (q arrives scaled), or None where this
@@ -224,42 +225,39 @@ class UnpaddedESM2:
     attention are the same kernels."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device, dtype: torch.dtype):
-        self.model = model
+        """model: a fair-esm ESM2 on the CPU. Its linear layers' weights go to device once,
+        in dtype (fused q/k/v); the model keeps only what the pass reads besides them
+        (embedding, norms, rotary frequencies), moved to device."""
         self.device = device
         self.dtype = dtype
         self.flash = _varlen_flash() if device.type == "cuda" and dtype in (torch.float16, torch.bfloat16) else None
         first = model.layers[0].self_attn
         self.heads, self.scaling = int(first.num_heads), float(first.scaling)
-        self.inv_freq = first.rot_emb.inv_freq.detach().float().to(device)
         self.attention_in, self.attention_out_ffn = _attention_in, _attention_out_ffn
         self.compiled = env_flag("KINFLOW_STEPS_COMPILE")
         if self.compiled:
             self.attention_in = torch.compile(_attention_in, dynamic=True)
             self.attention_out_ffn = torch.compile(_attention_out_ffn, dynamic=True)
-        self.weights = []
+        products = []
         with torch.no_grad():
             for layer in model.layers:
-                a, n1, n2 = layer.self_attn, layer.self_attn_layer_norm, layer.final_layer_norm
-                self.weights.append(
-                    (
-                        (n1.weight, n1.bias, float(n1.eps)),
-                        torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).to(dtype).contiguous(),
-                        torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]).to(dtype).contiguous(),
-                        a.out_proj.weight.to(dtype),
-                        a.out_proj.bias.to(dtype),
-                        (n2.weight, n2.bias, float(n2.eps)),
-                        layer.fc1.weight.to(dtype),
-                        layer.fc1.bias.to(dtype),
-                        layer.fc2.weight.to(dtype),
-                        layer.fc2.bias.to(dtype),
-                    )
-                )
-        if dtype != torch.float32:
-            # The half-precision copies serve the products; fp32 stays for the norms.
-            for layer in model.layers:
-                for lin in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj,
-                            layer.self_attn.out_proj, layer.fc1, layer.fc2):  # fmt: skip
+                a = layer.self_attn
+                lins = (a.q_proj, a.k_proj, a.v_proj, a.out_proj, layer.fc1, layer.fc2)
+                qkv_w = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
+                qkv_b = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])
+                rest = [t for lin in lins[3:] for t in (lin.weight, lin.bias)]
+                products.append([t.to(device, dtype).contiguous() for t in (qkv_w, qkv_b, *rest)])
+                for lin in lins:  # the pass reads the copies only
                     lin.weight = None  # type: ignore[assignment]
+                    lin.bias = None  # type: ignore[assignment]
+        self.model = model.to(device)
+        self.weights = []
+        for layer, w in zip(self.model.layers, products, strict=True):
+            n1, n2 = layer.self_attn_layer_norm, layer.final_layer_norm
+            self.weights.append(
+                ((n1.weight, n1.bias, float(n1.eps)), *w[:4], (n2.weight, n2.bias, float(n2.eps)), *w[4:])
+            )
+        self.inv_freq = first.rot_emb.inv_freq.detach().float().to(device)
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lens: list[int], cu: torch.Tensor):
         """Attention of each sequence to itself over [T, H, D] tensors (q scaled)."""
@@ -354,8 +352,8 @@ class FairESM:
         model.eval()
         self.unpadded: UnpaddedESM2 | None = None
         if type(model).__name__ == "ESM2" and (unpadded_esm2(dtype) if unpadded is None else unpadded):
-            self.model = model.to(device)
-            self.unpadded = UnpaddedESM2(self.model, device, dtype)
+            self.unpadded = UnpaddedESM2(model, device, dtype)
+            self.model = self.unpadded.model
         elif dtype != torch.float32:
             # Only reached where kinflow_steps.precision proves the dtype: the rotary
             # positions stay float32 in any case.

@@ -23,7 +23,16 @@ import numpy as np
 
 from kinflow_steps import cache_io
 from kinflow_steps.errors import BatchError, ConfigError, NonFiniteError
-from kinflow_steps.models import ESMC, LAST, FairESM, ProtT5, nonfinite_rows, pick_device, require_path
+from kinflow_steps.models import (
+    ESMC,
+    LAST,
+    FairESM,
+    ProtT5,
+    esm2_path,
+    nonfinite_rows,
+    pick_device,
+    require_path,
+)
 from kinflow_steps.precision import dtype_of, precision_for
 
 SEQUENCE_INFO = "sequence_info"
@@ -250,6 +259,11 @@ class Step:
         ready line reports."""
         raise NotImplementedError
 
+    def precision_note(self) -> str:
+        """What the fingerprint's precision adds to the dtype: how the step computes at
+        it, where that differs in rounding from the family's own forward pass."""
+        return ""
+
     def fit(self, seq: str) -> str:
         """The sequence the model sees (the step's long-sequence rule)."""
         return seq
@@ -408,6 +422,9 @@ class ESM2Step(PooledStep):
         path = require_path(*ESM2_PATH, what=self.what)
         self.model = FairESM(path, self.device, self.dtype)
         return {"model": os.path.basename(path)}
+
+    def precision_note(self) -> str:
+        return esm2_path(self.dtype)
 
 
 class MethodHESM2LastMean(ESM2Step):

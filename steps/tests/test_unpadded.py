@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 from conftest import manifest, out_path
-from test_fair_esm import fair_load, rand_seq
+from test_fair_esm import fair_model, rand_seq
 
 from kinflow_steps.equivalence import compare
 
@@ -29,11 +29,11 @@ def eq_esm2(tmp_path_factory) -> str:
 
 
 def fair_alone(path: str, seq: str, layers: list[int], cut: int | None = None) -> dict[int, np.ndarray]:
-    """[tokens, D] representations of seq alone through fair-esm (BOS, residues, EOS; cut)."""
+    """[tokens, D] representations of seq alone through fair-esm (BOS, residues, EOS; cut),
+    its model loaded once per file (test_fair_esm.fair_model)."""
     import torch
 
-    model, alphabet = fair_load(path)
-    model.eval()
+    model, alphabet = fair_model(path, False)
     toks = torch.tensor([[alphabet.cls_idx] + [alphabet.get_idx(a) for a in seq] + [alphabet.eos_idx]])
     if cut:
         toks = toks[:, :cut]
