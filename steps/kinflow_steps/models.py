@@ -203,28 +203,6 @@ def _attention_out_ffn(x, o, wo, bo, ln_w, ln_b, eps: float, w1, b1, w2, b2):
     return x + F.linear(F.gelu(F.linear(h, w1, b1)), w2, b2).float()
 
 
-def inductor_cache_per_install() -> None:
-    """Point torch.compile's kernel cache at a folder of this PyTorch installation's own,
-    unless TORCHINDUCTOR_CACHE_DIR is set. Its default (/tmp/torchinductor_<user>) is
-    shared by every install of one user, and a CPU kernel built under one venv's torch
-    failed to load under another's of the same version (undefined symbol
-    Sleef_expf16_u10, seen in a fresh clone beside the checkout)."""
-    if os.environ.get("TORCHINDUCTOR_CACHE_DIR", "").strip():
-        return
-    import getpass
-    import hashlib
-    import tempfile
-
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no passwd entry (some containers)
-        user = str(os.getuid())
-    where = hashlib.sha256(os.path.realpath(torch.__file__).encode()).hexdigest()[:12]
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(
-        tempfile.gettempdir(), f"torchinductor_{user}_{torch.__version__}_{where}"
-    )
-
-
 class UnpaddedESM2:
     """fair-esm's ESM-2 forward pass over a batch's sequences laid end to end: no
     padding is computed, and each sequence attends to itself alone (variable-length
@@ -258,7 +236,6 @@ class UnpaddedESM2:
         self.attention_in, self.attention_out_ffn = _attention_in, _attention_out_ffn
         self.compiled = env_flag("KINFLOW_STEPS_COMPILE")
         if self.compiled:
-            inductor_cache_per_install()
             self.attention_in = torch.compile(_attention_in, dynamic=True)
             self.attention_out_ffn = torch.compile(_attention_out_ffn, dynamic=True)
         products = []
