@@ -14,9 +14,16 @@ const corsAllowHeaders = "accept, accept-encoding, authorization, content-type, 
 // corsExposeHeaders lets browser clients read kinflow's own response headers.
 const corsExposeHeaders = "X-Request-ID, Idempotent-Replayed, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, Content-Disposition"
 
-// cors applies CORS to every path (WIRE §1.0). Because credentials are
-// allowed, the allowed origin is echoed back, never sent as "*". A preflight
-// is answered here, before authentication, with 204.
+// cors applies CORS to every path (WIRE §1.0). An origin listed by name is
+// echoed back with Access-Control-Allow-Credentials: true, as the contract
+// says. The wildcard "*" never carries credentials: echoing any origin with
+// credentials would let every site on the web make credentialed requests, a
+// combination the well-kept CORS libraries refuse (gin-contrib/cors panics on
+// it, the Fetch standard forbids "*" with credentials). kinflow's API keys
+// travel in the Authorization header, which a browser sends under "*" as long
+// as the page does not ask for credentials mode, so the reference's browser
+// clients keep working. A preflight is answered here, before authentication,
+// with 204.
 func (s *Server) cors(c *gin.Context) {
 	origin := c.GetHeader("Origin")
 	if origin == "" {
@@ -25,12 +32,16 @@ func (s *Server) cors(c *gin.Context) {
 	}
 	h := c.Writer.Header()
 	h.Add("Vary", "Origin")
-	if !s.originAllowed(origin) {
+	switch s.originAllowed(origin) {
+	case originNamed:
+		h.Set("Access-Control-Allow-Origin", origin)
+		h.Set("Access-Control-Allow-Credentials", "true")
+	case originAny:
+		h.Set("Access-Control-Allow-Origin", "*")
+	default:
 		c.Next()
 		return
 	}
-	h.Set("Access-Control-Allow-Origin", origin)
-	h.Set("Access-Control-Allow-Credentials", "true")
 	h.Set("Access-Control-Expose-Headers", corsExposeHeaders)
 	if c.Request.Method == http.MethodOptions && c.GetHeader("Access-Control-Request-Method") != "" {
 		h.Set("Access-Control-Allow-Methods", "DELETE, GET, OPTIONS, PATCH, POST, PUT")
@@ -43,12 +54,29 @@ func (s *Server) cors(c *gin.Context) {
 	c.Next()
 }
 
-func (s *Server) originAllowed(origin string) bool {
+// originGrant is what CORS grants an origin.
+type originGrant int
+
+const (
+	originRefused originGrant = iota
+	// originAny: allowed only through "*", so without credentials.
+	originAny
+	// originNamed: listed by name, so with credentials.
+	originNamed
+)
+
+// originAllowed says whether origin is listed by name (credentials allowed),
+// allowed only by the wildcard (no credentials), or refused.
+func (s *Server) originAllowed(origin string) originGrant {
 	var allowed []string
 	if s.deps.Config != nil {
 		allowed = s.deps.Config.CORSOrigins
 	}
-	return slices.ContainsFunc(allowed, func(a string) bool {
-		return a == "*" || strings.EqualFold(strings.TrimRight(a, "/"), origin)
-	})
+	if slices.ContainsFunc(allowed, func(a string) bool { return strings.EqualFold(strings.TrimRight(a, "/"), origin) }) {
+		return originNamed
+	}
+	if slices.Contains(allowed, "*") {
+		return originAny
+	}
+	return originRefused
 }

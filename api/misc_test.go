@@ -140,9 +140,24 @@ func TestCORS(t *testing.T) {
 		if r.Code != 401 || r.Header().Get("Access-Control-Allow-Origin") != "https://ui.example.org" {
 			t.Fatalf("CORS on an error %d %v", r.Code, r.Header())
 		}
+		// The wildcard allows any origin but never with credentials: "*" is
+		// sent, not the echoed origin, and no Allow-Credentials header.
 		hAny := newHarness(t, st) // default "*"
-		if r := hAny.do("GET", "/api/v1/methods/", "192.0.2.11", "", nil, "Origin", "http://localhost:3000"); r.Header().Get("Access-Control-Allow-Origin") != "http://localhost:3000" {
-			t.Fatalf("* %v", r.Header())
+		for _, m := range []string{"GET", "OPTIONS"} {
+			r := hAny.do(m, "/api/v1/methods/", "192.0.2.11", "", nil, "Origin", "http://localhost:3000", "Access-Control-Request-Method", "GET")
+			if r.Header().Get("Access-Control-Allow-Origin") != "*" || r.Header().Get("Access-Control-Allow-Credentials") != "" {
+				t.Fatalf("* %s: %v", m, r.Header())
+			}
+		}
+		// A list with both: the named origin keeps its credentials, any other gets "*".
+		hBoth := newHarness(t, st, func(c *config.Config, _ *Deps) { c.CORSOrigins = []string{"https://ui.example.org", "*"} })
+		if r := hBoth.do("GET", "/api/v1/methods/", "192.0.2.11", "", nil, "Origin", "https://ui.example.org"); r.Header().Get("Access-Control-Allow-Origin") != "https://ui.example.org" ||
+			r.Header().Get("Access-Control-Allow-Credentials") != "true" {
+			t.Fatalf("named beside *: %v", r.Header())
+		}
+		if r := hBoth.do("GET", "/api/v1/methods/", "192.0.2.11", "", nil, "Origin", "https://other.example.org"); r.Header().Get("Access-Control-Allow-Origin") != "*" ||
+			r.Header().Get("Access-Control-Allow-Credentials") != "" {
+			t.Fatalf("other beside *: %v", r.Header())
 		}
 	})
 }

@@ -225,7 +225,7 @@ var Keys = []Key{
 			return nil
 		}},
 	{Name: "KINFLOW_CORS_ORIGINS", Default: "*",
-		Meaning: "Comma-separated origins allowed by CORS; `*` allows any.", Allowed: "want a comma-separated list of origins",
+		Meaning: "Comma-separated origins allowed by CORS; `*` allows any (without credentials: only origins listed by name get `Access-Control-Allow-Credentials`).", Allowed: "want a comma-separated list of origins",
 		set: func(c *Config, v string) error { c.CORSOrigins = splitList(v); return nil }},
 	{Name: "LOG_LEVEL", Default: "info",
 		Meaning: "Log level of every role: debug, info, warn or error. Logs are JSON lines.", Allowed: "want debug, info, warn or error",
