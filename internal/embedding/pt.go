@@ -99,6 +99,18 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 
 // ptPickle is data.pkl: _rebuild_tensor_v2(storage, 0, shape, stride, False, OrderedDict()).
 func ptPickle(shape []int, numel int) []byte {
+	stride := make([]int, len(shape))
+	s := 1
+	for i := len(shape) - 1; i >= 0; i-- {
+		stride[i] = s
+		s *= shape[i]
+	}
+	return ptPickleView(shape, stride, numel)
+}
+
+// ptPickleView is the pickle of a view with the given shape and stride over a
+// storage of numel floats.
+func ptPickleView(shape, stride []int, numel int) []byte {
 	var b bytes.Buffer
 	b.WriteString("\x80\x02")
 	b.WriteString("ctorch._utils\n_rebuild_tensor_v2\n")
@@ -112,12 +124,6 @@ func ptPickle(shape []int, numel int) []byte {
 	b.WriteByte('t')
 	b.WriteByte('Q')
 	pickleInt(&b, 0)
-	stride := make([]int, len(shape))
-	s := 1
-	for i := len(shape) - 1; i >= 0; i-- {
-		stride[i] = s
-		s *= shape[i]
-	}
 	pickleTuple(&b, shape)
 	pickleTuple(&b, stride)
 	b.WriteByte(0x89) // NEWFALSE: requires_grad
@@ -212,6 +218,12 @@ func DecodePT(data []byte) (Tensor, error) {
 		return Tensor{}, errors.New("pt: storage shorter than declared")
 	}
 	n := NumElements(ref.shape)
+	// A view never has more elements than its storage unless it broadcasts
+	// (stride 0), which no artefact does: refusing it keeps a few bytes of
+	// pickle from asking for a gigabyte of output.
+	if n > ref.storageNumel {
+		return Tensor{}, errors.New("pt: view larger than its storage")
+	}
 	out := Tensor{Shape: ref.shape, Data: make([]float32, n)}
 	if n == 0 {
 		return out, nil
@@ -238,7 +250,15 @@ func DecodePT(data []byte) (Tensor, error) {
 	return out, nil
 }
 
+// readZipFile reads one record of at most limit bytes. Records must be
+// stored uncompressed, as torch.save writes every record (seen for torch 1.13
+// and 2.x): a compressed record would let a file of a megabyte decompress to
+// the gigabyte limit, so what a .pt file makes the reader hold stays bounded
+// by the file's own size.
 func readZipFile(f *zip.File, limit int64) ([]byte, error) {
+	if f.Method != zip.Store {
+		return nil, fmt.Errorf("pt: record %s is compressed (torch.save stores records uncompressed)", f.Name)
+	}
 	if f.UncompressedSize64 > uint64(limit) {
 		return nil, fmt.Errorf("pt: record %s too large", f.Name)
 	}
@@ -250,6 +270,9 @@ func readZipFile(f *zip.File, limit int64) ([]byte, error) {
 	b, err := io.ReadAll(io.LimitReader(rc, limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("pt: read %s: %w", f.Name, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("pt: record %s too large", f.Name)
 	}
 	return b, nil
 }
