@@ -50,9 +50,11 @@ export function displayColumns(cols, rows) {
   const folded = {};
   const fold = (c, text) => { folded[c] = text; };
   sims.forEach((c) => { if (rows.every((r) => blank(r[c]))) fold(c, ""); });
+  // A one-row result has nothing to fold; a list cell (substrates,
+  // candidates) is the row's own detail even when it repeats.
   meta.forEach((c) => {
     const first = rows.length ? rows[0][c] : "";
-    if (rows.every((r) => r[c] === first)) fold(c, blank(first) ? "" : String(first));
+    if (rows.length > 1 && !String(first).startsWith("[") && rows.every((r) => r[c] === first)) fold(c, blank(first) ? "" : String(first));
   });
 
   const order = ["#"].concat(identity);

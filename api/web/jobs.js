@@ -23,7 +23,7 @@ function row(j) {
 async function load(more) {
   const state = $("jobs-state");
   if (!storedKey()) {
-    $("jobs-table").hidden = true;
+    $("jobs-wrap").hidden = true;
     $("jobs-more").hidden = true;
     state.textContent = "Your jobs are listed here once this browser has a key.";
     return;
@@ -41,7 +41,7 @@ async function load(more) {
   next = page.nextCursor || null;
   $("jobs-more").hidden = !next;
   const n = body.rows.length;
-  $("jobs-table").hidden = n === 0;
+  $("jobs-wrap").hidden = n === 0;
   state.textContent = n ? n + (next ? "+" : "") + " job(s) submitted with this key, newest first." : "No jobs submitted with this key yet.";
 }
 

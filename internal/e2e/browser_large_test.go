@@ -280,6 +280,8 @@ func TestBrowserLargeResult(t *testing.T) {
 	if !strings.Contains(seq[0], "…") || len(seq[0]) > 24 || len(seq[1]) < 60 || seq[2] != "true" || !strings.Contains(csvText, ","+seq[1]+",") {
 		t.Fatalf("shortened sequence %q → %q (%s)", seq[0], seq[1], seq[2])
 	}
+	// On a narrower screen the table is wider than its box.
+	b.run(t, "narrow", step, chromedp.EmulateViewport(760, 900))
 	pin := eval[pinView](t, b, `(() => {
 		const wrap = document.querySelector(".table-wrap.result");
 		const open = document.querySelector("#result-table tbody button.seq[aria-expanded=true]").getBoundingClientRect();
@@ -298,7 +300,9 @@ func TestBrowserLargeResult(t *testing.T) {
 	if pin.BoxW < 300 || pin.BoxH > 220 {
 		t.Errorf("expanded sequence box %v × %v px", pin.BoxW, pin.BoxH)
 	}
-	b.shot(t, dir, "04-scrolled-sideways")
+	png = get(t, b, "scrolled sideways", chromedp.Screenshot(chromedp.CSS(".table-wrap.result")))
+	writeShot(t, dir, "04-scrolled-sideways.png", png)
+	b.run(t, "wide again", step, chromedp.EmulateViewport(1280, 900))
 	eval[bool](t, b, `(document.querySelector(".table-wrap.result").scrollLeft = 0, true)`)
 	png = get(t, b, "expanded sequence", chromedp.Screenshot(chromedp.CSS(".table-wrap.result")))
 	writeShot(t, dir, "04b-expanded.png", png)
