@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/kinflow/kinflow/internal/config"
 )
 
 // TestWebPage checks the page and its assets: content, security headers,
@@ -118,6 +120,19 @@ func TestWebPageLabels(t *testing.T) {
 	for _, m := range ids {
 		if !strings.Contains(page, `for="`+m[1]+`"`) {
 			t.Errorf("control #%s has no <label for>", m[1])
+		}
+	}
+}
+
+// TestMethodsSaySynthetic: /methods/ carries `synthetic: true` on a server
+// whose prediction engine is the synthetic one (the web page's start page
+// says so), and nothing on one with a real engine.
+func TestMethodsSaySynthetic(t *testing.T) {
+	for _, engine := range []string{"synthetic", "command"} {
+		h := newHarness(t, nil, func(c *config.Config, _ *Deps) { c.PredictionEngine = engine })
+		got, present := h.do("GET", "/api/v1/methods/", "192.0.2.1", "", nil).json(t)["synthetic"]
+		if want := engine == "synthetic"; present != want || (want && got != true) {
+			t.Errorf("engine %s: synthetic %v (present %v)", engine, got, present)
 		}
 	}
 }
