@@ -57,3 +57,11 @@ export function fmtPow(e) {
 
 /** fmtNum writes x with three significant digits. */
 export function fmtNum(x) { return Number(x.toPrecision(3)).toString(); }
+
+// formWording puts the form's words for the wire's options in a server
+// message ("Skip long sequences", not handleLongSequences=skip).
+export function formWording(msg) {
+  return String(msg)
+    .replace(/handleLongSequences\s*=\s*skip/g, "\u201cSkip long sequences\u201d")
+    .replace(/handleLongSequences\s*=\s*truncate/g, "\u201cTruncate long sequences\u201d");
+}

@@ -1,6 +1,6 @@
 // form.js: the methods (described from /methods/), the submit form, the
 // validation report and the submit itself.
-import { $, el, short } from "./dom.js";
+import { $, el, short, formWording } from "./dom.js";
 import { api, APIError, notice } from "./api.js";
 
 let catalogue = null;
@@ -172,7 +172,7 @@ function showReport(rep) {
     flagged ? "error" : "ok");
   head.id = "validate-summary";
   out.append(head);
-  other.forEach((m) => out.append(el("p", m.text, "hint msg-" + m.level)));
+  other.forEach((m) => out.append(el("p", formWording(m.text), "hint msg-" + m.level)));
   if (rowMsgs.length) {
     const wrap = el("div", null, "table-wrap");
     wrap.tabIndex = 0; wrap.setAttribute("role", "region"); wrap.setAttribute("aria-label", "Row problems");
@@ -185,7 +185,7 @@ function showReport(rep) {
       const row = el("tr");
       // The sentence without its "Row R, Column: " lead, which the first
       // two cells show.
-      const text = m.text.replace(/^Row \d+, [^:]+: /, "");
+      const text = formWording(m.text.replace(/^Row \d+, [^:]+: /, ""));
       row.append(el("td", m.row, "num"), el("td", m.column), el("td", text, "text"));
       tb.append(row);
     });

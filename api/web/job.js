@@ -1,7 +1,7 @@
 // job.js: the job panel: opened by /#job=ID (at the top of the page, so
 // that a job link shows its job without scrolling), its status drawn from
 // `overall`, and the result once it is complete.
-import { $, el, setText, clock, when } from "./dom.js";
+import { $, el, setText, clock, when, formWording } from "./dom.js";
 import { api } from "./api.js";
 import { watchStatus } from "./status.js";
 import { renderResult } from "./table.js";
@@ -145,14 +145,6 @@ function renderStatus(st) {
     err.textContent = "The job failed: " + formWording(st.error || "no reason given");
     err.hidden = false;
   }
-}
-
-// formWording puts the form's words for the wire's options in a server
-// message ("Skip long sequences", not handleLongSequences=skip).
-export function formWording(msg) {
-  return String(msg)
-    .replace(/handleLongSequences\s*=\s*skip/g, "\u201cSkip long sequences\u201d")
-    .replace(/handleLongSequences\s*=\s*truncate/g, "\u201cTruncate long sequences\u201d");
 }
 
 async function loadResult(id) {
