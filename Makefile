@@ -38,7 +38,7 @@ bin/temporal-server: ## build the Temporal server and its schema tool (bin/tempo
 build: ## build bin/kinflow
 	$(GO) build -o bin/kinflow ./cmd/kinflow
 
-run: bin/temporal build ## build and start everything on embedded defaults (Ctrl-C stops it all)
+run: bin/temporal build ## build and start everything on embedded defaults (Ctrl-C stops it all); ports on the make line: KINFLOW_API_LISTEN, KINFLOW_TEMPORAL_ADDRESS, KINFLOW_TEMPORAL_UI_PORT, KINFLOW_GPU_LISTEN
 	@mkdir -p .data media
 	exec ./bin/kinflow dev --temporal-cli bin/temporal --data-dir .data
 

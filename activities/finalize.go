@@ -17,6 +17,7 @@ import (
 	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/input"
 	"github.com/kinflow/kinflow/internal/methods"
+	"github.com/kinflow/kinflow/internal/predcache"
 	"github.com/kinflow/kinflow/internal/store"
 	"github.com/kinflow/kinflow/internal/units"
 )
@@ -77,12 +78,33 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeRe
 	if _, err := a.writeJobProvenance(job); err != nil {
 		return FinalizeResult{}, err
 	}
+	a.recordCachedRows(ctx, job, out)
 	refund := out.refund(job.RequestedRows)
 	if _, err := a.Store.FinishJob(ctx, job.ID, store.JobCompleted, out.skipSummary, refund, out.synthetic, "jobs/"+job.ID+"/output.csv", now); err != nil {
 		return FinalizeResult{}, err
 	}
 	a.Log.Info("job completed", "job_id", job.ID, "rows", out.rows, "predicted", out.fullyPredicted, "refunded", refund.Rows, "refunded_cached", refund.Cached)
 	return FinalizeResult{Status: store.JobCompleted, Refunded: refund.Rows}, nil
+}
+
+// recordCachedRows adds the job's fully predicted rows to the cached-rows
+// ledger the quota check at submit reads (predcache.RowsHeld): their units
+// are in the prediction cache now. Only with a prediction cache wired; a
+// failed write is logged, the job stands.
+func (a *Activities) recordCachedRows(ctx context.Context, job *store.Job, out *assembled) {
+	if a.PredCache == nil || len(out.cachedRows) == 0 {
+		return
+	}
+	version := func(m string) string {
+		if d, ok := a.Catalogue.Get(m); ok {
+			return d.ModelVersion
+		}
+		return ""
+	}
+	specs := predcache.RowSpecs(out.targets, out.methods, version, job.CanonicalizeSubstrates, job.HandleLongSequences)
+	if err := predcache.RecordJobRows(context.WithoutCancel(ctx), a.Store, specs, out.columns, out.cachedRows, time.Now()); err != nil {
+		a.Log.Warn("cached rows ledger write failed", "job_id", job.ID, "error", err)
+	}
 }
 
 // noteUnappliedAnnotations reports, in the message of each stage whose
@@ -122,6 +144,13 @@ type assembled struct {
 	// fullyCached counts the fully predicted rows whose every prediction
 	// unit was served from the prediction cache.
 	fullyCached int
+	// cachedRows are the cells of each fully predicted row whose units
+	// all went to the engine or the cache (so the cache now holds them),
+	// and columns the input's columns: the cached-rows ledger (issue 36).
+	cachedRows  [][]string
+	columns     []string
+	targets     []string
+	methods     map[string]string
 	skipSummary string
 	synthetic   bool
 }
@@ -170,7 +199,10 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 		first []int
 	}
 	triples := make([]triple, len(targets))
-	res := &assembled{rows: n}
+	res := &assembled{rows: n, columns: table.Columns, targets: targets, methods: map[string]string{}}
+	for _, t := range targets {
+		res.methods[t], _ = chosen[t].(string)
+	}
 	for i, t := range targets {
 		key, _ := chosen[t].(string)
 		col, display, unc := "kcat (1/s)", key, false
@@ -332,6 +364,9 @@ func (a *Activities) assemble(job *store.Job) (*assembled, error) {
 			res.fullyPredicted++
 			if fromCache && sent {
 				res.fullyCached++
+			}
+			if sent {
+				res.cachedRows = append(res.cachedRows, table.Rows[r].Cells)
 			}
 		}
 		for _, c := range inputCols {

@@ -74,6 +74,10 @@ type methodsBody struct {
 		// PredictionUnits states the caps of DESIGN §9 (kinflow's addition).
 		PredictionUnits string `json:"predictionUnits"`
 	} `json:"notes"`
+	// Synthetic is kinflow's addition: true when this server's prediction
+	// engine is the synthetic one, whose numbers are stand-ins, not
+	// predictions (the web page says so on its start page).
+	Synthetic bool `json:"synthetic,omitempty"`
 }
 
 // ordered is a JSON object with keys in a fixed order (the catalogue's

@@ -78,6 +78,18 @@ func TestStatusOverallProgress(t *testing.T) {
 		t.Fatalf("queued: %+v", q)
 	}
 
+	// Early in a job (5 % after 30 s of compute) no ETA yet: a linear
+	// extrapolation from the slow first part overestimates (issue 36).
+	early := t0.Add(10 * time.Second)
+	st.DB.Model(&store.Job{}).Where("id = ?", id).Updates(map[string]any{"status": "Processing", "started_at": early})
+	st.DB.Model(&store.JobStage{}).Where("job_id = ? AND stage_index = 0", id).Updates(map[string]any{"status": "running",
+		"started_at": early, "embedding_state": "running", "embedding_total": 10, "embedding_need": 10, "embedding_computed": 2,
+		"predictions_total": 2})
+	h.clock.Set(early.Add(30 * time.Second))
+	if o := get().Overall; o.Percent != 5 || o.ETASeconds != nil || strings.Contains(o.Text, "left") {
+		t.Fatalf("early: %+v", o)
+	}
+
 	// Between the stages: stage 2 is starting.
 	started := t0.Add(10 * time.Second)
 	st.DB.Model(&store.Job{}).Where("id = ?", id).Updates(map[string]any{"status": "Processing", "started_at": started})

@@ -96,6 +96,7 @@ func New(d Deps) *Server {
 	}
 	s.caps = unitCapsOf(d.Config)
 	s.methodsBody = buildMethodsBody(s.cat, s.caps)
+	s.methodsBody.Synthetic = d.Config != nil && d.Config.PredictionEngine == "synthetic"
 	s.chem = d.Chemistry
 	if s.chem == nil {
 		s.chem = input.NewChemistry(nil, s.log)

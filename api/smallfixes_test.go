@@ -16,7 +16,7 @@ import (
 )
 
 // TestQuotaLoweredBelowUsed: a limit lowered below what was used today
-// gives a 429 that says 0 predictions remaining, as /quota/ does, never a
+// gives a 429 that says 0 rows remaining, as /quota/ does, never a
 // negative count.
 func TestQuotaLoweredBelowUsed(t *testing.T) {
 	st := testenv.OpenStore(t, store.SQLite)
@@ -27,7 +27,7 @@ func TestQuotaLoweredBelowUsed(t *testing.T) {
 	st.DB.Model(&store.APIKey{}).Where("ip_address = ?", ip).Update("custom_daily_limit", 20)
 	r := h.submitCSV(ip, key, csvRows(3), kcatB...)
 	wantStatus(t, r, 429)
-	if msg := r.json(t)["error"].(string); !strings.Contains(msg, ": 0 predictions remaining today; this upload requires 3.") {
+	if msg := r.json(t)["error"].(string); !strings.Contains(msg, ": 0 rows remaining today; this upload requires 3 rows.") {
 		t.Fatalf("429: %s", msg)
 	}
 	if got := h.do("GET", "/api/v1/quota/", ip, key, nil).json(t)["remaining"]; got != 0.0 {

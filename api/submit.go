@@ -21,6 +21,7 @@ import (
 	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/input"
 	"github.com/kinflow/kinflow/internal/methods"
+	"github.com/kinflow/kinflow/internal/predcache"
 	"github.com/kinflow/kinflow/internal/store"
 )
 
@@ -227,6 +228,10 @@ func (s *Server) submit(c *gin.Context) {
 		s.internalError(c, "job.create_failed", err)
 		return
 	}
+	// Rows the prediction cache already holds are refunded at the end, so
+	// they are not asked of the quota (issue 36) when the plain charge
+	// would not fit.
+	job.QuotaCreditRows = s.quotaCredit(ctx, c, k.ID, day, limit, sub)
 	// 1. Charge and job row (Submitting) in one transaction; with an
 	// Idempotency-Key, the key's claim too.
 	var res store.SubmitResult
@@ -251,8 +256,13 @@ func (s *Server) submit(c *gin.Context) {
 		return
 	case !res.Admitted:
 		s.deps.Metrics.QuotaRejected()
+		need := job.Charge()
+		held := ""
+		if job.QuotaCreditRows > 0 {
+			held = fmt.Sprintf(" (%d of its %d rows are already in the prediction cache and cost nothing)", job.QuotaCreditRows, n)
+		}
 		abortError(c, http.StatusTooManyRequests, fmt.Sprintf(
-			"Daily prediction limit exceeded: %d predictions remaining today; this upload requires %d.", max(0, limit-used), n))
+			"Daily limit exceeded: %d rows remaining today; this upload requires %d rows%s.", max(0, limit-used), need, held))
 		return
 	case res.Replay != nil:
 		s.replaySubmit(c, ctx, res.Replay, sub, limit, used, now)
@@ -278,7 +288,7 @@ func (s *Server) submit(c *gin.Context) {
 		if ok, ferr := s.deps.Store.AbandonSubmit(ctx, id, "The job could not be queued.", false, s.now()); ferr != nil {
 			s.log.Error("job.fail_failed", "request_id", c.GetString(requestIDKey), "job_id", id, "error", ferr)
 		} else if ok {
-			used -= n
+			used -= job.Charge()
 		}
 		setRateHeaders(c, limit, limit-used, now)
 		abortError(c, http.StatusServiceUnavailable, "The job could not be queued: the scheduler is unavailable. Nothing was charged; please retry shortly.")
@@ -400,6 +410,41 @@ func (s *Server) startJob(ctx context.Context, id string) error {
 		return errors.New("no job starter configured")
 	}
 	return s.deps.Jobs.StartJob(ctx, id)
+}
+
+// quotaCredit is how many of sub's rows the prediction cache already holds
+// for every chosen target, when the plain charge of every row would not fit
+// in the key's quota (else 0: the end of the job refunds cached rows
+// anyway). It reads the cached-rows ledger (predcache.RowsHeld): one index
+// probe per row and target. A job that asked not to use the cache gets no
+// credit; a failed read is logged and gives none.
+func (s *Server) quotaCredit(ctx context.Context, c *gin.Context, keyID int64, day string, limit int64, sub *input.Submission) int {
+	o := sub.Options
+	n := int64(len(sub.Table.Rows))
+	if !o.UsePredictionCache || n == 0 {
+		return 0
+	}
+	used, err := s.deps.Store.QuotaUsed(ctx, keyID, day)
+	if err != nil || used+n <= limit {
+		return 0
+	}
+	version := func(m string) string {
+		if d, ok := s.cat.Get(m); ok {
+			return d.ModelVersion
+		}
+		return ""
+	}
+	specs := predcache.RowSpecs(o.Targets, o.Methods, version, o.CanonicalizeSubstrates, o.HandleLongSequences)
+	rows := make([][]string, len(sub.Table.Rows))
+	for i, r := range sub.Table.Rows {
+		rows[i] = r.Cells
+	}
+	held, err := predcache.RowsHeld(ctx, s.deps.Store, specs, sub.Table.Columns, rows)
+	if err != nil {
+		s.log.Warn("quota.cached_rows_failed", "request_id", c.GetString(requestIDKey), "error", err)
+		return 0
+	}
+	return held
 }
 
 // newJob builds the job row (ChargeAndCreateJob stores it as Submitting)

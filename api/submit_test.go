@@ -236,7 +236,7 @@ func TestQuotaExhaustionAndReset(t *testing.T) {
 		wantStatus(t, h.submitCSV(ip, key, csvRows(6), ok...), 201)
 		r := h.submitCSV(ip, key, csvRows(5), ok...)
 		wantStatus(t, r, 429)
-		if msg := r.json(t)["error"].(string); !strings.Contains(msg, "4 predictions remaining") || !strings.Contains(msg, "requires 5") {
+		if msg := r.json(t)["error"].(string); !strings.Contains(msg, "4 rows remaining") || !strings.Contains(msg, "requires 5 rows") {
 			t.Fatalf("429: %s", msg)
 		}
 		if r.Header().Get("X-RateLimit-Limit") != "10" || r.Header().Get("X-RateLimit-Remaining") != "4" || r.Header().Get("X-RateLimit-Reset") != "34199" {

@@ -5,19 +5,26 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"io/fs"
 	"mime"
 	"net/http"
 	"path"
+	"regexp"
 	"strings"
 
 	"github.com/gin-gonic/gin"
 )
 
-// webFiles is the browser page: plain HTML, CSS and JavaScript, no build
-// step, embedded in the binary so that the api process serves it alone.
+// webFiles is the browser page: plain HTML, CSS and JavaScript (native ES
+// modules, app.js importing the others), no build step, embedded in the
+// binary so that the api process serves it alone.
 //
-//go:embed web/index.html web/app.css web/app.js
+//go:embed web/index.html web/*.css web/*.js
 var webFiles embed.FS
+
+// moduleImport matches a relative import of another of the page's modules
+// (`from "./name.js"`), which loadWebSite versions like the page's links.
+var moduleImport = regexp.MustCompile(`(from\s+")\./([a-z][a-z0-9_-]*\.js)(")`)
 
 // webCSP is the page's Content-Security-Policy: only this origin's script,
 // style and fetch targets, no inline script or style, no framing, no
@@ -33,12 +40,14 @@ type webAsset struct {
 	etag  string
 }
 
-// webSite is the page and its assets. Assets are linked from the page as
-// /static/NAME?v=HASH, so a browser may keep them for a year: a new binary
-// with new content links a new URL.
+// webSite is the page and its assets. Assets are linked from the page, and
+// modules from each other, as /static/NAME?v=VERSION, VERSION being a hash
+// of every asset, so a browser may keep them for a year: a new binary with
+// new content links new URLs everywhere.
 type webSite struct {
-	index  webAsset
-	assets map[string]webAsset // by file name, e.g. "app.js"
+	index   webAsset
+	assets  map[string]webAsset // by file name, e.g. "app.js"
+	version string
 }
 
 func newAsset(name string, body []byte) webAsset {
@@ -50,16 +59,34 @@ func newAsset(name string, body []byte) webAsset {
 	return webAsset{body: body, ctype: ctype, etag: `"` + hex.EncodeToString(sum[:8]) + `"`}
 }
 
-// loadWebSite reads the embedded files and links the assets from the page
-// with their content hash.
+// loadWebSite reads the embedded files and links the assets from the page,
+// and the modules from each other, with the site's content hash.
 func loadWebSite() *webSite {
 	w := &webSite{assets: map[string]webAsset{}}
 	index, _ := webFiles.ReadFile("web/index.html") // embedded: cannot fail
-	for _, name := range []string{"app.css", "app.js"} {
-		b, _ := webFiles.ReadFile("web/" + name)
-		a := newAsset(name, b)
-		w.assets[name] = a
-		index = bytes.ReplaceAll(index, []byte(`"/static/`+name+`"`), []byte(`"/static/`+name+`?v=`+strings.Trim(a.etag, `"`)+`"`))
+	entries, _ := fs.ReadDir(webFiles, "web")
+	bodies := map[string][]byte{}
+	var names []string
+	sum := sha256.New()
+	for _, e := range entries {
+		if e.Name() == "index.html" {
+			continue
+		}
+		b, _ := webFiles.ReadFile("web/" + e.Name())
+		bodies[e.Name()] = b
+		names = append(names, e.Name()) // ReadDir sorts: the hash is stable
+		sum.Write([]byte(e.Name()))
+		sum.Write([]byte{0})
+		sum.Write(b)
+	}
+	w.version = hex.EncodeToString(sum.Sum(nil)[:8])
+	for _, name := range names {
+		b := bodies[name]
+		if path.Ext(name) == ".js" {
+			b = moduleImport.ReplaceAll(b, []byte(`${1}./${2}?v=`+w.version+`${3}`))
+		}
+		w.assets[name] = newAsset(name, b)
+		index = bytes.ReplaceAll(index, []byte(`"/static/`+name+`"`), []byte(`"/static/`+name+`?v=`+w.version+`"`))
 	}
 	w.index = newAsset("index.html", index)
 	return w
@@ -104,7 +131,7 @@ func (w *webSite) webStatic(c *gin.Context) {
 		return
 	}
 	cc := "no-cache"
-	if c.Query("v") == strings.Trim(a.etag, `"`) {
+	if c.Query("v") == w.version {
 		cc = "public, max-age=31536000, immutable"
 	}
 	serveAsset(c, a, cc)

@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/kinflow/kinflow/internal/config"
 )
 
 // TestWebPage checks the page and its assets: content, security headers,
@@ -65,8 +67,27 @@ func TestWebPage(t *testing.T) {
 			t.Errorf("conditional GET of %s: %d, %d bytes", m[0], nm.Code, nm.Body.Len())
 		}
 	}
-	if !strings.Contains(h.do("GET", "/static/app.js", "192.0.2.1", "", nil).Body.String(), "Authorization") {
-		t.Error("app.js does not send the key")
+	if !strings.Contains(h.do("GET", "/static/api.js", "192.0.2.1", "", nil).Body.String(), "Authorization") {
+		t.Error("api.js does not send the key")
+	}
+	// The page's script is a module; the modules it imports are linked with
+	// the same version, so they too are cached for a year, and served as
+	// JavaScript (a browser refuses a module of another type).
+	if !strings.Contains(page, `<script type="module" src="/static/app.js?v=`) {
+		t.Error("app.js is not loaded as a module")
+	}
+	ver := refs[0][2]
+	app := h.do("GET", "/static/app.js?v="+ver, "192.0.2.1", "", nil).Body.String()
+	imports := regexp.MustCompile(`from "\./([a-z]+\.js)\?v=([0-9a-f]{16})"`).FindAllStringSubmatch(app, -1)
+	if len(imports) < 4 {
+		t.Fatalf("app.js imports %d versioned modules: %v", len(imports), imports)
+	}
+	for _, m := range imports {
+		r := h.do("GET", "/static/"+m[1]+"?v="+m[2], "192.0.2.1", "", nil)
+		wantStatus(t, r, 200)
+		if m[2] != ver || !strings.Contains(r.Header().Get("Content-Type"), "javascript") || !strings.Contains(r.Header().Get("Cache-Control"), "immutable") {
+			t.Errorf("module %s: version %s (page %s), %q, %q", m[1], m[2], ver, r.Header().Get("Content-Type"), r.Header().Get("Cache-Control"))
+		}
 	}
 	head := h.do("HEAD", "/", "192.0.2.1", "", nil)
 	if head.Code != 200 {
@@ -99,6 +120,19 @@ func TestWebPageLabels(t *testing.T) {
 	for _, m := range ids {
 		if !strings.Contains(page, `for="`+m[1]+`"`) {
 			t.Errorf("control #%s has no <label for>", m[1])
+		}
+	}
+}
+
+// TestMethodsSaySynthetic: /methods/ carries `synthetic: true` on a server
+// whose prediction engine is the synthetic one (the web page's start page
+// says so), and nothing on one with a real engine.
+func TestMethodsSaySynthetic(t *testing.T) {
+	for _, engine := range []string{"synthetic", "command"} {
+		h := newHarness(t, nil, func(c *config.Config, _ *Deps) { c.PredictionEngine = engine })
+		got, present := h.do("GET", "/api/v1/methods/", "192.0.2.1", "", nil).json(t)["synthetic"]
+		if want := engine == "synthetic"; present != want || (want && got != true) {
+			t.Errorf("engine %s: synthetic %v (present %v)", engine, got, present)
 		}
 	}
 }

@@ -491,10 +491,24 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if g := st.GPUPrecompute; g != nil && g.Reason != nil {
 		fmt.Fprintf(stdout, "GPU precompute: %s\n", *g.Reason)
 	}
+	if st.Charge != nil {
+		fmt.Fprintln(stdout, chargeLine(st.Charge))
+	}
 	if st.Error != "" {
 		fmt.Fprintf(stdout, "error: %s\n", st.Error)
 	}
 	return nil
+}
+
+// chargeLine is what a finished job cost, as the Python client's status
+// says it: "charged 10000 rows, refunded 10000 (10000 from the prediction
+// cache): 0 rows from the daily quota".
+func chargeLine(c *client.Charge) string {
+	line := fmt.Sprintf("charged %d rows, refunded %d", c.RowsCharged, c.RowsRefunded)
+	if c.CachedRowsRefunded > 0 {
+		line += fmt.Sprintf(" (%d from the prediction cache)", c.CachedRowsRefunded)
+	}
+	return line + fmt.Sprintf(": %d rows from the daily quota", c.RowsCharged-c.RowsRefunded)
 }
 
 // stageLine is one stage of `kinflow status`: rows, sequences, then the

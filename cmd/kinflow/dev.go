@@ -11,12 +11,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"go.temporal.io/sdk/client"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/metrics"
 )
 
@@ -27,7 +29,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := newFlags("dev", stderr)
 	temporalCLI := fs.String("temporal-cli", "bin/temporal", "Temporal CLI that serves the dev server; empty: use KINFLOW_TEMPORAL_ADDRESS as it is")
 	dataDir := fs.String("data-dir", ".data", "folder of the Temporal dev server's SQLite file")
-	uiPort := fs.Int("temporal-ui-port", 8233, "port of the Temporal web UI")
+	uiPort := fs.Int("temporal-ui-port", 0, "port of the Temporal web UI (0: KINFLOW_TEMPORAL_UI_PORT, default 8233)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -42,6 +44,15 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	cfg, err := loadConfig()
 	if err != nil {
+		return err
+	}
+	if *uiPort == 0 {
+		*uiPort = cfg.TemporalUIPort
+	}
+	// Every port this stack listens on is checked first, so that a busy
+	// one is named here, with the setting that moves it, rather than found
+	// later as a child that "exited at start" (issue 36).
+	if err := checkDevPorts(cfg, *temporalCLI != "", *uiPort); err != nil {
 		return err
 	}
 	log := newLogger(cfg, stderr, "dev")
@@ -112,6 +123,45 @@ func printBanner(w io.Writer, apiURL, uiURL string) {
 	fmt.Fprintf(w, "\nCtrl-C stops everything.\n")
 }
 
+// devPort is one address `kinflow dev` listens on: what listens there and
+// the setting that moves it.
+type devPort struct {
+	addr, what, setting string
+}
+
+// checkDevPorts reports the first of the stack's listen addresses that is
+// already taken: the Temporal frontend and web UI (when it starts the dev
+// server), the API and the in-process GPU host.
+func checkDevPorts(cfg *config.Config, temporal bool, uiPort int) error {
+	var ports []devPort
+	if temporal {
+		host, _, err := net.SplitHostPort(cfg.TemporalAddress)
+		if err != nil {
+			return fmt.Errorf("KINFLOW_TEMPORAL_ADDRESS %q: %w", cfg.TemporalAddress, err)
+		}
+		if host == "" || host == "localhost" {
+			host = "127.0.0.1"
+		}
+		ports = append(ports,
+			devPort{cfg.TemporalAddress, "the Temporal dev server", "KINFLOW_TEMPORAL_ADDRESS (or use the running server with `kinflow dev --temporal-cli=`)"},
+			devPort{net.JoinHostPort(host, strconv.Itoa(uiPort)), "the Temporal web UI", "KINFLOW_TEMPORAL_UI_PORT"})
+	}
+	ports = append(ports, devPort{cfg.APIListen, "the API and web page", "KINFLOW_API_LISTEN"})
+	ports = append(ports, devPort{cfg.GPUListen, "the GPU host", "KINFLOW_GPU_LISTEN"})
+	for _, p := range ports {
+		l, err := net.Listen("tcp", p.addr)
+		if err != nil {
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return fmt.Errorf("port %s (%s) is already in use: is another kinflow dev or Temporal server running? Stop it, or move this stack's port with %s (`make run %s=…`, see README)",
+					p.addr, p.what, p.setting, strings.Fields(p.setting)[0])
+			}
+			return fmt.Errorf("cannot listen on %s (%s, %s): %w", p.addr, p.what, p.setting, err)
+		}
+		_ = l.Close()
+	}
+	return nil
+}
+
 // startTemporalDevServer starts `temporal server start-dev` as a child that
 // dies with this process (Pdeathsig), waits until it answers and returns a
 // function that stops it.
@@ -122,10 +172,6 @@ func startTemporalDevServer(ctx context.Context, cli, address, dataDir string, u
 	}
 	if host == "" || host == "localhost" {
 		host = "127.0.0.1"
-	}
-	if c, err := net.DialTimeout("tcp", net.JoinHostPort(host, port), 300*time.Millisecond); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("port %s is already in use: is another kinflow dev or Temporal server running? (stop it, or run `kinflow dev --temporal-cli=` to use it)", port)
 	}
 	if _, err := os.Stat(cli); err != nil {
 		return nil, fmt.Errorf("the Temporal CLI was not found at %s (run `make bin/temporal`): %w", cli, err)

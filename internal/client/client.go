@@ -575,7 +575,19 @@ type Status struct {
 	// Overall is nil from a server older than kinflow's `overall`.
 	Overall    *Overall        `json:"overall"`
 	Similarity *SimilarityNote `json:"similarity"`
-	Raw        json.RawMessage `json:"-"`
+	// Charge is what a finished job cost the key's daily quota; nil before
+	// the job ends.
+	Charge *Charge         `json:"charge"`
+	Raw    json.RawMessage `json:"-"`
+}
+
+// Charge is the status's `charge`: the rows charged at submit, the rows
+// refunded at the end, and of those the rows served wholly from the
+// prediction cache.
+type Charge struct {
+	RowsCharged        int `json:"rowsCharged"`
+	RowsRefunded       int `json:"rowsRefunded"`
+	CachedRowsRefunded int `json:"cachedRowsRefunded"`
 }
 
 // Finished reports whether the job reached a final status.

@@ -25,6 +25,9 @@ type Config struct {
 	DatabaseURL string
 	// TemporalAddress is host:port of the Temporal frontend.
 	TemporalAddress string
+	// TemporalUIPort is the port of the Temporal web UI `kinflow dev`
+	// starts with its dev server.
+	TemporalUIPort int
 	// TemporalNamespace is the Temporal namespace every workflow runs in.
 	TemporalNamespace string
 	// CPUTaskQueue is served by `kinflow worker`.
@@ -177,6 +180,12 @@ var Keys = []Key{
 	{Name: "KINFLOW_TEMPORAL_ADDRESS", Default: "127.0.0.1:7233",
 		Meaning: "Temporal frontend host:port.", Allowed: "want host:port",
 		set: func(c *Config, v string) error { return setHostPort(&c.TemporalAddress, v) }},
+	// 8233 is the Temporal CLI's own default (frontend port + 1000); a
+	// second stack beside the first moves it with the frontend's port.
+	{Name: "KINFLOW_TEMPORAL_UI_PORT", Default: "8233",
+		Meaning: "Port of the Temporal web UI that `kinflow dev` (`make run`) starts with its Temporal dev server (on the host of `KINFLOW_TEMPORAL_ADDRESS`).",
+		Allowed: "want a port from 1 to 65535",
+		set:     func(c *Config, v string) error { return setIntRange(&c.TemporalUIPort, v, 1, 65535) }},
 	{Name: "KINFLOW_TEMPORAL_NAMESPACE", Default: "default",
 		Meaning: "Temporal namespace.", Allowed: "want a non-empty name",
 		set: func(c *Config, v string) error { return setName(&c.TemporalNamespace, v) }},

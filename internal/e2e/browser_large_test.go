@@ -84,6 +84,30 @@ func TestBrowserLargeResult(t *testing.T) {
 		chromedp.Navigate(s.base+"/"),
 		waitJS(`document.querySelectorAll("#method-kcat option").length > 0`),
 	)
+	// The start page says the server is synthetic (issue 36), and each
+	// method is described: what it predicts, its limits, its uncertainty,
+	// its model version, a link to /methods/.
+	type startView struct {
+		Banner  string   `json:"banner"`
+		Shown   bool     `json:"shown"`
+		Options []string `json:"options"`
+		Desc    string   `json:"desc"`
+		Link    string   `json:"link"`
+	}
+	sv := eval[startView](t, b, `(() => { const bn = document.getElementById("start-synthetic");
+		return {banner: bn.textContent, shown: !bn.hidden && bn.getBoundingClientRect().height > 0,
+			options: [...document.querySelectorAll("#method-Km option")].map((o) => o.textContent),
+			desc: document.getElementById("method-hint-kcat").textContent,
+			link: (document.querySelector("#method-hint-kcat a") || {}).href || ""}; })()`)
+	if !sv.Shown || !strings.Contains(strings.ToLower(sv.Banner), "synthetic") {
+		t.Errorf("the start page does not say the server is synthetic: %+v", sv)
+	}
+	if !strings.Contains(sv.Desc, "Predicts") || !strings.Contains(sv.Desc, "Uncertainty") || !strings.Contains(sv.Desc, "Model version") ||
+		!strings.HasSuffix(sv.Link, "/api/v1/methods/") || slices.ContainsFunc(sv.Options, func(o string) bool { return strings.Contains(o, " — ") }) ||
+		!slices.ContainsFunc(sv.Options, func(o string) bool { return strings.Contains(o, "with uncertainty") }) {
+		t.Errorf("methods not described: %+v", sv)
+	}
+	b.shot(t, dir, "00-start-synthetic")
 	eval[bool](t, b, `(localStorage.setItem("kinflow.apiKey", `+jsString(s.key)+`), true)`)
 	job := s.submit(csvText, []string{"kcat", "Km"}, map[string]string{"kcat": "B", "Km": "B"})
 	b.run(t, "open job", step, chromedp.Navigate(s.base+"/#job="+job), chromedp.Reload())
@@ -145,6 +169,50 @@ func TestBrowserLargeResult(t *testing.T) {
 	png := get(t, b, "table screenshot", chromedp.Screenshot(chromedp.CSS(".table-wrap.result")))
 	writeShot(t, dir, "03-table.png", png)
 
+	// The first view leads with identity (issue 36): without any sideways
+	// scrolling, every row of the page shows its enzyme label (the Name
+	// column) and its substrate, then the values.
+	type firstView struct {
+		Order      []string `json:"order"`
+		ScrollLeft float64  `json:"scrollLeft"`
+		Hidden     []string `json:"hidden"`
+		Names      []string `json:"names"`
+		Subs       []string `json:"subs"`
+		Folded     string   `json:"folded"`
+	}
+	fv := eval[firstView](t, b, `(() => {
+		const wrap = document.querySelector(".table-wrap.result"), box = wrap.getBoundingClientRect();
+		const heads = [...document.querySelectorAll("#result-table thead th")];
+		const ni = heads.findIndex((th) => th.dataset.col === "Name"), si = heads.findIndex((th) => th.dataset.col === "Substrate");
+		const hidden = [], names = [], subs = [];
+		for (const r of document.querySelectorAll("#result-table tbody tr")) {
+			for (const i of [ni, si]) {
+				const c = r.cells[i], b = c && c.getBoundingClientRect();
+				if (!b || b.left < box.left || b.right > box.left + wrap.clientWidth) hidden.push(r.cells[0].textContent + ":" + i);
+			}
+			names.push(r.cells[ni] ? r.cells[ni].textContent : ""); subs.push(r.cells[si] ? r.cells[si].textContent : "");
+		}
+		return {order: heads.map((th) => th.dataset.col || th.textContent), scrollLeft: wrap.scrollLeft, hidden, names, subs,
+			folded: document.getElementById("result-folded").hidden ? "" : document.getElementById("result-folded").textContent};
+	})()`)
+	if len(fv.Order) < 5 || strings.Join(fv.Order[:5], "|") != "#|Name|Substrate|kcat (1/s)|KM (mM)" || fv.ScrollLeft != 0 || len(fv.Hidden) != 0 {
+		t.Fatalf("first view: order %q, scrollLeft %v, identity cells out of view %v", fv.Order, fv.ScrollLeft, fv.Hidden)
+	}
+	for i, n := range fv.Names {
+		if n != fmt.Sprintf("enzyme-%05d", i+1) || !slices.Contains([]string{"CCO", "CC(=O)O", "OC1=CC=CC=C1"}, fv.Subs[i]) {
+			t.Fatalf("row %d shows enzyme %q, substrate %q", i+1, n, fv.Subs[i])
+		}
+	}
+	// Blank similarity columns and Source cells that are the same on every
+	// row are one note above the table, not columns.
+	if slices.ContainsFunc(fv.Order, func(c string) bool { return strings.HasPrefix(c, "Source ") || strings.Contains(c, "similarity") }) ||
+		!strings.Contains(fv.Folded, "Source kcat") || !strings.Contains(fv.Folded, "max similarity to B training data") {
+		t.Fatalf("not folded: order %q, note %q", fv.Order, fv.Folded)
+	}
+	eval[bool](t, b, `(document.getElementById("result-folded").scrollIntoView({block: "start"}), true)`)
+	png = get(t, b, "first view of the table", chromedp.CaptureScreenshot())
+	writeShot(t, dir, "03b-first-view.png", png)
+
 	// Paging: next, last, previous, page size.
 	b.run(t, "next page", step, chromedp.Click(chromedp.ID("page-next")))
 	if v := eval[tableView](t, b, readTable); v.First != "101" || v.Rows != 100 || v.PageInfo != "Rows 101–200 of 10000 · page 2 of 100" || v.PrevOff {
@@ -196,44 +264,54 @@ func TestBrowserLargeResult(t *testing.T) {
 	}
 	eval[bool](t, b, `(() => { const s = document.getElementById("page-size"); s.value = "100"; s.dispatchEvent(new Event("change")); return true; })()`)
 
-	// Value columns first and kept in view when the table scrolls sideways.
+	// Identity columns kept in view when the table scrolls sideways (an
+	// expanded sequence makes it wide enough to scroll).
 	type pinView struct {
-		Order    []string `json:"order"`
-		Pinned   int      `json:"pinned"`
-		Before   float64  `json:"before"`
-		After    float64  `json:"after"`
-		Scrolled float64  `json:"scrolled"`
+		Pinned   int     `json:"pinned"`
+		Before   float64 `json:"before"`
+		After    float64 `json:"after"`
+		Scrolled float64 `json:"scrolled"`
+		BoxW     float64 `json:"boxW"`
+		BoxH     float64 `json:"boxH"`
 	}
-	pin := eval[pinView](t, b, `(() => {
-		const wrap = document.querySelector(".table-wrap.result");
-		const heads = [...document.querySelectorAll("#result-table thead th")];
-		const cell = document.querySelector("#result-table tbody tr").cells[1];
-		const before = cell.getBoundingClientRect().left - wrap.getBoundingClientRect().left;
-		wrap.scrollLeft = 600;
-		const after = cell.getBoundingClientRect().left - wrap.getBoundingClientRect().left;
-		return {order: heads.map((th) => th.dataset.col || th.textContent), pinned: document.querySelectorAll("#result-table thead th.pin").length,
-			before, after, scrolled: wrap.scrollLeft};
-	})()`)
-	if len(pin.Order) < 6 || strings.Join(pin.Order[:5], "|") != "#|kcat (1/s)|KM (mM)|mean similarity to B training data|max similarity to B training data" || pin.Pinned != 3 {
-		t.Fatalf("column order %q, %d pinned", pin.Order, pin.Pinned)
-	}
-	if pin.Scrolled < 100 || pin.After != pin.Before {
-		t.Fatalf("the kcat column moved when the table scrolled by %v px: %v → %v", pin.Scrolled, pin.Before, pin.After)
-	}
-	b.shot(t, dir, "04-scrolled-sideways")
-	eval[bool](t, b, `(document.querySelector(".table-wrap.result").scrollLeft = 0, true)`)
-
-	// Sequences shortened; a click shows one whole.
+	// Sequences shortened; a click shows one whole, in a wide box that wraps.
 	seq := eval[[]string](t, b, `(() => { const b = document.querySelector("#result-table tbody button.seq"); const short = b.textContent; b.click();
 		return [short, b.textContent, b.getAttribute("aria-expanded")]; })()`)
 	if !strings.Contains(seq[0], "…") || len(seq[0]) > 24 || len(seq[1]) < 60 || seq[2] != "true" || !strings.Contains(csvText, ","+seq[1]+",") {
 		t.Fatalf("shortened sequence %q → %q (%s)", seq[0], seq[1], seq[2])
 	}
+	// On a narrower screen the table is wider than its box.
+	b.run(t, "narrow", step, chromedp.EmulateViewport(760, 900))
+	pin := eval[pinView](t, b, `(() => {
+		const wrap = document.querySelector(".table-wrap.result");
+		const open = document.querySelector("#result-table tbody button.seq[aria-expanded=true]").getBoundingClientRect();
+		const cell = document.querySelector("#result-table tbody tr").cells[1];
+		const before = cell.getBoundingClientRect().left - wrap.getBoundingClientRect().left;
+		wrap.scrollLeft = 600;
+		const after = cell.getBoundingClientRect().left - wrap.getBoundingClientRect().left;
+		return {pinned: document.querySelectorAll("#result-table thead th.pin").length, before, after, scrolled: wrap.scrollLeft,
+			boxW: open.width, boxH: open.height};
+	})()`)
+	if pin.Pinned != 3 || pin.Scrolled < 100 || pin.After != pin.Before {
+		t.Fatalf("the Name column moved when the table scrolled by %v px: %v → %v (%d pinned)", pin.Scrolled, pin.Before, pin.After, pin.Pinned)
+	}
+	// Readable: wider than tall (a 400-residue sequence in a 36rem box is
+	// a few lines, not a 370 px column).
+	if pin.BoxW < 300 || pin.BoxH > 220 {
+		t.Errorf("expanded sequence box %v × %v px", pin.BoxW, pin.BoxH)
+	}
+	png = get(t, b, "scrolled sideways", chromedp.Screenshot(chromedp.CSS(".table-wrap.result")))
+	writeShot(t, dir, "04-scrolled-sideways.png", png)
+	b.run(t, "wide again", step, chromedp.EmulateViewport(1280, 900))
+	eval[bool](t, b, `(document.querySelector(".table-wrap.result").scrollLeft = 0, true)`)
+	png = get(t, b, "expanded sequence", chromedp.Screenshot(chromedp.CSS(".table-wrap.result")))
+	writeShot(t, dir, "04b-expanded.png", png)
+	eval[bool](t, b, `(document.querySelector("#result-table tbody button.seq[aria-expanded=true]").click(), true)`)
 
-	// The blank similarity columns say why, with the unit.
-	tip := eval[string](t, b, `document.querySelector('#result-table th[data-col="max similarity to B training data"]').title`)
+	// The blank similarity columns say why, with the unit, in the note.
+	tip := eval[string](t, b, `document.querySelector("#result-folded .folded-empty").textContent`)
 	if !strings.Contains(tip, "% identity") || !strings.Contains(tip, "blank") {
-		t.Fatalf("similarity header tooltip %q", tip)
+		t.Fatalf("similarity note %q", tip)
 	}
 
 	// One distribution per predicted value, by source, synthetic marked.
@@ -270,6 +348,61 @@ func TestBrowserLargeResult(t *testing.T) {
 	}
 	png = get(t, b, "plot screenshot", chromedp.Screenshot(chromedp.ID("result-plots")))
 	writeShot(t, dir, "05-plots.png", png)
+	// Plot cards are their own size: none is much taller than its content.
+	if slack := eval[float64](t, b, `Math.max(...[...document.querySelectorAll("#result-plots figure.plot")].map((f) =>
+		f.getBoundingClientRect().height - [...f.children].reduce((s, c) => s + c.getBoundingClientRect().height, 0)))`); slack > 40 {
+		t.Errorf("a plot card has %v px of empty space", slack)
+	}
+
+	// A job link opens the job: a fresh load of /#job=ID shows the job's
+	// status in the first screen, without scrolling (issue 36).
+	other := s.submit("Protein Sequence,Substrate\nMKTAYIAKQRQISFVKSHFSRQ,CCO\n", []string{"kcat"}, map[string]string{"kcat": "B"})
+	s.waitDone(other, 2*time.Minute)
+	b.run(t, "job link", step, chromedp.Navigate("about:blank"), chromedp.Navigate(s.base+"/#job="+job),
+		waitJS(`document.getElementById("job-summary").textContent.startsWith("Completed")`))
+	type linkView struct {
+		Top     float64 `json:"top"`
+		Bottom  float64 `json:"bottom"`
+		Height  float64 `json:"height"`
+		ScrollY float64 `json:"scrollY"`
+		Summary string  `json:"summary"`
+		ETA     string  `json:"eta"`
+		Stages  string  `json:"stages"`
+	}
+	lv := eval[linkView](t, b, `(() => { const r = document.getElementById("job-summary").getBoundingClientRect();
+		const p = document.getElementById("job-progress").getBoundingClientRect();
+		return {top: r.top, bottom: Math.max(r.bottom, p.bottom), height: innerHeight, scrollY: scrollY,
+			summary: document.getElementById("job-summary").textContent, eta: document.getElementById("job-eta").textContent,
+			stages: document.getElementById("job-stages").textContent}; })()`)
+	if lv.Top < 0 || lv.Bottom > lv.Height || !strings.HasPrefix(lv.Summary, "Completed in ") {
+		t.Fatalf("/#job=ID does not show the job's status in the first screen: %+v", lv)
+	}
+	// Details: a finished job has no "Time left: none", a stage names its
+	// method once.
+	if lv.ETA == "none" || strings.Contains(lv.Stages, "Method B (B)") {
+		t.Errorf("job details: time left %q, stages %q", lv.ETA, lv.Stages)
+	}
+	png = get(t, b, "job link", chromedp.CaptureScreenshot())
+	writeShot(t, dir, "06-job-link.png", png)
+
+	// "Your jobs" lists this key's jobs, newest first, with status,
+	// submission time, rows and a link.
+	b.run(t, "jobs list", step, waitJS(`document.querySelectorAll("#jobs-table tbody tr").length >= 2`))
+	type jobRow struct {
+		ID   string `json:"id"`
+		Text string `json:"text"`
+		Href string `json:"href"`
+	}
+	jl := eval[[]jobRow](t, b, `[...document.querySelectorAll("#jobs-table tbody tr")].map((r) => ({id: r.dataset.job, text: r.textContent, href: r.querySelector("a").getAttribute("href")}))`)
+	if len(jl) != 2 || jl[0].ID != other || jl[1].ID != job || jl[1].Href != "#job="+job ||
+		!strings.Contains(jl[1].Text, "Completed") || !strings.Contains(jl[1].Text, "10000") || !strings.Contains(jl[0].Text, "Completed") {
+		t.Fatalf("jobs list %+v, want %s then %s", jl, other, job)
+	}
+	png = get(t, b, "jobs list", chromedp.Screenshot(chromedp.ID("open-panel")))
+	writeShot(t, dir, "07-jobs-list.png", png)
+	// Its link opens the other job.
+	b.run(t, "open from the list", step, chromedp.Click(chromedp.CSS(`#jobs-table a[href="#job=`+other+`"]`)),
+		waitJS(`document.getElementById("job-id").textContent === `+jsString(other)+` && !document.getElementById("result-wrap").hidden`))
 
 	if errs := b.pageErrors(); len(errs) > 0 {
 		t.Fatalf("page errors (CSP violations, exceptions, console errors):\n%s", strings.Join(errs, "\n"))

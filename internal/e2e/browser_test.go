@@ -310,6 +310,18 @@ func TestBrowserKeySubmitProgressResult(t *testing.T) {
 	b.shot(t, dir, "03b-similarity-chart")
 	b.run(t, "similarity off again", step, chromedp.Click(id("opt-runsim")))
 
+	// A sequence longer than method B's limit: the message uses the form's
+	// words ("Skip long sequences"), not the wire option (issue 36).
+	b.run(t, "validate a long sequence", step,
+		chromedp.SetValue(id("csv-text"), "Protein Sequence,Substrate\n"+strings.Repeat("MKTAYIAKQR", 110)+",CCO\n"),
+		chromedp.Click(id("validate-btn")),
+		waitJS(`document.getElementById("validate-out").textContent.includes("longer than")`),
+	)
+	if out := eval[string](t, b, `document.getElementById("validate-out").textContent`); strings.Contains(out, "handleLongSequences") ||
+		!strings.Contains(out, "Skip long sequences") {
+		t.Errorf("long-sequence message in the wire's words: %q", out)
+	}
+
 	// Submit the example file (a chosen file wins over pasted text; clear
 	// it anyway), method B for kcat.
 	if sel := eval[string](t, b, `(() => {
@@ -396,7 +408,8 @@ func TestBrowserKeySubmitProgressResult(t *testing.T) {
 		return {
 			headers: [...document.querySelectorAll("#result-table thead th")].map((th) => th.textContent),
 			rows: document.querySelectorAll("#result-table tbody tr").length,
-			text: document.querySelector("#result-table tbody").textContent,
+			// Source cells the same on every row are said once, above the table.
+			text: document.querySelector("#result-table tbody").textContent + " " + document.getElementById("result-folded").textContent,
 			banner: !document.getElementById("synthetic-banner").hidden,
 			href: a.href, download: a.download, count: document.getElementById("result-count").textContent,
 		};

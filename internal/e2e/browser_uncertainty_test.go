@@ -113,6 +113,17 @@ func TestBrowserUncertaintyPlot(t *testing.T) {
 		t.Errorf("caption %q (median %s)", u.Caption, medText)
 	}
 
+	// Km's uncertainty is beside Km in the table (issue 36), and the median
+	// label of the SD histogram lies whole inside its plot.
+	heads := eval[[]string](t, b, `[...document.querySelectorAll("#result-table thead th")].map((th) => th.dataset.col || th.textContent)`)
+	if k := slices.Index(heads, "KM (mM)"); k < 0 || k+1 >= len(heads) || heads[k+1] != totalCol {
+		t.Errorf("Km's uncertainty is not beside Km: %q", heads)
+	}
+	if box := eval[[]float64](t, b, `(() => { const m = document.querySelector("svg.sd-hist text.median-label").getBBox();
+		return [m.x, m.x + m.width, m.y]; })()`); box[0] < 0 || box[1] > 360 || box[2] < 0 {
+		t.Errorf("median label clipped: x %v to %v, y %v (plot 0 to 360)", box[0], box[1], box[2])
+	}
+
 	took := eval[float64](t, b, `Math.max(...performance.getEntriesByName("kinflow-plots").map((e) => e.duration))`)
 	// Reported, not asserted: speed is a benchmark's business, not a test's
 	// (docs/BENCHMARKS.md has the figure).

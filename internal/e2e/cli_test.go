@@ -235,7 +235,8 @@ func TestCLIAgainstStack(t *testing.T) {
 	if st := s.waitDone(k1id, 60*time.Second); st.Status != "Completed" {
 		t.Fatalf("cached job %s", st.Status)
 	}
-	s.cli(withKey, "status", k1id).want(t, "status cached", 0, "out:predictions 3/3 (3 from the prediction cache)")
+	s.cli(withKey, "status", k1id).want(t, "status cached", 0, "out:predictions 3/3 (3 from the prediction cache)",
+		"out:charged 3 rows, refunded 3 (3 from the prediction cache): 0 rows from the daily quota")
 	nc := s.cli(withKey, "submit", example, "--methods", "kcat=B", "--no-prediction-cache", "--wait")
 	nc.want(t, "submit --no-prediction-cache", 0)
 	if out := s.cli(withKey, "status", strings.TrimSpace(nc.stdout)); strings.Contains(out.stdout, "prediction cache") {

@@ -514,6 +514,14 @@ func (c *Cache) Purge(ctx context.Context, method, version string) (int64, error
 			return res.Error
 		}
 		n = res.RowsAffected
+		// The rows the quota check counts as cached go with their units.
+		rq := tx.Where("method = ?", method)
+		if version != "" {
+			rq = rq.Where("model_version = ?", version)
+		}
+		if err := rq.Delete(&cachedRow{}).Error; err != nil {
+			return err
+		}
 		// Every process's memory tier drops its entries at its next lookup.
 		return tx.Exec("UPDATE prediction_cache_epoch SET epoch = epoch + 1 WHERE id = 1").Error
 	})

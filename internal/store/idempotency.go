@@ -102,7 +102,7 @@ func (s *Store) ChargeAndCreateJobOnce(ctx context.Context, job *Job, stages []J
 				return fmt.Errorf("claim idempotency key: %w", ErrConflict)
 			}
 		}
-		ok, used, err := txs.ReserveQuota(ctx, job.KeyID, day, int64(job.RequestedRows), limit)
+		ok, used, err := txs.ReserveQuota(ctx, job.KeyID, day, job.Charge(), limit)
 		out.Used = used
 		if err != nil {
 			return err

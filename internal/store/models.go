@@ -80,6 +80,12 @@ type Job struct {
 	// RefundedCachedRows is how many of RefundedRows were refunded because
 	// every prediction of the row came from the prediction cache.
 	RefundedCachedRows int `gorm:"not null"`
+
+	// QuotaCreditRows is how many of RequestedRows were not taken from the
+	// quota at submit because the prediction cache held them (issue 36,
+	// migration 0010): the submit charged RequestedRows-QuotaCreditRows,
+	// and the end of the job refunds only what it charged beyond them.
+	QuotaCreditRows int `gorm:"not null"`
 }
 
 // TableName implements gorm's Tabler.

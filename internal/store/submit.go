@@ -15,7 +15,8 @@ import (
 // finished by the submit reconciler (started, or refunded and removed).
 const JobSubmitting = "Submitting"
 
-// ChargeAndCreateJob reserves job.RequestedRows predictions on key
+// ChargeAndCreateJob reserves job.RequestedRows rows (less
+// job.QuotaCreditRows, the rows the prediction cache already holds) on key
 // job.KeyID's counter for day (within limit, ReserveQuota) and inserts job,
 // in state Submitting, with its stages (CreateJob), in one transaction: after a crash either
 // both exist or neither does. ok is false, and nothing is written, when the
@@ -26,7 +27,7 @@ func (s *Store) ChargeAndCreateJob(ctx context.Context, job *Job, stages []JobSt
 	err = s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		txs := &Store{DB: tx, Dialect: s.Dialect}
 		var err error
-		if ok, used, err = txs.ReserveQuota(ctx, job.KeyID, day, int64(job.RequestedRows), limit); err != nil || !ok {
+		if ok, used, err = txs.ReserveQuota(ctx, job.KeyID, day, job.Charge(), limit); err != nil || !ok {
 			return err
 		}
 		return txs.CreateJob(ctx, job, stages)
@@ -36,6 +37,10 @@ func (s *Store) ChargeAndCreateJob(ctx context.Context, job *Job, stages []JobSt
 	}
 	return ok, used, nil
 }
+
+// Charge is what the submit of j took from the quota: its rows less
+// those the prediction cache already held.
+func (j *Job) Charge() int64 { return int64(max(0, j.RequestedRows-j.QuotaCreditRows)) }
 
 // MarkQueued moves job id from Submitting to Pending once its workflow has
 // started. It reports false when the job is no longer Submitting: already
@@ -77,7 +82,7 @@ func (s *Store) AbandonSubmit(ctx context.Context, id, msg string, remove bool, 
 			res = tx.Where("id = ? AND status = ?", id, JobSubmitting).Delete(&Job{})
 		} else {
 			res = tx.Model(&Job{}).Where("id = ? AND status = ?", id, JobSubmitting).Updates(map[string]any{
-				"status": JobFailed, "error_message": msg, "refunded_rows": j.RequestedRows, "completed_at": now.UTC()})
+				"status": JobFailed, "error_message": msg, "refunded_rows": j.RequestedRows, "completed_at": now.UTC()}) // net nothing
 		}
 		if res.Error != nil {
 			return fmt.Errorf("abandon job %s: %w", id, res.Error)
@@ -89,7 +94,7 @@ func (s *Store) AbandonSubmit(ctx context.Context, id, msg string, remove bool, 
 		if err := tx.Where("job_id = ?", id).Delete(&IdempotencyKey{}).Error; err != nil {
 			return fmt.Errorf("release idempotency key of job %s: %w", id, err)
 		}
-		if err := (&Store{DB: tx, Dialect: s.Dialect}).RefundQuota(ctx, j.KeyID, QuotaDay(j.SubmittedAt), int64(j.RequestedRows)); err != nil {
+		if err := (&Store{DB: tx, Dialect: s.Dialect}).RefundQuota(ctx, j.KeyID, QuotaDay(j.SubmittedAt), j.Charge()); err != nil {
 			return fmt.Errorf("job %s: %w", id, err)
 		}
 		done = true

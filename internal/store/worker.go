@@ -181,6 +181,16 @@ func (s *Store) FinishJob(ctx context.Context, jobID, status, message string, re
 			return nil
 		}
 		first = true
+		// Rows credited at submit (the cache held them) were never
+		// charged: the refund gives back only what was charged beyond
+		// them, and the job reports at least them as refunded.
+		quotaRefund := 0
+		if j.QuotaCreditRows > 0 {
+			refund.Rows = min(j.RequestedRows, max(refund.Rows, j.QuotaCreditRows))
+			quotaRefund = refund.Rows - j.QuotaCreditRows
+		} else {
+			quotaRefund = refund.Rows
+		}
 		cols := map[string]any{"status": status, "error_message": message, "completed_at": now,
 			"refunded_rows": refund.Rows, "refunded_cached_rows": refund.Cached, "synthetic": synthetic, "output_path": outputPath}
 		if j.StartedAt == nil {
@@ -189,9 +199,9 @@ func (s *Store) FinishJob(ctx context.Context, jobID, status, message string, re
 		if err := tx.Model(&Job{}).Where("id = ?", jobID).Updates(cols).Error; err != nil {
 			return fmt.Errorf("finish job %s: %w", jobID, err)
 		}
-		if refund.Rows > 0 {
+		if quotaRefund > 0 {
 			// The refund goes to the day the rows were charged to.
-			return (&Store{DB: tx, Dialect: s.Dialect}).RefundQuota(ctx, j.KeyID, QuotaDay(j.SubmittedAt), int64(refund.Rows))
+			return (&Store{DB: tx, Dialect: s.Dialect}).RefundQuota(ctx, j.KeyID, QuotaDay(j.SubmittedAt), int64(quotaRefund))
 		}
 		return nil
 	})

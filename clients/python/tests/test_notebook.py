@@ -1,4 +1,5 @@
-"""A new user's notebook: a fresh venv, `pip install` of the client with its `notebook` extra, the
+"""A new user's notebook: a fresh venv, `pip install` of the client with its `notebook` extra only
+(which brings the kernel, ipykernel), the
 README's lines as cells, run headless by nbclient against the stack. It must show a progress bar
 (a widget), a DataFrame and a plot, and no warning from tqdm."""
 
@@ -29,7 +30,7 @@ def _fresh_venv(tmp: Path) -> Path:
     pip = [str(py), "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-q"]
     constraints = REPO / "clients" / "python" / "constraints.txt"
     r = subprocess.run(
-        [*pip, "-c", str(constraints), f"{REPO / 'clients' / 'python'}[notebook]", "ipykernel"],
+        [*pip, "-c", str(constraints), f"{REPO / 'clients' / 'python'}[notebook]"],
         capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip
     if r.returncode != 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -176,11 +177,15 @@ def test_progress_bar_output(client: Client) -> None:
     st = job.wait(progress=True, file=buf, poll_interval=0.2)
     text = buf.getvalue()
     assert st.status == "Completed"
-    # The final frame: the last stage, its rows full, the embedding files and the synthetic flag.
-    last = text.rstrip().split("\r")[-1]
-    assert "Completed stage 2/2 Km·C" in last, text
-    assert "5/5" in last and "rows" in last and "100%" in last, last
-    assert "embeddings" in last and "synthetic" in last, last
+    # One bar for the whole job (issue 36): its percentage is the job's `overall`, never going
+    # back when the second stage starts; the final frame is full, says the job's sentence and
+    # the synthetic flag, and shows no ETA.
+    frames = [f for f in re.split(r"[\r\n]+", text) if f.strip()]
+    percents = [int(m.group(1)) for f in frames if (m := re.search(r":\s+(\d+)%\|", f))]
+    assert percents == sorted(percents) and percents[-1] == 100, frames
+    last = frames[-1]
+    assert last.startswith(f"job {job.id}:") and "Completed in" in last and "5 rows, 2 stages" in last, last
+    assert "synthetic" in last and "ETA" not in last, last
     print(text.replace("\r", "\n"))
 
 
@@ -340,7 +345,9 @@ def test_readme_example_runs(stack: Stack, tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "DataFrame 12 True", r.stdout
-    assert "Completed stage 1/1 kcat·B" in r.stderr and "SyntheticResultWarning" in r.stderr
+    assert "100%" in r.stderr and "Completed in" in r.stderr and "SyntheticResultWarning" in r.stderr
+    # The warning names the user's line (the script's), not the package's.
+    assert re.search(r"<string>:\d+: SyntheticResultWarning", r.stderr), r.stderr
 
 
 def test_cli_submit_result_and_status(stack: Stack, tmp_path: Path) -> None:

@@ -198,7 +198,7 @@ def test_submit_retried_with_one_key_when_the_server_honours_it() -> None:
 
 def test_submit_quota_exceeded_is_not_retried() -> None:
     headers = {"X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "2", "X-RateLimit-Reset": "3600"}
-    msg = "Daily limit exceeded: 2 predictions remaining today; this upload requires 3."
+    msg = "Daily limit exceeded: 2 rows remaining today; this upload requires 3 rows."
     rec = Recorder({"/api/v1/submit/": [lambda r: httpx.Response(429, json={"error": msg}, headers=headers)]})
     c, slept = make_client(rec)
     with pytest.raises(QuotaExceeded) as ei:

@@ -25,7 +25,16 @@ from ._errors import (
     Unauthorized,
     WaitTimeout,
 )
-from ._models import EmbeddingProgress, JobStatus, JobSummary, MethodInfo, Quota, StageStatus, ValidationReport
+from ._models import (
+    EmbeddingProgress,
+    JobStatus,
+    JobSummary,
+    MethodInfo,
+    Overall,
+    Quota,
+    StageStatus,
+    ValidationReport,
+)
 from ._plot import plot_result
 from ._results import example_frame
 from ._version import __version__
@@ -48,6 +57,7 @@ __all__ = [
     "KinflowError",
     "MethodInfo",
     "NotFound",
+    "Overall",
     "Quota",
     "QuotaExceeded",
     "ServerError",

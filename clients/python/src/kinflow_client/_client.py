@@ -171,13 +171,31 @@ def _not_finished(job_id: str, e: Conflict) -> Conflict:
     )
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning name the first line outside this package.
+
+    Counted from the function that calls ``warnings.warn`` (level 1): a
+    warning raised under ``job.plot()`` or an ``await job.result()`` points at
+    the user's line, not at this package's frames in between.
+    """
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _PACKAGE_DIR:
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
+
+
 def _warn_synthetic(job_id: str, frame: pd.DataFrame) -> None:
     if frame.attrs.get("synthetic"):
         warnings.warn(
             f"job {job_id}: this result comes from kinflow's synthetic backends; "
             "its numbers are stand-ins, not predictions",
             SyntheticResultWarning,
-            stacklevel=3,
+            stacklevel=_user_stacklevel(),
         )
 
 
@@ -187,7 +205,7 @@ def _write_csv(job_id: str, data: bytes, path: str | os.PathLike[str]) -> Path:
             f"job {job_id}: this result comes from kinflow's synthetic backends; "
             "its numbers are stand-ins, not predictions (see the Source columns)",
             SyntheticResultWarning,
-            stacklevel=3,
+            stacklevel=_user_stacklevel(),
         )
     target = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or Path("."))

@@ -175,6 +175,38 @@ class StageStatus:
 
 
 @dataclass(frozen=True)
+class Overall:
+    """The whole job in one place (the status's ``overall``): what the bar, ``status`` and the web page show."""
+
+    #: Percent of the whole job, 0 to 100.
+    percent: float
+    #: Seconds left; None until the server can estimate it (early in a job, or queued), 0 when finished.
+    eta_seconds: int | None
+    #: queued, preparing, embedding, predicting, finishing, completed or failed.
+    phase: str
+    #: The job's input rows.
+    rows: int
+    #: The 1-based active stage (None before stages exist) and the number of stages.
+    stage: int | None
+    stages: int
+    #: The whole state as one sentence, e.g. "60% · stage 2 of 2 (Km, Method E): … · about 40 s left."
+    text: str
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Overall:
+        p = d.get("percent")
+        return cls(
+            percent=float(p) if isinstance(p, (int, float)) and not isinstance(p, bool) else 0.0,
+            eta_seconds=_opt_int(d, "etaSeconds"),
+            phase=_str(d, "phase"),
+            rows=_int(d, "rows"),
+            stage=_opt_int(d, "stage"),
+            stages=_int(d, "stages"),
+            text=_str(d, "text"),
+        )
+
+
+@dataclass(frozen=True)
 class JobStatus:
     """A job's status (GET /api/v1/status/{id}/). ``raw`` is the whole payload."""
 
@@ -202,6 +234,8 @@ class JobStatus:
     rows_refunded: int | None = None
     #: On a finished job: of the refunded rows, those served wholly from the cache.
     cached_rows_refunded: int | None = None
+    #: The whole job (kinflow's ``overall``: percent, ETA, one sentence); None from a server without it.
+    overall: Overall | None = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> JobStatus:
@@ -234,11 +268,14 @@ class JobStatus:
             rows_charged=_opt_int(charge, "rowsCharged"),
             rows_refunded=_opt_int(charge, "rowsRefunded"),
             cached_rows_refunded=_opt_int(charge, "cachedRowsRefunded"),
+            overall=Overall.from_json(d["overall"]) if isinstance(d.get("overall"), dict) else None,
         )
 
     def __repr__(self) -> str:
         # Short: a notebook shows it after job.wait(); the fields hold the rest.
         parts = [f"job_id={self.job_id!r}", f"status={self.status!r}"]
+        if self.overall is not None and self.overall.text:
+            parts.append(repr(self.overall.text))
         for s in self.stages:
             parts.append(f"{s.target}·{s.method_key}: {s.status} {s.predictions_made}/{s.predictions_total} rows")
         if self.error:
@@ -253,6 +290,16 @@ class JobStatus:
     def done(self) -> bool:
         """Whether the job reached a final status (Completed or Failed)."""
         return self.status in ("Completed", "Failed")
+
+    @property
+    def charge_line(self) -> str | None:
+        """On a finished job, what it cost: "charged N rows, refunded R (C from the prediction cache)"."""
+        if self.rows_charged is None:
+            return None
+        line = f"charged {self.rows_charged} rows, refunded {self.rows_refunded or 0}"
+        if self.cached_rows_refunded:
+            line += f" ({self.cached_rows_refunded} from the prediction cache)"
+        return line + f": {self.rows_charged - (self.rows_refunded or 0)} rows from the daily quota"
 
     @property
     def active_stage(self) -> StageStatus | None:

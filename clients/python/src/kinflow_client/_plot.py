@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -161,8 +162,11 @@ def plot_result(
     synthetic_result = bool(df.attrs.get("synthetic"))
     uncertain = {target: uncertainty_columns(df, target) for target, _, _ in panels}
     n_rows = 3 if any(uncertain.values()) else 1
+    # The constrained layout keeps the figure's title (suptitle) and the
+    # two-line panel titles inside the figure: tight_layout left the title
+    # above the canvas, and a plain savefig clipped it (issue 36).
     fig, axes_any = plt.subplots(
-        n_rows, len(panels), figsize=(width * len(panels), height * n_rows), squeeze=False
+        n_rows, len(panels), figsize=(width * len(panels), height * n_rows), squeeze=False, layout="constrained"
     )  # fmt: skip
     # Closed at once: pyplot does not show it a second time at the end of a
     # Jupyter cell; the returned Figure is shown (or saved) by the caller.
@@ -235,7 +239,7 @@ def plot_result(
             sd = pd.to_numeric(df[unc[0]], errors="coerce")[ok].dropna()
             if len(sd):
                 caption += f"; median uncertainty ±{sd.median():.2f} (SD, log10 units)"
-        ax.set_title(f"{target}\n{caption}", fontsize="medium")
+        ax.set_title(f"{target}\n{_fit(caption, width, 10)}", fontsize="medium")
     heading = title or (f"kinflow result {df.attrs.get('job_id')}" if df.attrs.get("job_id") else "kinflow result")
     if any_synthetic:
         heading += " — SYNTHETIC stand-ins, not predictions"
@@ -244,6 +248,11 @@ def plot_result(
                 0.5, 0.5, "SYNTHETIC", transform=ax.transAxes, ha="center", va="center",
                 fontsize=28, color="grey", alpha=0.25, rotation=20,
             )  # fmt: skip
-    fig.suptitle(heading)
-    fig.tight_layout()
+    fig.suptitle(_fit(heading, width * len(panels), 12))
     return fig
+
+
+def _fit(text: str, inches: float, points: float) -> str:
+    """text wrapped to lines that fit ``inches`` at a font of ``points`` (about 0.6 em a character),
+    so that no title runs past the figure's edge, where a saved image would cut it."""
+    return textwrap.fill(text, width=max(20, int(inches * 72 / (points * 0.6))), break_long_words=False)

@@ -34,51 +34,55 @@ def bar_class(file: IO[str] | None) -> type[tqdm]:  # type: ignore[type-arg]
     return tqdm
 
 
-def progress_view(st: JobStatus) -> tuple[str, int, int | None, str, str]:
-    """What the bar shows for one status: description, done, total, unit, postfix.
+def _clock(seconds: int) -> str:
+    """m:ss (h:mm:ss from an hour), as the web page and the CLI write times."""
+    h, rest = divmod(max(0, seconds), 3600)
+    m, sec = divmod(rest, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
 
-    While the running stage still has embedding files to compute, the bar
-    counts files (cached + computed of total); otherwise it counts the
-    stage's predictions. A finished job shows its bar full.
+
+def progress_view(st: JobStatus) -> tuple[float, str]:
+    """What the bar shows for one status: the whole job's percentage and the text beside it.
+
+    Both come from the status's ``overall`` (the job as one percentage, the
+    same sentence the CLI and the web page show), so the bar runs once from
+    0 to 100 % over every stage instead of restarting per stage. The
+    sentence's own leading percentage is left to the bar; its ETA ("about
+    40 s left") is the server's, given only once it is meaningful, and is
+    repeated as "ETA m:ss". A server without ``overall`` gets 0 % until the
+    job is done.
     """
-    stage = st.active_stage
-    if stage is None and st.stages and st.done:
-        stage = st.stages[-1]
-    desc = st.status
-    if stage is not None:
-        n = max(st.total_stage_count, len(st.stages))
-        desc = f"{st.status} stage {stage.index + 1}/{n} {stage.target}·{stage.method_key}"
-    emb = stage.embedding if stage is not None else st.embedding
+    o = st.overall
     post: list[str] = []
-    if st.status == "Pending" and st.queue_position is not None:
-        post.append(f"queue position {st.queue_position}")
-    if emb is not None and emb.total > 0:
-        post.append(f"embeddings {emb.done}/{emb.total} ({emb.computed} computed, {emb.remaining} remaining)")
-    if stage is not None and stage.predictions_cached > 0:
-        post.append(f"{stage.predictions_cached} predictions from the cache")
+    if o is None:
+        pct = 100.0 if st.status == "Completed" else 0.0
+        post.append(st.status)
+    else:
+        pct = 100.0 if st.status == "Completed" else min(100.0, max(0.0, o.percent))
+        text = o.text
+        head = text.split(" · ", 1)
+        if len(head) == 2 and head[0].endswith("%"):
+            text = head[1]
+        post.append(text.rstrip("."))
+        if o.eta_seconds and st.status not in ("Completed", "Failed"):
+            post.append(f"ETA {_clock(o.eta_seconds)}")
     if st.synthetic:
         post.append("synthetic")
-    if emb is not None and emb.total > 0 and emb.remaining > 0 and st.status != "Completed":
-        return desc, emb.done, emb.total, "files", ", ".join(post)
-    done = stage.predictions_made if stage is not None else st.predictions_made
-    total = stage.predictions_total if stage is not None else st.predictions_total
-    if st.status == "Completed" and total:
-        done = total
-    return desc, done, (total or None), "rows", ", ".join(post)
+    return pct, " · ".join(post)
 
 
-# No rate and no ETA: the count jumps between stages and between files and
-# rows, so a rate computed by tqdm would be meaningless.
-BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} {unit} [{elapsed}{postfix}]"
+# The job as one bar from 0 to 100 %. No tqdm rate or ETA: the server's ETA
+# (in the postfix) knows the job's stages, tqdm's would not.
+BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| [{elapsed}{postfix}]"
 
 
 class ProgressBar:
-    """A tqdm bar fed by job statuses."""
+    """One tqdm bar for the whole job, fed by job statuses (their ``overall``)."""
 
     def __init__(self, job_id: str, file: IO[str] | None = None) -> None:
         kw: dict[str, Any] = {"file": file} if file is not None else {}
         self._bar = bar_class(file)(
-            total=None, desc=f"job {job_id}", unit="rows", leave=True, dynamic_ncols=True, bar_format=BAR_FORMAT, **kw
+            total=100, desc=f"job {job_id}", unit="%", leave=True, dynamic_ncols=True, bar_format=BAR_FORMAT, **kw
         )
 
     def note(self, text: str) -> None:
@@ -86,12 +90,9 @@ class ProgressBar:
         self._bar.set_postfix_str(text, refresh=True)
 
     def update(self, st: JobStatus) -> None:
-        desc, done, total, unit, post = progress_view(st)
+        pct, post = progress_view(st)
         bar = self._bar
-        bar.unit = unit
-        bar.total = total
-        bar.n = done
-        bar.set_description_str(desc, refresh=False)
+        bar.n = pct
         bar.set_postfix_str(post, refresh=False)
         bar.refresh()
 

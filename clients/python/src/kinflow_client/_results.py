@@ -127,7 +127,10 @@ def result_frame(payload: Mapping[str, Any], *, base_url: str) -> pd.DataFrame:
         else:
             series[c] = pd.Series([None if _missing(v) else v for v in values], dtype=object)
     frame: pd.DataFrame = pd.DataFrame(series, columns=cols)
-    attrs: dict[str, Any] = {k: v for k, v in payload.items() if k != "data"}
+    # One spelling per key, the documented one: the payload's camelCase keys
+    # that have a snake_case name here (jobId → job_id, columnNotes →
+    # column_notes) are kept under that name only.
+    attrs: dict[str, Any] = {k: v for k, v in payload.items() if k not in ("data", "jobId", "columnNotes")}
     attrs["job_id"] = payload.get("jobId")
     attrs["synthetic"] = payload.get("synthetic") is True
     attrs["source"] = base_url

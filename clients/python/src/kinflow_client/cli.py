@@ -160,6 +160,9 @@ def run(args: argparse.Namespace) -> int:
             _print_json(s.raw)
             return 0
         print(f"job {s.job_id}: {s.status} ({s.elapsed_seconds}s){' synthetic' if s.synthetic else ''}")
+        if s.overall is not None and s.overall.text:
+            # The whole job in one sentence, as the bar and the web page say it.
+            print(s.overall.text)
         if s.status == "Pending" and s.queue_position is not None:
             print(f"queue position {s.queue_position}")
         for g in s.stages:

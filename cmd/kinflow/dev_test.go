@@ -1,0 +1,72 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// freeAddr is a loopback address no one listens on (the port just freed).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestDevNamesABusyPort (issue 36): `kinflow dev` beside another stack
+// stops before starting anything, naming the busy port, what it is for and
+// the setting that moves it, for each of the stack's ports in turn.
+func TestDevNamesABusyPort(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	busyAddr := busy.Addr().String()
+	_, busyPort, _ := net.SplitHostPort(busyAddr)
+	for _, c := range []struct {
+		env, value, want string
+	}{
+		{"KINFLOW_TEMPORAL_ADDRESS", busyAddr, "(the Temporal dev server) is already in use"},
+		{"KINFLOW_TEMPORAL_UI_PORT", busyPort, "(the Temporal web UI) is already in use"},
+		{"KINFLOW_API_LISTEN", busyAddr, "(the API and web page) is already in use"},
+		{"KINFLOW_GPU_LISTEN", busyAddr, "(the GPU host) is already in use"},
+	} {
+		t.Run(c.env, func(t *testing.T) {
+			t.Setenv("KINFLOW_DATABASE_URL", "sqlite:"+t.TempDir()+"/k.db")
+			t.Setenv("KINFLOW_TEMPORAL_ADDRESS", freeAddr(t))
+			_, ui, _ := net.SplitHostPort(freeAddr(t))
+			t.Setenv("KINFLOW_TEMPORAL_UI_PORT", ui)
+			t.Setenv("KINFLOW_API_LISTEN", freeAddr(t))
+			t.Setenv("KINFLOW_GPU_LISTEN", freeAddr(t))
+			t.Setenv("GPU_EMBED_SERVICE_URL", "")
+			t.Setenv(c.env, c.value)
+			var out, errOut bytes.Buffer
+			err := runDev(context.Background(), []string{"--temporal-cli", "/nonexistent/temporal", "--data-dir", t.TempDir()}, &out, &errOut)
+			if err == nil || !strings.Contains(err.Error(), "port 127.0.0.1:"+busyPort+" "+c.want) || !strings.Contains(err.Error(), c.env) {
+				t.Fatalf("error %v, want the port %s named with %s", err, busyPort, c.env)
+			}
+		})
+	}
+	// The UI port flag still wins over the setting.
+	t.Run("flag", func(t *testing.T) {
+		t.Setenv("KINFLOW_DATABASE_URL", "sqlite:"+t.TempDir()+"/k.db")
+		t.Setenv("KINFLOW_TEMPORAL_ADDRESS", freeAddr(t))
+		t.Setenv("KINFLOW_API_LISTEN", freeAddr(t))
+		t.Setenv("KINFLOW_GPU_LISTEN", freeAddr(t))
+		t.Setenv("GPU_EMBED_SERVICE_URL", "")
+		var out, errOut bytes.Buffer
+		p, _ := strconv.Atoi(busyPort)
+		err := runDev(context.Background(), []string{"--temporal-cli", "/nonexistent/temporal", "--temporal-ui-port", strconv.Itoa(p)}, &out, &errOut)
+		if err == nil || !strings.Contains(err.Error(), "(the Temporal web UI) is already in use") {
+			t.Fatalf("error %v", err)
+		}
+	})
+}
