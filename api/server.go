@@ -138,6 +138,8 @@ func New(d Deps) *Server {
 	handle(v1, http.MethodGet, "/status/:id/events", s.limitStatusReads, s.authenticate, s.statusEvents)
 	anyMethod(authed, "/result/:id", s.result)
 	handle(authed, http.MethodGet, "/jobs", s.jobsList)
+	handle(authed, http.MethodGet, "/webhook", s.webhookSettings)
+	handle(authed, http.MethodPost, "/webhook", s.webhookSettings)
 
 	keys := e.Group("/api/api-key")
 	keys.GET("", s.keyStatus)

@@ -213,6 +213,10 @@ func (s *Server) submit(c *gin.Context) {
 	}
 
 	k := authKey(c)
+	notifyURL, ok := s.submitNotifyURL(c, b, k)
+	if !ok {
+		return
+	}
 	limit := c.GetInt64(ctxLimit)
 	now := s.now()
 	day := store.QuotaDay(now)
@@ -227,6 +231,7 @@ func (s *Server) submit(c *gin.Context) {
 		s.internalError(c, "job.create_failed", err)
 		return
 	}
+	job.NotifyURL = notifyURL
 	// 1. Charge and job row (Submitting) in one transaction; with an
 	// Idempotency-Key, the key's claim too.
 	var res store.SubmitResult

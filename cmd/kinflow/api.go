@@ -47,6 +47,7 @@ func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	// Submits cut off by a crash of an api process are settled here.
 	go srv.RunSubmitReconciler(ctx)
+	go srv.RunStatusListener(ctx)
 	return serveHTTP(ctx, cfg.APIListen, srv, log, nil)
 }
 

@@ -78,6 +78,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { srv.RunSubmitReconciler(gctx); return nil })
+	g.Go(func() error { srv.RunStatusListener(gctx); return nil })
 	apiReady := make(chan net.Addr, 1)
 	g.Go(func() error {
 		return serveHTTP(gctx, cfg.APIListen, srv, log, func(a net.Addr) { apiReady <- a })

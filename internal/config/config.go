@@ -54,6 +54,9 @@ type Config struct {
 	// StatusReadsPerSecond is each key's sustained rate of status reads
 	// (0: unlimited); twice as many may come in a burst.
 	StatusReadsPerSecond int
+	// WebhookAllowPrivate lets job notices go to private, loopback and
+	// link-local addresses.
+	WebhookAllowPrivate bool
 
 	// GPUEmbedServiceURL is the GPU service's base URL, or several GPU
 	// hosts' base URLs joined by commas (gpuhealth.URLs splits them);
@@ -261,6 +264,10 @@ var Keys = []Key{
 		Meaning: "Status reads (`/status/`, its long poll and its event stream) one API key may make per second, with bursts of twice as many; faster readers get 429 with `Retry-After`, answered before any database read. 0: unlimited. The reference's clients ask once per job every 1–2 s (the Python client from 1 s growing to 10 s), so 100 lets one key follow 100 jobs at their fastest pace; a waiting client should use the long poll or the stream instead.",
 		Allowed: "want a whole number from 0 to 1000000",
 		set:     func(c *Config, v string) error { return setIntRange(&c.StatusReadsPerSecond, v, 0, 1000000) }},
+	{Name: "KINFLOW_WEBHOOK_ALLOW_PRIVATE", Default: "0",
+		Meaning: "1/true/yes/on: job notices (`notifyUrl` webhooks) may go to private, loopback and link-local addresses. Off by default, so that a notify URL cannot make the service reach its own network or a cloud metadata address (server-side request forgery); turn it on for an intranet deployment or tests.",
+		Allowed: "want 1, true, yes, on, 0, false, no or off",
+		set:     func(c *Config, v string) error { return setBool(&c.WebhookAllowPrivate, v) }},
 	{Name: "LOG_LEVEL", Default: "info",
 		Meaning: "Log level of every role: debug, info, warn or error. Logs are JSON lines.", Allowed: "want debug, info, warn or error",
 		set: func(c *Config, v string) error {

@@ -1,10 +1,15 @@
 package store
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
 	"reflect"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -130,4 +135,59 @@ func changedJobIDs(st *gorm.Statement, col string) []string {
 		}
 	}
 	return []string{""}
+}
+
+// jobChangeChannel is the Postgres channel of migration 0009's triggers.
+const jobChangeChannel = "kinflow_job_changed"
+
+// ListenJobChanges relays the database's job-change notices (Postgres
+// LISTEN on the channel that migration 0009's triggers notify) to
+// OnJobChange's listeners until ctx ends, so that an API process learns at
+// once of the writes of worker processes. It reconnects with backoff and,
+// on each connection, announces "" (every job may have changed while it
+// was not listening). It returns at once on SQLite, where listeners rely on
+// their own process's writes and a time-to-live.
+func (s *Store) ListenJobChanges(ctx context.Context, log *slog.Logger) {
+	if s.Dialect != Postgres || s.url == "" || s.changes == nil {
+		return
+	}
+	// Backoff between connection attempts: 1 s doubling to 30 s, so a
+	// database restart is followed within seconds without hammering it.
+	wait := time.Second
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := s.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(start) > time.Minute {
+			wait = time.Second
+		}
+		log.Warn("job change notices interrupted; statuses fall back to their time-to-live", "error", err, "retry_in", wait.String())
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 30*time.Second)
+	}
+}
+
+func (s *Store) listenOnce(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, s.url)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+jobChangeChannel); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	s.changes.publish("")
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		s.changes.publish(n.Payload)
+	}
 }

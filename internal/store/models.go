@@ -28,6 +28,10 @@ type APIKey struct {
 	CreatedAt        time.Time
 	LastUsedAt       *time.Time
 	RevokedAt        *time.Time
+	// NotifyURL is the key's default webhook URL; WebhookSecret signs its
+	// webhooks (made on first use).
+	NotifyURL     string `gorm:"not null;default:''"`
+	WebhookSecret string `gorm:"size:80;not null;default:''"`
 }
 
 // TableName implements gorm's Tabler.
@@ -80,6 +84,10 @@ type Job struct {
 	// RefundedCachedRows is how many of RefundedRows were refunded because
 	// every prediction of the row came from the prediction cache.
 	RefundedCachedRows int `gorm:"not null"`
+
+	// NotifyURL is where the job's end is announced (webhook.go); empty:
+	// nowhere.
+	NotifyURL string `gorm:"not null;default:''"`
 }
 
 // TableName implements gorm's Tabler.

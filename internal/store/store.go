@@ -34,6 +34,8 @@ type Store struct {
 	// changes announces this process's writes to jobs (OnJobChange); nil
 	// on a Store made around a transaction.
 	changes *changeFeed
+	// url is the Postgres URL, for ListenJobChanges' own connection.
+	url string
 }
 
 // sqliteBusyTimeout is SQLite's busy_timeout and the write gate's wait.
@@ -108,6 +110,9 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 	}
 	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
 	s := &Store{DB: db, Dialect: dialect, changes: &changeFeed{}}
+	if dialect == Postgres {
+		s.url = databaseURL
+	}
 	if err := registerChangeCallbacks(db, s.changes); err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("open %s database: %w", dialect, err)
