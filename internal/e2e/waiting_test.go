@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"mime/multipart"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kinflow/kinflow/internal/webhook"
+	"github.com/kinflow/kinflow/workflows"
 )
 
 // sseEvent is one Server-Sent Event of /status/<id>/events.
@@ -237,7 +239,15 @@ func TestWaitingOnChangeAgainstStack(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	time.Sleep(3 * time.Second)
+	// The workflow ends once the notice is delivered; its history (with
+	// the i35-notify-job marker and three NotifyJob attempts) replays.
+	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.tc.GetWorkflow(wctx, workflows.PredictionWorkflowID(id), "").Get(wctx, nil); err != nil {
+		t.Fatalf("workflow: %v", err)
+	}
+	s.replay(workflows.PredictionWorkflowID(id), "prediction_webhook_retried")
+	time.Sleep(2 * time.Second)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(calls) != 3 {
