@@ -81,13 +81,13 @@ func (a *Activities) NotifyJob(ctx context.Context, in NoticeInput) error {
 		return err
 	}
 	allow := a.Config != nil && a.Config.WebhookAllowPrivate
-	if err := webhook.CheckURL(j.NotifyURL, allow); err != nil {
-		a.noticeEvent(ctx, j.ID, 1, 0, err)
-		return temporal.NewNonRetryableApplicationError(err.Error(), ErrNoticeRefused, nil)
-	}
 	attempt := int32(1)
 	if activity.IsActivity(ctx) {
 		attempt = activity.GetInfo(ctx).Attempt
+	}
+	if err := webhook.CheckURL(j.NotifyURL, allow); err != nil {
+		a.noticeEvent(ctx, j.ID, attempt, 0, err)
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrNoticeRefused, nil)
 	}
 	code, err := webhook.Send(ctx, noticeClient(allow), j.NotifyURL, secret, body, time.Now())
 	a.noticeEvent(ctx, j.ID, attempt, code, err)
@@ -100,8 +100,9 @@ func (a *Activities) NotifyJob(ctx context.Context, in NoticeInput) error {
 // noticeEvent records one delivery attempt as a job event (its failure
 // shows there and in the Temporal UI, never in the job's status).
 func (a *Activities) noticeEvent(ctx context.Context, jobID string, attempt int32, code int, err error) {
+	// No event key: each attempt runs once, and each is worth its row.
 	ev := &store.JobEvent{JobID: jobID, Kind: EventWebhook, Completed: err == nil, Failed: err != nil,
-		Attempted: true, CreatedAt: time.Now().UTC(), Key: fmt.Sprintf("webhook:%d", attempt)}
+		Attempted: true, CreatedAt: time.Now().UTC()}
 	if err != nil {
 		ev.Reason, ev.Message = "webhook_failed", fmt.Sprintf("attempt %d: %v", attempt, err)
 	} else {

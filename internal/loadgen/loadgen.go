@@ -43,7 +43,9 @@ type Options struct {
 	// Seed makes the sequences; runs with the same seed send the same jobs
 	// (0: drawn at random, so nothing comes from the prediction cache).
 	Seed uint64
-	// Poll is how often each job's status is read (default 100 ms).
+	// Poll paces each job's waiter (default 100 ms): client.Wait rides
+	// the API's long poll, asking again at most every Poll/4 after a
+	// change, and polls every Poll against a server without ETags.
 	Poll time.Duration
 	// NaivePoll, when above 0, makes every job's waiter poll as a naive
 	// script does instead of client.Wait: GET /status/ every NaivePoll on a
