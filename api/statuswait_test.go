@@ -382,3 +382,31 @@ func TestStatusEventStream(t *testing.T) {
 		resp.Body.Close()
 	})
 }
+
+// TestStatusEventStreamOutlivesWriteTimeout: the API's server has a write
+// timeout (5 min in cmd/kinflow); a stream lifts it at each write, so an
+// event after the timeout still arrives.
+func TestStatusEventStreamOutlivesWriteTimeout(t *testing.T) {
+	st := testenv.OpenStore(t, store.SQLite)
+	h := newHarness(t, st)
+	srv := httptest.NewUnstartedServer(h.srv)
+	srv.Config.WriteTimeout = 500 * time.Millisecond
+	srv.Start()
+	defer srv.Close()
+	const ip = "203.0.113.67"
+	key := h.newKey(ip)
+	id := h.submitted(ip, key)
+	resp := openStream(t, context.Background(), srv.URL+"/api/v1/status/"+id+"/events", key, "")
+	defer resp.Body.Close()
+	events := readEvents(bufio.NewReader(resp.Body))
+	if ev := nextEvent(t, events); ev.event != "status" {
+		t.Fatalf("first %+v", ev)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	if err := st.UpdateJob(context.Background(), id, map[string]any{"status": store.JobProcessing, "started_at": t0}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextEvent(t, events); ev.event != "status" || !strings.Contains(ev.data, `"status":"Processing"`) {
+		t.Fatalf("after the write timeout %+v", ev)
+	}
+}
