@@ -30,15 +30,24 @@ var noticeRetry = &temporal.RetryPolicy{
 // and a notice that cannot be delivered shows in the job's events and the
 // Temporal UI, never in the job's outcome.
 func (w *prediction) notify(ctx workflow.Context) {
+	// A prepared job says whether it has a notify URL: one without (most
+	// jobs) costs nothing here, not even a version marker in its history.
+	prepared := len(w.prep.Stages) > 0
+	if prepared && !w.prep.Notify {
+		return
+	}
 	if workflow.GetVersion(ctx, notifyVersion, workflow.DefaultVersion, 1) < 1 {
 		return
 	}
 	// Sent even when the workflow was cancelled after Finalize.
 	nctx, _ := workflow.NewDisconnectedContext(ctx)
 	in := activities.NoticeInput{JobID: w.in.JobID}
-	var has bool
-	if err := workflow.ExecuteLocalActivity(localOptions(nctx), a.HasNotice, in).Get(nctx, &has); err != nil || !has {
-		return
+	if !prepared {
+		// The job failed before PrepareInput answered: ask the database.
+		var has bool
+		if err := workflow.ExecuteLocalActivity(localOptions(nctx), a.HasNotice, in).Get(nctx, &has); err != nil || !has {
+			return
+		}
 	}
 	ao := workflow.ActivityOptions{
 		// One attempt is a POST with a 10 s timeout and two small writes.
