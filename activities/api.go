@@ -88,6 +88,9 @@ type PreparedJob struct {
 	Stages      []StageInfo `json:"stages"`
 	DisableGPU  bool        `json:"disable_gpu"`
 	Policy      Policy      `json:"policy"`
+	// Notify is set when the job has a notify URL (a webhook at its end):
+	// the workflow of a job without one spends nothing on notices.
+	Notify bool `json:"notify,omitempty"`
 }
 
 // PlanInput asks for a stage's plan; PostCheck marks a re-plan after

@@ -326,7 +326,7 @@ func (a *Activities) PrepareInput(ctx context.Context, ref JobRef) (PreparedJob,
 	limit := input.EffectiveLimit(maxLens...)
 
 	js := expandSequences(table, limit, job.HandleLongSequences)
-	res := PreparedJob{Rows: len(table.Rows), DisableGPU: job.DisableGPUPrecompute, Policy: a.policy()}
+	res := PreparedJob{Rows: len(table.Rows), DisableGPU: job.DisableGPUPrecompute, Policy: a.policy(), Notify: job.NotifyURL != ""}
 	for i, t := range targets {
 		d := descs[i]
 		sr, valid, err := a.expandStage(ctx, table, js, d, t)

@@ -78,6 +78,10 @@ type Server struct {
 	// waiting on one row lock would hold every pooled connection while
 	// the winner waits for one (GORM prepares statements on the pool).
 	idemLocks [64]sync.Mutex
+	// statuses is the status cache and its per-job watchers
+	// (statuswatch.go); statusRate the per-key limit on status reads.
+	statuses   *statusHub
+	statusRate *keyRate
 }
 
 // New builds the router with every route and middleware.
@@ -102,6 +106,11 @@ func New(d Deps) *Server {
 		s.chem = input.NewChemistry(nil, s.log)
 	}
 	s.openapi = openAPIJSON()
+	s.statuses = newStatusHub(statusCacheTTL(d.Config), s.loadStatusSnap)
+	if d.Store != nil {
+		d.Store.OnJobChange(s.statuses.changed)
+	}
+	s.statusRate = newKeyRate(statusReadsPerSecond(d.Config))
 	e := gin.New()
 	// Routes answer with and without the trailing slash (registered twice),
 	// never with a redirect that a POST client would not follow.
@@ -124,9 +133,14 @@ func New(d Deps) *Server {
 	anyMethod(authed, "/quota", s.quota)
 	anyMethod(authed, "/validate", s.postOnly(s.validate))
 	anyMethod(authed, "/submit", s.postOnly(s.submit))
-	anyMethod(authed, "/status/:id", s.status)
+	// Status reads are limited per key before the key is even looked up,
+	// so that a polling storm costs no database round trip.
+	anyMethod(v1, "/status/:id", s.limitStatusReads, s.authenticate, s.status)
+	handle(v1, http.MethodGet, "/status/:id/events", s.limitStatusReads, s.authenticate, s.statusEvents)
 	anyMethod(authed, "/result/:id", s.result)
 	handle(authed, http.MethodGet, "/jobs", s.jobsList)
+	handle(authed, http.MethodGet, "/webhook", s.webhookSettings)
+	handle(authed, http.MethodPost, "/webhook", s.webhookSettings)
 
 	keys := e.Group("/api/api-key")
 	keys.GET("", s.keyStatus)
@@ -170,15 +184,15 @@ func (s *Server) trustedProxies() []netip.Prefix {
 }
 
 // anyMethod registers h for every method on path and path + "/".
-func anyMethod(g *gin.RouterGroup, path string, h gin.HandlerFunc) {
-	g.Any(path, h)
-	g.Any(path+"/", h)
+func anyMethod(g *gin.RouterGroup, path string, h ...gin.HandlerFunc) {
+	g.Any(path, h...)
+	g.Any(path+"/", h...)
 }
 
 // handle registers h for one method on path and path + "/".
-func handle(g *gin.RouterGroup, method, path string, h gin.HandlerFunc) {
-	g.Handle(method, path, h)
-	g.Handle(method, path+"/", h)
+func handle(g *gin.RouterGroup, method, path string, h ...gin.HandlerFunc) {
+	g.Handle(method, path, h...)
+	g.Handle(method, path+"/", h...)
 }
 
 // errorBody is every error's JSON body.

@@ -214,6 +214,10 @@ func (s *Server) submit(c *gin.Context) {
 	}
 
 	k := authKey(c)
+	notifyURL, ok := s.submitNotifyURL(c, b, k)
+	if !ok {
+		return
+	}
 	limit := c.GetInt64(ctxLimit)
 	now := s.now()
 	day := store.QuotaDay(now)
@@ -232,6 +236,7 @@ func (s *Server) submit(c *gin.Context) {
 	// they are not asked of the quota (issue 36) when the plain charge
 	// would not fit.
 	job.QuotaCreditRows = s.quotaCredit(ctx, c, k.ID, day, limit, sub)
+	job.NotifyURL = notifyURL
 	// 1. Charge and job row (Submitting) in one transaction; with an
 	// Idempotency-Key, the key's claim too.
 	var res store.SubmitResult

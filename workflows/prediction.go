@@ -47,7 +47,11 @@ func PredictionWorkflow(ctx workflow.Context, in PredictionInput) (PredictionRes
 	if err := w.setup(ctx); err != nil {
 		return PredictionResult{}, err
 	}
-	return w.run(ctx)
+	res, err := w.run(ctx)
+	if err == nil && (res.Status == "Completed" || res.Status == "Failed") {
+		w.notify(ctx)
+	}
+	return res, err
 }
 
 type prediction struct {

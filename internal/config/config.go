@@ -49,6 +49,17 @@ type Config struct {
 	CORSOrigins []string
 	// LogLevel is the slog level of every role.
 	LogLevel slog.Level
+	// StatusWaitMax caps /status/'s ?waitSeconds= long poll.
+	StatusWaitMax time.Duration
+	// StatusCacheTTL is the longest a status is served from memory without
+	// a change notice (a change written by another process).
+	StatusCacheTTL time.Duration
+	// StatusReadsPerSecond is each key's sustained rate of status reads
+	// (0: unlimited); twice as many may come in a burst.
+	StatusReadsPerSecond int
+	// WebhookAllowPrivate lets job notices go to private, loopback and
+	// link-local addresses.
+	WebhookAllowPrivate bool
 
 	// GPUEmbedServiceURL is the GPU service's base URL, or several GPU
 	// hosts' base URLs joined by commas (gpuhealth.URLs splits them);
@@ -236,6 +247,36 @@ var Keys = []Key{
 	{Name: "KINFLOW_CORS_ORIGINS", Default: "*",
 		Meaning: "Comma-separated origins allowed by CORS; `*` allows any (without credentials: only origins listed by name get `Access-Control-Allow-Credentials`).", Allowed: "want a comma-separated list of origins",
 		set: func(c *Config, v string) error { c.CORSOrigins = splitList(v); return nil }},
+	{Name: "KINFLOW_STATUS_WAIT_MAX_SECONDS", Default: "60",
+		Meaning: "Longest `/status/<id>/?waitSeconds=N` holds a request that waits for a change (larger N is capped to it). 60 s stays under the idle timeouts of common proxies and load balancers (often 60–100 s), so a held request is never cut by one.",
+		Allowed: "want a whole number of seconds from 1 to 600",
+		set: func(c *Config, v string) error {
+			n := 0
+			if err := setIntRange(&n, v, 1, 600); err != nil {
+				return err
+			}
+			c.StatusWaitMax = time.Duration(n) * time.Second
+			return nil
+		}},
+	{Name: "KINFLOW_STATUS_CACHE_MS", Default: "1000",
+		Meaning: "Longest a job's status is served from the API's memory without re-reading the database. Writes made in the API's own process (`kinflow dev`), and on Postgres every process's writes (triggers and `LISTEN`), refresh it at once; a change written by a separate worker on SQLite is seen within this time. 1 s is the resolution of the status's own clock fields (elapsedSeconds), and bounds a polling storm to one database read per job per second.",
+		Allowed: "want a whole number of milliseconds from 0 to 60000",
+		set: func(c *Config, v string) error {
+			n := 0
+			if err := setIntRange(&n, v, 0, 60000); err != nil {
+				return err
+			}
+			c.StatusCacheTTL = time.Duration(n) * time.Millisecond
+			return nil
+		}},
+	{Name: "KINFLOW_STATUS_READS_PER_SECOND", Default: "100",
+		Meaning: "Status reads (`/status/`, its long poll and its event stream) one API key may make per second, with bursts of twice as many; faster readers get 429 with `Retry-After`, answered before any database read. 0: unlimited. The reference's clients ask once per job every 1–2 s (the Python client from 1 s growing to 10 s), so 100 lets one key follow 100 jobs at their fastest pace; a waiting client should use the long poll or the stream instead.",
+		Allowed: "want a whole number from 0 to 1000000",
+		set:     func(c *Config, v string) error { return setIntRange(&c.StatusReadsPerSecond, v, 0, 1000000) }},
+	{Name: "KINFLOW_WEBHOOK_ALLOW_PRIVATE", Default: "0",
+		Meaning: "1/true/yes/on: job notices (`notifyUrl` webhooks) may go to private, loopback and link-local addresses. Off by default, so that a notify URL cannot make the service reach its own network or a cloud metadata address (server-side request forgery); turn it on for an intranet deployment or tests.",
+		Allowed: "want 1, true, yes, on, 0, false, no or off",
+		set:     func(c *Config, v string) error { return setBool(&c.WebhookAllowPrivate, v) }},
 	{Name: "LOG_LEVEL", Default: "info",
 		Meaning: "Log level of every role: debug, info, warn or error. Logs are JSON lines.", Allowed: "want debug, info, warn or error",
 		set: func(c *Config, v string) error {
