@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"unicode/utf8"
 
@@ -160,12 +159,12 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 		protocolPoint("synced")
 		pending := make([][]Commit, len(spec.Families))
 		for _, c := range chunk {
-			info, err := os.Stat(c.tmp.Path)
+			st, err := StatFile(c.tmp.Path)
 			if err != nil {
 				return fmt.Errorf("step %s: %w", spec.Key, err)
 			}
 			pending[c.fi] = append(pending[c.fi], Commit{SeqID: c.sid, Suffix: spec.Families[c.fi].Suffix(), Bytes: int64(c.size),
-				Synthetic: true, SHA256: c.sum, MtimeNs: info.ModTime().UnixNano()})
+				Synthetic: true, SHA256: c.sum, MtimeNs: st.MtimeNs, CtimeNs: st.CtimeNs, Ino: st.Ino})
 		}
 		for fi := range pending {
 			if err := MergeManifest(dirs[fi], pending[fi], nil); err != nil {
@@ -173,6 +172,13 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 			}
 			protocolPoint("listed")
 		}
+		// The renames move the files' inode change times: record the
+		// final ones so that the next check is a stat, not a hash.
+		defer func() {
+			for fi := range pending {
+				_ = RecordRenamed(dirs[fi], pending[fi])
+			}
+		}()
 		for i, c := range chunk {
 			if err := c.tmp.Commit(); err != nil {
 				for _, rest := range chunk[i+1:] {
