@@ -135,7 +135,7 @@ func unitCapsOf(cfg *config.Config) input.UnitCaps {
 			return input.UnitCaps{}
 		}
 	}
-	return input.UnitCaps{PerRow: cfg.MaxUnitsPerRow, PerJob: cfg.MaxUnitsPerJob}
+	return input.UnitCaps{PerRow: cfg.MaxUnitsPerRow, PerJob: cfg.MaxUnitsPerJob, CellBytes: cfg.MaxCellBytes, RowListBytes: cfg.MaxRowListBytes}
 }
 
 // options reads the body's option fields, JSON or form.
@@ -197,13 +197,14 @@ func (s *Server) submit(c *gin.Context) {
 		s.inputError(c, err)
 		return
 	}
-	if err := input.CheckProducts(c.Request.Context(), s.chem, sub.Table); err != nil {
+	// One row may not buy unbounded work: quota counts rows, so the
+	// prediction units a row (and a job) may carry, and the bytes of its
+	// cells, are capped; checked first, being the cheapest.
+	if err := input.CountUnits(s.cat, sub.Table, sub.Options.Targets, sub.Options.Methods, s.caps).Err(); err != nil {
 		s.inputError(c, err)
 		return
 	}
-	// One row may not buy unbounded work: quota counts rows, so the
-	// prediction units a row (and a job) may carry are capped.
-	if err := input.CountUnits(s.cat, sub.Table, sub.Options.Targets, sub.Options.Methods, s.caps).Err(); err != nil {
+	if err := input.CheckProducts(c.Request.Context(), s.chem, sub.Table); err != nil {
 		s.inputError(c, err)
 		return
 	}

@@ -67,6 +67,27 @@ func Split(cell string) []string {
 	return out
 }
 
+// Count is len(Split(cell)) without building the list: the caps count the
+// tokens of every row before anything else is done with it.
+func Count(cell string) int {
+	if IsNullCell(cell) {
+		return 0
+	}
+	n := 0
+	for len(cell) > 0 {
+		tok := cell
+		if i := strings.Index(cell, Separator); i >= 0 {
+			tok, cell = cell[:i], cell[i+len(Separator):]
+		} else {
+			cell = ""
+		}
+		if strings.TrimSpace(tok) != "" {
+			n++
+		}
+	}
+	return n
+}
+
 // Candidate is one candidate sequence of a row (§13.2).
 type Candidate struct {
 	// Sequence is the candidate as given (trimmed when the cell was a list).

@@ -196,3 +196,12 @@ func TestReduceSkippedRowInCandidateMode(t *testing.T) {
 		t.Errorf("legacy skip: %+v", got)
 	}
 }
+
+// TestCountIsLenOfSplit: Count counts what Split returns.
+func TestCountIsLenOfSplit(t *testing.T) {
+	for _, c := range []string{"", " ", "none", "NaN", "a", "a;b", ";a;;b; ;", " a ; b ;c", ";;;", "a;", "x;none"} {
+		if got, want := Count(c), len(Split(c)); got != want {
+			t.Errorf("Count(%q) = %d, Split has %d", c, got, want)
+		}
+	}
+}
