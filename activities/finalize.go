@@ -19,6 +19,7 @@ import (
 	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/store"
 	"github.com/kinflow/kinflow/internal/units"
+	"github.com/kinflow/kinflow/internal/usermsg"
 )
 
 // syntheticExtraInfo is the Extra Info cell of every synthetic value.
@@ -53,7 +54,10 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeRe
 		if strings.TrimSpace(msg) == "" {
 			msg = "The prediction failed with an unknown error."
 		}
-		if _, err := a.Store.FinishJob(ctx, job.ID, store.JobFailed, msg, refund, a.Config.PredictionEngine == "synthetic", "", now); err != nil {
+		// The job's message is shown to its user: the failing part named,
+		// no connection string or address (the full text is logged here,
+		// with the job id).
+		if _, err := a.Store.FinishJob(ctx, job.ID, store.JobFailed, usermsg.Redact(msg), refund, a.Config.PredictionEngine == "synthetic", "", now); err != nil {
 			return FinalizeResult{}, err
 		}
 		a.Log.Info("job failed", "job_id", job.ID, "error", msg, "refunded", refund.Rows, "refunded_cached", refund.Cached)

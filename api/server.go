@@ -21,6 +21,7 @@ import (
 	"github.com/kinflow/kinflow/internal/metrics"
 	"github.com/kinflow/kinflow/internal/similarity"
 	"github.com/kinflow/kinflow/internal/store"
+	"github.com/kinflow/kinflow/internal/usermsg"
 )
 
 // Pinger reports whether a dependency answers; the Temporal client's
@@ -235,6 +236,13 @@ func (s *Server) internalError(c *gin.Context, what string, err error) {
 		return
 	}
 	s.log.Error(what, "request_id", rid, "error", err)
+	if usermsg.DatabaseDown(err) {
+		// Name the failing part, nothing of its address: the details are
+		// in the log line above, under the request id. A client may retry.
+		c.Header("Retry-After", "5")
+		abortError(c, http.StatusServiceUnavailable, "The database was unreachable (request id "+rid+"); try again shortly.")
+		return
+	}
 	abortError(c, http.StatusInternalServerError, "Internal server error (request id "+rid+").")
 }
 
