@@ -668,3 +668,82 @@ func errText(err error) string {
 	}
 	return err.Error()
 }
+
+// ChangedSinceCheck returns the paths among paths, cached files of
+// persistent families, whose stat no longer matches their integrity record
+// (rewritten, touched, replaced or gone since the plan's check recorded
+// them). It costs one stat per file and one manifest read per folder: it
+// runs after a method has read a stage's files, so that a file changed
+// between the check and the read is caught before its numbers are used.
+// Files of unknown or ephemeral families (no record is kept) are skipped.
+func ChangedSinceCheck(paths []string) []string {
+	byDir := map[string][]string{}
+	var dirs []string
+	for _, p := range paths {
+		d := filepath.Dir(p)
+		if _, ok := byDir[d]; !ok {
+			dirs = append(dirs, d)
+		}
+		byDir[d] = append(byDir[d], p)
+	}
+	var out []string
+	for _, dir := range dirs {
+		f, ok := familyOfDir(dir)
+		if !ok || !f.Persistent {
+			continue
+		}
+		recs := ReadFileRecords(dir)
+		for _, p := range byDir[dir] {
+			sid := strings.TrimSuffix(filepath.Base(p), f.Suffix())
+			st, err := StatFile(p)
+			if err != nil || !recs[sid].Matches(st) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// RecheckChanged runs the integrity check on files that ChangedSinceCheck
+// found (paths of persistent families): a file whose contents are still the
+// recorded ones is recorded with its new stat and kept; any other is set
+// aside like a plan's bad file. It returns the seq ids whose file is bad
+// or gone, and the check's account.
+func (l *Layout) RecheckChanged(paths []string) (map[string]bool, Integrity, error) {
+	var res Integrity
+	lost := map[string]bool{}
+	byDir := map[string][]string{}
+	var dirs []string
+	for _, p := range paths {
+		d := filepath.Dir(p)
+		if _, ok := byDir[d]; !ok {
+			dirs = append(dirs, d)
+		}
+		byDir[d] = append(byDir[d], p)
+	}
+	for _, dir := range dirs {
+		f, ok := familyOfDir(dir)
+		if !ok {
+			continue
+		}
+		sids := make([]string, 0, len(byDir[dir]))
+		for _, p := range byDir[dir] {
+			sids = append(sids, strings.TrimSuffix(filepath.Base(p), f.Suffix()))
+		}
+		present := make([]bool, len(sids))
+		for i := range present {
+			present[i] = true
+		}
+		got, err := l.CheckFamily(f, sids, present, nil, CheckOptions{})
+		if err != nil {
+			return lost, res, err
+		}
+		res.Add(got)
+		for i, ok := range present {
+			if !ok {
+				lost[sids[i]] = true
+			}
+		}
+	}
+	return lost, res, nil
+}
