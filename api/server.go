@@ -79,6 +79,9 @@ type Server struct {
 	// waiting on one row lock would hold every pooled connection while
 	// the winner waits for one (GORM prepares statements on the pool).
 	idemLocks [64]sync.Mutex
+	// bodies bounds the request bodies read at once (bodybudget.go); nil:
+	// no budget.
+	bodies *bodyBudget
 }
 
 // New builds the router with every route and middleware.
@@ -102,6 +105,9 @@ func New(d Deps) *Server {
 		s.chem = input.NewChemistry(nil, s.log)
 	}
 	s.openapi = openAPIJSON()
+	if d.Config != nil && d.Config.BodyBudgetBytes > 0 {
+		s.bodies = &bodyBudget{cap: d.Config.BodyBudgetBytes}
+	}
 	e := gin.New()
 	// Routes answer with and without the trailing slash (registered twice),
 	// never with a redirect that a POST client would not follow.
@@ -110,7 +116,7 @@ func New(d Deps) *Server {
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
 	_ = e.SetTrustedProxies(nil) // the caller IP is computed by clientIP, never by Gin
-	e.Use(s.requestID, s.observe, s.recoverJSON, s.accessLog, s.cors)
+	e.Use(s.requestID, s.observe, s.recoverJSON, s.accessLog, s.cors, s.releaseBody)
 	e.NoRoute(func(c *gin.Context) { abortError(c, http.StatusNotFound, "Not found.") })
 	e.NoMethod(func(c *gin.Context) { abortError(c, http.StatusMethodNotAllowed, "Method not allowed.") })
 

@@ -78,6 +78,9 @@ func (s *Server) readBody(c *gin.Context) (*requestBody, bool) {
 	if s.deps.Config != nil && s.deps.Config.MaxUploadBytes > 0 {
 		limit = s.deps.Config.MaxUploadBytes
 	}
+	if !s.takeBody(c, limit) {
+		return nil, false
+	}
 	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, limit)
 	if strings.Contains(c.GetHeader("Content-Type"), "application/json") {
 		jb, err := input.ParseJSONBody(c.Request.Body, s.maxRows())

@@ -1,0 +1,170 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kinflow/kinflow/internal/store"
+	"github.com/kinflow/kinflow/internal/testenv"
+)
+
+// csvStream is a CSV body of exactly n bytes made on the fly (the test
+// holds none of it), which blocks on its first read until gate is closed.
+type csvStream struct {
+	gate    <-chan struct{}
+	started func()
+	once    sync.Once
+	left    int64
+	buf     []byte
+}
+
+func (r *csvStream) Read(p []byte) (int, error) {
+	r.once.Do(func() {
+		r.started()
+		<-r.gate
+	})
+	if r.left <= 0 {
+		return 0, io.EOF
+	}
+	if len(r.buf) == 0 {
+		r.buf = []byte(seqA + ",CCO\n")
+	}
+	n := 0
+	for n < len(p) && r.left > 0 {
+		k := copy(p[n:], r.buf)
+		if int64(k) > r.left {
+			k = int(r.left)
+		}
+		n += k
+		r.left -= int64(k)
+	}
+	return n, nil
+}
+
+// bigUpload is a multipart upload whose .csv part is size bytes, with its
+// declared length.
+func bigUpload(size int64, gate <-chan struct{}, started func()) (io.Reader, string, int64) {
+	var head bytes.Buffer
+	w := multipart.NewWriter(&head)
+	_, _ = w.CreateFormFile("file", "big.csv")
+	prefix := head.String() + "Protein Sequence,Substrate\n"
+	suffix := "\r\n--" + w.Boundary() + "--\r\n"
+	body := io.MultiReader(strings.NewReader(prefix), &csvStream{gate: gate, started: started, left: size}, strings.NewReader(suffix))
+	return body, w.FormDataContentType(), int64(len(prefix)) + size + int64(len(suffix))
+}
+
+// rssMB is the process's resident and peak resident memory (MB).
+func rssMB() (rss, hwm int) {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return -1, -1
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var kb int
+		if _, err := fmt.Sscanf(sc.Text(), "VmRSS: %d kB", &kb); err == nil {
+			rss = kb / 1024
+		}
+		if _, err := fmt.Sscanf(sc.Text(), "VmHWM: %d kB", &kb); err == nil {
+			hwm = kb / 1024
+		}
+	}
+	return rss, hwm
+}
+
+// TestBodyBudget is issue 34's fourth finding: twelve concurrent 120 MB
+// bodies. Those that fit the byte budget (KINFLOW_BODY_BUDGET_BYTES, 256
+// MiB by default: two of them) are read; every other one is answered 503
+// with Retry-After before a byte of it is read, charging nothing (a submit
+// among them too). Once the two are done the budget is whole again. The
+// process's memory is logged, not asserted: it is a shared machine.
+func TestBodyBudget(t *testing.T) {
+	h := newHarness(t, testenv.OpenStore(t, store.SQLite))
+	if h.cfg.BodyBudgetBytes != 256<<20 {
+		t.Fatalf("default budget %d", h.cfg.BodyBudgetBytes)
+	}
+	const ip = "198.51.100.70"
+	key := h.newKey(ip)
+	const size = 120 << 20
+	rss0, hwm0 := rssMB()
+	gate := make(chan struct{})
+	var startedMu sync.Mutex
+	started := 0
+	onStart := func() { startedMu.Lock(); started++; startedMu.Unlock() }
+	type answer struct {
+		code  int
+		retry string
+		body  string
+	}
+	results := make(chan answer, 13)
+	send := func(path string) {
+		body, ct, n := bigUpload(size, gate, onStart)
+		req := httptest.NewRequest("POST", path, body)
+		req.ContentLength = n
+		req.RemoteAddr = netip.AddrPortFrom(netip.MustParseAddr(ip), 40000).String()
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", ct)
+		rec := httptest.NewRecorder()
+		h.srv.ServeHTTP(rec, req)
+		results <- answer{rec.Code, rec.Header().Get("Retry-After"), rec.Body.String()}
+	}
+	for range 12 {
+		go send("/api/v1/validate/")
+	}
+	go send("/api/v1/submit/")
+	// Ten validates and the submit are refused at once; two wait, admitted,
+	// on their first byte.
+	var refused []answer
+	for len(refused) < 11 {
+		select {
+		case a := <-results:
+			if a.code != 503 || a.retry == "" || !strings.Contains(a.body, "nothing was charged") {
+				t.Fatalf("an answer while the budget is full: %d %q %s", a.code, a.retry, a.body)
+			}
+			refused = append(refused, a)
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("only %d of 11 requests refused", len(refused))
+		}
+	}
+	startedMu.Lock()
+	if started > 2 {
+		t.Fatalf("%d bodies were being read at once; the budget holds two", started)
+	}
+	startedMu.Unlock()
+	close(gate)
+	for range 2 {
+		if a := <-results; a.code == 503 {
+			t.Fatalf("an admitted body was refused: %s", a.body)
+		}
+	}
+	rss1, hwm1 := rssMB()
+	t.Logf("memory (MB, shared machine, test and api in one process): RSS %d → %d, peak %d → %d, for 13 concurrent 120 MB bodies of which 2 were read", rss0, rss1, hwm0, hwm1)
+	if used := h.do("GET", "/api/v1/quota/", ip, key, nil).json(t)["used"]; used != 0.0 {
+		t.Fatalf("a refused submit charged %v", used)
+	}
+	// The budget is whole again: a large body is admitted.
+	gate2 := make(chan struct{})
+	close(gate2)
+	body, ct, n := bigUpload(2<<20, gate2, func() {})
+	req := httptest.NewRequest("POST", "/api/v1/validate/", body)
+	req.ContentLength = n
+	req.RemoteAddr = netip.AddrPortFrom(netip.MustParseAddr(ip), 40000).String()
+	req.Header.Set("Content-Type", ct)
+	req.Header.Set("Authorization", "Bearer "+key)
+	rec := httptest.NewRecorder()
+	h.srv.ServeHTTP(rec, req)
+	if rec.Code == 503 {
+		t.Fatalf("after the large bodies: %d %s", rec.Code, rec.Body)
+	}
+}
