@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/store"
 	"github.com/kinflow/kinflow/internal/testenv"
 )
@@ -166,5 +167,62 @@ func TestBodyBudget(t *testing.T) {
 	h.srv.ServeHTTP(rec, req)
 	if rec.Code == 503 {
 		t.Fatalf("after the large bodies: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestValidatePerKeyLimit: /validate/ is free of quota, so one key runs at
+// most KINFLOW_VALIDATE_PER_KEY calls at once (default 2); a third is
+// refused at once with 429 and Retry-After, another key is not, and the
+// slots come back when the calls answer. A call whose checks run past
+// KINFLOW_VALIDATE_TIMEOUT_SECONDS is stopped with a 503.
+func TestValidatePerKeyLimit(t *testing.T) {
+	h := newHarness(t, testenv.OpenStore(t, store.SQLite))
+	const ip, ip2 = "198.51.100.71", "198.51.100.72"
+	key, key2 := h.newKey(ip), h.newKey(ip2)
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	startedCh := make(chan struct{}, 2)
+	codes := make(chan int, 2)
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body, ct, n := bigUpload(2<<20, gate, func() { startedCh <- struct{}{} })
+			req := httptest.NewRequest("POST", "/api/v1/validate/", body)
+			req.ContentLength = n
+			req.RemoteAddr = netip.AddrPortFrom(netip.MustParseAddr(ip), 40000).String()
+			req.Header.Set("Authorization", "Bearer "+key)
+			req.Header.Set("Content-Type", ct)
+			rec := httptest.NewRecorder()
+			h.srv.ServeHTTP(rec, req)
+			codes <- rec.Code
+		}()
+	}
+	<-startedCh
+	<-startedCh
+	small := func(ip, key string) resp {
+		body, ct := multipartBody(t, "input.csv", csvRows(2))
+		return h.do("POST", "/api/v1/validate/", ip, key, body, "Content-Type", ct)
+	}
+	r := small(ip, key)
+	if r.Code != 429 || r.Header().Get("Retry-After") == "" || !strings.Contains(r.json(t)["error"].(string), "2 /validate/ calls running") {
+		t.Fatalf("third call of the key: %d %v %s", r.Code, r.Header(), r.Body)
+	}
+	wantStatus(t, small(ip2, key2), 200)
+	close(gate)
+	wg.Wait()
+	for range 2 {
+		if c := <-codes; c == 429 {
+			t.Fatalf("a held call was refused")
+		}
+	}
+	wantStatus(t, small(ip, key), 200)
+
+	h2 := newHarness(t, testenv.OpenStore(t, store.SQLite), func(c *config.Config, _ *Deps) { c.ValidateTimeout = time.Nanosecond })
+	k3 := h2.newKey(ip)
+	body, ct := multipartBody(t, "input.csv", csvRows(50))
+	r = h2.do("POST", "/api/v1/validate/", ip, k3, body, "Content-Type", ct)
+	if r.Code != 503 || r.Header().Get("Retry-After") == "" || !strings.Contains(r.Body.String(), "split it into smaller files") {
+		t.Fatalf("a call past its time bound: %d %s", r.Code, r.Body)
 	}
 }

@@ -82,6 +82,9 @@ type Server struct {
 	// bodies bounds the request bodies read at once (bodybudget.go); nil:
 	// no budget.
 	bodies *bodyBudget
+	// validateSlots bounds one key's concurrent /validate/ calls
+	// (validate_limit.go); nil: no bound.
+	validateSlots *keySlots
 }
 
 // New builds the router with every route and middleware.
@@ -107,6 +110,9 @@ func New(d Deps) *Server {
 	s.openapi = openAPIJSON()
 	if d.Config != nil && d.Config.BodyBudgetBytes > 0 {
 		s.bodies = &bodyBudget{cap: d.Config.BodyBudgetBytes}
+	}
+	if d.Config != nil && d.Config.ValidatePerKey > 0 {
+		s.validateSlots = &keySlots{max: d.Config.ValidatePerKey, busy: map[int64]int{}}
 	}
 	e := gin.New()
 	// Routes answer with and without the trailing slash (registered twice),

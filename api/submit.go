@@ -456,6 +456,11 @@ func (s *Server) writeInput(rel string, t *input.Table) error {
 // validate answers POST /validate/: the §4.6 report of the table. No quota
 // is used and nothing is stored.
 func (s *Server) validate(c *gin.Context) {
+	vctx, done, ok := s.validateLimits(c) // validate_limit.go
+	if !ok {
+		return
+	}
+	defer done()
 	b, ok := s.readBody(c)
 	if !ok {
 		return
@@ -476,13 +481,19 @@ func (s *Server) validate(c *gin.Context) {
 		s.inputError(c, err)
 		return
 	}
-	rep, err := input.Validate(c.Request.Context(), s.cat, s.chem, t, sim)
+	rep, err := input.Validate(vctx, s.cat, s.chem, t, sim)
+	if err == nil {
+		err = vctx.Err() // past the bound in checks that do not wait on it
+	}
 	if err != nil {
+		if s.validateTimedOut(c, vctx, err) {
+			return
+		}
 		s.inputError(c, err)
 		return
 	}
 	if sim && s.deps.Similarity != nil {
-		rep.Similarity = s.similarityFor(c.Request.Context(), similarityRows(t), keys)
+		rep.Similarity = s.similarityFor(vctx, similarityRows(t), keys)
 	}
 	// The prediction units against the caps: of the chosen targets and
 	// methods, or the most any method makes of each row.

@@ -137,6 +137,10 @@ type Config struct {
 	// BodyBudgetBytes caps the bytes of request bodies the api reads at
 	// once, over all requests (0: no budget).
 	BodyBudgetBytes int64
+	// ValidatePerKey caps the /validate/ calls one key runs at once;
+	// ValidateTimeout bounds one call's checking.
+	ValidatePerKey  int
+	ValidateTimeout time.Duration
 	// ProgressNoNotify turns file-system notifications off in the progress
 	// tracker (KINFLOW_PROGRESS_NOTIFY=0): folder sweeps only, as on shared
 	// storage where another host writes the files.
@@ -405,6 +409,14 @@ var Keys = []Key{
 		Meaning: "Most bytes the list cells of one row (Protein Sequence, Substrates, Products) may hold together (512 KiB: a row at the unit cap with long SMILES). Bounds the job folder one quota unit can fill, with KINFLOW_MAX_UNITS_PER_ROW.",
 		Allowed: "want a whole number of bytes from 1,024 to 134217728",
 		set:     func(c *Config, v string) error { return setIntRange(&c.MaxRowListBytes, v, 1024, 134217728) }},
+	{Name: "KINFLOW_VALIDATE_PER_KEY", Default: "2",
+		Meaning: "Most `/validate/` calls one API key runs at once; another is answered 429 with Retry-After. `/validate/` is free of quota, so without its own bound one key could keep every core busy checking chemistry (a 663 KB row cost 18 s of CPU).",
+		Allowed: "want a whole number from 1 to 1000",
+		set:     func(c *Config, v string) error { return setIntRange(&c.ValidatePerKey, v, 1, 1000) }},
+	{Name: "KINFLOW_VALIDATE_TIMEOUT_SECONDS", Default: "30",
+		Meaning: "Seconds one `/validate/` call may spend checking its table; past them it stops and answers 503 asking for a smaller file. A 10,000-row file within the caps is checked in a few seconds.",
+		Allowed: "want a whole number of seconds, 1 or more",
+		set:     func(c *Config, v string) error { return setSeconds(&c.ValidateTimeout, v) }},
 	{Name: "KINFLOW_BODY_BUDGET_BYTES", Default: "268435456",
 		Meaning: "Most bytes of request bodies the api reads at once, over all requests (256 MiB: two bodies at KINFLOW_MAX_UPLOAD_BYTES). A body declared or read beyond what is left waits for nothing: it is answered 503 with Retry-After, nothing charged. Each body is bounded on its own, but not how many are read together: twelve 120 MB bodies took an api past 4 GB. 0: no budget.",
 		Allowed: "want a whole number of bytes, 0 or more",
