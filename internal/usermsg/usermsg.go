@@ -75,7 +75,9 @@ func DatabaseDown(err error) bool {
 		return false
 	}
 	var ce *pgconn.ConnectError
-	var ne net.Error
+	// Not net.Error: a syscall.Errno satisfies it, so a missing file
+	// would read as an outage.
+	var ne *net.OpError
 	var pe *pgconn.PgError
 	switch {
 	case errors.As(err, &ce), errors.As(err, &ne), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, driver.ErrBadConn):

@@ -2,7 +2,11 @@ package usermsg
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -75,5 +79,19 @@ func TestRedactAddresses(t *testing.T) {
 	}
 	if got := Redact(`failed to connect to ` + "`host=db.example user=app database=kin`" + `: dial error (dial tcp 10.1.2.3:5432: connect: connection refused)`); got != DatabaseUnreachable {
 		t.Errorf("pgconn text: %q", got)
+	}
+}
+
+// TestDatabaseDownIsNotEveryError: a missing file (a syscall.Errno inside,
+// which has Timeout and Temporary) or a query's own error is not an outage.
+func TestDatabaseDownIsNotEveryError(t *testing.T) {
+	_, err := os.Open("/nonexistent/kinflow/output.csv")
+	for _, e := range []error{err, errors.New("record not found"), fmt.Errorf("load job: %w", errors.New("ERROR: syntax error (SQLSTATE 42601)"))} {
+		if DatabaseDown(e) {
+			t.Errorf("DatabaseDown(%v) = true", e)
+		}
+	}
+	if !DatabaseDown(fmt.Errorf("look up API key: %w", io.ErrUnexpectedEOF)) {
+		t.Error("a dropped connection is an outage")
 	}
 }
