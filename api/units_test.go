@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/store"
@@ -142,7 +143,9 @@ func TestPredictionUnitsCountWhatRuns(t *testing.T) {
 			{"D", nativeRow(100, 10000, 10000), "D", "Row 1 asks for 2000000 predictions ((10000 substrate(s) + 10000 product(s)) × 100 candidate sequence(s) × 1 target(s)); this server predicts at most 1000 per row", 2000000},
 		} {
 			fields := []string{"targets", `["kcat"]`, "methods", `{"kcat":"` + tc.method + `"}`}
+			start := time.Now()
 			r := h.submitCSV(ip, key, tc.csv, fields...)
+			t.Logf("method %s row (%d bytes): %d in %v (shared machine)", tc.name, len(tc.csv), r.Code, time.Since(start).Round(time.Millisecond))
 			wantStatus(t, r, 400)
 			if msg, _ := r.json(t)["error"].(string); !strings.Contains(msg, tc.want) {
 				t.Fatalf("%s: error %q", tc.name, msg)
@@ -155,7 +158,9 @@ func TestPredictionUnitsCountWhatRuns(t *testing.T) {
 				t.Fatalf("%s: a refused submit started %v", tc.name, got)
 			}
 			body, ct := multipartBody(t, "input.csv", tc.csv, fields...)
+			start = time.Now()
 			v := h.do("POST", "/api/v1/validate/", ip, key, body, "Content-Type", ct)
+			t.Logf("method %s row: /validate/ in %v", tc.name, time.Since(start).Round(time.Millisecond))
 			wantStatus(t, v, 200)
 			pu, _ := v.json(t)["predictionUnits"].(map[string]any)
 			if pu == nil || pu["total"] != tc.units || len(pu["overRow"].([]any)) != 1 {
