@@ -478,6 +478,7 @@ func (a *Activities) loadStageRowsLite(jobID string, index int) (stageRows, erro
 			Substrate  int      `json:"substrate"`
 			Substrates []string `json:"substrates"`
 			Skip       string   `json:"skip"`
+			Shared     bool     `json:"shared"`
 		} `json:"units"`
 	}
 	if err := fsutil.ReadJSON(filepath.Join(dir, "rows.json"), &lite); err != nil {
@@ -490,7 +491,9 @@ func (a *Activities) loadStageRowsLite(jobID string, index int) (stageRows, erro
 	sr := lite.stageRows
 	sr.Units = make([]units.Unit, len(lite.Units))
 	for i, u := range lite.Units {
-		sr.Units[i] = units.Unit{Row: u.Row, Target: sr.Target, Candidate: u.Candidate, Substrate: u.Substrate, Substrates: u.Substrates, Skip: u.Skip}
+		sr.Units[i] = units.Unit{Row: u.Row, Target: sr.Target, Candidate: u.Candidate, Substrate: u.Substrate, Substrates: u.Substrates, Skip: u.Skip, Shared: u.Shared}
 	}
+	units.RestoreInputs(sr.Inputs, sr.Units)
+	sr.Inputs = nil
 	return sr, nil
 }

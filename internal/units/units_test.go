@@ -1,7 +1,11 @@
 package units
 
 import (
+	"bytes"
+	"encoding/json"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -203,5 +207,51 @@ func TestCountIsLenOfSplit(t *testing.T) {
 		if got, want := Count(c), len(Split(c)); got != want {
 			t.Errorf("Count(%q) = %d, Split has %d", c, got, want)
 		}
+	}
+}
+
+// TestShareInputsStoresListsOncePerRow: the candidates of a native row
+// send the same lists; stored, they are written once per row (issue 34: a
+// 1,000-candidate × 20,000-substrate row made a 1.36 GB rows.json), and
+// restored every unit is what Expand made.
+func TestShareInputsStoresListsOncePerRow(t *testing.T) {
+	subs := make([]string, 2000)
+	for i := range subs {
+		subs[i] = "CCO" + strings.Repeat("C", i%7)
+	}
+	cands := make([]Candidate, 100)
+	sent := make([]string, 100)
+	for i := range cands {
+		cands[i] = Candidate{Sequence: "MKTAYIAKQR"}
+		sent[i] = "MKTAYIAKQR"
+	}
+	kw := map[string]string{"substrates": strings.Join(subs, ";")}
+	us := Expand(0, "kcat", Row{Candidates: cands}, sent, kw, "", subs, nil)
+	// A row of the older wire: one unit, stored as it was.
+	us = append(us, Expand(1, "kcat", Row{Candidates: cands[:1]}, sent[:1], map[string]string{"smiles": "CCO"}, "", []string{"CCO"}, nil)...)
+	want, _ := json.Marshal(us)
+	stored := slices.Clone(us)
+	inputs := ShareInputs(2, stored)
+	b, _ := json.Marshal(struct {
+		U []Unit      `json:"units"`
+		I []*RowInput `json:"inputs"`
+	}{stored, inputs})
+	if inputs[0] == nil || inputs[1] != nil || stored[100].Shared || stored[100].Kwargs["smiles"] != "CCO" {
+		t.Fatalf("shared: %v %v %+v", inputs[0] != nil, inputs[1], stored[100])
+	}
+	if len(b) > len(want)/50 {
+		t.Fatalf("stored %d bytes, per unit %d: the lists are not stored once", len(b), len(want))
+	}
+	var back struct {
+		U []Unit      `json:"units"`
+		I []*RowInput `json:"inputs"`
+	}
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	RestoreInputs(back.I, back.U)
+	got, _ := json.Marshal(back.U)
+	if !bytes.Equal(got, want) {
+		t.Fatal("restored units differ from Expand's")
 	}
 }
