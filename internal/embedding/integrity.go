@@ -644,6 +644,12 @@ func RecordWritten(paths []string) (map[string]string, error) {
 // ones gets its new time; any other (not renamed, or changed since) keeps
 // its record and is hashed by its next check.
 func RecordRenamed(dir string, written []Commit) error {
+	return MergeManifest(dir, renamedRecords(dir, written), nil)
+}
+
+// renamedRecords are RecordRenamed's record updates, for a caller that
+// merges them with its own commits.
+func renamedRecords(dir string, written []Commit) []Commit {
 	var updates []Commit
 	for _, c := range written {
 		if c.SHA256 == "" {
@@ -656,7 +662,7 @@ func RecordRenamed(dir string, written []Commit) error {
 		c.CtimeNs, c.RecordOnly = st.CtimeNs, true
 		updates = append(updates, c)
 	}
-	return MergeManifest(dir, updates, nil)
+	return updates
 }
 
 // errText is err's text without the path a *PathError carries (reasons
