@@ -23,7 +23,11 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"prediction_similarity_experimental.json": false,
 		// The post-check at the remote deadline (GetVersion
 		// "poll-timeout-post-check"): TestGPUWorkerKilledMidStepFailsOpen.
-		"prediction_poll_timeout_incomplete.json": false}
+		"prediction_poll_timeout_incomplete.json": false,
+		// A stage's second embedding phase and Predict after cached files
+		// changed while the method read them (GetVersion
+		// "i34-recheck-after-read"): TestFileChangedBetweenCheckAndReadIsRecomputed.
+		"prediction_recheck_after_read.json": false}
 	for _, f := range files {
 		want[filepath.Base(f)] = true
 		t.Run(filepath.Base(f), func(t *testing.T) {

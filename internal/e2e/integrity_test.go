@@ -265,4 +265,6 @@ func TestFileChangedBetweenCheckAndReadIsRecomputed(t *testing.T) {
 	if err := embedding.CheckFile(target); err != nil {
 		t.Fatalf("the changed file was not computed again: %v", err)
 	}
+	// The second round (GetVersion "i34-recheck-after-read") replays.
+	s.replay("prediction:"+job2, "prediction_recheck_after_read")
 }
