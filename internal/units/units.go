@@ -131,6 +131,11 @@ type Unit struct {
 	// the candidates of a native row all send the same lists, which
 	// stored per unit made one 1,000-candidate row a 1.36 GB file.
 	Shared bool `json:"shared,omitempty"`
+	// SeqShared, in a stored unit, says that its Seq is its row's for its
+	// candidate (RowInput.Seqs): a row's units of one candidate all send
+	// the same sequence, which stored per unit repeated a 10,000-residue
+	// sequence for each of a row's substrates.
+	SeqShared bool `json:"seq_shared,omitempty"`
 }
 
 // RowInput is what every whole-input unit of a row sends besides its
@@ -139,24 +144,27 @@ type RowInput struct {
 	Substrates []string          `json:"substrates,omitempty"`
 	Products   []string          `json:"products,omitempty"`
 	Kwargs     map[string]string `json:"kwargs,omitempty"`
+	// Seqs are the sequences sent, by candidate.
+	Seqs []string `json:"seqs,omitempty"`
 }
 
 // ShareInputs prepares us (the units of rows rows, in row order) for
-// storing: the lists and arguments of each row with two or more
-// whole-input units go once into the returned per-row inputs, and those
-// units keep only a Shared mark. Rows with one such unit (the older wire's
-// one unit per row) are left as they are.
+// storing: in each row with two or more units, the sequence of each
+// candidate, and the lists and arguments of whole-input units, go once into
+// the returned per-row inputs, and the units keep only SeqShared and
+// Shared marks. Rows with one unit (the older wire's one unit per row) are
+// left as they are.
 func ShareInputs(rows int, us []Unit) []*RowInput {
 	count := make([]int, rows)
 	for _, u := range us {
-		if u.Substrate == -1 && !u.Shared && u.Row >= 0 && u.Row < rows {
+		if u.Row >= 0 && u.Row < rows {
 			count[u.Row]++
 		}
 	}
 	var out []*RowInput
 	for i := range us {
 		u := &us[i]
-		if u.Substrate != -1 || u.Shared || u.Row < 0 || u.Row >= rows || count[u.Row] < 2 {
+		if u.Row < 0 || u.Row >= rows || count[u.Row] < 2 {
 			continue
 		}
 		if out == nil {
@@ -164,8 +172,25 @@ func ShareInputs(rows int, us []Unit) []*RowInput {
 		}
 		in := out[u.Row]
 		if in == nil {
-			in = &RowInput{Substrates: u.Substrates, Products: u.Products, Kwargs: u.Kwargs}
+			in = &RowInput{}
 			out[u.Row] = in
+		}
+		if !u.SeqShared && u.Candidate >= 0 && u.Seq != "" {
+			for len(in.Seqs) <= u.Candidate {
+				in.Seqs = append(in.Seqs, "")
+			}
+			if in.Seqs[u.Candidate] == "" {
+				in.Seqs[u.Candidate] = u.Seq
+			}
+			if in.Seqs[u.Candidate] == u.Seq {
+				u.Seq, u.SeqShared = "", true
+			}
+		}
+		if u.Substrate != -1 || u.Shared {
+			continue
+		}
+		if in.Substrates == nil && in.Products == nil && in.Kwargs == nil {
+			in.Substrates, in.Products, in.Kwargs = u.Substrates, u.Products, u.Kwargs
 		} else if !sameInput(in, u) {
 			continue
 		}
@@ -179,11 +204,16 @@ func ShareInputs(rows int, us []Unit) []*RowInput {
 func RestoreInputs(inputs []*RowInput, us []Unit) {
 	for i := range us {
 		u := &us[i]
-		if !u.Shared || u.Row < 0 || u.Row >= len(inputs) || inputs[u.Row] == nil {
+		if (!u.Shared && !u.SeqShared) || u.Row < 0 || u.Row >= len(inputs) || inputs[u.Row] == nil {
 			continue
 		}
 		in := inputs[u.Row]
-		u.Substrates, u.Products, u.Kwargs, u.Shared = in.Substrates, in.Products, in.Kwargs, false
+		if u.Shared {
+			u.Substrates, u.Products, u.Kwargs, u.Shared = in.Substrates, in.Products, in.Kwargs, false
+		}
+		if u.SeqShared && u.Candidate >= 0 && u.Candidate < len(in.Seqs) {
+			u.Seq, u.SeqShared = in.Seqs[u.Candidate], false
+		}
 	}
 }
 

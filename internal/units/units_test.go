@@ -229,14 +229,23 @@ func TestShareInputsStoresListsOncePerRow(t *testing.T) {
 	us := Expand(0, "kcat", Row{Candidates: cands}, sent, kw, "", subs, nil)
 	// A row of the older wire: one unit, stored as it was.
 	us = append(us, Expand(1, "kcat", Row{Candidates: cands[:1]}, sent[:1], map[string]string{"smiles": "CCO"}, "", []string{"CCO"}, nil)...)
+	// An expanded row: two long candidates × 50 substrates, each unit
+	// its own token; the sequences are stored once per candidate.
+	long := []string{strings.Repeat("MKTAYIAKQR", 500), strings.Repeat("MSTNPKPQRK", 500)}
+	pair := Expand(2, "Km", Row{Candidates: []Candidate{{Sequence: long[0]}, {Sequence: long[1]}}, PerSubstrate: true, Substrates: subs[:50]},
+		long, map[string]string{"smiles": ""}, "smiles", nil, nil)
+	us = append(us, pair...)
 	want, _ := json.Marshal(us)
 	stored := slices.Clone(us)
-	inputs := ShareInputs(2, stored)
+	inputs := ShareInputs(3, stored)
+	if inputs[2] == nil || len(inputs[2].Seqs) != 2 || stored[101].Seq != "" || !stored[101].SeqShared || stored[101].Shared {
+		t.Fatalf("expanded row: %+v", stored[101])
+	}
 	b, _ := json.Marshal(struct {
 		U []Unit      `json:"units"`
 		I []*RowInput `json:"inputs"`
 	}{stored, inputs})
-	if inputs[0] == nil || inputs[1] != nil || stored[100].Shared || stored[100].Kwargs["smiles"] != "CCO" {
+	if inputs[0] == nil || inputs[1] != nil || stored[100].Shared || stored[100].SeqShared || stored[100].Kwargs["smiles"] != "CCO" {
 		t.Fatalf("shared: %v %v %+v", inputs[0] != nil, inputs[1], stored[100])
 	}
 	if len(b) > len(want)/50 {
