@@ -95,8 +95,14 @@ func TestBodyBudget(t *testing.T) {
 	if h.cfg.BodyBudgetBytes != 256<<20 {
 		t.Fatalf("default budget %d", h.cfg.BodyBudgetBytes)
 	}
-	const ip = "198.51.100.70"
-	key := h.newKey(ip)
+	// Each request from its own key: the per-key bound of /validate/ is
+	// TestValidatePerKeyLimit's.
+	ips := make([]string, 13)
+	keys := make([]string, 13)
+	for i := range ips {
+		ips[i] = fmt.Sprintf("198.51.100.%d", 80+i)
+		keys[i] = h.newKey(ips[i])
+	}
 	const size = 120 << 20
 	rss0, hwm0 := rssMB()
 	gate := make(chan struct{})
@@ -109,21 +115,21 @@ func TestBodyBudget(t *testing.T) {
 		body  string
 	}
 	results := make(chan answer, 13)
-	send := func(path string) {
+	send := func(path string, i int) {
 		body, ct, n := bigUpload(size, gate, onStart)
 		req := httptest.NewRequest("POST", path, body)
 		req.ContentLength = n
-		req.RemoteAddr = netip.AddrPortFrom(netip.MustParseAddr(ip), 40000).String()
-		req.Header.Set("Authorization", "Bearer "+key)
+		req.RemoteAddr = netip.AddrPortFrom(netip.MustParseAddr(ips[i]), 40000).String()
+		req.Header.Set("Authorization", "Bearer "+keys[i])
 		req.Header.Set("Content-Type", ct)
 		rec := httptest.NewRecorder()
 		h.srv.ServeHTTP(rec, req)
 		results <- answer{rec.Code, rec.Header().Get("Retry-After"), rec.Body.String()}
 	}
-	for range 12 {
-		go send("/api/v1/validate/")
+	for i := range 12 {
+		go send("/api/v1/validate/", i)
 	}
-	go send("/api/v1/submit/")
+	go send("/api/v1/submit/", 12)
 	// Ten validates and the submit are refused at once; two wait, admitted,
 	// on their first byte.
 	var refused []answer
@@ -151,7 +157,7 @@ func TestBodyBudget(t *testing.T) {
 	}
 	rss1, hwm1 := rssMB()
 	t.Logf("memory (MB, shared machine, test and api in one process): RSS %d → %d, peak %d → %d, for 13 concurrent 120 MB bodies of which 2 were read", rss0, rss1, hwm0, hwm1)
-	if used := h.do("GET", "/api/v1/quota/", ip, key, nil).json(t)["used"]; used != 0.0 {
+	if used := h.do("GET", "/api/v1/quota/", ips[12], keys[12], nil).json(t)["used"]; used != 0.0 {
 		t.Fatalf("a refused submit charged %v", used)
 	}
 	// The budget is whole again: a large body is admitted.
@@ -160,9 +166,9 @@ func TestBodyBudget(t *testing.T) {
 	body, ct, n := bigUpload(2<<20, gate2, func() {})
 	req := httptest.NewRequest("POST", "/api/v1/validate/", body)
 	req.ContentLength = n
-	req.RemoteAddr = netip.AddrPortFrom(netip.MustParseAddr(ip), 40000).String()
+	req.RemoteAddr = netip.AddrPortFrom(netip.MustParseAddr(ips[0]), 40000).String()
 	req.Header.Set("Content-Type", ct)
-	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Authorization", "Bearer "+keys[0])
 	rec := httptest.NewRecorder()
 	h.srv.ServeHTTP(rec, req)
 	if rec.Code == 503 {
