@@ -170,6 +170,11 @@ type PredictResult struct {
 	Predicted int  `json:"predicted"`
 	Skipped   int  `json:"skipped"`
 	Synthetic bool `json:"synthetic"`
+	// Recheck, when set, counts the cached files that changed while the
+	// method read them (issue 34): the stage's results are not written
+	// yet; the workflow has the files computed again and calls Predict
+	// once more, which predicts only their units.
+	Recheck int `json:"recheck,omitempty"`
 }
 
 // FinalizeInput ends a job.

@@ -21,6 +21,7 @@ import (
 	"github.com/kinflow/kinflow/internal/metrics"
 	"github.com/kinflow/kinflow/internal/similarity"
 	"github.com/kinflow/kinflow/internal/store"
+	"github.com/kinflow/kinflow/internal/usermsg"
 )
 
 // Pinger reports whether a dependency answers; the Temporal client's
@@ -82,6 +83,12 @@ type Server struct {
 	// (statuswatch.go); statusRate the per-key limit on status reads.
 	statuses   *statusHub
 	statusRate *keyRate
+	// bodies bounds the request bodies read at once (bodybudget.go); nil:
+	// no budget.
+	bodies *bodyBudget
+	// validateSlots bounds one key's concurrent /validate/ calls
+	// (validate_limit.go); nil: no bound.
+	validateSlots *keySlots
 }
 
 // New builds the router with every route and middleware.
@@ -111,6 +118,12 @@ func New(d Deps) *Server {
 		d.Store.OnJobChange(s.statuses.changed)
 	}
 	s.statusRate = newKeyRate(statusReadsPerSecond(d.Config))
+	if d.Config != nil && d.Config.BodyBudgetBytes > 0 {
+		s.bodies = &bodyBudget{cap: d.Config.BodyBudgetBytes}
+	}
+	if d.Config != nil && d.Config.ValidatePerKey > 0 {
+		s.validateSlots = &keySlots{max: d.Config.ValidatePerKey, busy: map[int64]int{}}
+	}
 	e := gin.New()
 	// Routes answer with and without the trailing slash (registered twice),
 	// never with a redirect that a POST client would not follow.
@@ -119,7 +132,7 @@ func New(d Deps) *Server {
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
 	_ = e.SetTrustedProxies(nil) // the caller IP is computed by clientIP, never by Gin
-	e.Use(s.requestID, s.observe, s.recoverJSON, s.accessLog, s.cors)
+	e.Use(s.requestID, s.observe, s.recoverJSON, s.accessLog, s.cors, s.releaseBody)
 	e.NoRoute(func(c *gin.Context) { abortError(c, http.StatusNotFound, "Not found.") })
 	e.NoMethod(func(c *gin.Context) { abortError(c, http.StatusMethodNotAllowed, "Method not allowed.") })
 
@@ -250,6 +263,13 @@ func (s *Server) internalError(c *gin.Context, what string, err error) {
 		return
 	}
 	s.log.Error(what, "request_id", rid, "error", err)
+	if usermsg.DatabaseDown(err) {
+		// Name the failing part, nothing of its address: the details are
+		// in the log line above, under the request id. A client may retry.
+		c.Header("Retry-After", "5")
+		abortError(c, http.StatusServiceUnavailable, "The database was unreachable (request id "+rid+"); try again shortly.")
+		return
+	}
 	abortError(c, http.StatusInternalServerError, "Internal server error (request id "+rid+").")
 }
 

@@ -26,7 +26,11 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"prediction_poll_timeout_incomplete.json": false,
 		// The job notice (GetVersion "i35-notify-job"), delivered at the
 		// third attempt: TestWaitingOnChangeAgainstStack.
-		"prediction_webhook_retried.json": false}
+		"prediction_webhook_retried.json": false,
+		// A stage's second embedding phase and Predict after cached files
+		// changed while the method read them (GetVersion
+		// "i34-recheck-after-read"): TestFileChangedBetweenCheckAndReadIsRecomputed.
+		"prediction_recheck_after_read.json": false}
 	for _, f := range files {
 		want[filepath.Base(f)] = true
 		t.Run(filepath.Base(f), func(t *testing.T) {

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"unicode/utf8"
 
@@ -146,6 +145,15 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 		sum  string
 	}
 	var chunk []staged
+	// renamed holds, per family, the commits of the files the last chunk
+	// renamed into place; the next merge, or the end, records their final
+	// inode change times (RecordRenamed).
+	renamed := make([][]Commit, len(spec.Families))
+	defer func() {
+		for fi := range renamed {
+			_ = RecordRenamed(dirs[fi], renamed[fi])
+		}
+	}()
 	commitChunk := func() error {
 		if len(chunk) == 0 {
 			return nil
@@ -160,19 +168,25 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 		protocolPoint("synced")
 		pending := make([][]Commit, len(spec.Families))
 		for _, c := range chunk {
-			info, err := os.Stat(c.tmp.Path)
+			st, err := StatFile(c.tmp.Path)
 			if err != nil {
 				return fmt.Errorf("step %s: %w", spec.Key, err)
 			}
 			pending[c.fi] = append(pending[c.fi], Commit{SeqID: c.sid, Suffix: spec.Families[c.fi].Suffix(), Bytes: int64(c.size),
-				Synthetic: true, SHA256: c.sum, MtimeNs: info.ModTime().UnixNano()})
+				Synthetic: true, SHA256: c.sum, MtimeNs: st.MtimeNs, CtimeNs: st.CtimeNs, Ino: st.Ino})
 		}
 		for fi := range pending {
-			if err := MergeManifest(dirs[fi], pending[fi], nil); err != nil {
+			// The last chunk's renames moved its files' inode change
+			// times: their final ones ride along in this merge, so that
+			// the next check is a stat, not a hash, at no extra merge.
+			merge := append(renamedRecords(dirs[fi], renamed[fi]), pending[fi]...)
+			if err := MergeManifest(dirs[fi], merge, nil); err != nil {
 				return fmt.Errorf("step %s: %w", spec.Key, err)
 			}
+			renamed[fi] = nil
 			protocolPoint("listed")
 		}
+		copy(renamed, pending)
 		for i, c := range chunk {
 			if err := c.tmp.Commit(); err != nil {
 				for _, rest := range chunk[i+1:] {
