@@ -89,7 +89,7 @@ func KnownRows(ctx context.Context, st *store.Store, keys []Key) (map[Key]bool, 
 			args[i] = part[i][:]
 		}
 		var found [][]byte
-		if err := st.DB.WithContext(ctx).Model(&cachedRow{}).Where("row_key IN ?", args).Pluck("row_key", &found).Error; err != nil {
+		if err := st.Unprepared(ctx).Model(&cachedRow{}).Where("row_key IN ?", args).Pluck("row_key", &found).Error; err != nil {
 			return nil, fmt.Errorf("look up cached rows: %w", err)
 		}
 		for _, b := range found {

@@ -12,7 +12,7 @@ func (s *Store) SequencesByID(ctx context.Context, ids []string) (map[string]str
 	out := make(map[string]string, len(ids))
 	for from := 0; from < len(ids); from += seqChunk {
 		var rows []Sequence
-		if err := s.DB.WithContext(ctx).Where("id IN ?", ids[from:min(from+seqChunk, len(ids))]).Find(&rows).Error; err != nil {
+		if err := s.Unprepared(ctx).Where("id IN ?", ids[from:min(from+seqChunk, len(ids))]).Find(&rows).Error; err != nil {
 			return nil, fmt.Errorf("look up sequences by id: %w", err)
 		}
 		for _, r := range rows {

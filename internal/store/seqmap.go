@@ -74,7 +74,7 @@ func (s *Store) AssignSeqIDs(ctx context.Context, seqs []string, countUse bool) 
 			for i, e := range part {
 				shas[i] = e.sha
 			}
-			rows, err := s.DB.WithContext(ctx).Raw("SELECT id, seq, sha256 FROM sequences WHERE sha256 IN ?", shas).Rows()
+			rows, err := s.Unprepared(ctx).Raw("SELECT id, seq, sha256 FROM sequences WHERE sha256 IN ?", shas).Rows()
 			if err != nil {
 				return fmt.Errorf("look up sequences: %w", err)
 			}
@@ -258,7 +258,7 @@ func (s *Store) takenIDs(ctx context.Context, ids []string) (map[string]bool, er
 	taken := map[string]bool{}
 	for from := 0; from < len(ids); from += seqChunk {
 		var got []string
-		if err := s.DB.WithContext(ctx).Raw("SELECT id FROM sequences WHERE id IN ?", ids[from:min(from+seqChunk, len(ids))]).
+		if err := s.Unprepared(ctx).Raw("SELECT id FROM sequences WHERE id IN ?", ids[from:min(from+seqChunk, len(ids))]).
 			Scan(&got).Error; err != nil {
 			return nil, fmt.Errorf("look up seq ids: %w", err)
 		}
@@ -284,7 +284,7 @@ func (s *Store) LookupSeqIDs(ctx context.Context, seqs []string) ([]string, erro
 	}
 	for from := 0; from < len(shas); from += seqChunk {
 		var rows []Sequence
-		if err := s.DB.WithContext(ctx).Where("sha256 IN ?", shas[from:min(from+seqChunk, len(shas))]).Find(&rows).Error; err != nil {
+		if err := s.Unprepared(ctx).Where("sha256 IN ?", shas[from:min(from+seqChunk, len(shas))]).Find(&rows).Error; err != nil {
 			return nil, fmt.Errorf("look up sequences: %w", err)
 		}
 		for _, r := range rows {

@@ -127,6 +127,23 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 }
 
 // Ping checks that the database answers.
+// Unprepared is the store's database for queries whose text varies with
+// their arguments (an IN list of as many placeholders as keys): they skip
+// GORM's prepared-statement cache. Each new text would otherwise be prepared
+// under the cache's write lock while waiting for a pooled connection, and
+// GORM deadlocks when that meets transactions holding every connection and
+// waiting on the same lock (go-gorm/gorm#7465: seen here as 200 concurrent
+// submits hung for ever once the quota check looked rows up by key). Such
+// texts would also fill the cache with one statement per list length.
+func (s *Store) Unprepared(ctx context.Context) *gorm.DB {
+	db := s.DB.Session(&gorm.Session{Context: ctx})
+	if p, ok := db.Statement.ConnPool.(*gorm.PreparedStmtDB); ok {
+		db.Statement.ConnPool = p.ConnPool
+		db.Config.PrepareStmt = false
+	}
+	return db
+}
+
 func (s *Store) Ping(ctx context.Context) error {
 	sqlDB, err := s.DB.DB()
 	if err != nil {

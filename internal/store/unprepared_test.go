@@ -1,0 +1,74 @@
+package store_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/kinflow/kinflow/internal/store"
+	"github.com/kinflow/kinflow/internal/testenv"
+)
+
+// TestUnpreparedQueryBesideFullPool is go-gorm/gorm#7465 as it met kinflow's
+// submit path: with every pooled connection held by a transaction, a query of
+// a new text waits for a connection; the transactions then run that same
+// text. Through GORM's prepared-statement cache the waiting query has
+// claimed the text's preparation, the transactions wait for it, and nothing
+// moves again. Through Unprepared it is a plain query that waits its turn.
+func TestUnpreparedQueryBesideFullPool(t *testing.T) {
+	s := testenv.OpenStore(t, store.Postgres)
+	sqlDB, err := s.DB.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlDB.SetMaxOpenConns(2)
+	ctx := context.Background()
+	const q = "SELECT count(*) FROM jobs WHERE id IN ?"
+	ids := []string{"a", "b", "c"} // a text no earlier query prepared
+
+	var txs []*gorm.DB
+	for range 2 {
+		tx := s.DB.WithContext(ctx).Begin()
+		if tx.Error != nil {
+			t.Fatal(tx.Error)
+		}
+		if err := tx.Exec("SELECT 1").Error; err != nil { // holds its connection
+			t.Fatal(err)
+		}
+		txs = append(txs, tx)
+	}
+	done := make(chan error, 3)
+	go func() {
+		var n int64
+		done <- s.Unprepared(ctx).Raw(q, ids).Scan(&n).Error
+	}()
+	time.Sleep(200 * time.Millisecond) // the query above now waits for a connection
+	var wg sync.WaitGroup
+	for _, tx := range txs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var n int64
+			if err := tx.Raw(q, ids).Scan(&n).Error; err != nil {
+				done <- err
+				return
+			}
+			done <- tx.Commit().Error
+		}()
+	}
+	deadline := time.After(30 * time.Second)
+	for range 3 {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-deadline:
+			t.Fatal("deadlock: the query and the transactions wait on each other")
+		}
+	}
+	wg.Wait()
+}
