@@ -13,6 +13,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/input"
 	"github.com/kinflow/kinflow/internal/methods"
@@ -374,7 +375,7 @@ func (a *Activities) policy() Policy {
 		CPUTaskQueue:      a.Config.CPUTaskQueue,
 		HeartbeatSeconds:  int(a.Config.HeartbeatTimeout / time.Second),
 		ShardSeqs:         a.Config.StepShardSeqs,
-		TrackTaskQueue:    TrackTaskQueue(a.Config.CPUTaskQueue),
+		TrackTaskQueue:    config.TrackTaskQueue(a.Config.CPUTaskQueue),
 		TrackMinFiles:     a.Config.TrackMinFiles,
 		GPUSmallStepSeqs:  a.Config.GPUSmallStepSeqs,
 		SmallJobRows:      a.Config.SmallJobRows,

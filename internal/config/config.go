@@ -456,18 +456,31 @@ func Load(lookup func(string) (string, bool)) (*Config, error) {
 // FromEnv loads the configuration from the process environment.
 func FromEnv() (*Config, error) { return Load(os.LookupEnv) }
 
-// Markdown renders the key table for the README.
+// Markdown renders the key tables for the README: every role's keys
+// (Keys), then the GPU host's own (HostKeys), by the same code.
 func Markdown() string {
 	var b strings.Builder
-	b.WriteString("| key | default | meaning |\n|---|---|---|\n")
+	b.WriteString(tableHeader)
 	for _, k := range Keys {
-		d := "`" + k.Default + "`"
-		if k.Default == "" {
-			d = "(empty)"
-		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", k.Name, d, k.Meaning)
+		writeRow(&b, k.Name, formatDefault(k.Default), k.Meaning)
 	}
+	hostMarkdown(&b)
 	return b.String()
+}
+
+const tableHeader = "| key | default | meaning |\n|---|---|---|\n"
+
+// formatDefault is a default as the tables show it.
+func formatDefault(d string) string {
+	if d == "" {
+		return "(empty)"
+	}
+	return "`" + d + "`"
+}
+
+// writeRow writes one row of a key table; def is already formatted.
+func writeRow(b *strings.Builder, name, def, meaning string) {
+	fmt.Fprintf(b, "| `%s` | %s | %s |\n", name, def, meaning)
 }
 
 func splitList(v string) []string {
