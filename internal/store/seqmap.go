@@ -17,7 +17,7 @@ import (
 	"gorm.io/gorm/clause"
 	"gorm.io/gorm/logger"
 
-	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/seqid"
 )
 
 // seqChunk is how many sequences one query handles: 500 rows × 7 columns
@@ -56,7 +56,7 @@ func (s *Store) AssignSeqIDs(ctx context.Context, seqs []string, countUse bool) 
 	order := make([]*entry, 0, len(seqs))
 	perInput := make([]*entry, len(seqs))
 	for i, seq := range seqs {
-		sha := embedding.SHA256Hex(seq)
+		sha := seqid.SHA256Hex(seq)
 		e := bySHA[sha]
 		if e == nil {
 			e = &entry{seq: seq, sha: sha}
@@ -123,7 +123,7 @@ func (s *Store) AssignSeqIDs(ctx context.Context, seqs []string, countUse bool) 
 		cand := make([]string, len(missing))
 		next := make([]int, len(missing))
 		for i, e := range missing {
-			cand[i] = embedding.BaseSeqID(e.seq)
+			cand[i] = seqid.Base(e.seq)
 		}
 		for {
 			taken, err := s.takenIDs(ctx, cand)
@@ -135,7 +135,7 @@ func (s *Store) AssignSeqIDs(ctx context.Context, seqs []string, countUse bool) 
 			for i := range cand {
 				if taken[cand[i]] || local[cand[i]] {
 					next[i]++
-					cand[i] = embedding.CandidateSeqID(embedding.BaseSeqID(missing[i].seq), next[i])
+					cand[i] = seqid.Candidate(seqid.Base(missing[i].seq), next[i])
 					again = true
 					continue
 				}
@@ -276,7 +276,7 @@ func (s *Store) LookupSeqIDs(ctx context.Context, seqs []string) ([]string, erro
 	idx := map[string][]int{}
 	var shas []string
 	for i, seq := range seqs {
-		sha := embedding.SHA256Hex(seq)
+		sha := seqid.SHA256Hex(seq)
 		if _, ok := idx[sha]; !ok {
 			shas = append(shas, sha)
 		}
@@ -350,11 +350,11 @@ func (s *Store) ImportSeqmap(ctx context.Context, sqlitePath string) (ImportResu
 					rows.Close()
 					return fmt.Errorf("read %s: %w", sqlitePath, err)
 				}
-				if !embedding.ValidSeqID(r.ID) {
+				if !seqid.Valid(r.ID) {
 					rows.Close()
 					return fmt.Errorf("row %q: the id is not a safe cache file name; fix it in the source map first", r.ID)
 				}
-				r.SHA256 = embedding.SHA256Hex(r.Seq)
+				r.SHA256 = seqid.SHA256Hex(r.Seq)
 				r.Len = utf8.RuneCountInString(r.Seq)
 				r.CreatedAt = parseRefTime(created)
 				r.LastSeenAt = parseRefTime(lastSeen)
