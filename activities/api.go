@@ -89,6 +89,9 @@ type PreparedJob struct {
 	Stages      []StageInfo `json:"stages"`
 	DisableGPU  bool        `json:"disable_gpu"`
 	Policy      Policy      `json:"policy"`
+	// Notify is set when the job has a notify URL (a webhook at its end):
+	// the workflow of a job without one spends nothing on notices.
+	Notify bool `json:"notify,omitempty"`
 }
 
 // PlanInput asks for a stage's plan; PostCheck marks a re-plan after
@@ -168,6 +171,11 @@ type PredictResult struct {
 	Predicted int  `json:"predicted"`
 	Skipped   int  `json:"skipped"`
 	Synthetic bool `json:"synthetic"`
+	// Recheck, when set, counts the cached files that changed while the
+	// method read them (issue 34): the stage's results are not written
+	// yet; the workflow has the files computed again and calls Predict
+	// once more, which predicts only their units.
+	Recheck int `json:"recheck,omitempty"`
 }
 
 // FinalizeInput ends a job.

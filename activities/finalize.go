@@ -20,6 +20,7 @@ import (
 	"github.com/kinflow/kinflow/internal/predcache"
 	"github.com/kinflow/kinflow/internal/store"
 	"github.com/kinflow/kinflow/internal/units"
+	"github.com/kinflow/kinflow/internal/usermsg"
 )
 
 // syntheticExtraInfo is the Extra Info cell of every synthetic value.
@@ -54,7 +55,10 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeRe
 		if strings.TrimSpace(msg) == "" {
 			msg = "The prediction failed with an unknown error."
 		}
-		if _, err := a.Store.FinishJob(ctx, job.ID, store.JobFailed, msg, refund, a.Config.PredictionEngine == "synthetic", "", now); err != nil {
+		// The job's message is shown to its user: the failing part named,
+		// no connection string or address (the full text is logged here,
+		// with the job id).
+		if _, err := a.Store.FinishJob(ctx, job.ID, store.JobFailed, usermsg.Redact(msg), refund, a.Config.PredictionEngine == "synthetic", "", now); err != nil {
 			return FinalizeResult{}, err
 		}
 		a.Log.Info("job failed", "job_id", job.ID, "error", msg, "refunded", refund.Rows, "refunded_cached", refund.Cached)
@@ -509,6 +513,7 @@ func (a *Activities) loadStageRowsLite(jobID string, index int) (stageRows, erro
 			Substrate  int      `json:"substrate"`
 			Substrates []string `json:"substrates"`
 			Skip       string   `json:"skip"`
+			Shared     bool     `json:"shared"`
 		} `json:"units"`
 	}
 	if err := fsutil.ReadJSON(filepath.Join(dir, "rows.json"), &lite); err != nil {
@@ -521,7 +526,9 @@ func (a *Activities) loadStageRowsLite(jobID string, index int) (stageRows, erro
 	sr := lite.stageRows
 	sr.Units = make([]units.Unit, len(lite.Units))
 	for i, u := range lite.Units {
-		sr.Units[i] = units.Unit{Row: u.Row, Target: sr.Target, Candidate: u.Candidate, Substrate: u.Substrate, Substrates: u.Substrates, Skip: u.Skip}
+		sr.Units[i] = units.Unit{Row: u.Row, Target: sr.Target, Candidate: u.Candidate, Substrate: u.Substrate, Substrates: u.Substrates, Skip: u.Skip, Shared: u.Shared}
 	}
+	units.RestoreInputs(sr.Inputs, sr.Units)
+	sr.Inputs = nil
 	return sr, nil
 }

@@ -6,7 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/kinflow/kinflow/internal/heartbeat"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -19,8 +19,11 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/kinflow/kinflow/internal/config"
+	"github.com/kinflow/kinflow/internal/embedding"
 	"github.com/kinflow/kinflow/internal/fsutil"
+	"github.com/kinflow/kinflow/internal/heartbeat"
 	"github.com/kinflow/kinflow/internal/methods"
+	"github.com/kinflow/kinflow/internal/store"
 	"github.com/kinflow/kinflow/internal/units"
 )
 
@@ -73,6 +76,14 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 			continue
 		}
 		send = append(send, i)
+	}
+	sendAll := len(send)
+	// A round after cached files changed while the method read them:
+	// only the units of those files run again (recheckAfterRead).
+	partialFile := filepath.Join(dir, "pred.partial.json")
+	var partial stagePartial
+	if fsutil.ReadJSON(partialFile, &partial) == nil && len(partial.Results) == len(sr.Units) {
+		out.Results, send = partial.Results, partial.Redo
 	}
 	invalidRows := 0
 	for _, sh := range sr.Shapes {
@@ -145,6 +156,13 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 			log.Warn("prediction failed", "error", err)
 			return PredictResult{}, err
 		}
+		// The method has read its files: any that changed since the plan's
+		// check are checked again, and the units of a changed file run
+		// again in another round, after the file is computed anew.
+		redo, changed, err := a.recheckAfterRead(ctx, ref, sr, toSend, log)
+		if err != nil {
+			return PredictResult{}, err
+		}
 		for k, i := range toSend {
 			r := &out.Results[i]
 			switch reason, ok := reasons[k]; {
@@ -159,6 +177,17 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 				}
 			}
 		}
+		if len(redo) > 0 {
+			kept := toSend[:0:0]
+			for _, i := range toSend {
+				if redo[i] {
+					out.Results[i] = units.Result{}
+				} else {
+					kept = append(kept, i)
+				}
+			}
+			toSend = kept
+		}
 		switch {
 		case pc != nil && unconverted:
 			// The program saw substrates as given, not in the form the
@@ -168,6 +197,18 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 		case pc != nil:
 			a.storeComputed(ctx, pc, d, out.Results, toSend, log)
 		}
+		if len(redo) > 0 {
+			p := stagePartial{Results: out.Results}
+			for _, i := range send {
+				if redo[i] {
+					p.Redo = append(p.Redo, i)
+				}
+			}
+			if err := fsutil.WriteJSONAtomic(partialFile, p); err != nil {
+				return PredictResult{}, err
+			}
+			return PredictResult{Recheck: changed}, nil
+		}
 		cached = len(send) - len(toSend)
 		if err := a.recordCacheUse(ref, prov, sr, out.Results); err != nil {
 			return PredictResult{}, err
@@ -176,16 +217,106 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 	if err := fsutil.WriteJSONAtomic(predFile, out); err != nil {
 		return PredictResult{}, err
 	}
+	_ = os.Remove(partialFile)
 	res := countPredictions(out)
 	log.Info("prediction done", "predicted", res.Predicted, "skipped", res.Skipped, "cached", cached, "synthetic", res.Synthetic)
 	if err := a.Store.UpdateStage(ctx, ref.JobID, ref.StageIndex, map[string]any{"predictions_made": res.Predicted, "predictions_cached": cached}); err != nil {
 		return res, err
 	}
 	err = a.Store.UpdateJob(ctx, ref.JobID, map[string]any{
-		"total_predictions": len(send), "predictions_made": res.Predicted, "invalid_rows": invalidRows,
+		"total_predictions": sendAll, "predictions_made": res.Predicted, "invalid_rows": invalidRows,
 		"predictions_cached": gorm.Expr("(SELECT COALESCE(SUM(predictions_cached), 0) FROM job_stages WHERE job_id = ?)", ref.JobID),
 	})
 	return res, err
+}
+
+// stagePartial is pred.partial.json: a stage's results so far when cached
+// files changed while the method read them, and the units to run again
+// once those files are computed anew.
+type stagePartial struct {
+	Results []units.Result `json:"results"`
+	Redo    []int          `json:"redo"`
+}
+
+// ReasonCacheFilesChanged is the event reason (kinflow's, tuple F,F,F,F) of
+// a stage whose cached files changed after the plan's check, while the
+// method read them: `cache_files_changed_after_check:<n>`. The changed
+// files are checked again; the units of each bad one are predicted again
+// once it is computed anew, before the stage's result is written.
+const ReasonCacheFilesChanged = "cache_files_changed_after_check"
+
+// recheckAfterRead stats the plan's files of the units in sent against the
+// records the plan's check left (embedding.ChangedSinceCheck); the changed
+// ones are checked again (a file with the recorded contents is kept, any
+// other set aside). It returns the units whose file was set aside or is
+// gone, with the count of such files, and records a job event.
+func (a *Activities) recheckAfterRead(ctx context.Context, ref StageRef, sr stageRows, sent []int, log *slog.Logger) (map[int]bool, int, error) {
+	if len(sent) == 0 || a.Layout == nil {
+		return nil, 0, nil
+	}
+	dir, err := a.stageDir(ref.JobID, ref.StageIndex)
+	if err != nil {
+		return nil, 0, err
+	}
+	var plan struct {
+		SeqIDToSeq map[string]string   `json:"seq_id_to_seq"`
+		Expected   map[string][]string `json:"expected_paths_by_seq"`
+	}
+	if err := fsutil.ReadJSON(filepath.Join(dir, "plan.json"), &plan); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, 0, nil
+		}
+		return nil, 0, err
+	}
+	sidOf := make(map[string]string, len(plan.SeqIDToSeq))
+	for sid, seq := range plan.SeqIDToSeq {
+		sidOf[seq] = sid
+	}
+	seen := map[string]bool{}
+	var paths []string
+	for _, i := range sent {
+		sid := sidOf[sr.Units[i].Seq]
+		if sid == "" || seen[sid] {
+			continue
+		}
+		seen[sid] = true
+		paths = append(paths, plan.Expected[sid]...)
+	}
+	changed := embedding.ChangedSinceCheck(paths)
+	if len(changed) == 0 {
+		return nil, 0, nil
+	}
+	lost, in, err := a.Layout.RecheckChanged(changed)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(lost) == 0 {
+		// Touched, not changed: recorded anew, the values stand.
+		log.Info("cached files touched after the check, contents unchanged", "files", len(changed))
+		return nil, 0, nil
+	}
+	redo := map[int]bool{}
+	for _, i := range sent {
+		if lost[sidOf[sr.Units[i].Seq]] {
+			redo[i] = true
+		}
+	}
+	msg := fmt.Sprintf("%d cached file(s) changed after the check, while the method read them: the %d prediction(s) that used them are made again once the files are computed anew", len(lost), len(redo))
+	if len(in.Bad) > 0 {
+		msg += "; " + in.Summary(5)
+	}
+	log.Warn("cached files changed while the method read them", "files", len(lost), "units", len(redo), "detail", msg)
+	st, err := a.Store.Stage(ctx, ref.JobID, ref.StageIndex)
+	if err != nil {
+		return nil, 0, err
+	}
+	if _, err := a.Store.AddEvent(ctx, &store.JobEvent{
+		JobID: ref.JobID, StageIndex: ref.StageIndex, Kind: store.EventGPUPrecompute, MethodKey: st.MethodKey, Target: st.Target,
+		Reason: fmt.Sprintf("%s:%d", ReasonCacheFilesChanged, len(lost)), Message: msg, CreatedAt: time.Now().UTC(),
+	}, keepEvents); err != nil {
+		return nil, 0, err
+	}
+	return redo, len(lost), nil
 }
 
 // countPredictions counts the stage's units with and without a value.

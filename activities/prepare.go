@@ -33,6 +33,10 @@ type stageRows struct {
 	Shapes []units.Row `json:"shapes"`
 	// Units are the stage's prediction units, grouped by row in row order.
 	Units []units.Unit `json:"units"`
+	// Inputs are, per row, the lists and engine arguments its shared
+	// units send (units.ShareInputs): stored once per row, not once per
+	// candidate. nil for a stage with none.
+	Inputs []*units.RowInput `json:"inputs,omitempty"`
 	// CandidateMode: some row of the job has several candidate sequences
 	// (every row's Extra Info is then the per-candidate array, §13.2).
 	CandidateMode bool `json:"candidate_mode,omitempty"`
@@ -327,7 +331,7 @@ func (a *Activities) PrepareInput(ctx context.Context, ref JobRef) (PreparedJob,
 	limit := input.EffectiveLimit(maxLens...)
 
 	js := expandSequences(table, limit, job.HandleLongSequences)
-	res := PreparedJob{Rows: len(table.Rows), DisableGPU: job.DisableGPUPrecompute, Policy: a.policy()}
+	res := PreparedJob{Rows: len(table.Rows), DisableGPU: job.DisableGPUPrecompute, Policy: a.policy(), Notify: job.NotifyURL != ""}
 	for i, t := range targets {
 		d := descs[i]
 		sr, valid, err := a.expandStage(ctx, table, js, d, t)
@@ -341,9 +345,11 @@ func (a *Activities) PrepareInput(ctx context.Context, ref JobRef) (PreparedJob,
 		if err != nil {
 			return PreparedJob{}, err
 		}
+		sr.Inputs = units.ShareInputs(len(sr.Shapes), sr.Units)
 		if err := fsutil.WriteJSONAtomic(filepath.Join(sdir, "rows.json"), sr); err != nil {
 			return PreparedJob{}, err
 		}
+		units.RestoreInputs(sr.Inputs, sr.Units)
 		res.Stages = append(res.Stages, StageInfo{Index: i, Target: t, MethodKey: d.Key, Profile: d.Profile, GPUEligible: d.GPUEligible, ValidRows: valid})
 		n := len(table.Rows)
 		invalid := 0
@@ -398,6 +404,8 @@ func (a *Activities) loadStageRows(jobID string, index int) (stageRows, error) {
 		}
 		return stageRows{}, fmt.Errorf("read prepared rows of job %s stage %d: %w", jobID, index, err)
 	}
+	units.RestoreInputs(sr.Inputs, sr.Units)
+	sr.Inputs = nil
 	if sr.Shapes == nil && sr.Legacy != nil {
 		// Prepared before units: one unit per valid row.
 		sr.Shapes = make([]units.Row, len(sr.Legacy))

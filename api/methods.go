@@ -170,7 +170,10 @@ func buildMethodsBody(cat *methods.Catalogue, caps input.UnitCaps) methodsBody {
 	b.Notes.Targets = "Choose what to predict with `targets` (a list of kcat, Km, kcat/Km) and `methods` (an object mapping each selected target to a method id listed here)."
 	b.Notes.SubstrateLists = "A 'Substrates' cell may hold several SMILES or InChI separated by ';' (and 'Protein Sequence' several candidate sequences): each is predicted, kcat keeps the largest value, Km and kcat/Km are written as a JSON array in substrate order."
 	b.Notes.Quota = "Each input reaction row counts once against your daily quota."
-	b.Notes.PredictionUnits = fmt.Sprintf("Each substrate of a 'Substrates' list, each candidate sequence and each target is one prediction: this server makes at most %d per row and %d per job. A submit over either limit is refused with a 400 naming the row; /validate/ reports the count (predictionUnits).", caps.PerRow, caps.PerJob)
+	b.Notes.PredictionUnits = fmt.Sprintf("Each substrate of a 'Substrates' list, each candidate sequence and each target is one prediction: this server makes at most %d per row and %d per job. A method whose program takes a row's whole list (inputBehaviorByTarget native_multi, native_full_reaction: method E's kcat, method D) reads every substrate, and for method D every product, for each candidate, so each of those counts as one prediction too. A submit over either limit is refused with a 400 naming the row; /validate/ reports the count (predictionUnits).", caps.PerRow, caps.PerJob)
+	if caps.CellBytes > 0 {
+		b.Notes.PredictionUnits += fmt.Sprintf(" A cell may hold at most %d bytes, and a row's Protein Sequence, Substrates and Products cells %d bytes together.", caps.CellBytes, caps.RowListBytes)
+	}
 	return b
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/store"
 	"github.com/kinflow/kinflow/internal/testenv"
 )
@@ -185,7 +186,8 @@ func TestStatusOverallProgress(t *testing.T) {
 // similarity.json (the note decodes only its head, but reads it whole).
 func BenchmarkStatusUserUnits(b *testing.B) {
 	st := testenv.OpenStore(b, store.SQLite)
-	h := newHarness(b, st)
+	// Unlimited status reads for the one key (issue 35's rate answers 429).
+	h := newHarness(b, st, func(c *config.Config, _ *Deps) { c.StatusReadsPerSecond = 0 })
 	const ip = "192.0.2.78"
 	key := h.newKey(ip)
 	id := h.submitted(ip, key)

@@ -93,6 +93,15 @@ func (s *Server) ReconcileSubmits(ctx context.Context) (queued, undone int, err 
 	return queued, undone, nil
 }
 
+// RunStatusListener relays the database's job-change notices to the status
+// cache until ctx ends (Postgres; on SQLite it returns at once), so that
+// changes written by worker processes reach waiting requests at once.
+func (s *Server) RunStatusListener(ctx context.Context) {
+	if s.deps.Store != nil {
+		s.deps.Store.ListenJobChanges(ctx, s.log)
+	}
+}
+
 // RunSubmitReconciler runs ReconcileSubmits (and removes expired
 // Idempotency-Keys) at once and then every SubmitReconcileEvery until ctx
 // ends.

@@ -21,6 +21,7 @@ import (
 	"github.com/kinflow/kinflow/internal/metrics"
 	"github.com/kinflow/kinflow/internal/similarity"
 	"github.com/kinflow/kinflow/internal/store"
+	"github.com/kinflow/kinflow/internal/usermsg"
 )
 
 // Pinger reports whether a dependency answers; the Temporal client's
@@ -78,6 +79,16 @@ type Server struct {
 	// waiting on one row lock would hold every pooled connection while
 	// the winner waits for one (GORM prepares statements on the pool).
 	idemLocks [64]sync.Mutex
+	// statuses is the status cache and its per-job watchers
+	// (statuswatch.go); statusRate the per-key limit on status reads.
+	statuses   *statusHub
+	statusRate *keyRate
+	// bodies bounds the request bodies read at once (bodybudget.go); nil:
+	// no budget.
+	bodies *bodyBudget
+	// validateSlots bounds one key's concurrent /validate/ calls
+	// (validate_limit.go); nil: no bound.
+	validateSlots *keySlots
 }
 
 // New builds the router with every route and middleware.
@@ -102,6 +113,17 @@ func New(d Deps) *Server {
 		s.chem = input.NewChemistry(nil, s.log)
 	}
 	s.openapi = openAPIJSON()
+	s.statuses = newStatusHub(statusCacheTTL(d.Config), s.loadStatusSnap)
+	if d.Store != nil {
+		d.Store.OnJobChange(s.statuses.changed)
+	}
+	s.statusRate = newKeyRate(statusReadsPerSecond(d.Config))
+	if d.Config != nil && d.Config.BodyBudgetBytes > 0 {
+		s.bodies = &bodyBudget{cap: d.Config.BodyBudgetBytes}
+	}
+	if d.Config != nil && d.Config.ValidatePerKey > 0 {
+		s.validateSlots = &keySlots{max: d.Config.ValidatePerKey, busy: map[int64]int{}}
+	}
 	e := gin.New()
 	// Routes answer with and without the trailing slash (registered twice),
 	// never with a redirect that a POST client would not follow.
@@ -110,7 +132,7 @@ func New(d Deps) *Server {
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
 	_ = e.SetTrustedProxies(nil) // the caller IP is computed by clientIP, never by Gin
-	e.Use(s.requestID, s.observe, s.recoverJSON, s.accessLog, s.cors)
+	e.Use(s.requestID, s.observe, s.recoverJSON, s.accessLog, s.cors, s.releaseBody)
 	e.NoRoute(func(c *gin.Context) { abortError(c, http.StatusNotFound, "Not found.") })
 	e.NoMethod(func(c *gin.Context) { abortError(c, http.StatusMethodNotAllowed, "Method not allowed.") })
 
@@ -124,9 +146,14 @@ func New(d Deps) *Server {
 	anyMethod(authed, "/quota", s.quota)
 	anyMethod(authed, "/validate", s.postOnly(s.validate))
 	anyMethod(authed, "/submit", s.postOnly(s.submit))
-	anyMethod(authed, "/status/:id", s.status)
+	// Status reads are limited per key before the key is even looked up,
+	// so that a polling storm costs no database round trip.
+	anyMethod(v1, "/status/:id", s.limitStatusReads, s.authenticate, s.status)
+	handle(v1, http.MethodGet, "/status/:id/events", s.limitStatusReads, s.authenticate, s.statusEvents)
 	anyMethod(authed, "/result/:id", s.result)
 	handle(authed, http.MethodGet, "/jobs", s.jobsList)
+	handle(authed, http.MethodGet, "/webhook", s.webhookSettings)
+	handle(authed, http.MethodPost, "/webhook", s.webhookSettings)
 
 	keys := e.Group("/api/api-key")
 	keys.GET("", s.keyStatus)
@@ -170,15 +197,15 @@ func (s *Server) trustedProxies() []netip.Prefix {
 }
 
 // anyMethod registers h for every method on path and path + "/".
-func anyMethod(g *gin.RouterGroup, path string, h gin.HandlerFunc) {
-	g.Any(path, h)
-	g.Any(path+"/", h)
+func anyMethod(g *gin.RouterGroup, path string, h ...gin.HandlerFunc) {
+	g.Any(path, h...)
+	g.Any(path+"/", h...)
 }
 
 // handle registers h for one method on path and path + "/".
-func handle(g *gin.RouterGroup, method, path string, h gin.HandlerFunc) {
-	g.Handle(method, path, h)
-	g.Handle(method, path+"/", h)
+func handle(g *gin.RouterGroup, method, path string, h ...gin.HandlerFunc) {
+	g.Handle(method, path, h...)
+	g.Handle(method, path+"/", h...)
 }
 
 // errorBody is every error's JSON body.
@@ -236,6 +263,13 @@ func (s *Server) internalError(c *gin.Context, what string, err error) {
 		return
 	}
 	s.log.Error(what, "request_id", rid, "error", err)
+	if usermsg.DatabaseDown(err) {
+		// Name the failing part, nothing of its address: the details are
+		// in the log line above, under the request id. A client may retry.
+		c.Header("Retry-After", "5")
+		abortError(c, http.StatusServiceUnavailable, "The database was unreachable (request id "+rid+"); try again shortly.")
+		return
+	}
 	abortError(c, http.StatusInternalServerError, "Internal server error (request id "+rid+").")
 }
 

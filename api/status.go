@@ -1,10 +1,17 @@
 package api
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -303,24 +310,154 @@ func embeddingSource(stages []store.JobStage) *store.JobStage {
 	return &stages[len(stages)-1]
 }
 
-// status answers GET /status/{id}/ from the database alone.
-func (s *Server) status(c *gin.Context) {
-	j, ok := s.ownedJob(c)
-	if !ok {
-		return
+// statusSnap is what a job's status is made of that only a write changes:
+// its row, stages, GPU-precompute events and queue position, read together,
+// and the ETag of that state. The clock fields (elapsedSeconds, ETA) are
+// computed from it at each answer, so they stay out of the ETag.
+type statusSnap struct {
+	job      store.Job
+	stages   []store.JobStage
+	evs      []store.JobEvent
+	queuePos *int
+	etag     string
+}
+
+// finished reports whether the snapshot's job has ended.
+func (sn *statusSnap) finished() bool {
+	return sn.job.Status == store.JobCompleted || sn.job.Status == store.JobFailed
+}
+
+// loadStatusSnap reads job id's snapshot from the database (any owner).
+func (s *Server) loadStatusSnap(ctx context.Context, id string) (*statusSnap, error) {
+	j, err := s.deps.Store.Job(ctx, id)
+	if err != nil {
+		return nil, err
 	}
-	ctx := c.Request.Context()
 	stages, err := s.deps.Store.JobStages(ctx, j.ID)
 	if err != nil {
-		s.internalError(c, "job.stages_failed", err)
-		return
+		return nil, err
 	}
 	evs, err := s.deps.Store.GPUPrecomputeEvents(ctx, j.ID, gpuEventsKept)
 	if err != nil {
-		s.internalError(c, "job.events_failed", err)
+		return nil, err
+	}
+	sn := &statusSnap{job: *j, stages: stages, evs: evs}
+	if jobStatusOnWire(j.Status) == store.JobPending {
+		pos, err := s.deps.Store.QueuePosition(ctx, j.SubmittedAt)
+		if err != nil {
+			return nil, err
+		}
+		sn.queuePos = &pos
+	}
+	sn.etag = snapETag(sn)
+	return sn, nil
+}
+
+// snapETag is a weak ETag of the state a client sees: the job's row, its
+// stages, its events and its queue position (weak: the clock fields of the
+// body move on under the same tag).
+func snapETag(sn *statusSnap) string {
+	b, _ := json.Marshal(struct {
+		J  store.Job
+		S  []store.JobStage
+		E  []store.JobEvent
+		QP *int
+	}{sn.job, sn.stages, sn.evs, sn.queuePos})
+	sum := sha256.Sum256(b)
+	return `W/"` + hex.EncodeToString(sum[:12]) + `"`
+}
+
+// ownedSnap is the path's job snapshot for the authenticated key (from the
+// status cache), answering 404 for a bad slug, an unknown id and another
+// key's job alike.
+func (s *Server) ownedSnap(c *gin.Context) (*statusSnap, bool) {
+	id := c.Param("id")
+	if !jobIDPattern.MatchString(id) {
+		abortError(c, http.StatusNotFound, "Not found.")
+		return nil, false
+	}
+	sn, err := s.statuses.get(c.Request.Context(), id)
+	if errors.Is(err, store.ErrNotFound) || err == nil && sn.job.KeyID != authKey(c).ID {
+		abortError(c, http.StatusNotFound, fmt.Sprintf("No job found with id '%s'.", id))
+		return nil, false
+	}
+	if err != nil {
+		s.internalError(c, "job.read_failed", err)
+		return nil, false
+	}
+	return sn, true
+}
+
+// status answers GET /status/{id}/ from the status cache (a database read
+// only when the job changed). It carries an ETag; If-None-Match with it
+// answers 304, and with ?waitSeconds=N the request is held until the state
+// differs or N seconds pass (then 304).
+func (s *Server) status(c *gin.Context) {
+	wait, ok := s.waitSeconds(c)
+	if !ok {
 		return
 	}
-	now := s.now()
+	sn, ok := s.ownedSnap(c)
+	if !ok {
+		return
+	}
+	inm := c.GetHeader("If-None-Match")
+	if inm != "" && etagMatches(inm, sn.etag) && wait > 0 && !sn.finished() {
+		var err error
+		sn, _, err = s.statuses.wait(c.Request.Context(), sn.job.ID, sn.etag, time.Now().Add(wait))
+		if err != nil {
+			// The client went away while waiting: nobody reads the answer.
+			c.AbortWithStatus(statusClientClosed)
+			return
+		}
+	}
+	c.Header("ETag", sn.etag)
+	// no-cache: a cache may keep the answer but must ask again (with
+	// If-None-Match) before reusing it.
+	c.Header("Cache-Control", "private, no-cache")
+	if inm != "" && etagMatches(inm, sn.etag) {
+		c.Status(http.StatusNotModified)
+		c.Writer.WriteHeaderNow()
+		return
+	}
+	c.JSON(http.StatusOK, s.statusBodyOf(sn, s.now()))
+}
+
+// waitSeconds parses ?waitSeconds=N (whole or fractional seconds, capped by
+// KINFLOW_STATUS_WAIT_MAX_SECONDS); 0 without it.
+func (s *Server) waitSeconds(c *gin.Context) (time.Duration, bool) {
+	v, ok := c.GetQuery("waitSeconds")
+	if !ok || strings.TrimSpace(v) == "" {
+		return 0, true
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	if err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
+		abortError(c, http.StatusBadRequest, "waitSeconds must be a number of seconds, 0 or more.")
+		return 0, false
+	}
+	maxWait := 60 * time.Second
+	if s.deps.Config != nil && s.deps.Config.StatusWaitMax > 0 {
+		maxWait = s.deps.Config.StatusWaitMax
+	}
+	return min(time.Duration(f*float64(time.Second)), maxWait), true
+}
+
+// etagMatches is If-None-Match's weak comparison of header against etag.
+func etagMatches(header, etag string) bool {
+	want := strings.TrimPrefix(etag, "W/")
+	for _, t := range strings.Split(header, ",") {
+		t = strings.TrimSpace(t)
+		if t == "*" || strings.TrimPrefix(t, "W/") == want {
+			return true
+		}
+	}
+	return false
+}
+
+// statusBodyOf renders a snapshot as §1.8's body at now (the clock fields,
+// and the files beside the job: stage counts, provenance, similarity).
+func (s *Server) statusBodyOf(sn *statusSnap, now time.Time) statusBody {
+	j, stages, evs := &sn.job, sn.stages, sn.evs
 	end := now
 	if j.CompletedAt != nil {
 		end = *j.CompletedAt
@@ -336,12 +473,8 @@ func (s *Server) status(c *gin.Context) {
 		q := b.ElapsedSeconds
 		b.QueueSeconds = &q
 	}
-	if b.Status == store.JobPending {
-		pos, err := s.deps.Store.QueuePosition(ctx, j.SubmittedAt)
-		if err != nil {
-			s.internalError(c, "job.queue_failed", err)
-			return
-		}
+	if b.Status == store.JobPending && sn.queuePos != nil {
+		pos := *sn.queuePos
 		b.QueuePosition = &pos
 	}
 	b.ProgressStages = make([]stageBody, 0, len(stages))
@@ -390,5 +523,5 @@ func (s *Server) status(c *gin.Context) {
 			b.Error = "The job failed with an unknown error."
 		}
 	}
-	c.JSON(http.StatusOK, b)
+	return b
 }

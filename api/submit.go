@@ -79,6 +79,9 @@ func (s *Server) readBody(c *gin.Context) (*requestBody, bool) {
 	if s.deps.Config != nil && s.deps.Config.MaxUploadBytes > 0 {
 		limit = s.deps.Config.MaxUploadBytes
 	}
+	if !s.takeBody(c, limit) {
+		return nil, false
+	}
 	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, limit)
 	if strings.Contains(c.GetHeader("Content-Type"), "application/json") {
 		jb, err := input.ParseJSONBody(c.Request.Body, s.maxRows())
@@ -136,7 +139,7 @@ func unitCapsOf(cfg *config.Config) input.UnitCaps {
 			return input.UnitCaps{}
 		}
 	}
-	return input.UnitCaps{PerRow: cfg.MaxUnitsPerRow, PerJob: cfg.MaxUnitsPerJob}
+	return input.UnitCaps{PerRow: cfg.MaxUnitsPerRow, PerJob: cfg.MaxUnitsPerJob, CellBytes: cfg.MaxCellBytes, RowListBytes: cfg.MaxRowListBytes}
 }
 
 // options reads the body's option fields, JSON or form.
@@ -198,13 +201,14 @@ func (s *Server) submit(c *gin.Context) {
 		s.inputError(c, err)
 		return
 	}
-	if err := input.CheckProducts(c.Request.Context(), s.chem, sub.Table); err != nil {
+	// One row may not buy unbounded work: quota counts rows, so the
+	// prediction units a row (and a job) may carry, and the bytes of its
+	// cells, are capped; checked first, being the cheapest.
+	if err := input.CountUnits(s.cat, sub.Table, sub.Options.Targets, sub.Options.Methods, s.caps).Err(); err != nil {
 		s.inputError(c, err)
 		return
 	}
-	// One row may not buy unbounded work: quota counts rows, so the
-	// prediction units a row (and a job) may carry are capped.
-	if err := input.CountUnits(s.cat, sub.Table, sub.Options.Targets, sub.Options.Methods, s.caps).Err(); err != nil {
+	if err := input.CheckProducts(c.Request.Context(), s.chem, sub.Table); err != nil {
 		s.inputError(c, err)
 		return
 	}
@@ -214,6 +218,10 @@ func (s *Server) submit(c *gin.Context) {
 	}
 
 	k := authKey(c)
+	notifyURL, ok := s.submitNotifyURL(c, b, k)
+	if !ok {
+		return
+	}
 	limit := c.GetInt64(ctxLimit)
 	now := s.now()
 	day := store.QuotaDay(now)
@@ -232,6 +240,7 @@ func (s *Server) submit(c *gin.Context) {
 	// they are not asked of the quota (issue 36) when the plain charge
 	// would not fit.
 	job.QuotaCreditRows = s.quotaCredit(ctx, c, k.ID, day, limit, sub)
+	job.NotifyURL = notifyURL
 	// 1. Charge and job row (Submitting) in one transaction; with an
 	// Idempotency-Key, the key's claim too.
 	var res store.SubmitResult
@@ -497,6 +506,11 @@ func (s *Server) writeInput(rel string, t *input.Table) error {
 // validate answers POST /validate/: the §4.6 report of the table. No quota
 // is used and nothing is stored.
 func (s *Server) validate(c *gin.Context) {
+	vctx, done, ok := s.validateLimits(c) // validate_limit.go
+	if !ok {
+		return
+	}
+	defer done()
 	b, ok := s.readBody(c)
 	if !ok {
 		return
@@ -517,13 +531,19 @@ func (s *Server) validate(c *gin.Context) {
 		s.inputError(c, err)
 		return
 	}
-	rep, err := input.Validate(c.Request.Context(), s.cat, s.chem, t, sim)
+	rep, err := input.Validate(vctx, s.cat, s.chem, t, sim)
+	if err == nil {
+		err = vctx.Err() // past the bound in checks that do not wait on it
+	}
 	if err != nil {
+		if s.validateTimedOut(c, vctx, err) {
+			return
+		}
 		s.inputError(c, err)
 		return
 	}
 	if sim && s.deps.Similarity != nil {
-		rep.Similarity = s.similarityFor(c.Request.Context(), similarityRows(t), keys)
+		rep.Similarity = s.similarityFor(vctx, similarityRows(t), keys)
 	}
 	// The prediction units against the caps: of the chosen targets and
 	// methods, or the most any method makes of each row.

@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/kinflow/kinflow/internal/usermsg"
 )
 
 // userMessageMax is the longest failure message a user is shown. A failure
@@ -17,11 +19,14 @@ const userMessageMax = 300
 // media root, a temporary folder, a program's location).
 var serverPath = regexp.MustCompile(`/[^\s:'"(),;\[\]{}<>]+(?:/[^\s:'"(),;\[\]{}<>]+)+/?`)
 
-// userMessage is a job or stage message as users see it: server paths
-// replaced by "[server path]", runs of them collapsed, and cut to
-// userMessageMax characters.
+// userMessage is a job or stage message as users see it: a database
+// outage named as such and nothing more, connection strings and addresses
+// replaced by "[server address]" (usermsg.Redact), server paths by
+// "[server path]", runs of them collapsed, and cut to userMessageMax
+// characters. Applied when the message is shown, so a message an older
+// worker stored is redacted too.
 func userMessage(msg string) string {
-	out := serverPath.ReplaceAllString(msg, "[server path]")
+	out := serverPath.ReplaceAllString(usermsg.Redact(msg), "[server path]")
 	for strings.Contains(out, "[server path], [server path]") {
 		out = strings.ReplaceAll(out, "[server path], [server path]", "[server path]")
 	}

@@ -23,6 +23,12 @@ type Starter struct {
 	// whose summary cannot be read starts without a memo: it is for
 	// operators' eyes only.
 	Summary func(ctx context.Context, jobID string) (JobSummary, error)
+	// Eager asks the server to hand the workflow's first task straight to
+	// a worker of this process in the start's answer (eager workflow
+	// start), saving the task's dispatch through the matching service. Set
+	// only where a worker of TaskQueue runs on Client in this process
+	// (`kinflow dev`); the server falls back to a normal start otherwise.
+	Eager bool
 }
 
 // MemoSummary is the memo key of a prediction workflow's JobSummary.
@@ -60,6 +66,7 @@ func (s Starter) StartJob(ctx context.Context, jobID string) error {
 		// 2-core host under a burst the default 10 s expired and the task's
 		// local activities ran again (an event recorded twice).
 		WorkflowTaskTimeout: workflowTaskTimeout,
+		EnableEagerStart:    s.Eager,
 	}, PredictionWorkflowName, PredictionInput{JobID: jobID})
 	if err != nil {
 		return fmt.Errorf("start workflow for job %s: %w", jobID, err)

@@ -47,7 +47,11 @@ func PredictionWorkflow(ctx workflow.Context, in PredictionInput) (PredictionRes
 	if err := w.setup(ctx); err != nil {
 		return PredictionResult{}, err
 	}
-	return w.run(ctx)
+	res, err := w.run(ctx)
+	if err == nil && (res.Status == "Completed" || res.Status == "Failed") {
+		w.notify(ctx)
+	}
+	return res, err
 }
 
 type prediction struct {
@@ -172,6 +176,31 @@ func (w *prediction) stage(ctx workflow.Context, st activities.StageInfo) error 
 	if err := w.heavy(ctx, popts, a.Predict, ref).Get(ctx, &pr); err != nil {
 		_ = w.mark(ctx, activities.StageMark{JobID: w.in.JobID, StageIndex: st.Index, Status: "failed", Message: userMessage(err)})
 		return err
+	}
+	// Cached files changed while the method read them (Predict found it
+	// and kept its results back): have them computed again, then predict
+	// their units again. An older history never has Recheck set, so the
+	// version marker is only met on this road.
+	for round := 0; pr.Recheck > 0; round++ {
+		if workflow.GetVersion(ctx, recheckAfterReadVersion, workflow.DefaultVersion, 1) < 1 {
+			break
+		}
+		if round == maxRecheckRounds {
+			err := &stageError{fmt.Sprintf("method %s (%s): cached embedding files kept changing while the method read them", st.MethodKey, st.Target)}
+			_ = w.mark(ctx, activities.StageMark{JobID: w.in.JobID, StageIndex: st.Index, Status: "failed", Message: userMessage(err)})
+			return err
+		}
+		w.setStage(ctx, st.Index, "plan")
+		if err := w.precompute(ctx, st); err != nil {
+			_ = w.mark(ctx, activities.StageMark{JobID: w.in.JobID, StageIndex: st.Index, Status: "failed", Message: userMessage(err), EmbeddingState: "error"})
+			return err
+		}
+		w.setStage(ctx, st.Index, "predict")
+		pr = activities.PredictResult{}
+		if err := w.heavy(ctx, popts, a.Predict, ref).Get(ctx, &pr); err != nil {
+			_ = w.mark(ctx, activities.StageMark{JobID: w.in.JobID, StageIndex: st.Index, Status: "failed", Message: userMessage(err)})
+			return err
+		}
 	}
 	w.setStage(ctx, st.Index, "cleanup")
 	if err := workflow.ExecuteLocalActivity(shortOptions(ctx), a.Cleanup, ref).Get(ctx, nil); err != nil {
@@ -539,6 +568,16 @@ const pollTimeoutPostCheckVersion = "poll-timeout-post-check"
 // its own task queue, skips it for small stages and, when stopping it,
 // waits at most trackerStopWait for its answer (startTracker).
 const trackerQueueVersion = "tracker-own-queue"
+
+// recheckAfterReadVersion names the change (issue 34) that runs a stage's
+// embedding phase and Predict again when Predict found cached files that
+// changed while the method read them.
+const recheckAfterReadVersion = "i34-recheck-after-read"
+
+// maxRecheckRounds bounds those rounds: a file rewritten under every read
+// (a broken writer, an attack) fails the stage rather than loop for ever;
+// three is more than a race between two writers ever needs.
+const maxRecheckRounds = 3
 
 // smallJobLocalVersion names the change that runs a small job's Predict and
 // annotations as local activities (prediction.heavy).

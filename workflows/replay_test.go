@@ -23,7 +23,14 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"prediction_similarity_experimental.json": false,
 		// The post-check at the remote deadline (GetVersion
 		// "poll-timeout-post-check"): TestGPUWorkerKilledMidStepFailsOpen.
-		"prediction_poll_timeout_incomplete.json": false}
+		"prediction_poll_timeout_incomplete.json": false,
+		// The job notice (GetVersion "i35-notify-job"), delivered at the
+		// third attempt: TestWaitingOnChangeAgainstStack.
+		"prediction_webhook_retried.json": false,
+		// A stage's second embedding phase and Predict after cached files
+		// changed while the method read them (GetVersion
+		// "i34-recheck-after-read"): TestFileChangedBetweenCheckAndReadIsRecomputed.
+		"prediction_recheck_after_read.json": false}
 	for _, f := range files {
 		want[filepath.Base(f)] = true
 		t.Run(filepath.Base(f), func(t *testing.T) {
@@ -37,7 +44,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 	}
 	for name, found := range want {
 		if !found {
-			t.Errorf("testdata/%s is missing: record it with KINFLOW_RECORD_HISTORIES=1 go test ./internal/e2e -run 'TestRemoteDone|TestJobSimilarity|TestGPUWorkerKilledMidStep'", name)
+			t.Errorf("testdata/%s is missing: record it with KINFLOW_RECORD_HISTORIES=1 go test ./internal/e2e -run 'TestRemoteDone|TestJobSimilarity|TestGPUWorkerKilledMidStep|TestWaitingOnChangeAgainstStack'", name)
 		}
 	}
 }

@@ -41,18 +41,20 @@ func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer tc.Close()
-	srv, err := newAPIServer(cfg, st, tc, log, metrics.New())
+	srv, err := newAPIServer(cfg, st, tc, log, metrics.New(), false)
 	if err != nil {
 		return err
 	}
 	// Submits cut off by a crash of an api process are settled here.
 	go srv.RunSubmitReconciler(ctx)
+	go srv.RunStatusListener(ctx)
 	return serveHTTP(ctx, cfg.APIListen, srv, log, nil)
 }
 
 // newAPIServer wires the API's dependencies; m is served on /metrics, with
-// the jobs-by-state gauge read from st.
-func newAPIServer(cfg *config.Config, st *store.Store, tc client.Client, log *slog.Logger, m *metrics.Metrics) (*api.Server, error) {
+// the jobs-by-state gauge read from st. eager starts workflows eagerly (only
+// where a CPU worker runs on tc in this process: `kinflow dev`).
+func newAPIServer(cfg *config.Config, st *store.Store, tc client.Client, log *slog.Logger, m *metrics.Metrics, eager bool) (*api.Server, error) {
 	cat, err := methods.Load(cfg.MethodsFile)
 	if err != nil {
 		return nil, err
@@ -65,7 +67,7 @@ func newAPIServer(cfg *config.Config, st *store.Store, tc client.Client, log *sl
 		Store:     st,
 		Log:       log,
 		Catalogue: cat,
-		Jobs:      workflows.Starter{Client: tc, TaskQueue: cfg.CPUTaskQueue, Summary: jobSummary(st)},
+		Jobs:      workflows.Starter{Client: tc, TaskQueue: cfg.CPUTaskQueue, Summary: jobSummary(st), Eager: eager},
 		GPU:       gpuhealth.New(cfg),
 		Chemistry: newChemistry(log),
 		Metrics:   m,

@@ -23,10 +23,12 @@ const cacheUsage = `usage: kinflow cache status [--json]
        kinflow cache predictions purge --method M [--version V]
 
 On the configured media root (KINFLOW_MEDIA_ROOT). status counts per family
-the files, those without an integrity record (unhashed), those whose size or
-time differs from it (mismatched) and those set aside (quarantined). verify
-hashes every file against its record (setting bad ones aside, as a job's plan
-does) and recomputes a sample; repair does the same check and recomputes every
+the files, those without an integrity record (unhashed: never used until
+adopted), those whose stat differs from it (mismatched) and those set aside
+(quarantined). verify hashes every file against its record (setting bad ones
+aside, as a job's plan does), fails on files without a record, and recomputes
+a sample; adopt does the same and, when the sample passes, records the
+fingerprint and every file without a record; repair does the same check and recomputes every
 file set aside. verify, adopt and repair compute with the configured step executor (KINFLOW_STEP_EXECUTOR and the GPU
 host's env file, KINFLOW_GPU_ENV_FILE) and read sequences from the seq map
 (KINFLOW_DATABASE_URL). cache predictions is the prediction cache in the
@@ -160,8 +162,12 @@ func runCache(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if n := len(res.Integrity.Bad); n > 0 {
 			return fmt.Errorf("verify failed: %d file(s) differed from their records and were set aside; `kinflow cache repair --family %s` recomputes them", n, *family)
 		}
+		if n := len(res.Integrity.Unrecorded); n > 0 {
+			fmt.Fprintf(stdout, "%s: %d file(s) without an integrity record (unverified)\n", *family, n)
+			return fmt.Errorf("verify failed: %d file(s) have no integrity record (a damaged manifest or a foreign writer) and are not used: jobs set them aside and compute them again; `kinflow cache adopt --family %s` checks a sample and records them", n, *family)
+		}
 		if sub == "adopt" {
-			fmt.Fprintf(stdout, "adopted %s under fingerprint %s\n", *family, res.Fingerprint.ID())
+			fmt.Fprintf(stdout, "adopted %s under fingerprint %s (%d file(s) without a record checked and recorded)\n", *family, res.Fingerprint.ID(), res.Adopted)
 		}
 		return nil
 	}

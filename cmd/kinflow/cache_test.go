@@ -62,10 +62,18 @@ func TestCacheCommands(t *testing.T) {
 	if got := cli(0, "status"); !strings.Contains(got, "esm2_layer_last_mean") || !strings.Contains(got, "unverified") || !strings.Contains(got, "(none recorded)") {
 		t.Fatalf("status:\n%s", got)
 	}
-	if got := cli(0, "verify", "--family", f.Name, "--sample", "3", "--seed", "7"); !strings.Contains(got, "3 of 3 recomputed file(s) within the bound") {
-		t.Fatalf("verify:\n%s", got)
+	// Files without a record (a foreign writer's) fail a verify, even when
+	// the recomputed sample matches: nothing vouches for the rest.
+	if got := cli(1, "verify", "--family", f.Name, "--sample", "3", "--seed", "7"); !strings.Contains(got, "3 file(s) without an integrity record") ||
+		!strings.Contains(got, "kinflow cache adopt") {
+		t.Fatalf("verify of unrecorded files:\n%s", got)
 	}
-	// Verify recorded each file's hash: a planted file is found by it,
+	if got := cli(0, "adopt", "--family", f.Name, "--sample", "3", "--seed", "7"); !strings.Contains(got, "3 of 3 recomputed file(s) within the bound") ||
+		!strings.Contains(got, "3 file(s) without a record checked and recorded") ||
+		!strings.Contains(got, "adopted "+f.Name+" under fingerprint synthetic-") {
+		t.Fatalf("adopt of unrecorded files:\n%s", got)
+	}
+	// Adopt recorded each file's hash: a planted file is found by verify,
 	// set aside, and repair recomputes it.
 	write(ids[1], seqs[0])
 	if got := cli(1, "verify", "--family", f.Name, "--sample", "3"); !strings.Contains(got, "BAD "+f.Name+"/"+ids[1]) || !strings.Contains(got, "set aside") {
@@ -76,9 +84,6 @@ func TestCacheCommands(t *testing.T) {
 	}
 	if got := cli(0, "repair", "--family", f.Name); !strings.Contains(got, "1 recomputed with step methodh_esm2_last_mean") {
 		t.Fatalf("repair:\n%s", got)
-	}
-	if got := cli(0, "adopt", "--family", f.Name, "--sample", "3"); !strings.Contains(got, "adopted "+f.Name+" under fingerprint synthetic-") {
-		t.Fatalf("adopt:\n%s", got)
 	}
 	if got := cli(0, "purge", "--family", f.Name); !strings.Contains(got, "purged 3 files") {
 		t.Fatalf("purge:\n%s", got)

@@ -27,8 +27,9 @@ const (
 	envKey = "KINFLOW_API_KEY"
 )
 
-// pollInterval is how often --wait reads the job status: the API reads the
-// database only, so once a second is cheap and keeps the bar lively.
+// pollInterval paces --wait: client.Wait rides the API's long poll (one
+// request per change, at most four a second, which keeps the bar lively)
+// and polls once a second only against a server without it.
 const pollInterval = time.Second
 
 // clientFlags adds --url and --key to fs.

@@ -82,13 +82,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer tc.Close()
 
 	// One process, one registry: the API's /metrics shows every role.
+	// The CPU worker below runs on tc too, so the API starts workflows
+	// eagerly: the first workflow task comes back in the start's answer.
 	m := metrics.New()
-	srv, err := newAPIServer(cfg, st, tc, log, m)
+	srv, err := newAPIServer(cfg, st, tc, log, m, true)
 	if err != nil {
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { srv.RunSubmitReconciler(gctx); return nil })
+	g.Go(func() error { srv.RunStatusListener(gctx); return nil })
 	apiReady := make(chan net.Addr, 1)
 	g.Go(func() error {
 		return serveHTTP(gctx, cfg.APIListen, srv, log, func(a net.Addr) { apiReady <- a })

@@ -105,12 +105,13 @@ type FamilyStatus struct {
 	// origin (no record, or a record made over them and not adopted).
 	Synthetic  int `json:"synthetic"`
 	Unverified int `json:"unverified"`
-	// Unhashed counts the files without an integrity record (an older
-	// cache's, the reference's): hashed and checked on first use.
+	// Unhashed counts the files without an integrity record (a damaged
+	// manifest, a foreign writer, the reference's cache): never trusted,
+	// set aside at their next use unless `kinflow cache adopt` takes them.
 	Unhashed int `json:"unhashed"`
-	// Mismatched counts the files whose size or time differs from their
-	// record: hashed before their next use, and set aside if the contents
-	// differ.
+	// Mismatched counts the files whose stat (size, times, inode) differs
+	// from their record: hashed before their next use, and set aside if
+	// the contents differ.
 	Mismatched int `json:"mismatched"`
 	// Quarantined counts the files integrity checks set aside
 	// (sequence_info/.quarantine/<family>/).
@@ -244,14 +245,14 @@ func integrityCounts(dir, suffix string, have map[string]int64) (unhashed, misma
 			unhashed++
 			continue
 		}
-		info, err := os.Lstat(filepath.Join(dir, sid+suffix))
+		st, err := embedding.StatFile(filepath.Join(dir, sid+suffix))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
 			return 0, 0, err
 		}
-		if info.Size() != r.Bytes || info.ModTime().UnixNano() != r.MtimeNs {
+		if !r.Matches(st) {
 			mismatched++
 		}
 	}

@@ -405,15 +405,24 @@ func TestStatusVerifyRepairOnAFamilyOfTwoSteps(t *testing.T) {
 	if s := status(); s.Files != 5 || s.Unhashed != 5 || s.Mismatched != 0 || s.Quarantined != 0 {
 		t.Fatalf("before verify: %+v", s)
 	}
+	// Files without a record: verify lists them (a failure for the
+	// command), leaves them in place and records nothing.
 	res, err := v.Verify(context.Background(), fam, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Step != step || res.Integrity.Hashed != 5 || len(res.Integrity.Bad) != 0 || res.Checked != 2 || res.Failed != 0 {
+	if res.Step != step || len(res.Integrity.Unrecorded) != 5 || res.Integrity.Recorded != 0 || len(res.Integrity.Bad) != 0 || res.Checked != 2 || res.Failed != 0 {
 		t.Fatalf("verify: %+v", res)
 	}
-	if s := status(); s.Unhashed != 0 || s.Mismatched != 0 {
+	if s := status(); s.Unhashed != 5 || s.Files != 5 {
 		t.Fatalf("after verify: %+v", s)
+	}
+	// Only an adopt takes them: its sample passes, all five are recorded.
+	if res, err = v.Adopt(context.Background(), fam, 2); err != nil || res.Adopted != 5 || len(res.Integrity.Unrecorded) != 0 {
+		t.Fatalf("adopt: %+v %v", res, err)
+	}
+	if s := status(); s.Unhashed != 0 || s.Mismatched != 0 {
+		t.Fatalf("after adopt: %+v", s)
 	}
 	fx.plant(t, fam, fx.ids[1], fx.ids[0])
 	f, _ := embedding.FamilyByName(fam)

@@ -73,8 +73,13 @@ type VerifyResult struct {
 	// Fingerprint is the configured step program's, for the family.
 	Fingerprint provenance.Fingerprint
 	// Integrity is the check of every file against its record (each one
-	// hashed); its bad files were set aside, as a plan would.
+	// hashed); its bad files were set aside, as a plan would; the files
+	// without a record are listed in Integrity.Unrecorded (a verify
+	// fails on them).
 	Integrity embedding.Integrity
+	// Adopted counts the files without a record that an adopt checked and
+	// recorded.
+	Adopted int
 }
 
 func (v *Verifier) logf(format string, args ...any) {
@@ -87,6 +92,13 @@ func (v *Verifier) logf(format string, args ...any) {
 // compares them within MinCosinePooled / MinCosineRow; a non-finite value,
 // a shape that differs or an unreadable file fails too.
 func (v *Verifier) Verify(ctx context.Context, family string, sample int) (VerifyResult, error) {
+	return v.verify(ctx, family, sample)
+}
+
+// verify is Verify. Files without an integrity record are left in place and
+// listed (res.Integrity.Unrecorded): a verify reports them as a failure, an
+// adopt checks and records them once its sample passed.
+func (v *Verifier) verify(ctx context.Context, family string, sample int) (VerifyResult, error) {
 	res := VerifyResult{Family: family}
 	if sample < 1 {
 		return res, errors.New("the sample must hold at least one file")
@@ -99,11 +111,14 @@ func (v *Verifier) Verify(ctx context.Context, family string, sample int) (Verif
 		return res, err
 	}
 	dir := v.Layout.FamilyDir(f)
-	if res.Integrity, err = checkAll(v.Layout, f); err != nil {
+	if res.Integrity, err = checkAll(v.Layout, f, true); err != nil {
 		return res, err
 	}
 	for _, b := range res.Integrity.Bad {
 		v.logf("BAD %s/%s: %s (set aside as %s)", family, b.SeqID, b.Reason, b.Quarantined)
+	}
+	for _, sid := range res.Integrity.Unrecorded {
+		v.logf("UNRECORDED %s/%s: no integrity record", family, sid)
 	}
 	have, err := artefacts(dir, f.Suffix())
 	if err != nil {
@@ -218,8 +233,9 @@ func (v *Verifier) stepFor(family string) (string, error) {
 }
 
 // checkAll hashes every file of f against its record and sets the bad
-// ones aside (embedding.Layout.CheckFamily with HashAll).
-func checkAll(l *embedding.Layout, f embedding.Family) (embedding.Integrity, error) {
+// ones aside (embedding.Layout.CheckFamily with HashAll); keepUnrecorded
+// leaves the files without a record in place, listed.
+func checkAll(l *embedding.Layout, f embedding.Family, keepUnrecorded bool) (embedding.Integrity, error) {
 	have, err := artefacts(l.FamilyDir(f), f.Suffix())
 	if err != nil {
 		return embedding.Integrity{}, err
@@ -233,7 +249,7 @@ func checkAll(l *embedding.Layout, f embedding.Family) (embedding.Integrity, err
 	for i := range present {
 		present[i] = true
 	}
-	return l.CheckFamily(f, sids, present, nil, embedding.CheckOptions{HashAll: true})
+	return l.CheckFamily(f, sids, present, nil, embedding.CheckOptions{HashAll: true, KeepUnrecorded: keepUnrecorded})
 }
 
 // RepairResult is what Repair did.
@@ -262,7 +278,7 @@ func (v *Verifier) Repair(ctx context.Context, family string) (RepairResult, err
 	if res.Step, err = v.stepFor(family); err != nil {
 		return res, err
 	}
-	if res.Integrity, err = checkAll(v.Layout, f); err != nil {
+	if res.Integrity, err = checkAll(v.Layout, f, false); err != nil {
 		return res, err
 	}
 	for _, b := range res.Integrity.Bad {
@@ -459,11 +475,15 @@ func copyFile(src, dst string) error {
 }
 
 // Adopt verifies a sample of family's files and, only when every checked
-// file passes, records the configured fingerprint for the family: files of
-// unknown origin (the reference deployment's) or of another fingerprint are
-// then used as this model's. It returns the verify's result.
+// file passes, records the configured fingerprint for the family and an
+// integrity record of every file that had none (after a shape and
+// finite-value check; a bad one is set aside): files of unknown origin (the
+// reference deployment's, a foreign writer's, those left after a damaged
+// manifest) or of another fingerprint are then used as this model's. This
+// is the only way a file without a record is ever taken. It returns the
+// verify's result.
 func (v *Verifier) Adopt(ctx context.Context, family string, sample int) (VerifyResult, error) {
-	res, err := v.Verify(ctx, family, sample)
+	res, err := v.verify(ctx, family, sample)
 	if err != nil {
 		return res, err
 	}
@@ -472,6 +492,22 @@ func (v *Verifier) Adopt(ctx context.Context, family string, sample int) (Verify
 	}
 	f, _ := FamilyByName(v.Layout, family)
 	dir := v.Layout.FamilyDir(f)
+	if ids := res.Integrity.Unrecorded; len(ids) > 0 {
+		present := make([]bool, len(ids))
+		for i := range present {
+			present[i] = true
+		}
+		in, err := v.Layout.CheckFamily(f, ids, present, nil, embedding.CheckOptions{AdoptUnrecorded: true})
+		if err != nil {
+			return res, err
+		}
+		for _, b := range in.Bad {
+			v.logf("BAD %s/%s: %s (set aside as %s)", family, b.SeqID, b.Reason, b.Quarantined)
+		}
+		res.Adopted = in.Recorded
+		res.Integrity.Bad = append(res.Integrity.Bad, in.Bad...)
+		res.Integrity.Unrecorded = nil
+	}
 	unlock, have, rec, err := lockedFamily(dir, f.Suffix())
 	if err != nil {
 		return res, err

@@ -59,6 +59,8 @@ func New(baseURL, key string) *Client {
 type APIError struct {
 	Status  int
 	Message string
+	// RetryAfter is the answer's Retry-After (429, 503), 0 without one.
+	RetryAfter time.Duration
 }
 
 // Error implements error: the API's message and the status code.
@@ -110,7 +112,7 @@ func (c *Client) doHeader(ctx context.Context, method, path string, body io.Read
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach kinflow at %s: %w", c.BaseURL, err)
 	}
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 || resp.StatusCode == http.StatusNotModified {
 		return resp, nil
 	}
 	defer resp.Body.Close()
@@ -131,7 +133,11 @@ func (c *Client) doHeader(ctx context.Context, method, path string, body io.Read
 		}
 		msg = fmt.Sprintf("unexpected answer from %s%s: %s", c.BaseURL, path, msg)
 	}
-	return nil, &APIError{Status: resp.StatusCode, Message: msg}
+	ae := &APIError{Status: resp.StatusCode, Message: msg}
+	if n, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && n > 0 {
+		ae.RetryAfter = time.Duration(n) * time.Second
+	}
+	return nil, ae
 }
 
 // getJSON sends a request and decodes a 2xx JSON answer into out.
@@ -595,43 +601,93 @@ func (s *Status) Finished() bool { return s.Status == "Completed" || s.Status ==
 
 // Status reads a job's status.
 func (c *Client) Status(ctx context.Context, jobID string) (*Status, error) {
-	var raw json.RawMessage
-	if err := c.getJSON(ctx, http.MethodGet, "/api/v1/status/"+url.PathEscape(jobID)+"/", nil, "", true, &raw); err != nil {
-		return nil, err
-	}
-	st := &Status{Raw: raw}
-	if err := json.Unmarshal(raw, st); err != nil {
-		return nil, fmt.Errorf("decode status: %w", err)
-	}
-	return st, nil
+	st, _, err := c.StatusIfChanged(ctx, jobID, "", 0)
+	return st, err
 }
 
-// Wait polls a job's status every interval until it is Completed or Failed
-// (or ctx ends), calling onUpdate with every status read. When ctx ends it
-// returns the last status read (nil if none) with ctx's error.
+// LongPollWait is how long Wait asks the server to hold each status read
+// for a change: under the default HTTP client's 60 s timeout and the
+// server's default cap (60 s), so neither cuts a held request.
+const LongPollWait = 30 * time.Second
+
+// StatusIfChanged reads a job's status. With etag (the ETag of the last
+// status read), it answers nil while the state is still that one; with
+// wait as well, the server holds the request until the state changes or
+// wait passes. tag is the answer's ETag ("" from a server without them,
+// which ignores both and always answers the status).
+func (c *Client) StatusIfChanged(ctx context.Context, jobID, etag string, wait time.Duration) (st *Status, tag string, err error) {
+	path := "/api/v1/status/" + url.PathEscape(jobID) + "/"
+	var h http.Header
+	if etag != "" {
+		h = http.Header{"If-None-Match": {etag}}
+		if wait > 0 {
+			path += "?waitSeconds=" + strconv.Itoa(int(wait/time.Second))
+		}
+	}
+	resp, err := c.doHeader(ctx, http.MethodGet, path, nil, "", true, h)
+	if err != nil {
+		return nil, "", err
+	}
+	defer resp.Body.Close()
+	tag = resp.Header.Get("ETag")
+	if resp.StatusCode == http.StatusNotModified {
+		return nil, tag, nil
+	}
+	var raw json.RawMessage
+	if err := json.NewDecoder(resp.Body).Decode(&raw); err != nil {
+		return nil, "", fmt.Errorf("decode GET %s answer: %w", path, err)
+	}
+	st = &Status{Raw: raw}
+	if err := json.Unmarshal(raw, st); err != nil {
+		return nil, "", fmt.Errorf("decode status: %w", err)
+	}
+	return st, tag, nil
+}
+
+// Wait follows a job until it is Completed or Failed (or ctx ends), calling
+// onUpdate with every new status. It rides the server's long poll: each
+// request is held until the state changes (LongPollWait at most), so it asks
+// about once per change, at most every interval/4; against a server without
+// ETags it polls every interval. A 429 waits its Retry-After. When ctx ends
+// it returns the last status read (nil if none) with ctx's error.
 func (c *Client) Wait(ctx context.Context, jobID string, interval time.Duration, onUpdate func(*Status)) (*Status, error) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
 	var last *Status
+	etag := ""
 	for {
-		st, err := c.Status(ctx, jobID)
-		if err != nil {
-			if ctx.Err() != nil {
-				return last, fmt.Errorf("wait for job %s: %w", jobID, ctx.Err())
-			}
+		asked := time.Now()
+		st, tag, err := c.StatusIfChanged(ctx, jobID, etag, LongPollWait)
+		var pause time.Duration
+		var ae *APIError
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return last, fmt.Errorf("wait for job %s: %w", jobID, ctx.Err())
+		case errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests:
+			pause = max(ae.RetryAfter, interval)
+		case err != nil:
 			return last, err
-		}
-		last = st
-		if onUpdate != nil {
-			onUpdate(st)
-		}
-		if st.Finished() {
-			return st, nil
+		case st == nil:
+			// 304 after the wait: ask again at once (unless it came
+			// back at once: then something between does not hold it).
+			pause = interval/4 - time.Since(asked)
+		default:
+			last, etag = st, tag
+			if onUpdate != nil {
+				onUpdate(st)
+			}
+			if st.Finished() {
+				return st, nil
+			}
+			pause = interval
+			if tag != "" {
+				// A change came; the next one is waited for by the
+				// server. The pause coalesces a burst of changes.
+				pause = interval / 4
+			}
 		}
 		select {
 		case <-ctx.Done():
-			return st, fmt.Errorf("wait for job %s: %w", jobID, ctx.Err())
-		case <-t.C:
+			return last, fmt.Errorf("wait for job %s: %w", jobID, ctx.Err())
+		case <-time.After(pause):
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -181,20 +182,18 @@ func TestMethodsValidateSubmitStatusResult(t *testing.T) {
 	}
 
 	// Play the worker: start, count embeddings, finish with an output file,
-	// while Wait polls; Wait must see the progress and the end. The worker
-	// moves on once Wait has seen its last write: after two more polls, the
-	// second of which began after the write.
-	polled := make(chan struct{}, 1)
-	observed := func() {
-		select {
-		case <-polled:
-		default:
-		}
-		for range 2 {
+	// while Wait follows; Wait must see the progress and the end. The
+	// worker moves on once Wait has seen its last write.
+	lines := make(chan string, 64)
+	observed := func(want string) {
+		for {
 			select {
-			case <-polled:
+			case l := <-lines:
+				if l == want {
+					return
+				}
 			case <-time.After(5 * time.Second):
-				return // Wait stopped polling; its own error tells why
+				return // Wait stopped; its own error tells why
 			}
 		}
 	}
@@ -202,9 +201,9 @@ func TestMethodsValidateSubmitStatusResult(t *testing.T) {
 		now := time.Now()
 		_ = e.st.StartJob(ctx, job.JobID, now)
 		_ = e.st.UpdateStage(ctx, job.JobID, 0, map[string]any{"status": "running", "embedding_total": 2, "embedding_need": 2, "embedding_state": "running"})
-		observed()
+		observed("Processing/0")
 		_ = e.st.SetEmbeddingComputed(ctx, job.JobID, 0, 2, now)
-		observed()
+		observed("Processing/2")
 		out := filepath.Join("jobs", job.JobID, "output.csv")
 		_ = os.MkdirAll(filepath.Join(e.media, "jobs", job.JobID), 0o755)
 		_ = os.WriteFile(filepath.Join(e.media, out), []byte("Protein Sequence,kcat (1/s)\nMKT,1.5\nMSK,\n"), 0o644)
@@ -212,14 +211,11 @@ func TestMethodsValidateSubmitStatusResult(t *testing.T) {
 	}()
 	var seen []string
 	final, err := e.c.Wait(ctx, job.JobID, 20*time.Millisecond, func(s *client.Status) {
-		select {
-		case polled <- struct{}{}:
-		default:
-		}
 		line := s.Status
 		if s.Progress.Embedding != nil {
 			line += "/" + strconv.Itoa(s.Progress.Embedding.Computed)
 		}
+		lines <- line
 		if len(seen) == 0 || seen[len(seen)-1] != line {
 			seen = append(seen, line)
 		}
@@ -316,5 +312,131 @@ func TestSubmitRetriesWithItsIdempotencyKey(t *testing.T) {
 	_, err = c.Submit(context.Background(), "in.csv", strings.NewReader(exampleCSV), client.SubmitOptions{Targets: []string{"kcat"}, Methods: map[string]string{"kcat": "C"}, IdempotencyKey: keys[0]})
 	if !client.IsStatus(err, 422) {
 		t.Fatalf("reused key: %v", err)
+	}
+}
+
+// countingServer serves the real API through wrap, counting status reads.
+func countingServer(t *testing.T, wrap func(http.Handler) http.Handler) (*env, *atomic.Int64) {
+	t.Helper()
+	cfg, err := config.Load(func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MediaRoot = t.TempDir()
+	st := testenv.OpenStore(t, store.SQLite)
+	h := api.New(api.Deps{Config: cfg, Store: st, Jobs: &startRecorder{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	var reads atomic.Int64
+	var inner http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/api/v1/status/") {
+			reads.Add(1)
+		}
+		h.ServeHTTP(w, r)
+	})
+	if wrap != nil {
+		inner = wrap(inner)
+	}
+	srv := httptest.NewServer(inner)
+	t.Cleanup(srv.Close)
+	e := &env{c: client.New(srv.URL, ""), st: st, media: cfg.MediaRoot}
+	k, err := e.c.GenerateKey(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.c.Key = k.Key
+	return e, &reads
+}
+
+// playJob moves a job through four states, step apart.
+func playJob(e *env, id string, step time.Duration) {
+	ctx := context.Background()
+	time.Sleep(step)
+	_ = e.st.StartJob(ctx, id, time.Now())
+	time.Sleep(step)
+	_ = e.st.UpdateStage(ctx, id, 0, map[string]any{"status": "running"})
+	time.Sleep(step)
+	_, _ = e.st.FinishJob(ctx, id, store.JobCompleted, "", store.Refund{}, true, "", time.Now())
+}
+
+// TestWaitRidesLongPoll: Wait asks about once per change, not once per
+// interval.
+func TestWaitRidesLongPoll(t *testing.T) {
+	e, reads := countingServer(t, nil)
+	job, err := e.c.Submit(context.Background(), "in.csv", strings.NewReader(exampleCSV), client.SubmitOptions{Targets: []string{"kcat"}, Methods: map[string]string{"kcat": "B"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go playJob(e, job.JobID, 600*time.Millisecond)
+	start := time.Now()
+	updates := 0
+	st, err := e.c.Wait(context.Background(), job.JobID, 20*time.Millisecond, func(*client.Status) { updates++ })
+	if err != nil || st.Status != "Completed" {
+		t.Fatalf("wait: %+v %v", st, err)
+	}
+	took := time.Since(start)
+	// Polling every 20 ms for ~1.8 s would be ~90 reads; the long poll
+	// makes one per state (4) and a few for changes seen in two steps.
+	if n := reads.Load(); n > 8 || updates < 2 {
+		t.Fatalf("%d status reads, %d updates in %v", n, updates, took)
+	}
+}
+
+// TestWaitFallsBackToPolling: against a server without ETags (an older
+// kinflow, or the reference), Wait polls every interval.
+func TestWaitFallsBackToPolling(t *testing.T) {
+	e, reads := countingServer(t, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			r.Header.Del("If-None-Match")
+			q := r.URL.Query()
+			q.Del("waitSeconds")
+			r.URL.RawQuery = q.Encode()
+			rec := httptest.NewRecorder()
+			next.ServeHTTP(rec, r)
+			for k, v := range rec.Header() {
+				if k != "Etag" {
+					w.Header()[k] = v
+				}
+			}
+			w.WriteHeader(rec.Code)
+			_, _ = w.Write(rec.Body.Bytes())
+		})
+	})
+	job, err := e.c.Submit(context.Background(), "in.csv", strings.NewReader(exampleCSV), client.SubmitOptions{Targets: []string{"kcat"}, Methods: map[string]string{"kcat": "B"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go playJob(e, job.JobID, 300*time.Millisecond)
+	st, err := e.c.Wait(context.Background(), job.JobID, 50*time.Millisecond, nil)
+	if err != nil || st.Status != "Completed" {
+		t.Fatalf("wait: %+v %v", st, err)
+	}
+	if n := reads.Load(); n < 8 {
+		t.Fatalf("%d status reads in ~0.9 s at a 50 ms interval: not polling", n)
+	}
+}
+
+// TestWaitHonoursRetryAfter: a 429 is waited out, not an error.
+func TestWaitHonoursRetryAfter(t *testing.T) {
+	var refused atomic.Bool
+	e, _ := countingServer(t, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasPrefix(r.URL.Path, "/api/v1/status/") && refused.CompareAndSwap(false, true) {
+				w.Header().Set("Retry-After", "1")
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(429)
+				_, _ = w.Write([]byte(`{"error":"Too many status reads"}`))
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	job, err := e.c.Submit(context.Background(), "in.csv", strings.NewReader(exampleCSV), client.SubmitOptions{Targets: []string{"kcat"}, Methods: map[string]string{"kcat": "B"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = e.st.FinishJob(context.Background(), job.JobID, store.JobCompleted, "", store.Refund{}, true, "", time.Now())
+	start := time.Now()
+	st, err := e.c.Wait(context.Background(), job.JobID, 20*time.Millisecond, nil)
+	if err != nil || st.Status != "Completed" || time.Since(start) < time.Second {
+		t.Fatalf("wait: %+v %v after %v", st, err, time.Since(start))
 	}
 }

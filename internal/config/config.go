@@ -49,6 +49,17 @@ type Config struct {
 	CORSOrigins []string
 	// LogLevel is the slog level of every role.
 	LogLevel slog.Level
+	// StatusWaitMax caps /status/'s ?waitSeconds= long poll.
+	StatusWaitMax time.Duration
+	// StatusCacheTTL is the longest a status is served from memory without
+	// a change notice (a change written by another process).
+	StatusCacheTTL time.Duration
+	// StatusReadsPerSecond is each key's sustained rate of status reads
+	// (0: unlimited); twice as many may come in a burst.
+	StatusReadsPerSecond int
+	// WebhookAllowPrivate lets job notices go to private, loopback and
+	// link-local addresses.
+	WebhookAllowPrivate bool
 
 	// GPUEmbedServiceURL is the GPU service's base URL, or several GPU
 	// hosts' base URLs joined by commas (gpuhealth.URLs splits them);
@@ -133,6 +144,17 @@ type Config struct {
 	MaxUnitsPerRow int
 	// MaxUnitsPerJob caps one job's prediction units.
 	MaxUnitsPerJob int
+	// MaxCellBytes caps one cell of an input table; MaxRowListBytes the
+	// list cells (Protein Sequence, Substrates, Products) of one row.
+	MaxCellBytes    int
+	MaxRowListBytes int
+	// BodyBudgetBytes caps the bytes of request bodies the api reads at
+	// once, over all requests (0: no budget).
+	BodyBudgetBytes int64
+	// ValidatePerKey caps the /validate/ calls one key runs at once;
+	// ValidateTimeout bounds one call's checking.
+	ValidatePerKey  int
+	ValidateTimeout time.Duration
 	// ProgressNoNotify turns file-system notifications off in the progress
 	// tracker (KINFLOW_PROGRESS_NOTIFY=0): folder sweeps only, as on shared
 	// storage where another host writes the files.
@@ -236,6 +258,36 @@ var Keys = []Key{
 	{Name: "KINFLOW_CORS_ORIGINS", Default: "*",
 		Meaning: "Comma-separated origins allowed by CORS; `*` allows any (without credentials: only origins listed by name get `Access-Control-Allow-Credentials`).", Allowed: "want a comma-separated list of origins",
 		set: func(c *Config, v string) error { c.CORSOrigins = splitList(v); return nil }},
+	{Name: "KINFLOW_STATUS_WAIT_MAX_SECONDS", Default: "60",
+		Meaning: "Longest `/status/<id>/?waitSeconds=N` holds a request that waits for a change (larger N is capped to it). 60 s stays under the idle timeouts of common proxies and load balancers (often 60–100 s), so a held request is never cut by one.",
+		Allowed: "want a whole number of seconds from 1 to 600",
+		set: func(c *Config, v string) error {
+			n := 0
+			if err := setIntRange(&n, v, 1, 600); err != nil {
+				return err
+			}
+			c.StatusWaitMax = time.Duration(n) * time.Second
+			return nil
+		}},
+	{Name: "KINFLOW_STATUS_CACHE_MS", Default: "1000",
+		Meaning: "Longest a job's status is served from the API's memory without re-reading the database. Writes made in the API's own process (`kinflow dev`), and on Postgres every process's writes (triggers and `LISTEN`), refresh it at once; a change written by a separate worker on SQLite is seen within this time. 1 s is the resolution of the status's own clock fields (elapsedSeconds), and bounds a polling storm to one database read per job per second.",
+		Allowed: "want a whole number of milliseconds from 0 to 60000",
+		set: func(c *Config, v string) error {
+			n := 0
+			if err := setIntRange(&n, v, 0, 60000); err != nil {
+				return err
+			}
+			c.StatusCacheTTL = time.Duration(n) * time.Millisecond
+			return nil
+		}},
+	{Name: "KINFLOW_STATUS_READS_PER_SECOND", Default: "100",
+		Meaning: "Status reads (`/status/`, its long poll and its event stream) one API key may make per second, with bursts of twice as many; faster readers get 429 with `Retry-After`, answered before any database read. 0: unlimited. The reference's clients ask once per job every 1–2 s (the Python client from 1 s growing to 10 s), so 100 lets one key follow 100 jobs at their fastest pace; a waiting client should use the long poll or the stream instead.",
+		Allowed: "want a whole number from 0 to 1000000",
+		set:     func(c *Config, v string) error { return setIntRange(&c.StatusReadsPerSecond, v, 0, 1000000) }},
+	{Name: "KINFLOW_WEBHOOK_ALLOW_PRIVATE", Default: "0",
+		Meaning: "1/true/yes/on: job notices (`notifyUrl` webhooks) may go to private, loopback and link-local addresses. Off by default, so that a notify URL cannot make the service reach its own network or a cloud metadata address (server-side request forgery); turn it on for an intranet deployment or tests.",
+		Allowed: "want 1, true, yes, on, 0, false, no or off",
+		set:     func(c *Config, v string) error { return setBool(&c.WebhookAllowPrivate, v) }},
 	{Name: "LOG_LEVEL", Default: "info",
 		Meaning: "Log level of every role: debug, info, warn or error. Logs are JSON lines.", Allowed: "want debug, info, warn or error",
 		set: func(c *Config, v string) error {
@@ -392,13 +444,40 @@ var Keys = []Key{
 		Allowed: "want a whole number, 1 or more",
 		set:     func(c *Config, v string) error { return setPositiveInt(&c.TrackMinFiles, v) }},
 	{Name: "KINFLOW_MAX_UNITS_PER_ROW", Default: "1000",
-		Meaning: "Most prediction units one row may carry: its substrates × candidate sequences × targets. The reference's own files have a few of each per row; a row over the cap is refused (400 on submit, an error in `/validate/`), since quota counts rows.",
+		Meaning: "Most prediction units one row may carry: its substrates × candidate sequences × targets, counting what each method's program receives (method E's kcat reads a row's whole substrate list per candidate, method D every substrate and product: each token counts). The reference's own files have a few of each per row; a row over the cap is refused (400 on submit, an error in `/validate/`), since quota counts rows.",
 		Allowed: "want a whole number from 1 to 1000000",
 		set:     func(c *Config, v string) error { return setIntRange(&c.MaxUnitsPerRow, v, 1, 1000000) }},
 	{Name: "KINFLOW_MAX_UNITS_PER_JOB", Default: "100000",
 		Meaning: "Most prediction units one job may carry, over all its rows and targets (10,000 rows × 3 targets with a few substrates each fit).",
 		Allowed: "want a whole number from 1 to 10000000",
 		set:     func(c *Config, v string) error { return setIntRange(&c.MaxUnitsPerJob, v, 1, 10000000) }},
+	{Name: "KINFLOW_MAX_CELL_BYTES", Default: "262144",
+		Meaning: "Most bytes one cell of an input table may hold (256 KiB: seven 35,000-residue sequences, or a thousand 250-character SMILES). A cell over it is refused (400 on submit, an error in `/validate/`): quota counts rows, and every byte of a cell is stored and read again by each stage.",
+		Allowed: "want a whole number of bytes from 1,024 to 134217728",
+		set:     func(c *Config, v string) error { return setIntRange(&c.MaxCellBytes, v, 1024, 134217728) }},
+	{Name: "KINFLOW_MAX_ROW_LIST_BYTES", Default: "524288",
+		Meaning: "Most bytes the list cells of one row (Protein Sequence, Substrates, Products) may hold together (512 KiB: a row at the unit cap with long SMILES). Bounds the job folder one quota unit can fill, with KINFLOW_MAX_UNITS_PER_ROW.",
+		Allowed: "want a whole number of bytes from 1,024 to 134217728",
+		set:     func(c *Config, v string) error { return setIntRange(&c.MaxRowListBytes, v, 1024, 134217728) }},
+	{Name: "KINFLOW_VALIDATE_PER_KEY", Default: "2",
+		Meaning: "Most `/validate/` calls one API key runs at once; another is answered 429 with Retry-After. `/validate/` is free of quota, so without its own bound one key could keep every core busy checking chemistry (a 663 KB row cost 18 s of CPU).",
+		Allowed: "want a whole number from 1 to 1000",
+		set:     func(c *Config, v string) error { return setIntRange(&c.ValidatePerKey, v, 1, 1000) }},
+	{Name: "KINFLOW_VALIDATE_TIMEOUT_SECONDS", Default: "30",
+		Meaning: "Seconds one `/validate/` call may spend checking its table; past them it stops and answers 503 asking for a smaller file. A 10,000-row file within the caps is checked in a few seconds.",
+		Allowed: "want a whole number of seconds, 1 or more",
+		set:     func(c *Config, v string) error { return setSeconds(&c.ValidateTimeout, v) }},
+	{Name: "KINFLOW_BODY_BUDGET_BYTES", Default: "268435456",
+		Meaning: "Most bytes of request bodies the api reads at once, over all requests (256 MiB: two bodies at KINFLOW_MAX_UPLOAD_BYTES). A body declared or read beyond what is left waits for nothing: it is answered 503 with Retry-After, nothing charged. Each body is bounded on its own, but not how many are read together: twelve 120 MB bodies took an api past 4 GB. 0: no budget.",
+		Allowed: "want a whole number of bytes, 0 or more",
+		set: func(c *Config, v string) error {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil || n < 0 {
+				return errInvalid
+			}
+			c.BodyBudgetBytes = n
+			return nil
+		}},
 	{Name: "KINFLOW_STEP_SHARD_SEQS", Default: "500",
 		Meaning: "Most sequences in one shard of an embedding step. A larger step is cut into shards, each its own activity, so that several GPU hosts (or CPU workers, locally) share one large job. 500 sequences of 400 residues are about 50 batches: long enough that a shard's overhead (tens of ms) is noise, short enough that two hosts share a 1,000-sequence job.",
 		Allowed: "want a whole number from 1 to 1000000",

@@ -382,6 +382,19 @@ func TestBrowserKeySubmitProgressResult(t *testing.T) {
 	if !intermediate {
 		t.Errorf("never saw the embedding count below its total: %+v", seen)
 	}
+	// The page followed the job on its event stream (one request, kept
+	// open), not by polling /status/ (issue 35).
+	type statusReads struct {
+		Stream int `json:"stream"`
+		Polls  int `json:"polls"`
+	}
+	reads := eval[statusReads](t, b, `(() => {
+  const r = performance.getEntriesByType("resource").map(e => e.name).filter(n => n.includes("/api/v1/status/"));
+  return {stream: r.filter(n => n.endsWith("/events")).length, polls: r.filter(n => !n.endsWith("/events")).length};
+})()`)
+	if reads.Stream < 1 || reads.Polls > 0 {
+		t.Errorf("status reads of the page: %d event stream(s), %d poll(s); want the stream only", reads.Stream, reads.Polls)
+	}
 	if final.Total != 3 || final.Done != 3 || final.Progress.Value != 3 || final.Progress.Max != 3 ||
 		final.Computed != "3" || final.Remaining != "0" || !strings.HasPrefix(final.Summary, "Completed") {
 		t.Fatalf("final view %+v", final)

@@ -174,3 +174,97 @@ func TestChangedDataDirMissesThePredictionCache(t *testing.T) {
 		t.Fatalf("after the data file changed: %+v, want the engine to run again", cs.Progress)
 	}
 }
+
+// engineBOverwrites is engineBReads that first, once, plays the writer that
+// changes a cached file between the plan's check and the method's read: the
+// file named in <media>/../overwrite-once is rewritten in place with other
+// numbers of the same size and its modification time put back.
+const engineBOverwrites = `import os
+marker = os.path.join(os.environ["METHODB_MEDIA_PATH"], "..", "overwrite-once")
+if os.path.exists(marker):
+    target = open(marker).read().strip()
+    os.remove(marker)
+    st = os.stat(target)
+    with open(target, "r+b") as f:
+        raw = f.read()
+        hlen = int.from_bytes(raw[8:10], "little")
+        f.seek(10 + hlen)
+        f.write(b"\x00\x00\x00\xbf" * 1024)
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+` + engineBReads
+
+// TestFileChangedBetweenCheckAndReadIsRecomputed is issue 34's third
+// finding: a cached file overwritten after the plan's check, as the method
+// reads it, is caught by the cheap stat after the read; its rows are
+// predicted again after the file is computed anew, in the same job, whose
+// events say so, and every value is the right one.
+func TestFileChangedBetweenCheckAndReadIsRecomputed(t *testing.T) {
+	py := input.DefaultPython
+	if _, err := os.Stat(py); err != nil {
+		testenv.Unavailable(t, "the engine stand-in needs %s", py)
+	}
+	dir := t.TempDir()
+	script := filepath.Join(dir, "b.py")
+	if err := os.WriteFile(script, []byte(engineBOverwrites), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	methodsFile := filepath.Join(dir, "methods.yaml")
+	if err := os.WriteFile(methodsFile, []byte(fmt.Sprintf("methods:\n  - key: B\n    command: {python: %s, script: %s}\n", py, script)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	media := filepath.Join(dir, "media")
+	s := newStack(t, map[string]string{"KINFLOW_MEDIA_ROOT": media, "KINFLOW_PREDICTION_ENGINE": "command", "KINFLOW_METHODS_FILE": methodsFile}, nil)
+	seqs := []string{"MKTAYIAKQRQISFVKSHFSRQ", "MSTNPKPQRKTKRNTNRRPQDVKFPGG", "MGSSHHHHHHSSGLVPRGSHM"}
+	rows := func(substrate string) string {
+		var b strings.Builder
+		b.WriteString("Protein Sequence,Substrate\n")
+		for _, q := range seqs {
+			b.WriteString(q + "," + substrate + "\n")
+		}
+		return b.String()
+	}
+	values := func(job string) []string {
+		t.Helper()
+		recs, err := csv.NewReader(strings.NewReader(s.resultCSV(job))).ReadAll()
+		if err != nil || len(recs) != len(seqs)+1 {
+			t.Fatalf("result of %s: %v %v", job, err, recs)
+		}
+		col := slices.Index(recs[0], "kcat (1/s)")
+		var out []string
+		for _, r := range recs[1:] {
+			out = append(out, r[col])
+		}
+		return out
+	}
+	job1 := s.submit(rows("CCO"), []string{"kcat"}, map[string]string{"kcat": "B"})
+	if st := s.waitDone(job1, 120*time.Second); st.Status != "Completed" {
+		t.Fatalf("first job: %+v", st)
+	}
+	want := values(job1)
+
+	f, _ := embedding.FamilyByName(embedding.FamilyProtT5LastMean)
+	target := filepath.Join(media, "sequence_info", filepath.FromSlash(f.Dir), embedding.BaseSeqID(seqs[1])+".npy")
+	if err := os.WriteFile(filepath.Join(dir, "overwrite-once"), []byte(target), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Another substrate: new prediction units, so the engine reads the files.
+	job2 := s.submit(rows("CCCO"), []string{"kcat"}, map[string]string{"kcat": "B"})
+	st := s.waitDone(job2, 120*time.Second)
+	if st.Status != "Completed" {
+		t.Fatalf("second job: %+v", st)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "overwrite-once")); !os.IsNotExist(err) {
+		t.Fatalf("the engine did not play the writer: %v", err)
+	}
+	if got := values(job2); !slices.Equal(got, want) {
+		t.Fatalf("second job's values %v, want the first job's %v", got, want)
+	}
+	if r := st.reasons(); !slices.Contains(r, "cache_files_changed_after_check:1") {
+		t.Fatalf("events %v: want cache_files_changed_after_check:1", r)
+	}
+	if err := embedding.CheckFile(target); err != nil {
+		t.Fatalf("the changed file was not computed again: %v", err)
+	}
+	// The second round (GetVersion "i34-recheck-after-read") replays.
+	s.replay("prediction:"+job2, "prediction_recheck_after_read")
+}

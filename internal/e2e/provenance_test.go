@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -165,50 +166,64 @@ func TestSyntheticCacheThenRealModels(t *testing.T) {
 }
 
 // TestReferenceCacheIsUnverifiedUntilAdopted: a media root that already
-// holds a reference deployment's files (same paths, no fingerprint record)
-// is used, but the job's status and JSON result say the files are of
-// unverified origin; after `kinflow cache adopt` (which first verifies a
-// sample with the configured step program) they are not.
+// holds a reference deployment's files (same paths, no fingerprint record,
+// no integrity record) is never trusted as it is: `cache verify` fails on
+// the unrecorded files, and a job sets them aside and computes them again
+// (issue 34). `kinflow cache adopt` (which first verifies a sample with the
+// configured step program) is the one way to take such files: after it, a
+// job uses them and its result names the adopted fingerprint.
 func TestReferenceCacheIsUnverifiedUntilAdopted(t *testing.T) {
 	s := newStack(t, nil, nil)
-	rows := csvRows(randSeed(), 2, 30)
 	f, _ := embedding.FamilyByName(embedding.FamilyProtT5LastMean)
 	dir := filepath.Join(s.media, "sequence_info", f.Dir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, row := range strings.Split(strings.TrimSpace(rows), "\n")[1:] {
-		seq, _, _ := strings.Cut(row, ",")
-		// The reference's worker wrote the same values this deployment's
-		// configured (synthetic) program computes.
-		body, _ := embedding.EncodeArtefact(f.Format, embedding.SyntheticArtefact(f, seq))
-		if err := os.WriteFile(filepath.Join(dir, embedding.BaseSeqID(seq)+".npy"), body, 0o644); err != nil {
-			t.Fatal(err)
+	plant := func(rows string) {
+		for _, row := range strings.Split(strings.TrimSpace(rows), "\n")[1:] {
+			seq, _, _ := strings.Cut(row, ",")
+			// The reference's worker wrote the same values this deployment's
+			// configured (synthetic) program computes.
+			body, _ := embedding.EncodeArtefact(f.Format, embedding.SyntheticArtefact(f, seq))
+			if err := os.WriteFile(filepath.Join(dir, embedding.BaseSeqID(seq)+".npy"), body, 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	type provBody struct {
 		Provenance []provenance.Stage `json:"provenance"`
 		Notice     string             `json:"notice"`
 	}
-	job := s.submit(rows, []string{"kcat"}, map[string]string{"kcat": "B"})
-	if st := s.waitDone(job, 120*time.Second); st.Status != "Completed" || st.Stages[0].Embedding.Cached != 2 {
-		t.Fatalf("job on the reference's files: %+v", st)
+	rows := csvRows(randSeed(), 2, 30)
+	plant(rows)
+	// A method H job puts the sequences into the seq map (adopt's sample
+	// needs them) and reads another family.
+	jobH := s.submit(rows, []string{"kcat"}, map[string]string{"kcat": "H"})
+	if st := s.waitDone(jobH, 120*time.Second); st.Status != "Completed" {
+		t.Fatalf("method H job: %+v", st)
 	}
-	var pb provBody
-	if code := s.do("GET", "/api/v1/status/"+job+"/", nil, "", &pb); code != 200 || !strings.Contains(pb.Notice, "unverified origin (prot_t5_last/mean_vecs)") ||
-		len(pb.Provenance) != 1 || pb.Provenance[0].Families[f.Name] != provenance.UnverifiedID {
-		t.Fatalf("status of a job on unverified files: %+v", pb)
-	}
-	s.cli(s.env, "cache", "status").want(t, "cache status", 0, "out:prot_t5_last/mean_vecs", "out:unverified")
-	s.cli(s.env, "cache", "adopt", "--family", f.Name, "--sample", "2").want(t, "cache adopt", 0, "out:2 of 2 recomputed file(s) within the bound", "out:adopted "+f.Name)
+	s.cli(s.env, "cache", "status").want(t, "cache status", 0, "out:prot_t5_last/mean_vecs")
+	s.cli(s.env, "cache", "verify", "--family", f.Name, "--sample", "2").want(t, "cache verify", 1, "without an integrity record")
+	s.cli(s.env, "cache", "adopt", "--family", f.Name, "--sample", "2").want(t, "cache adopt", 0, "out:2 of 2 recomputed file(s) within the bound",
+		"out:adopted "+f.Name, "out:2 file(s) without a record checked and recorded")
 
 	job2 := s.submit(rows, []string{"kcat"}, map[string]string{"kcat": "B"})
-	if st := s.waitDone(job2, 120*time.Second); st.Status != "Completed" {
-		t.Fatalf("second job: %+v", st)
+	if st := s.waitDone(job2, 120*time.Second); st.Status != "Completed" || st.Stages[0].Embedding.Cached != 2 {
+		t.Fatalf("job after adopt: %+v", st)
 	}
-	pb = provBody{}
+	pb := provBody{}
 	if code := s.do("GET", "/api/v1/result/"+job2+"/?format=json", nil, "", &pb); code != 200 || strings.Contains(pb.Notice, "unverified") ||
 		len(pb.Provenance) != 1 || !strings.HasPrefix(pb.Provenance[0].Families[f.Name], "synthetic-") || len(pb.Provenance[0].Unverified) != 0 {
 		t.Fatalf("result after adopt: %+v", pb)
 	}
+	// Files planted after the adopt have no record: a job sets them
+	// aside and computes them again.
+	rows0 := csvRows(randSeed(), 2, 30)
+	plant(rows0)
+	job0 := s.submit(rows0, []string{"kcat"}, map[string]string{"kcat": "B"})
+	if st := s.waitDone(job0, 120*time.Second); st.Status != "Completed" ||
+		!slices.Contains(st.reasons(), "cache_files_quarantined:2") {
+		t.Fatalf("job on unrecorded files: %+v %v", st, st.reasons())
+	}
+
 }

@@ -34,11 +34,17 @@ type Commit struct {
 	Suffix    string
 	Bytes     int64
 	Synthetic bool
-	// SHA256 (hex) and MtimeNs are the file's integrity record: the
-	// planner trusts a file whose size and modification time still match
-	// and hashes one whose stat differs (integrity.go). Empty/zero: none.
+	// SHA256 (hex), MtimeNs, CtimeNs and Ino are the file's integrity
+	// record: the planner trusts a file whose size, modification time,
+	// inode change time and inode still match and hashes one whose stat
+	// differs (integrity.go). Empty/zero: none. A writer records the temp
+	// file's stat before the rename, which moves the inode change time on
+	// most file systems: the first check hashes the file once and records
+	// the final time.
 	SHA256  string
 	MtimeNs int64
+	CtimeNs int64
+	Ino     uint64
 	// RecordOnly updates only the entry's integrity record (bytes, sha256,
 	// mtime_ns) of a file already in place: its origin flag is kept.
 	RecordOnly bool
@@ -97,10 +103,13 @@ type ManifestEntry struct {
 	Ready     bool    `json:"ready"`
 	Synthetic bool    `json:"synthetic,omitempty"`
 	UpdatedAt float64 `json:"updated_at"`
-	// SHA256 (hex) and MtimeNs (the file's modification time in Unix
-	// nanoseconds) are the integrity record (integrity.go).
+	// SHA256 (hex), MtimeNs and CtimeNs (the file's modification and
+	// inode change times in Unix nanoseconds) and Ino (its inode number)
+	// are the integrity record (integrity.go).
 	SHA256  string `json:"sha256,omitempty"`
 	MtimeNs int64  `json:"mtime_ns,omitempty"`
+	CtimeNs int64  `json:"ctime_ns,omitempty"`
+	Ino     uint64 `json:"ino,omitempty"`
 }
 
 // ReadManifest returns the entries of dir/manifest.json by seq id; a missing
@@ -202,8 +211,7 @@ func mergeManifestLocked(dir string, commits []Commit, remove []string) error {
 		e["filename"] = c.SeqID + c.Suffix
 		e["ready"] = true
 		if c.RecordOnly {
-			e["sha256"] = c.SHA256
-			e["mtime_ns"] = c.MtimeNs
+			setRecord(e, c)
 			entries[c.SeqID] = e
 			continue
 		}
@@ -216,11 +224,11 @@ func mergeManifestLocked(dir string, commits []Commit, remove []string) error {
 		// A new file without an integrity record drops the old file's:
 		// a stale hash would quarantine the new file.
 		if c.SHA256 != "" {
-			e["sha256"] = c.SHA256
-			e["mtime_ns"] = c.MtimeNs
+			setRecord(e, c)
 		} else {
-			delete(e, "sha256")
-			delete(e, "mtime_ns")
+			for _, k := range recordKeys {
+				delete(e, k)
+			}
 		}
 		entries[c.SeqID] = e
 	}
@@ -239,6 +247,23 @@ func mergeManifestLocked(dir string, commits []Commit, remove []string) error {
 		return fmt.Errorf("write manifest: %w", err)
 	}
 	return nil
+}
+
+// recordKeys are a manifest entry's integrity record fields.
+var recordKeys = []string{"sha256", "mtime_ns", "ctime_ns", "ino"}
+
+// setRecord puts c's integrity record into entry e; a record without the
+// inode fields drops stale ones.
+func setRecord(e map[string]any, c Commit) {
+	e["sha256"] = c.SHA256
+	e["mtime_ns"] = c.MtimeNs
+	if c.CtimeNs != 0 || c.Ino != 0 {
+		e["ctime_ns"] = c.CtimeNs
+		e["ino"] = c.Ino
+	} else {
+		delete(e, "ctime_ns")
+		delete(e, "ino")
+	}
 }
 
 // unixFloat is t as Unix seconds with microseconds, like Python's time.time().

@@ -66,11 +66,12 @@ func warmMethodACache(b *testing.B, l *Layout, ids []string, m map[string]string
 				if err := os.WriteFile(p, []byte{0}, 0o644); err != nil {
 					b.Fatal(err)
 				}
-				info, err := os.Stat(p)
+				st, err := StatFile(p)
 				if err != nil {
 					b.Fatal(err)
 				}
-				commits = append(commits, Commit{SeqID: sid, Suffix: f.Suffix(), Bytes: 1, SHA256: hex.EncodeToString(sum[:]), MtimeNs: info.ModTime().UnixNano()})
+				commits = append(commits, Commit{SeqID: sid, Suffix: f.Suffix(), Bytes: 1, SHA256: hex.EncodeToString(sum[:]),
+					MtimeNs: st.MtimeNs, CtimeNs: st.CtimeNs, Ino: st.Ino})
 				paths = append(paths, p)
 			}
 			if err := MergeManifest(l.FamilyDir(f), commits, nil); err != nil {

@@ -21,14 +21,25 @@ import (
 
 // The integrity check (DESIGN.md §8: the cache is only worth what its files
 // are right). Every kinflow writer records each file's size, modification
-// time and SHA-256 in its family's manifest (Commit). Before a stage's
-// engine runs, the planner compares every persistent file the stage will
-// read with its record: a stat is enough while size and time match; a file
-// whose stat differs, or that has no hash recorded (an older cache, the
-// reference's), is read, hashed and, without a hash to compare, checked for
-// shape and finite values, then recorded. A bad file is moved aside into
-// sequence_info/.quarantine/ (never deleted), counted as missing and so
-// computed again.
+// time, inode change time, inode number and SHA-256 in its family's
+// manifest (Commit). Before a stage's engine runs, the planner compares
+// every persistent file the stage will read with its record: a stat is
+// enough while all four match. The inode change time is what makes the stat
+// hard to forge: a write in place or a utime that sets the modification
+// time back both move it to now, and only the kernel sets it. A file whose
+// stat differs is read and hashed: the same contents are recorded with the
+// new stat, other contents are set aside. A file with no hash recorded (a
+// damaged or deleted manifest, a foreign writer, the reference's cache) is
+// never trusted on first read: it is unverified and set aside to be
+// computed again, unless an operator adopts it (`kinflow cache adopt`,
+// CheckOptions.AdoptUnrecorded), which checks its shape and values and
+// records it. A bad file is moved aside into sequence_info/.quarantine/
+// (never deleted), counted as missing and so computed again; a manifest is
+// thus only ever rebuilt from files that were computed again or adopted.
+
+// UnrecordedReason is the reason given for a file set aside because it had
+// no integrity record.
+const UnrecordedReason = "no integrity record (unverified: a damaged manifest or a foreign writer); computed again, or checked and recorded by `kinflow cache adopt`"
 
 // QuarantineDir is the folder under sequence_info/ that bad files are moved
 // into, by family: `.quarantine/<family>/<file>.<unix nanoseconds>`, each
@@ -60,6 +71,9 @@ type Integrity struct {
 	Recorded int `json:"recorded"`
 	// Bad lists the files set aside.
 	Bad []BadFile `json:"bad,omitempty"`
+	// Unrecorded lists the seq ids of files without an integrity record
+	// left in place (CheckOptions.KeepUnrecorded): unverified, not used.
+	Unrecorded []string `json:"unrecorded,omitempty"`
 }
 
 // Add merges o into in.
@@ -68,6 +82,7 @@ func (in *Integrity) Add(o Integrity) {
 	in.Hashed += o.Hashed
 	in.Recorded += o.Recorded
 	in.Bad = append(in.Bad, o.Bad...)
+	in.Unrecorded = append(in.Unrecorded, o.Unrecorded...)
 }
 
 // Summary is a one-line account of the bad files (at most limit named).
@@ -93,6 +108,43 @@ type CheckOptions struct {
 	// HashAll reads and hashes every file, whatever its stat (`kinflow
 	// cache verify`).
 	HashAll bool
+	// KeepUnrecorded leaves a file without an integrity record in place
+	// (listed in Integrity.Unrecorded, not counted as present) instead of
+	// setting it aside: `kinflow cache verify` reports such files and
+	// `kinflow cache adopt` may still take them.
+	KeepUnrecorded bool
+	// AdoptUnrecorded checks a file without an integrity record for shape
+	// and finite values and records it (`kinflow cache adopt`, after its
+	// sample was recomputed and compared). Never set by a plan.
+	AdoptUnrecorded bool
+}
+
+// FileStat is what the integrity check's fast path compares of a file.
+type FileStat struct {
+	Bytes   int64
+	MtimeNs int64
+	CtimeNs int64
+	Ino     uint64
+}
+
+func statOf(st *unix.Stat_t) FileStat {
+	return FileStat{Bytes: st.Size, MtimeNs: st.Mtim.Nano(), CtimeNs: st.Ctim.Nano(), Ino: st.Ino}
+}
+
+// StatFile is path's FileStat (a symlink is not followed).
+func StatFile(path string) (FileStat, error) {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		return FileStat{}, &os.PathError{Op: "lstat", Path: path, Err: err}
+	}
+	return statOf(&st), nil
+}
+
+// Matches reports whether r is a full integrity record (a hash and the
+// inode fields) of a file whose stat is s: the fast path's test.
+func (r FileRecord) Matches(s FileStat) bool {
+	return r.Hashed() && r.CtimeNs != 0 && r.Ino != 0 &&
+		r.Bytes == s.Bytes && r.MtimeNs == s.MtimeNs && r.CtimeNs == s.CtimeNs && r.Ino == s.Ino
 }
 
 // CheckFamily checks the files of family f for the ids whose present[i] is
@@ -105,14 +157,21 @@ func (l *Layout) CheckFamily(f Family, sids []string, present []bool, seqLen fun
 
 // slotRecord is a manifest record in the form the check compares.
 type slotRecord struct {
-	bytes, mtime int64
-	sha          [sha256.Size]byte
-	hashed       bool
-	listed       bool
+	bytes, mtime, ctime int64
+	ino                 uint64
+	sha                 [sha256.Size]byte
+	hashed              bool
+	listed              bool
+}
+
+// matches is FileRecord.Matches.
+func (r *slotRecord) matches(s FileStat) bool {
+	return r.hashed && r.ctime != 0 && r.ino != 0 &&
+		r.bytes == s.Bytes && r.mtime == s.MtimeNs && r.ctime == s.CtimeNs && r.ino == s.Ino
 }
 
 func toSlot(r FileRecord, listed bool) slotRecord {
-	s := slotRecord{bytes: r.Bytes, mtime: r.MtimeNs, listed: listed}
+	s := slotRecord{bytes: r.Bytes, mtime: r.MtimeNs, ctime: r.CtimeNs, ino: r.Ino, listed: listed}
 	if len(r.SHA256) == 2*sha256.Size {
 		_, err := hex.Decode(s.sha[:], []byte(r.SHA256))
 		s.hashed = err == nil
@@ -133,7 +192,7 @@ func readSlots(dir string, index map[string]int, n int) []slotRecord {
 		if !ok {
 			return
 		}
-		s := slotRecord{bytes: r.Bytes, mtime: r.MtimeNs, listed: true}
+		s := slotRecord{bytes: r.Bytes, mtime: r.MtimeNs, ctime: r.CtimeNs, ino: r.Ino, listed: true}
 		if len(r.SHA256) == 2*sha256.Size {
 			_, err := hex.Decode(s.sha[:], r.SHA256)
 			s.hashed = err == nil
@@ -174,9 +233,10 @@ func (l *Layout) checkFamily(f Family, sids []string, index map[string]int, pres
 	recs := readSlots(dir, index, len(sids))
 	suffix := f.Suffix()
 	type badFile struct {
-		i      int
-		reason string
-		st     unix.Stat_t
+		i          int
+		reason     string
+		st         unix.Stat_t
+		unrecorded bool
 	}
 	var bad []badFile
 	var updates []Commit
@@ -198,8 +258,18 @@ func (l *Layout) checkFamily(f Family, sids []string, index map[string]int, pres
 			continue
 		}
 		rec := &recs[i]
-		mtime := st.Mtim.Nano()
-		if !o.HashAll && rec.hashed && rec.bytes == st.Size && rec.mtime == mtime {
+		fs := statOf(&st)
+		if !o.HashAll && rec.matches(fs) {
+			continue
+		}
+		if !rec.hashed && !o.AdoptUnrecorded {
+			// Never trusted on first read (see the top of this file).
+			if o.KeepUnrecorded {
+				present[i] = false
+				res.Unrecorded = append(res.Unrecorded, sid)
+				continue
+			}
+			bad = append(bad, badFile{i: i, reason: UnrecordedReason, st: st, unrecorded: true})
 			continue
 		}
 		res.Hashed++
@@ -214,14 +284,15 @@ func (l *Layout) checkFamily(f Family, sids []string, index map[string]int, pres
 		}
 		sum := sha256.Sum256(data)
 		record := func() {
-			updates = append(updates, Commit{SeqID: sid, Suffix: suffix, Bytes: int64(len(data)), SHA256: hex.EncodeToString(sum[:]), MtimeNs: mtime, RecordOnly: true})
+			updates = append(updates, Commit{SeqID: sid, Suffix: suffix, Bytes: int64(len(data)), SHA256: hex.EncodeToString(sum[:]),
+				MtimeNs: fs.MtimeNs, CtimeNs: fs.CtimeNs, Ino: fs.Ino, RecordOnly: true})
 			updated = append(updated, i)
 		}
 		var reason string
 		switch {
 		case rec.hashed:
 			if sum == rec.sha {
-				if rec.bytes != int64(len(data)) || rec.mtime != mtime {
+				if !rec.matches(fs) || fs.Bytes != int64(len(data)) {
 					record()
 				}
 				continue
@@ -276,9 +347,20 @@ func (l *Layout) checkFamily(f Family, sids []string, index map[string]int, pres
 			present[b.i] = false
 			continue
 		}
-		if now.Size != b.st.Size || now.Mtim != b.st.Mtim || now.Ino != b.st.Ino {
+		if statOf(&now) != statOf(&b.st) {
 			// Replaced while being checked: the next check looks again.
+			if b.unrecorded {
+				present[b.i] = false
+			}
 			continue
+		}
+		if b.unrecorded {
+			if r, ok := fresh[sid]; ok && r.Hashed() {
+				// A writer recorded it meanwhile (it records, then
+				// renames): the next check compares it.
+				present[b.i] = false
+				continue
+			}
 		}
 		present[b.i] = false
 		q, err := l.quarantine(f, sid+suffix, b.reason)
@@ -525,13 +607,13 @@ func RecordWritten(paths []string) (map[string]string, error) {
 		var updates []Commit
 		for _, p := range ps {
 			sid := strings.TrimSuffix(filepath.Base(p), f.Suffix())
-			info, err := os.Stat(p)
+			fst, err := StatFile(p)
 			if err != nil {
 				bad[p] = "unreadable: " + errText(err)
 				continue
 			}
 			r := recs[sid]
-			if r.Hashed() && r.Bytes == info.Size() && r.MtimeNs == info.ModTime().UnixNano() {
+			if r.Matches(fst) {
 				continue
 			}
 			data, err := os.ReadFile(p)
@@ -545,13 +627,42 @@ func RecordWritten(paths []string) (map[string]string, error) {
 			}
 			sum := sha256.Sum256(data)
 			updates = append(updates, Commit{SeqID: sid, Suffix: f.Suffix(), Bytes: int64(len(data)),
-				SHA256: hex.EncodeToString(sum[:]), MtimeNs: info.ModTime().UnixNano(), RecordOnly: true})
+				SHA256: hex.EncodeToString(sum[:]), MtimeNs: fst.MtimeNs, CtimeNs: fst.CtimeNs, Ino: fst.Ino, RecordOnly: true})
 		}
 		if err := MergeManifest(dir, updates, nil); err != nil {
 			return bad, err
 		}
 	}
 	return bad, nil
+}
+
+// RecordRenamed records the final stat of files a writer has just renamed
+// into place (written: the commits it recorded before the renames, with the
+// temp file's stat). A rename moves a file's inode change time on most file
+// systems, so without this the first check would hash every new file. Only
+// a file whose size, modification time and inode are still the recorded
+// ones gets its new time; any other (not renamed, or changed since) keeps
+// its record and is hashed by its next check.
+func RecordRenamed(dir string, written []Commit) error {
+	return MergeManifest(dir, renamedRecords(dir, written), nil)
+}
+
+// renamedRecords are RecordRenamed's record updates, for a caller that
+// merges them with its own commits.
+func renamedRecords(dir string, written []Commit) []Commit {
+	var updates []Commit
+	for _, c := range written {
+		if c.SHA256 == "" {
+			continue
+		}
+		st, err := StatFile(filepath.Join(dir, c.SeqID+c.Suffix))
+		if err != nil || st.Bytes != c.Bytes || st.MtimeNs != c.MtimeNs || st.Ino != c.Ino || st.CtimeNs == c.CtimeNs {
+			continue
+		}
+		c.CtimeNs, c.RecordOnly = st.CtimeNs, true
+		updates = append(updates, c)
+	}
+	return updates
 }
 
 // errText is err's text without the path a *PathError carries (reasons
@@ -562,4 +673,83 @@ func errText(err error) string {
 		return pe.Op + ": " + pe.Err.Error()
 	}
 	return err.Error()
+}
+
+// ChangedSinceCheck returns the paths among paths, cached files of
+// persistent families, whose stat no longer matches their integrity record
+// (rewritten, touched, replaced or gone since the plan's check recorded
+// them). It costs one stat per file and one manifest read per folder: it
+// runs after a method has read a stage's files, so that a file changed
+// between the check and the read is caught before its numbers are used.
+// Files of unknown or ephemeral families (no record is kept) are skipped.
+func ChangedSinceCheck(paths []string) []string {
+	byDir := map[string][]string{}
+	var dirs []string
+	for _, p := range paths {
+		d := filepath.Dir(p)
+		if _, ok := byDir[d]; !ok {
+			dirs = append(dirs, d)
+		}
+		byDir[d] = append(byDir[d], p)
+	}
+	var out []string
+	for _, dir := range dirs {
+		f, ok := familyOfDir(dir)
+		if !ok || !f.Persistent {
+			continue
+		}
+		recs := ReadFileRecords(dir)
+		for _, p := range byDir[dir] {
+			sid := strings.TrimSuffix(filepath.Base(p), f.Suffix())
+			st, err := StatFile(p)
+			if err != nil || !recs[sid].Matches(st) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// RecheckChanged runs the integrity check on files that ChangedSinceCheck
+// found (paths of persistent families): a file whose contents are still the
+// recorded ones is recorded with its new stat and kept; any other is set
+// aside like a plan's bad file. It returns the seq ids whose file is bad
+// or gone, and the check's account.
+func (l *Layout) RecheckChanged(paths []string) (map[string]bool, Integrity, error) {
+	var res Integrity
+	lost := map[string]bool{}
+	byDir := map[string][]string{}
+	var dirs []string
+	for _, p := range paths {
+		d := filepath.Dir(p)
+		if _, ok := byDir[d]; !ok {
+			dirs = append(dirs, d)
+		}
+		byDir[d] = append(byDir[d], p)
+	}
+	for _, dir := range dirs {
+		f, ok := familyOfDir(dir)
+		if !ok {
+			continue
+		}
+		sids := make([]string, 0, len(byDir[dir]))
+		for _, p := range byDir[dir] {
+			sids = append(sids, strings.TrimSuffix(filepath.Base(p), f.Suffix()))
+		}
+		present := make([]bool, len(sids))
+		for i := range present {
+			present[i] = true
+		}
+		got, err := l.CheckFamily(f, sids, present, nil, CheckOptions{})
+		if err != nil {
+			return lost, res, err
+		}
+		res.Add(got)
+		for i, ok := range present {
+			if !ok {
+				lost[sids[i]] = true
+			}
+		}
+	}
+	return lost, res, nil
 }

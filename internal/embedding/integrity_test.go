@@ -65,6 +65,11 @@ func TestWritersRecordIntegrity(t *testing.T) {
 		if err != nil || !r.Hashed() || !r.Synthetic || r.Bytes != info.Size() || r.MtimeNs != info.ModTime().UnixNano() {
 			t.Fatalf("%s: record %+v, stat %v %v", sid, r, info, err)
 		}
+		// The final stat, inode change time included (recorded after the
+		// rename): the fast path's test holds.
+		if st, err := StatFile(hPath(t, l, sid)); err != nil || !r.Matches(st) {
+			t.Fatalf("%s: record %+v, stat %+v %v", sid, r, st, err)
+		}
 	}
 	p := planH(t, l, ids, seqs)
 	if !p.Complete() || p.Integrity == nil || p.Integrity.Checked != 3 || p.Integrity.Hashed != 0 || len(p.Integrity.Bad) != 0 {
@@ -129,9 +134,11 @@ func TestIntegrityFindsOverwriteAndTruncation(t *testing.T) {
 }
 
 // TestIntegrityUnrecordedFiles: a file without a recorded hash (a
-// reference deployment's) is checked for shape and finite values on first
-// use and recorded; a bad one is set aside; a touched but unchanged file is
-// hashed once and its new time recorded.
+// reference deployment's, a foreign writer's) is never trusted on first
+// read: a plan sets it aside to be computed again. An adopt
+// (AdoptUnrecorded) checks such files for shape and finite values and
+// records the good ones; a touched but unchanged file is then hashed once
+// and its new stat recorded.
 func TestIntegrityUnrecordedFiles(t *testing.T) {
 	l := newLayout(t)
 	f, _ := FamilyByName(FamilyESM2LayerLastMean)
@@ -156,23 +163,44 @@ func TestIntegrityUnrecordedFiles(t *testing.T) {
 	good := Tensor{Shape: []int{1280}, Data: make([]float32, 1280)}
 	nan := Tensor{Shape: []int{1280}, Data: make([]float32, 1280)}
 	nan.Data[7] = float32(math.NaN())
-	write(ids[0], good)
-	write(ids[1], nan)
-	write(ids[2], Tensor{Shape: []int{1024}, Data: make([]float32, 1024)})
-	write(ids[3], good)
-	p := planH(t, l, ids, seqs)
-	if p.Integrity.Hashed != 4 || p.Integrity.Recorded != 2 || len(p.Integrity.Bad) != 2 || p.CachedAlready != 2 {
-		t.Fatalf("first use: %+v cached %d", p.Integrity, p.CachedAlready)
+	writeAll := func() {
+		write(ids[0], good)
+		write(ids[1], nan)
+		write(ids[2], Tensor{Shape: []int{1024}, Data: make([]float32, 1024)})
+		write(ids[3], good)
 	}
-	reasons := p.Integrity.Bad[0].Reason + " | " + p.Integrity.Bad[1].Reason
+	writeAll()
+	// A plan trusts none of them: all four are set aside, as missing.
+	p := planH(t, l, ids, seqs)
+	if p.Integrity.Hashed != 0 || len(p.Integrity.Bad) != 4 || p.CachedAlready != 0 || p.NeedComputation != 4 {
+		t.Fatalf("plan over unrecorded files: %+v cached %d", p.Integrity, p.CachedAlready)
+	}
+	for _, b := range p.Integrity.Bad {
+		if b.Reason != UnrecordedReason || b.Quarantined == "" {
+			t.Fatalf("bad file %+v", b)
+		}
+	}
+	// verify's view keeps them in place and lists them.
+	writeAll()
+	all := func() []bool { return []bool{true, true, true, true} }
+	in, err := l.CheckFamily(f, ids, all(), nil, CheckOptions{HashAll: true, KeepUnrecorded: true})
+	if err != nil || len(in.Unrecorded) != 4 || len(in.Bad) != 0 {
+		t.Fatalf("keep unrecorded: %+v %v", in, err)
+	}
+	// An adopt records the good ones and sets the bad ones aside.
+	in, err = l.CheckFamily(f, ids, all(), func(int) int { return 10 }, CheckOptions{HashAll: true, AdoptUnrecorded: true})
+	if err != nil || in.Hashed != 4 || in.Recorded != 2 || len(in.Bad) != 2 {
+		t.Fatalf("adopt: %+v %v", in, err)
+	}
+	reasons := in.Bad[0].Reason + " | " + in.Bad[1].Reason
 	if !strings.Contains(reasons, "non-finite") || !strings.Contains(reasons, "shape [1024]") {
 		t.Fatalf("reasons: %s", reasons)
 	}
 	// Recorded: the next plan only stats.
-	if p := planH(t, l, ids, seqs); p.Integrity.Hashed != 0 || p.Integrity.Checked != 2 {
+	if p := planH(t, l, ids, seqs); p.Integrity.Hashed != 0 || p.Integrity.Checked != 2 || p.CachedAlready != 2 {
 		t.Fatalf("second use: %+v", p.Integrity)
 	}
-	// Same contents, new time: hashed once, kept, time recorded.
+	// Same contents, new time: hashed once, kept, stat recorded.
 	later := time.Now().Add(time.Hour)
 	if err := os.Chtimes(hPath(t, l, ids[0]), later, later); err != nil {
 		t.Fatal(err)
@@ -182,6 +210,131 @@ func TestIntegrityUnrecordedFiles(t *testing.T) {
 	}
 	if p := planH(t, l, ids, seqs); p.Integrity.Hashed != 0 {
 		t.Fatalf("after touch: %+v", p.Integrity)
+	}
+}
+
+// referenceH is the synthetic writer's bytes of each id's method H file,
+// written into a fresh layout.
+func referenceH(t *testing.T, ids []string, seqs map[string]string) map[string][]byte {
+	t.Helper()
+	ref := newLayout(t)
+	if _, err := ComputeStep(context.Background(), ref, methods.StepMethodHESM2LastMean, ids, seqs, nil); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]byte{}
+	for _, sid := range ids {
+		b, err := os.ReadFile(hPath(t, ref, sid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[sid] = b
+	}
+	return out
+}
+
+// overwriteInPlace writes other numbers of the same shape into path's
+// inode and puts its modification time back, as `os.utime` would.
+func overwriteInPlace(t *testing.T, path string) {
+	t.Helper()
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := Tensor{Shape: []int{1280}, Data: make([]float32, 1280)}
+	for i := range other.Data {
+		other.Data[i] = 7
+	}
+	b, _ := EncodeNPY(other)
+	fh, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fh.WriteAt(b, 0); err != nil {
+		t.Fatal(err)
+	}
+	fh.Close()
+	if err := os.Chtimes(path, info.ModTime(), info.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := os.Stat(path)
+	if after.Size() != info.Size() || !after.ModTime().Equal(info.ModTime()) {
+		t.Fatalf("the forgery did not keep size and time: %v %v", info, after)
+	}
+}
+
+// checkValuesRight: after a recompute every file holds the writer's values.
+func checkValuesRight(t *testing.T, l *Layout, ids []string, want map[string][]byte) {
+	t.Helper()
+	for _, sid := range ids {
+		got, err := os.ReadFile(hPath(t, l, sid))
+		if err != nil || !bytes.Equal(got, want[sid]) {
+			t.Fatalf("%s: values not the writer's (%v)", sid, err)
+		}
+	}
+}
+
+// TestIntegrityOverwriteWithTimeRestored is the issue's forgery: a file
+// overwritten in place with its modification time put back keeps its size
+// and mtime, but not its inode change time: the plan hashes it, sets it
+// aside, and the recomputed file holds the right values.
+func TestIntegrityOverwriteWithTimeRestored(t *testing.T) {
+	l, ids, seqs := hCache(t)
+	want := referenceH(t, ids, seqs)
+	// The writer recorded the final stat: a clean cache is a stat.
+	if p := planH(t, l, ids, seqs); p.Integrity.Hashed != 0 || !p.Complete() {
+		t.Fatalf("clean: %+v", p.Integrity)
+	}
+	overwriteInPlace(t, hPath(t, l, ids[1]))
+	p := planH(t, l, ids, seqs)
+	if len(p.Integrity.Bad) != 1 || p.Integrity.Bad[0].SeqID != ids[1] || !strings.Contains(p.Integrity.Bad[0].Reason, "SHA-256") || p.NeedComputation != 1 {
+		t.Fatalf("forged file not caught: %+v", p.Integrity)
+	}
+	if _, err := ComputeStep(context.Background(), l, methods.StepMethodHESM2LastMean, ids, seqs, nil); err != nil {
+		t.Fatal(err)
+	}
+	if p := planH(t, l, ids, seqs); !p.Complete() || len(p.Integrity.Bad) != 0 {
+		t.Fatalf("after recompute: %+v", p.Integrity)
+	}
+	checkValuesRight(t, l, ids, want)
+}
+
+// TestIntegrityDamagedManifest: with the family's manifest truncated or
+// deleted, no file is trusted on its first read (one of them was
+// overwritten meanwhile): all are set aside and recomputed, the values are
+// right, and the manifest is rebuilt from the recomputed files only.
+func TestIntegrityDamagedManifest(t *testing.T) {
+	for _, damage := range []string{"truncated", "deleted"} {
+		t.Run(damage, func(t *testing.T) {
+			l, ids, seqs := hCache(t)
+			want := referenceH(t, ids, seqs)
+			f, _ := FamilyByName(FamilyESM2LayerLastMean)
+			manifest := filepath.Join(l.FamilyDir(f), ManifestName)
+			if damage == "truncated" {
+				if err := os.Truncate(manifest, 40); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.Remove(manifest); err != nil {
+				t.Fatal(err)
+			}
+			overwriteInPlace(t, hPath(t, l, ids[0]))
+			p := planH(t, l, ids, seqs)
+			if len(p.Integrity.Bad) != 3 || p.NeedComputation != 3 || p.Integrity.Recorded != 0 {
+				t.Fatalf("unrecorded files trusted: %+v", p.Integrity)
+			}
+			if n := len(ReadFileRecords(l.FamilyDir(f))); n != 0 {
+				t.Fatalf("%d record(s) made of unproven files", n)
+			}
+			if _, err := ComputeStep(context.Background(), l, methods.StepMethodHESM2LastMean, ids, seqs, nil); err != nil {
+				t.Fatal(err)
+			}
+			if p := planH(t, l, ids, seqs); !p.Complete() || len(p.Integrity.Bad) != 0 || p.Integrity.Hashed != 0 {
+				t.Fatalf("after recompute: %+v", p.Integrity)
+			}
+			checkValuesRight(t, l, ids, want)
+			if n := len(ReadFileRecords(l.FamilyDir(f))); n != 3 {
+				t.Fatalf("rebuilt manifest holds %d records", n)
+			}
+		})
 	}
 }
 
@@ -202,7 +355,7 @@ func TestPlanWithoutVerifyChecksNothing(t *testing.T) {
 // encoding/json reads, and falls back to it on what it does not expect.
 func TestFileRecordsScannerMatchesJSON(t *testing.T) {
 	docs := []string{
-		`{"count":2,"entries":{"a":{"bytes":10,"filename":"a.npy","mtime_ns":1700000000123456789,"ready":true,"sha256":"ab","synthetic":true,"updated_at":1.5},"b":{"bytes":3,"x":[1,{"y":"}"}]}},"updated_at":1,"version":1}`,
+		`{"count":2,"entries":{"a":{"bytes":10,"ctime_ns":1700000000223456789,"filename":"a.npy","ino":5310708,"mtime_ns":1700000000123456789,"ready":true,"sha256":"ab","synthetic":true,"updated_at":1.5},"b":{"bytes":3,"x":[1,{"y":"}"}]}},"updated_at":1,"version":1}`,
 		"{\n  \"entries\": {\"a\\u0062\": {\"bytes\": 1.0e3, \"sha256\": \"q\\\"\"}},\n \"version\": 1}\n",
 		`{"entries":{"a":{"synthetic":"yes","bytes":"7"}}}`,
 		`{"entries":[]}`,
@@ -240,6 +393,12 @@ func jsonFileRecords(b []byte) map[string]FileRecord {
 		}
 		if v, ok := e["mtime_ns"].(json.Number); ok {
 			r.MtimeNs = numberInt(string(v))
+		}
+		if v, ok := e["ctime_ns"].(json.Number); ok {
+			r.CtimeNs = numberInt(string(v))
+		}
+		if v, ok := e["ino"].(json.Number); ok {
+			r.Ino = uint64(numberInt(string(v)))
 		}
 		r.SHA256, _ = e["sha256"].(string)
 		r.Synthetic, _ = e["synthetic"].(bool)

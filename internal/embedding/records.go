@@ -8,11 +8,15 @@ import (
 )
 
 // FileRecord is what a family's manifest records of one file: its size,
-// modification time and SHA-256 (the integrity record, written by every
-// kinflow writer) and whether it is synthetic.
+// modification time, inode change time, inode number and SHA-256 (the
+// integrity record, written by every kinflow writer) and whether it is
+// synthetic. CtimeNs and Ino are 0 in records written before they were
+// kept: such a record costs one hash, then holds them.
 type FileRecord struct {
 	Bytes     int64
 	MtimeNs   int64
+	CtimeNs   int64
+	Ino       uint64
 	SHA256    string
 	Synthetic bool
 }
@@ -50,13 +54,16 @@ func parseFileRecords(b []byte) map[string]FileRecord {
 		var e struct {
 			Bytes     json.Number `json:"bytes"`
 			MtimeNs   json.Number `json:"mtime_ns"`
+			CtimeNs   json.Number `json:"ctime_ns"`
+			Ino       json.Number `json:"ino"`
 			SHA256    any         `json:"sha256"`
 			Synthetic any         `json:"synthetic"`
 		}
 		if json.Unmarshal(raw, &e) != nil {
 			continue
 		}
-		r := FileRecord{Bytes: numberInt(string(e.Bytes)), MtimeNs: numberInt(string(e.MtimeNs))}
+		r := FileRecord{Bytes: numberInt(string(e.Bytes)), MtimeNs: numberInt(string(e.MtimeNs)),
+			CtimeNs: numberInt(string(e.CtimeNs)), Ino: uint64(numberInt(string(e.Ino)))}
 		r.SHA256, _ = e.SHA256.(string)
 		r.Synthetic, _ = e.Synthetic.(bool)
 		out[sid] = r
@@ -270,9 +277,10 @@ func (s *jscan) objectRaw(field func(key []byte) bool) bool {
 // rawRecord is one entry's record as scanned: SHA256 is the hex text, a
 // slice of the document.
 type rawRecord struct {
-	Bytes, MtimeNs int64
-	SHA256         []byte
-	Synthetic      bool
+	Bytes, MtimeNs, CtimeNs int64
+	Ino                     uint64
+	SHA256                  []byte
+	Synthetic               bool
 }
 
 // scanRecords calls fn for every entry of a manifest document without
@@ -294,16 +302,21 @@ func scanRecords(b []byte, fn func(sid []byte, r rawRecord)) bool {
 					return s.skip()
 				}
 				switch string(field) {
-				case "bytes", "mtime_ns":
+				case "bytes", "mtime_ns", "ctime_ns", "ino":
 					tok, ok := s.tokenRaw()
 					if !ok {
 						return false
 					}
 					v := parseIntBytes(tok)
-					if string(field) == "bytes" {
+					switch string(field) {
+					case "bytes":
 						r.Bytes = v
-					} else {
+					case "mtime_ns":
 						r.MtimeNs = v
+					case "ctime_ns":
+						r.CtimeNs = v
+					default:
+						r.Ino = uint64(v)
 					}
 					return true
 				case "sha256":
@@ -358,7 +371,8 @@ func parseIntBytes(tok []byte) int64 {
 func scanFileRecords(b []byte) (map[string]FileRecord, bool) {
 	out := map[string]FileRecord{}
 	ok := scanRecords(b, func(sid []byte, r rawRecord) {
-		out[string(sid)] = FileRecord{Bytes: r.Bytes, MtimeNs: r.MtimeNs, SHA256: string(r.SHA256), Synthetic: r.Synthetic}
+		out[string(sid)] = FileRecord{Bytes: r.Bytes, MtimeNs: r.MtimeNs, CtimeNs: r.CtimeNs, Ino: r.Ino,
+			SHA256: string(r.SHA256), Synthetic: r.Synthetic}
 	})
 	if !ok {
 		return nil, false

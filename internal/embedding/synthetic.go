@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"unicode/utf8"
 
@@ -91,7 +90,8 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 	if err != nil {
 		return 0, err
 	}
-	w := &syntheticWriter{ctx: ctx, spec: spec, dirs: dirs, onFile: onFile}
+	w := &syntheticWriter{ctx: ctx, spec: spec, dirs: dirs, onFile: onFile, renamed: make([][]Commit, len(spec.Families))}
+	defer w.recordRenamed()
 	defer w.discard()
 	for i, sid := range ids {
 		for fi, f := range spec.Families {
@@ -199,6 +199,10 @@ type syntheticWriter struct {
 	onFile  func(path string)
 	chunk   []stagedFile
 	written int
+	// renamed holds, per family, the commits of the files the last chunk
+	// renamed into place; the next merge, or recordRenamed at the end,
+	// records their final inode change times (a rename moves them).
+	renamed [][]Commit
 }
 
 // stagedFile is one temp file of a chunk, not yet renamed.
@@ -271,20 +275,35 @@ func (w *syntheticWriter) commit() error {
 func (w *syntheticWriter) list() error {
 	pending := make([][]Commit, len(w.spec.Families))
 	for _, c := range w.chunk {
-		info, err := os.Stat(c.tmp.Path)
+		st, err := StatFile(c.tmp.Path)
 		if err != nil {
 			return fmt.Errorf("step %s: %w", w.spec.Key, err)
 		}
 		pending[c.fi] = append(pending[c.fi], Commit{SeqID: c.sid, Suffix: w.spec.Families[c.fi].Suffix(), Bytes: int64(c.size),
-			Synthetic: true, SHA256: c.sum, MtimeNs: info.ModTime().UnixNano()})
+			Synthetic: true, SHA256: c.sum, MtimeNs: st.MtimeNs, CtimeNs: st.CtimeNs, Ino: st.Ino})
 	}
 	for fi := range pending {
-		if err := MergeManifest(w.dirs[fi], pending[fi], nil); err != nil {
+		// The last chunk's renames moved its files' inode change times:
+		// their final ones ride along in this merge, so that the next check
+		// is a stat, not a hash, at no extra merge.
+		merge := append(renamedRecords(w.dirs[fi], w.renamed[fi]), pending[fi]...)
+		if err := MergeManifest(w.dirs[fi], merge, nil); err != nil {
 			return fmt.Errorf("step %s: %w", w.spec.Key, err)
 		}
+		w.renamed[fi] = nil
 		protocolPoint("listed")
 	}
+	copy(w.renamed, pending)
 	return nil
+}
+
+// recordRenamed records the final inode change times of the last chunk's
+// renamed files (best effort: a file without them is hashed once at its
+// next check).
+func (w *syntheticWriter) recordRenamed() {
+	for fi := range w.renamed {
+		_ = RecordRenamed(w.dirs[fi], w.renamed[fi])
+	}
 }
 
 // discard removes the temp files of a chunk never committed.

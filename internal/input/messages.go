@@ -77,8 +77,15 @@ func BuildMessages(rep *ValidateReport) []Message {
 		for _, o := range u.OverRow {
 			row := o.Row
 			rows = append(rows, keyed{o.Row, 2, Message{Row: &row, Column: "Substrates", Level: "error", Text: fmt.Sprintf(
-				"%d predictions (%d substrate(s) × %d candidate sequence(s) × %d target(s)); this server predicts at most %d per row.",
-				o.Units, o.Substrates, o.Candidates, o.Targets, u.Caps.PerRow)}})
+				"%d predictions (%s); this server predicts at most %d per row.",
+				o.Units, o.Factors(), u.Caps.PerRow)}})
+		}
+		for _, o := range u.OverBytes {
+			row, col := o.Row, o.Column
+			if col == "" {
+				col = ColProteinSequence
+			}
+			rows = append(rows, keyed{o.Row, 2, Message{Row: &row, Column: col, Level: "error", Text: o.Text()}})
 		}
 		if u.OverJob {
 			jobUnits = &Message{Column: "", Level: "error", Text: fmt.Sprintf(

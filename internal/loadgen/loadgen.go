@@ -43,8 +43,14 @@ type Options struct {
 	// Seed makes the sequences; runs with the same seed send the same jobs
 	// (0: drawn at random, so nothing comes from the prediction cache).
 	Seed uint64
-	// Poll is how often each job's status is read (default 100 ms).
+	// Poll paces each job's waiter (default 100 ms): client.Wait rides
+	// the API's long poll, asking again at most every Poll/4 after a
+	// change, and polls every Poll against a server without ETags.
 	Poll time.Duration
+	// NaivePoll, when above 0, makes every job's waiter poll as a naive
+	// script does instead of client.Wait: GET /status/ every NaivePoll on a
+	// new connection each time, without ETags, carrying on through 429s.
+	NaivePoll time.Duration
 	// StatusClients read /status/ of the burst's jobs in a closed loop for
 	// the length of the run, to measure the endpoint under load (0: none).
 	StatusClients int
@@ -84,6 +90,9 @@ type Result struct {
 	StatusRequests int
 	StatusPerSec   float64
 	StatusP99      time.Duration
+	// StatusRefused are status reads answered 429 (the per-key read rate),
+	// by the status clients and the naive pollers.
+	StatusRefused int
 }
 
 func (o *Options) defaults() {
@@ -230,6 +239,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		res.StatusPerSec = float64(res.StatusRequests) / res.Wall.Seconds()
 	}
 	res.StatusP99 = Percentile(sc.latencies(), 99)
+	res.StatusRefused = int(c.refused.Load())
 	return res, nil
 }
 
@@ -271,6 +281,8 @@ func CSV(r *rand.Rand, n, seqLen int) string {
 type driver struct {
 	o   Options
 	api *client.Client
+	// refused counts status reads answered 429.
+	refused atomic.Int64
 }
 
 type statusCounter struct {
@@ -315,6 +327,10 @@ func (c *driver) submit(ctx context.Context, csv string) (string, error) {
 
 // wait polls j until it ends or ctx does; a failed read is read again.
 func (c *driver) wait(ctx context.Context, j *Job, since time.Time) {
+	if c.o.NaivePoll > 0 {
+		c.naiveWait(ctx, j, since)
+		return
+	}
 	for ctx.Err() == nil {
 		st, err := c.api.Wait(ctx, j.ID, c.o.Poll, func(st *client.Status) { j.Status = st.Status })
 		if err == nil {
@@ -324,6 +340,30 @@ func (c *driver) wait(ctx context.Context, j *Job, since time.Time) {
 		select {
 		case <-ctx.Done():
 		case <-time.After(c.o.Poll):
+		}
+	}
+}
+
+// naiveWait polls j as a naive script does (NaivePoll).
+func (c *driver) naiveWait(ctx context.Context, j *Job, since time.Time) {
+	fresh := &client.Client{BaseURL: c.o.BaseURL, Key: c.o.Key, HTTP: &http.Client{
+		Timeout: c.o.HTTP.Timeout, Transport: &http.Transport{DisableKeepAlives: true},
+	}}
+	for ctx.Err() == nil {
+		st, err := fresh.Status(ctx, j.ID)
+		switch {
+		case err == nil:
+			j.Status, j.Error = st.Status, st.Error
+			if st.Finished() {
+				j.Latency = time.Since(since)
+				return
+			}
+		case client.IsStatus(err, http.StatusTooManyRequests):
+			c.refused.Add(1)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(c.o.NaivePoll):
 		}
 	}
 }
@@ -351,8 +391,12 @@ func (c *driver) statusLoop(ctx context.Context, ids <-chan string, stop <-chan 
 		case <-read:
 		}
 		t0 := time.Now()
-		if _, err := c.api.Status(ctx, mine[i%len(mine)]); err == nil {
+		_, err := c.api.Status(ctx, mine[i%len(mine)])
+		switch {
+		case err == nil:
 			sc.add(time.Since(t0))
+		case client.IsStatus(err, http.StatusTooManyRequests):
+			c.refused.Add(1)
 		}
 	}
 }
@@ -386,6 +430,9 @@ func (r *Result) Summary() string {
 	s := fmt.Sprintf("%d jobs: %d completed, %d failed, %d unfinished in %.2f s = %.1f jobs/s; latency p50 %.2f s, p99 %.2f s, max %.2f s; /status/ %d req (%.0f req/s, p99 %.0f ms)",
 		len(r.Jobs), r.Completed, r.Failed, r.Unfinished, r.Wall.Seconds(), r.JobsPerSec,
 		r.P50.Seconds(), r.P99.Seconds(), r.Max.Seconds(), r.StatusRequests, r.StatusPerSec, float64(r.StatusP99.Microseconds())/1000)
+	if r.StatusRefused > 0 {
+		s += fmt.Sprintf("; %d status reads refused (429)", r.StatusRefused)
+	}
 	if r.Big != nil {
 		s += fmt.Sprintf("; large job (%d rows) %s in %.1f s", r.Big.Rows, r.Big.Status, r.Big.Latency.Seconds())
 	}

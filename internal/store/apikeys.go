@@ -24,6 +24,8 @@ type AuthKey struct {
 	IsBlocked        bool
 	// UsedToday is the key's quota consumption on the day asked for.
 	UsedToday int64
+	// NotifyURL is the key's default webhook URL.
+	NotifyURL string
 }
 
 // ActiveKeyByHash finds the active key whose SHA-256 hex is hash, with its
@@ -32,7 +34,7 @@ type AuthKey struct {
 func (s *Store) ActiveKeyByHash(ctx context.Context, hash, day string) (*AuthKey, error) {
 	var k AuthKey
 	res := s.DB.WithContext(ctx).Raw(`SELECT k.id, k.ip_address, k.key_hash, k.custom_daily_limit, k.last_used_at,
-		COALESCE(u.is_blocked, FALSE) AS is_blocked, COALESCE(q.used, 0) AS used_today
+		COALESCE(u.is_blocked, FALSE) AS is_blocked, COALESCE(q.used, 0) AS used_today, k.notify_url
 		FROM api_keys k LEFT JOIN api_users u ON u.ip_address = k.ip_address
 		LEFT JOIN quota_usage q ON q.key_id = k.id AND q.day = ?
 		WHERE k.key_hash = ? AND k.is_active`, day, hash).Scan(&k)

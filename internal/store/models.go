@@ -28,6 +28,10 @@ type APIKey struct {
 	CreatedAt        time.Time
 	LastUsedAt       *time.Time
 	RevokedAt        *time.Time
+	// NotifyURL is the key's default webhook URL; WebhookSecret signs its
+	// webhooks (made on first use).
+	NotifyURL     string `gorm:"not null;default:''"`
+	WebhookSecret string `gorm:"size:80;not null;default:''"`
 }
 
 // TableName implements gorm's Tabler.
@@ -86,6 +90,9 @@ type Job struct {
 	// migration 0010): the submit charged RequestedRows-QuotaCreditRows,
 	// and the end of the job refunds only what it charged beyond them.
 	QuotaCreditRows int `gorm:"not null"`
+	// NotifyURL is where the job's end is announced (webhook.go); empty:
+	// nowhere.
+	NotifyURL string `gorm:"not null;default:''"`
 }
 
 // TableName implements gorm's Tabler.

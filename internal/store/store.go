@@ -31,6 +31,11 @@ const (
 type Store struct {
 	DB      *gorm.DB
 	Dialect Dialect
+	// changes announces this process's writes to jobs (OnJobChange); nil
+	// on a Store made around a transaction.
+	changes *changeFeed
+	// url is the Postgres URL, for ListenJobChanges' own connection.
+	url string
 }
 
 // sqliteBusyTimeout is SQLite's busy_timeout and the write gate's wait.
@@ -104,7 +109,14 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 		sqlDB.SetMaxIdleConns(n)
 	}
 	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
-	s := &Store{DB: db, Dialect: dialect}
+	s := &Store{DB: db, Dialect: dialect, changes: &changeFeed{}}
+	if dialect == Postgres {
+		s.url = databaseURL
+	}
+	if err := registerChangeCallbacks(db, s.changes); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("open %s database: %w", dialect, err)
+	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := s.Ping(pctx); err != nil {

@@ -16,6 +16,7 @@
 package units
 
 import (
+	"slices"
 	"strings"
 	"time"
 )
@@ -67,6 +68,27 @@ func Split(cell string) []string {
 	return out
 }
 
+// Count is len(Split(cell)) without building the list: the caps count the
+// tokens of every row before anything else is done with it.
+func Count(cell string) int {
+	if IsNullCell(cell) {
+		return 0
+	}
+	n := 0
+	for len(cell) > 0 {
+		tok := cell
+		if i := strings.Index(cell, Separator); i >= 0 {
+			tok, cell = cell[:i], cell[i+len(Separator):]
+		} else {
+			cell = ""
+		}
+		if strings.TrimSpace(tok) != "" {
+			n++
+		}
+	}
+	return n
+}
+
 // Candidate is one candidate sequence of a row (§13.2).
 type Candidate struct {
 	// Sequence is the candidate as given (trimmed when the cell was a list).
@@ -104,6 +126,107 @@ type Unit struct {
 	// Skip, when set, is why the unit fails before any engine call (an
 	// invalid substrate token): it is never sent, its result is this error.
 	Skip string `json:"skip,omitempty"`
+	// Shared, in a stored unit, says that its Substrates, Products and
+	// Kwargs are its row's (RowInput, stored once per row; ShareInputs):
+	// the candidates of a native row all send the same lists, which
+	// stored per unit made one 1,000-candidate row a 1.36 GB file.
+	Shared bool `json:"shared,omitempty"`
+	// SeqShared, in a stored unit, says that its Seq is its row's for its
+	// candidate (RowInput.Seqs): a row's units of one candidate all send
+	// the same sequence, which stored per unit repeated a 10,000-residue
+	// sequence for each of a row's substrates.
+	SeqShared bool `json:"seq_shared,omitempty"`
+}
+
+// RowInput is what every whole-input unit of a row sends besides its
+// sequence: stored once per row (ShareInputs).
+type RowInput struct {
+	Substrates []string          `json:"substrates,omitempty"`
+	Products   []string          `json:"products,omitempty"`
+	Kwargs     map[string]string `json:"kwargs,omitempty"`
+	// Seqs are the sequences sent, by candidate.
+	Seqs []string `json:"seqs,omitempty"`
+}
+
+// ShareInputs prepares us (the units of rows rows, in row order) for
+// storing: in each row with two or more units, the sequence of each
+// candidate, and the lists and arguments of whole-input units, go once into
+// the returned per-row inputs, and the units keep only SeqShared and
+// Shared marks. Rows with one unit (the older wire's one unit per row) are
+// left as they are.
+func ShareInputs(rows int, us []Unit) []*RowInput {
+	count := make([]int, rows)
+	for _, u := range us {
+		if u.Row >= 0 && u.Row < rows {
+			count[u.Row]++
+		}
+	}
+	var out []*RowInput
+	for i := range us {
+		u := &us[i]
+		if u.Row < 0 || u.Row >= rows || count[u.Row] < 2 {
+			continue
+		}
+		if out == nil {
+			out = make([]*RowInput, rows)
+		}
+		in := out[u.Row]
+		if in == nil {
+			in = &RowInput{}
+			out[u.Row] = in
+		}
+		if !u.SeqShared && u.Candidate >= 0 && u.Seq != "" {
+			for len(in.Seqs) <= u.Candidate {
+				in.Seqs = append(in.Seqs, "")
+			}
+			if in.Seqs[u.Candidate] == "" {
+				in.Seqs[u.Candidate] = u.Seq
+			}
+			if in.Seqs[u.Candidate] == u.Seq {
+				u.Seq, u.SeqShared = "", true
+			}
+		}
+		if u.Substrate != -1 || u.Shared {
+			continue
+		}
+		if in.Substrates == nil && in.Products == nil && in.Kwargs == nil {
+			in.Substrates, in.Products, in.Kwargs = u.Substrates, u.Products, u.Kwargs
+		} else if !sameInput(in, u) {
+			continue
+		}
+		u.Substrates, u.Products, u.Kwargs, u.Shared = nil, nil, nil, true
+	}
+	return out
+}
+
+// RestoreInputs gives each Shared unit of us its row's lists and arguments
+// back (by reference: units are read-only once stored).
+func RestoreInputs(inputs []*RowInput, us []Unit) {
+	for i := range us {
+		u := &us[i]
+		if (!u.Shared && !u.SeqShared) || u.Row < 0 || u.Row >= len(inputs) || inputs[u.Row] == nil {
+			continue
+		}
+		in := inputs[u.Row]
+		if u.Shared {
+			u.Substrates, u.Products, u.Kwargs, u.Shared = in.Substrates, in.Products, in.Kwargs, false
+		}
+		if u.SeqShared && u.Candidate >= 0 && u.Candidate < len(in.Seqs) {
+			u.Seq, u.SeqShared = in.Seqs[u.Candidate], false
+		}
+	}
+}
+
+func sameInput(in *RowInput, u *Unit) bool {
+	if !slices.Equal(in.Substrates, u.Substrates) || !slices.Equal(in.Products, u.Products) || len(in.Kwargs) != len(u.Kwargs) {
+		return false
+	}
+	for k, v := range in.Kwargs {
+		if w, ok := u.Kwargs[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
 }
 
 // Result is the engine's outcome for one unit: a finite value, or an error.

@@ -1,7 +1,11 @@
 package units
 
 import (
+	"bytes"
+	"encoding/json"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -194,5 +198,69 @@ func TestReduceSkippedRowInCandidateMode(t *testing.T) {
 	// Outside candidate mode a skipped row has no Extra Info.
 	if got := Reduce("Km", row, nil, nil, Options{}); got.Extra != "" || got.Source != "bad substrate" {
 		t.Errorf("legacy skip: %+v", got)
+	}
+}
+
+// TestCountIsLenOfSplit: Count counts what Split returns.
+func TestCountIsLenOfSplit(t *testing.T) {
+	for _, c := range []string{"", " ", "none", "NaN", "a", "a;b", ";a;;b; ;", " a ; b ;c", ";;;", "a;", "x;none"} {
+		if got, want := Count(c), len(Split(c)); got != want {
+			t.Errorf("Count(%q) = %d, Split has %d", c, got, want)
+		}
+	}
+}
+
+// TestShareInputsStoresListsOncePerRow: the candidates of a native row
+// send the same lists; stored, they are written once per row (issue 34: a
+// 1,000-candidate × 20,000-substrate row made a 1.36 GB rows.json), and
+// restored every unit is what Expand made.
+func TestShareInputsStoresListsOncePerRow(t *testing.T) {
+	subs := make([]string, 2000)
+	for i := range subs {
+		subs[i] = "CCO" + strings.Repeat("C", i%7)
+	}
+	cands := make([]Candidate, 100)
+	sent := make([]string, 100)
+	for i := range cands {
+		cands[i] = Candidate{Sequence: "MKTAYIAKQR"}
+		sent[i] = "MKTAYIAKQR"
+	}
+	kw := map[string]string{"substrates": strings.Join(subs, ";")}
+	us := Expand(0, "kcat", Row{Candidates: cands}, sent, kw, "", subs, nil)
+	// A row of the older wire: one unit, stored as it was.
+	us = append(us, Expand(1, "kcat", Row{Candidates: cands[:1]}, sent[:1], map[string]string{"smiles": "CCO"}, "", []string{"CCO"}, nil)...)
+	// An expanded row: two long candidates × 50 substrates, each unit
+	// its own token; the sequences are stored once per candidate.
+	long := []string{strings.Repeat("MKTAYIAKQR", 500), strings.Repeat("MSTNPKPQRK", 500)}
+	pair := Expand(2, "Km", Row{Candidates: []Candidate{{Sequence: long[0]}, {Sequence: long[1]}}, PerSubstrate: true, Substrates: subs[:50]},
+		long, map[string]string{"smiles": ""}, "smiles", nil, nil)
+	us = append(us, pair...)
+	want, _ := json.Marshal(us)
+	stored := slices.Clone(us)
+	inputs := ShareInputs(3, stored)
+	if inputs[2] == nil || len(inputs[2].Seqs) != 2 || stored[101].Seq != "" || !stored[101].SeqShared || stored[101].Shared {
+		t.Fatalf("expanded row: %+v", stored[101])
+	}
+	b, _ := json.Marshal(struct {
+		U []Unit      `json:"units"`
+		I []*RowInput `json:"inputs"`
+	}{stored, inputs})
+	if inputs[0] == nil || inputs[1] != nil || stored[100].Shared || stored[100].SeqShared || stored[100].Kwargs["smiles"] != "CCO" {
+		t.Fatalf("shared: %v %v %+v", inputs[0] != nil, inputs[1], stored[100])
+	}
+	if len(b) > len(want)/50 {
+		t.Fatalf("stored %d bytes, per unit %d: the lists are not stored once", len(b), len(want))
+	}
+	var back struct {
+		U []Unit      `json:"units"`
+		I []*RowInput `json:"inputs"`
+	}
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	RestoreInputs(back.I, back.U)
+	got, _ := json.Marshal(back.U)
+	if !bytes.Equal(got, want) {
+		t.Fatal("restored units differ from Expand's")
 	}
 }

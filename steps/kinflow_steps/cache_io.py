@@ -5,9 +5,12 @@ final folder, fsynced, then renamed into place, so no reader or planner ever see
 partial file and a watcher sees one moved-to event. Before the rename, the folder's
 ``manifest.json`` is merged under the same lock file kinflow's Go writers take
 (``.manifest.lock``, flock), so kinflow writers never lose each other's entries; each
-entry records the file's size, modification time (``mtime_ns``) and SHA-256, which
-kinflow's planner compares before a model reads the file (internal/embedding's
-integrity check). Recording first means a file is never visible without its record.
+entry records the file's size, modification time (``mtime_ns``), inode change time
+(``ctime_ns``), inode number (``ino``) and SHA-256, which kinflow's planner compares
+before a model reads the file (internal/embedding's integrity check). Recording first
+means a file is never visible without its record (kinflow sets an unrecorded file
+aside). The rename moves the inode change time, so ``record_renamed`` records the
+final one afterwards; without it the planner hashes the file once and records it.
 """
 
 from __future__ import annotations
@@ -87,6 +90,8 @@ class Staged:
     nbytes: int
     mtime_ns: int
     sha256: str
+    ctime_ns: int = 0
+    ino: int = 0
 
     def publish(self) -> None:
         """Rename the temp file into place (its modification time is kept)."""
@@ -119,7 +124,7 @@ def stage_bytes(path: str, data: bytes) -> Staged:
         except FileNotFoundError:
             pass
         raise
-    return Staged(tmp, path, len(data), st.st_mtime_ns, hashlib.sha256(data).hexdigest())
+    return Staged(tmp, path, len(data), st.st_mtime_ns, hashlib.sha256(data).hexdigest(), st.st_ctime_ns, st.st_ino)
 
 
 def npy_bytes(arr: np.ndarray) -> bytes:
@@ -151,6 +156,8 @@ class Commit:
     sha256: str = ""
     mtime_ns: int = 0
     synthetic: bool = False
+    ctime_ns: int = 0
+    ino: int = 0
 
 
 def merge_manifest(folder: str, commits: Iterable[Commit]) -> None:
@@ -162,19 +169,7 @@ def merge_manifest(folder: str, commits: Iterable[Commit]) -> None:
     os.makedirs(folder, exist_ok=True)
     with flocked(os.path.join(folder, MANIFEST_LOCK)):
         path = os.path.join(folder, MANIFEST_NAME)
-        doc: dict = {}
-        try:
-            with open(path, encoding="utf-8") as f:
-                doc = json.load(f)
-            if not isinstance(doc, dict):
-                doc = {}
-        except FileNotFoundError:
-            pass
-        except ValueError:
-            doc = {}
-        entries = doc.get("entries")
-        if not isinstance(entries, dict):
-            entries = {}
+        doc, entries = _read_manifest(path)
         now = time.time()
         for c in commits:
             e = entries.get(c.seq_id)
@@ -187,13 +182,73 @@ def merge_manifest(folder: str, commits: Iterable[Commit]) -> None:
                 e.pop("synthetic", None)
             if c.sha256:
                 e.update(sha256=c.sha256, mtime_ns=c.mtime_ns)
+                if c.ctime_ns or c.ino:
+                    e.update(ctime_ns=c.ctime_ns, ino=c.ino)
+                else:
+                    e.pop("ctime_ns", None)
+                    e.pop("ino", None)
             else:
                 # A stale record would make the planner set the new file aside.
-                e.pop("sha256", None)
-                e.pop("mtime_ns", None)
+                for k in RECORD_KEYS:
+                    e.pop(k, None)
             entries[c.seq_id] = e
-        doc.update(count=len(entries), entries=entries, updated_at=now, version=1)
-        write_bytes_atomic(path, json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
+        _write_manifest(path, doc, entries, now)
+
+
+RECORD_KEYS = ("sha256", "mtime_ns", "ctime_ns", "ino")
+
+
+def _read_manifest(path: str) -> tuple[dict, dict]:
+    doc: dict = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        if not isinstance(doc, dict):
+            doc = {}
+    except FileNotFoundError:
+        pass
+    except ValueError:
+        doc = {}
+    entries = doc.get("entries")
+    if not isinstance(entries, dict):
+        entries = {}
+    return doc, entries
+
+
+def _write_manifest(path: str, doc: dict, entries: dict, now: float) -> None:
+    doc.update(count=len(entries), entries=entries, updated_at=now, version=1)
+    write_bytes_atomic(path, json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
+
+
+def record_renamed(folder: str, commits: Iterable[Commit]) -> None:
+    """Record the final inode change time of files just renamed into place (the rename
+    moves it): internal/embedding.RecordRenamed's rule. Only an entry that still holds
+    the commit's hash, of a file whose size, modification time and inode are the
+    recorded ones, is updated; any other is hashed by kinflow's next check."""
+    updates = []
+    for c in commits:
+        if not c.sha256:
+            continue
+        try:
+            st = os.lstat(os.path.join(folder, c.filename))
+        except OSError:
+            continue
+        if (st.st_size, st.st_mtime_ns, st.st_ino) != (c.nbytes, c.mtime_ns, c.ino) or st.st_ctime_ns == c.ctime_ns:
+            continue
+        updates.append((c, st.st_ctime_ns))
+    if not updates:
+        return
+    with flocked(os.path.join(folder, MANIFEST_LOCK)):
+        path = os.path.join(folder, MANIFEST_NAME)
+        doc, entries = _read_manifest(path)
+        changed = False
+        for c, ctime_ns in updates:
+            e = entries.get(c.seq_id)
+            if isinstance(e, dict) and e.get("sha256") == c.sha256 and e.get("ino") == c.ino:
+                e["ctime_ns"] = ctime_ns
+                changed = True
+        if changed:
+            _write_manifest(path, doc, entries, time.time())
 
 
 def read_binding_sites(path: str, want: set[str]) -> dict[str, np.ndarray]:

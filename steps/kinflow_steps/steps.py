@@ -207,7 +207,15 @@ class Writer:
                 st = cache_io.stage_bytes(path, data)
                 staged.append(st)
                 commits.setdefault(os.path.dirname(path), []).append(
-                    cache_io.Commit(seq_id, os.path.basename(path), st.nbytes, st.sha256, st.mtime_ns)
+                    cache_io.Commit(
+                        seq_id,
+                        os.path.basename(path),
+                        st.nbytes,
+                        st.sha256,
+                        st.mtime_ns,
+                        ctime_ns=st.ctime_ns,
+                        ino=st.ino,
+                    )
                 )
             for folder, cs in commits.items():
                 cache_io.merge_manifest(folder, cs)
@@ -215,6 +223,11 @@ class Writer:
                 staged[0].publish()
                 staged.pop(0)
                 self.written += 1
+            for folder, cs in commits.items():
+                try:
+                    cache_io.record_renamed(folder, cs)
+                except OSError:
+                    pass  # only saves kinflow's check a hash of these files
         finally:
             self.pending.clear()
             for st in staged:

@@ -12,9 +12,10 @@ def test_valid_seq_id_matches_the_go_rule():
 
 
 def test_writer_records_integrity_before_the_file_is_visible(tmp_path, monkeypatch):
-    """Each entry holds the file's size, mtime_ns and SHA-256 (what kinflow's planner
-    compares), and the manifest is merged before the rename: at the moment a file
-    becomes visible its record is already there."""
+    """Each entry holds the file's size, mtime_ns, ctime_ns, inode and SHA-256 (what
+    kinflow's planner compares), and the manifest is merged before the rename: at the
+    moment a file becomes visible its record is already there. The rename moves the
+    inode change time: the record holds the final one afterwards."""
     import hashlib
     import json
     import os
@@ -39,8 +40,12 @@ def test_writer_records_integrity_before_the_file_is_visible(tmp_path, monkeypat
     assert w.written == 1
     e = json.loads((folder / "manifest.json").read_text())["entries"]["abc"]
     st = os.stat(path)
-    assert seen_at_publish == [e]
+    before = dict(seen_at_publish[0])
+    assert before["ino"] == st.st_ino and before["ctime_ns"] <= st.st_ctime_ns
+    before.pop("ctime_ns"), before.pop("updated_at")
+    assert before == {k: v for k, v in e.items() if k not in ("ctime_ns", "updated_at")}
     assert e["bytes"] == st.st_size and e["mtime_ns"] == st.st_mtime_ns
+    assert e["ctime_ns"] == st.st_ctime_ns and e["ino"] == st.st_ino
     assert e["sha256"] == hashlib.sha256(b"\x93NUMPY payload").hexdigest()
     assert "synthetic" not in e
     assert not [n for n in os.listdir(folder) if n.startswith(".abc.")]
@@ -58,3 +63,22 @@ def test_merge_manifest_keeps_a_synthetic_flag(tmp_path):
     cache_io.merge_manifest(str(tmp_path), [cache_io.Commit("s", "s.npy", 4)])
     e = json.loads((tmp_path / "manifest.json").read_text())["entries"]["s"]
     assert "synthetic" not in e and "sha256" not in e and e["bytes"] == 4
+
+
+def test_record_renamed_leaves_a_changed_file_to_the_hash(tmp_path):
+    """A file changed between the rename and record_renamed keeps its old record: kinflow
+    hashes it at its next check instead of trusting the new stat."""
+    import json
+    import os
+
+    from kinflow_steps import cache_io
+
+    path = tmp_path / "s.npy"
+    st = cache_io.stage_bytes(str(path), b"good")
+    c = cache_io.Commit("s", "s.npy", st.nbytes, st.sha256, st.mtime_ns, ctime_ns=st.ctime_ns, ino=st.ino)
+    cache_io.merge_manifest(str(tmp_path), [c])
+    st.publish()
+    path.write_bytes(b"evil")  # same size, a later mtime
+    cache_io.record_renamed(str(tmp_path), [c])
+    e = json.loads((tmp_path / "manifest.json").read_text())["entries"]["s"]
+    assert e["ctime_ns"] == st.ctime_ns and e["ctime_ns"] != os.stat(path).st_ctime_ns

@@ -20,11 +20,13 @@ from ._client import (
     _flags,
     _job_path,
     _jobs_page,
+    _long_poll,
     _methods_from_json,
     _not_finished,
     _resolve_key,
     _resolve_outage,
     _resolve_url,
+    _status_answer,
     _submit_form,
     _user_agent,
     _validate_form,
@@ -217,6 +219,14 @@ class AsyncClient:
     async def _status(self, job_id: str) -> JobStatus:
         return JobStatus.from_json((await self._t.get(_job_path("status", job_id))).json())
 
+    async def _status_change(self, job_id: str, etag: str | None, wait: int) -> tuple[JobStatus | None, str | None]:
+        """See Client._status_change."""
+        params, headers = _long_poll(etag, wait)
+        resp = await self._t.get(
+            _job_path("status", job_id), params=params, headers=headers, ok=(200, 304), extra_time=wait
+        )
+        return _status_answer(resp, etag)
+
     async def _result_json(self, job_id: str) -> dict[str, Any]:
         resp = await self._t.get(_job_path("result", job_id), params={"format": "json"})
         out: dict[str, Any] = json.loads(resp.content)
@@ -278,11 +288,15 @@ class AsyncJob:
         try:
             while True:
                 try:
-                    st = await self.status()
+                    hold = w.hold()
+                    st, etag = await self.client._status_change(self.id, w.etag, hold)
                 except _OUTAGE_ERRORS as e:
                     await asyncio.sleep(w.unreachable(e))
                     continue
-                delay = w.seen(st)
+                if st is None:
+                    await asyncio.sleep(w.unchanged())
+                    continue
+                delay = w.seen(st, etag)
                 if delay is None:
                     return st
                 await asyncio.sleep(delay)

@@ -457,6 +457,15 @@ class Client:
     def _status(self, job_id: str) -> JobStatus:
         return JobStatus.from_json(self._t.get(_job_path("status", job_id)).json())
 
+    def _status_change(self, job_id: str, etag: str | None, wait: int) -> tuple[JobStatus | None, str | None]:
+        """The status once it differs from ``etag`` (held by the server up to ``wait`` s), and its ETag.
+
+        None for the status when it is still ``etag`` (304); None for the ETag from a server without them.
+        """
+        params, headers = _long_poll(etag, wait)
+        resp = self._t.get(_job_path("status", job_id), params=params, headers=headers, ok=(200, 304), extra_time=wait)
+        return _status_answer(resp, etag)
+
     def _result_json(self, job_id: str) -> dict[str, Any]:
         resp = self._t.get(_job_path("result", job_id), params={"format": "json"})
         # json.loads accepts the reference's bare NaN tokens (as float('nan')).
@@ -492,6 +501,19 @@ def _selection(
     return tlist, mmap
 
 
+def _long_poll(etag: str | None, wait: int) -> tuple[dict[str, str] | None, dict[str, str] | None]:
+    """The query and headers of a status read that waits for a change from ``etag``."""
+    if not etag:
+        return None, None
+    return {"waitSeconds": str(wait)}, {"If-None-Match": etag}
+
+
+def _status_answer(resp: httpx.Response, etag: str | None) -> tuple[JobStatus | None, str | None]:
+    if resp.status_code == 304:
+        return None, resp.headers.get("ETag") or etag
+    return JobStatus.from_json(resp.json()), resp.headers.get("ETag")
+
+
 # What Job.wait() treats as the server being away for a while (a restart, a
 # proxy whose upstream is down): it keeps polling through these.
 _OUTAGE_ERRORS = (APIConnectionError, ServerError)
@@ -522,16 +544,36 @@ class _Waiter:
         self.down_since: float | None = None
         self.down_polls = 0
         self.last: JobStatus | None = None
+        #: The last status's ETag: set, the next read waits on the server for a change.
+        self.etag: str | None = None
 
-    def seen(self, st: JobStatus) -> float | None:
+    def hold(self) -> int:
+        """Seconds the next read may wait on the server for a change (the wait's deadline permitting)."""
+        if self.deadline is None:
+            return C.LONG_POLL_WAIT
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise WaitTimeout(self.job_id, float(self.timeout or 0), self.last)
+        return max(1, min(C.LONG_POLL_WAIT, int(left)))
+
+    def unchanged(self) -> float:
+        """The server answered 304 after its wait: ask again at once (within the deadline)."""
+        self.down_since, self.down_polls = None, 0
+        return self._within_deadline(0.0)
+
+    def seen(self, st: JobStatus, etag: str | None = None) -> float | None:
         """A status arrived: None when the job completed, else the seconds until the next poll."""
         self.down_since, self.down_polls, self.last = None, 0, st
+        self.etag = etag
         if self.bar is not None:
             self.bar.update(st)
         if st.status == "Completed":
             return None
         if st.status == "Failed":
             raise JobFailed(self.job_id, st.error or "unknown error", st)
+        if etag:
+            # The server holds the next read until the next change.
+            return self._within_deadline(C.LONG_POLL_PACE)
         delay = self._within_deadline(self.interval)
         self.interval = min(self.interval * C.POLL_GROWTH, self.max_interval)
         return delay
@@ -611,8 +653,10 @@ class Job:
     ) -> JobStatus:
         """Wait until the job is Completed and return its last status.
 
-        Asks the server at a growing interval (``poll_interval`` times 1.5 per
-        poll, up to ``max_poll_interval`` seconds). With ``progress`` a bar
+        Rides the server's long poll: each read waits on the server until the
+        job changes, so a wait costs about one request per change. Against a
+        server without it, asks at a growing interval (``poll_interval`` times
+        1.5 per poll, up to ``max_poll_interval`` seconds). With ``progress`` a bar
         (``file``, default stderr; a widget in Jupyter with the ``notebook``
         extra) shows how far the job is.
 
@@ -637,11 +681,15 @@ class Job:
         try:
             while True:
                 try:
-                    st = self.status()
+                    hold = w.hold()
+                    st, etag = self.client._status_change(self.id, w.etag, hold)
                 except _OUTAGE_ERRORS as e:
                     time.sleep(w.unreachable(e))
                     continue
-                delay = w.seen(st)
+                if st is None:
+                    time.sleep(w.unchanged())
+                    continue
+                delay = w.seen(st, etag)
                 if delay is None:
                     return st
                 time.sleep(delay)

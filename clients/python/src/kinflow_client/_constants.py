@@ -68,6 +68,16 @@ POLL_INITIAL_INTERVAL = 1.0
 POLL_MAX_INTERVAL = 10.0
 POLL_GROWTH = 1.5
 
+# Job.wait() rides the server's long poll when it has one (the status
+# carries an ETag): each read sends If-None-Match and asks the server to
+# hold it up to LONG_POLL_WAIT seconds for a change (under the server's
+# default cap of 60 s and common proxies' idle timeouts), so a wait costs
+# one request per change; after a change it pauses LONG_POLL_PACE seconds,
+# which bounds the requests of a job whose progress moves fast. Against a
+# server without ETags it polls as above.
+LONG_POLL_WAIT = 30
+LONG_POLL_PACE = 0.25
+
 # Page size asked of GET /api/v1/jobs/: the API's maximum (100), so listing
 # many jobs takes few requests.
 JOBS_PAGE_SIZE = 100

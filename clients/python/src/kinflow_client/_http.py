@@ -322,10 +322,17 @@ class Transport(_Policy):
         auth: bool = True,
         params: Mapping[str, str] | None = None,
         ok: tuple[int, ...] = (),
+        headers: Mapping[str, str] | None = None,
+        extra_time: float = 0.0,
     ) -> httpx.Response:
-        """GET with retries on connection errors and 429/502/503/504 (honouring Retry-After)."""
-        headers = self._headers(auth, None)
+        """GET with retries on connection errors and 429/502/503/504 (honouring Retry-After).
+
+        ``extra_time`` lengthens the read timeout for a request the server holds (a long poll).
+        """
+        headers = self._headers(auth, headers)
         timeout = self._timeout()
+        if extra_time > 0:
+            timeout = httpx.Timeout(self.timeout + extra_time, connect=min(self.timeout, C.DEFAULT_CONNECT_TIMEOUT))
 
         def send() -> httpx.Response:
             return self.http.get(path, headers=headers, params=params, timeout=timeout)
@@ -458,10 +465,17 @@ class AsyncTransport(_Policy):
         auth: bool = True,
         params: Mapping[str, str] | None = None,
         ok: tuple[int, ...] = (),
+        headers: Mapping[str, str] | None = None,
+        extra_time: float = 0.0,
     ) -> httpx.Response:
-        """GET with retries on connection errors and 429/502/503/504 (honouring Retry-After)."""
-        headers = self._headers(auth, None)
+        """GET with retries on connection errors and 429/502/503/504 (honouring Retry-After).
+
+        ``extra_time`` lengthens the read timeout for a request the server holds (a long poll).
+        """
+        headers = self._headers(auth, headers)
         timeout = self._timeout()
+        if extra_time > 0:
+            timeout = httpx.Timeout(self.timeout + extra_time, connect=min(self.timeout, C.DEFAULT_CONNECT_TIMEOUT))
 
         async def send() -> httpx.Response:
             return await self.http.get(path, headers=headers, params=params, timeout=timeout)

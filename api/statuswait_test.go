@@ -1,0 +1,412 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/kinflow/kinflow/internal/config"
+	"github.com/kinflow/kinflow/internal/store"
+	"github.com/kinflow/kinflow/internal/testenv"
+)
+
+// getStatus reads a status over real HTTP with the given headers.
+func getStatus(t *testing.T, base, path, key string, header ...string) (*http.Response, []byte, time.Duration) {
+	t.Helper()
+	req, err := http.NewRequest("GET", base+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	buf := make([]byte, 4096)
+	for {
+		n, err := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	return resp, []byte(b.String()), time.Since(start)
+}
+
+func TestStatusETagAndNotModified(t *testing.T) {
+	testenv.EachDialect(t, func(t *testing.T, st *store.Store) {
+		h := newHarness(t, st)
+		const ip = "203.0.113.60"
+		key := h.newKey(ip)
+		id := h.submitted(ip, key)
+		r := h.do("GET", "/api/v1/status/"+id+"/", ip, key, nil)
+		wantStatus(t, r, 200)
+		tag := r.Header().Get("ETag")
+		if !strings.HasPrefix(tag, `W/"`) || r.Header().Get("Cache-Control") != "private, no-cache" {
+			t.Fatalf("ETag %q, Cache-Control %q", tag, r.Header().Get("Cache-Control"))
+		}
+		// The clock moves, the state does not: same tag, and 304 for it.
+		h.clock.Set(t0.Add(30 * time.Second))
+		r = h.do("GET", "/api/v1/status/"+id+"/", ip, key, nil, "If-None-Match", tag)
+		if r.Code != 304 || r.Body.Len() != 0 || r.Header().Get("ETag") != tag {
+			t.Fatalf("If-None-Match: %d %q tag %q", r.Code, r.Body, r.Header().Get("ETag"))
+		}
+		// A list, the strong form and * match too; another tag does not.
+		for _, inm := range []string{`"x", ` + tag, strings.TrimPrefix(tag, "W/"), "*"} {
+			if r := h.do("GET", "/api/v1/status/"+id, ip, key, nil, "If-None-Match", inm); r.Code != 304 {
+				t.Fatalf("If-None-Match %s: %d", inm, r.Code)
+			}
+		}
+		if r := h.do("GET", "/api/v1/status/"+id, ip, key, nil, "If-None-Match", `W/"other"`); r.Code != 200 {
+			t.Fatalf("another tag: %d", r.Code)
+		}
+		// A write changes the state: a full answer with a new tag.
+		if err := st.UpdateJob(context.Background(), id, map[string]any{"status": store.JobProcessing, "started_at": t0.Add(10 * time.Second)}); err != nil {
+			t.Fatal(err)
+		}
+		r = h.do("GET", "/api/v1/status/"+id+"/", ip, key, nil, "If-None-Match", tag)
+		wantStatus(t, r, 200)
+		if nt := r.Header().Get("ETag"); nt == tag || r.json(t)["status"] != "Processing" {
+			t.Fatalf("after a change: tag %q (was %q), %s", nt, tag, r.Body)
+		}
+		// Another key's job is 404 from memory too.
+		other := h.newKey("203.0.113.61")
+		if r := h.do("GET", "/api/v1/status/"+id+"/", "203.0.113.61", other, nil, "If-None-Match", tag); r.Code != 404 {
+			t.Fatalf("another key: %d", r.Code)
+		}
+	})
+}
+
+func TestStatusLongPoll(t *testing.T) {
+	testenv.EachDialect(t, func(t *testing.T, st *store.Store) {
+		h := newHarness(t, st, func(c *config.Config, _ *Deps) {
+			c.StatusWaitMax = 2 * time.Second
+			c.StatusCacheTTL = 300 * time.Millisecond
+		})
+		srv := httptest.NewServer(h.srv)
+		defer srv.Close()
+		const ip = "203.0.113.62"
+		key := h.newKey(ip)
+		id := h.submitted(ip, key)
+		path := "/api/v1/status/" + id + "/"
+		resp, body, _ := getStatus(t, srv.URL, path, key)
+		tag := resp.Header.Get("ETag")
+		if resp.StatusCode != 200 || tag == "" || !strings.Contains(string(body), `"status":"Pending"`) {
+			t.Fatalf("first read: %d %q %s", resp.StatusCode, tag, body)
+		}
+
+		// Without If-None-Match, waitSeconds answers at once.
+		if resp, _, took := getStatus(t, srv.URL, path+"?waitSeconds=5", key); resp.StatusCode != 200 || took > time.Second {
+			t.Fatalf("waitSeconds alone: %d after %v", resp.StatusCode, took)
+		}
+		// Nothing changes: 304 after N seconds.
+		resp, body, took := getStatus(t, srv.URL, path+"?waitSeconds=1", key, "If-None-Match", tag)
+		if resp.StatusCode != 304 || len(body) != 0 || took < time.Second || took > 3*time.Second {
+			t.Fatalf("no change: %d %q after %v", resp.StatusCode, body, took)
+		}
+		// N is capped (KINFLOW_STATUS_WAIT_MAX_SECONDS, 2 s here).
+		resp, _, took = getStatus(t, srv.URL, path+"?waitSeconds=3600", key, "If-None-Match", tag)
+		if resp.StatusCode != 304 || took < 2*time.Second || took > 4*time.Second {
+			t.Fatalf("capped wait: %d after %v", resp.StatusCode, took)
+		}
+		// Held until the state changes: a write of this process wakes it.
+		go func() {
+			time.Sleep(400 * time.Millisecond)
+			_ = st.UpdateJob(context.Background(), id, map[string]any{"status": store.JobProcessing, "started_at": t0})
+		}()
+		h.cfg.StatusWaitMax = 20 * time.Second
+		resp, body, took = getStatus(t, srv.URL, path+"?waitSeconds=20", key, "If-None-Match", tag)
+		if resp.StatusCode != 200 || took < 350*time.Millisecond || took > 3*time.Second || !strings.Contains(string(body), `"status":"Processing"`) {
+			t.Fatalf("change: %d after %v: %s", resp.StatusCode, took, body)
+		}
+		tag2 := resp.Header.Get("ETag")
+		if tag2 == tag {
+			t.Fatal("same tag after a change")
+		}
+		// A change the store's callbacks do not see (as one written by a
+		// separate worker process) is noticed within the cache's TTL.
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			_ = st.DB.Exec("UPDATE jobs SET molecules_processed = 2 WHERE id = ?", id).Error
+		}()
+		resp, body, took = getStatus(t, srv.URL, path+"?waitSeconds=20", key, "If-None-Match", tag2)
+		if resp.StatusCode != 200 || took > 3*time.Second || !strings.Contains(string(body), `"moleculesProcessed":2`) {
+			t.Fatalf("change by another process: %d after %v: %s", resp.StatusCode, took, body)
+		}
+		// A finished job is not held: its state cannot change.
+		if _, err := st.FinishJob(context.Background(), id, store.JobCompleted, "", store.Refund{}, true, "", t0.Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		resp, _, _ = getStatus(t, srv.URL, path, key)
+		resp, _, took = getStatus(t, srv.URL, path+"?waitSeconds=20", key, "If-None-Match", resp.Header.Get("ETag"))
+		if resp.StatusCode != 304 || took > time.Second {
+			t.Fatalf("finished job: %d after %v", resp.StatusCode, took)
+		}
+		// A bad waitSeconds is a 400 with a JSON error.
+		r := h.do("GET", path+"?waitSeconds=soon", ip, key, nil)
+		wantStatus(t, r, 400)
+	})
+}
+
+func TestStatusServedFromMemory(t *testing.T) {
+	testenv.EachDialect(t, func(t *testing.T, st *store.Store) {
+		h := newHarness(t, st, func(c *config.Config, _ *Deps) { c.StatusCacheTTL = time.Minute })
+		const ip = "203.0.113.63"
+		key := h.newKey(ip)
+		id := h.submitted(ip, key)
+		if err := st.UpdateJob(context.Background(), id, map[string]any{"status": store.JobProcessing, "started_at": t0}); err != nil {
+			t.Fatal(err)
+		}
+		// Count the queries of the job's tables (not the key lookup).
+		var reads atomic.Int64
+		if err := st.DB.Callback().Query().After("gorm:query").Register("test:count_job_reads", func(tx *gorm.DB) {
+			if _, ok := jobTables[tx.Statement.Table]; ok {
+				reads.Add(1)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer st.DB.Callback().Query().Remove("test:count_job_reads")
+		for i := range 50 {
+			h.clock.Set(t0.Add(time.Duration(i) * time.Second))
+			r := h.do("GET", "/api/v1/status/"+id+"/", ip, key, nil)
+			wantStatus(t, r, 200)
+			if got := r.json(t)["elapsedSeconds"]; got != float64(i) {
+				t.Fatalf("read %d: elapsedSeconds %v", i, got)
+			}
+		}
+		if n := reads.Load(); n == 0 || n > 3 {
+			t.Fatalf("50 reads of an unchanged job made %d job queries, want one load (1–3)", n)
+		}
+		reads.Store(0)
+		if err := st.UpdateStage(context.Background(), id, 0, map[string]any{"status": "running"}); err != nil {
+			t.Fatal(err)
+		}
+		r := h.do("GET", "/api/v1/status/"+id+"/", ip, key, nil)
+		if reads.Load() == 0 || r.json(t)["progressStages"].([]any)[0].(map[string]any)["status"] != "running" {
+			t.Fatalf("after a change: %d reads, %s", reads.Load(), r.Body)
+		}
+	})
+}
+
+// jobTables lists the tables a status is read from (for counting).
+var jobTables = map[string]bool{"jobs": true, "job_stages": true, "job_events": true}
+
+func TestStatusReadsRateLimited(t *testing.T) {
+	testenv.EachDialect(t, func(t *testing.T, st *store.Store) {
+		h := newHarness(t, st, func(c *config.Config, _ *Deps) { c.StatusReadsPerSecond = 2 })
+		const ip = "203.0.113.64"
+		key := h.newKey(ip)
+		id := h.submitted(ip, key)
+		// A burst of twice the rate passes, the next read is refused.
+		for i := range 4 {
+			wantStatus(t, h.do("GET", "/api/v1/status/"+id+"/", ip, key, nil), 200)
+			_ = i
+		}
+		r := h.do("GET", "/api/v1/status/"+id+"/", ip, key, nil)
+		wantStatus(t, r, 429)
+		if ra := r.Header().Get("Retry-After"); ra != "1" || !strings.Contains(r.json(t)["error"].(string), "waitSeconds") {
+			t.Fatalf("Retry-After %q: %s", ra, r.Body)
+		}
+		// Another key is not affected; the events route shares the limit.
+		other := h.newKey("203.0.113.65")
+		if r := h.do("GET", "/api/v1/status/"+id+"/", "203.0.113.65", other, nil); r.Code != 404 {
+			t.Fatalf("another key: %d", r.Code)
+		}
+		if r := h.do("GET", "/api/v1/status/"+id+"/events", ip, key, nil); r.Code != 429 {
+			t.Fatalf("events: %d", r.Code)
+		}
+		// Without a key: still the authentication's 401.
+		if r := h.do("GET", "/api/v1/status/"+id+"/", ip, "", nil); r.Code != 401 {
+			t.Fatalf("no key: %d", r.Code)
+		}
+	})
+}
+
+// sseEvent is one parsed Server-Sent Event.
+type sseEvent struct {
+	id, event, data string
+}
+
+// readEvents parses a stream into a channel of events, closed at its end.
+func readEvents(body *bufio.Reader) <-chan sseEvent {
+	out := make(chan sseEvent, 16)
+	go func() {
+		defer close(out)
+		var ev sseEvent
+		for {
+			line, err := body.ReadString('\n')
+			if err != nil {
+				return
+			}
+			line = strings.TrimRight(line, "\n")
+			switch {
+			case line == "":
+				if ev.event != "" || ev.data != "" {
+					out <- ev
+				}
+				ev = sseEvent{}
+			case strings.HasPrefix(line, "id: "):
+				ev.id = line[4:]
+			case strings.HasPrefix(line, "event: "):
+				ev.event = line[7:]
+			case strings.HasPrefix(line, "data: "):
+				ev.data = line[6:]
+			}
+		}
+	}()
+	return out
+}
+
+func nextEvent(t *testing.T, ch <-chan sseEvent) sseEvent {
+	t.Helper()
+	select {
+	case ev, ok := <-ch:
+		if !ok {
+			t.Fatal("stream ended")
+		}
+		return ev
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event within 5 s")
+	}
+	return sseEvent{}
+}
+
+func openStream(t *testing.T, ctx context.Context, url, key, lastID string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func TestStatusEventStream(t *testing.T) {
+	testenv.EachDialect(t, func(t *testing.T, st *store.Store) {
+		h := newHarness(t, st)
+		srv := httptest.NewServer(h.srv)
+		defer srv.Close()
+		const ip = "203.0.113.66"
+		key := h.newKey(ip)
+		id := h.submitted(ip, key)
+		url := srv.URL + "/api/v1/status/" + id + "/events"
+		ctx, cancel := context.WithCancel(context.Background())
+		resp := openStream(t, ctx, url, key, "")
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+			t.Fatalf("stream: %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+		events := readEvents(bufio.NewReader(resp.Body))
+		statusOf := func(ev sseEvent) map[string]any {
+			t.Helper()
+			var m map[string]any
+			if ev.event != "status" || json.Unmarshal([]byte(ev.data), &m) != nil || ev.id == "" {
+				t.Fatalf("event %+v", ev)
+			}
+			return m
+		}
+		first := nextEvent(t, events)
+		if statusOf(first)["status"] != "Pending" {
+			t.Fatalf("first event %+v", first)
+		}
+		ctxb := context.Background()
+		if err := st.UpdateJob(ctxb, id, map[string]any{"status": store.JobProcessing, "started_at": t0}); err != nil {
+			t.Fatal(err)
+		}
+		second := nextEvent(t, events)
+		if statusOf(second)["status"] != "Processing" || second.id == first.id {
+			t.Fatalf("second event %+v", second)
+		}
+		// The client drops; a change happens meanwhile; it reconnects with
+		// the last id it saw and gets the change, not the state it had.
+		cancel()
+		resp.Body.Close()
+		if err := st.UpdateStage(ctxb, id, 0, map[string]any{"status": "running"}); err != nil {
+			t.Fatal(err)
+		}
+		resp = openStream(t, ctxb, url, key, second.id)
+		events = readEvents(bufio.NewReader(resp.Body))
+		third := nextEvent(t, events)
+		if m := statusOf(third); m["status"] != "Processing" || m["progressStages"].([]any)[0].(map[string]any)["status"] != "running" {
+			t.Fatalf("after reconnect %+v", third)
+		}
+		if _, err := st.FinishJob(ctxb, id, store.JobCompleted, "", store.Refund{}, true, "", t0.Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		final := nextEvent(t, events)
+		if statusOf(final)["status"] != "Completed" {
+			t.Fatalf("final %+v", final)
+		}
+		if end := nextEvent(t, events); end.event != "end" || end.data != `{"status":"Completed"}` {
+			t.Fatalf("end %+v", end)
+		}
+		select {
+		case ev, ok := <-events:
+			if ok {
+				t.Fatalf("event after end: %+v", ev)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the stream did not end")
+		}
+		resp.Body.Close()
+		// Reconnecting with the final id: 204, EventSource stops.
+		resp = openStream(t, ctxb, url, key, final.id)
+		resp.Body.Close()
+		if resp.StatusCode != 204 {
+			t.Fatalf("reconnect after the end: %d", resp.StatusCode)
+		}
+		// Without an id: the final state and the end at once.
+		resp = openStream(t, ctxb, url, key, "")
+		events = readEvents(bufio.NewReader(resp.Body))
+		if ev := nextEvent(t, events); statusOf(ev)["status"] != "Completed" {
+			t.Fatalf("finished job's stream %+v", ev)
+		}
+		resp.Body.Close()
+	})
+}
+
+// TestStatusEventStreamOutlivesWriteTimeout: the API's server has a write
+// timeout (5 min in cmd/kinflow); a stream lifts it at each write, so an
+// event after the timeout still arrives.
+func TestStatusEventStreamOutlivesWriteTimeout(t *testing.T) {
+	st := testenv.OpenStore(t, store.SQLite)
+	h := newHarness(t, st)
+	srv := httptest.NewUnstartedServer(h.srv)
+	srv.Config.WriteTimeout = 500 * time.Millisecond
+	srv.Start()
+	defer srv.Close()
+	const ip = "203.0.113.67"
+	key := h.newKey(ip)
+	id := h.submitted(ip, key)
+	resp := openStream(t, context.Background(), srv.URL+"/api/v1/status/"+id+"/events", key, "")
+	defer resp.Body.Close()
+	events := readEvents(bufio.NewReader(resp.Body))
+	if ev := nextEvent(t, events); ev.event != "status" {
+		t.Fatalf("first %+v", ev)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	if err := st.UpdateJob(context.Background(), id, map[string]any{"status": store.JobProcessing, "started_at": t0}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextEvent(t, events); ev.event != "status" || !strings.Contains(ev.data, `"status":"Processing"`) {
+		t.Fatalf("after the write timeout %+v", ev)
+	}
+}

@@ -1,0 +1,259 @@
+package api
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/kinflow/kinflow/internal/store"
+)
+
+// This file keeps jobs' statuses in memory so that reading one costs no
+// database round trip when nothing changed, and lets requests wait for a
+// change: one watcher per watched job re-reads it when a change is announced
+// (store.OnJobChange: this process's writes) or its time-to-live passes
+// (writes of another process), and wakes every request waiting on that job.
+// A waiting request reads nothing itself.
+
+// statusRecheckDelay is when a job is read again after a change notice: a
+// write inside a transaction is announced before its commit, so the read at
+// once may still see the old row; 50 ms is well past the commit of the
+// store's short transactions.
+const statusRecheckDelay = 50 * time.Millisecond
+
+// statusWatchMinTick is the slowest a watcher re-reads its job with a zero
+// cache time-to-live (KINFLOW_STATUS_CACHE_MS=0), so that it still notices a
+// change written by another process.
+const statusWatchMinTick = time.Second
+
+// statusHub is the status cache and the per-job watchers of one Server.
+type statusHub struct {
+	load func(ctx context.Context, id string) (*statusSnap, error)
+	ttl  time.Duration
+
+	mu sync.Mutex
+	// all is bumped by a change that names no job (every entry is stale),
+	// any by every change (a Pending job's queue position depends on other
+	// jobs).
+	all, any uint64
+	// allAt is when the last change that names no job was announced.
+	allAt   time.Time
+	entries map[string]*statusEntry
+	// sweepAt is the entry count above which stale entries are dropped.
+	sweepAt int
+}
+
+// statusEntry is one job's cached snapshot and its waiters.
+type statusEntry struct {
+	gen uint64 // bumped by each change of this job
+	// changedAt is when the last change of this job was announced.
+	changedAt               time.Time
+	snap                    *statusSnap
+	snapGen, snapAll, snapA uint64
+	// loadedFrom is when the snapshot's read began.
+	loadedFrom time.Time
+	// loading is non-nil while one goroutine reads the job; others wait
+	// for it instead of reading too.
+	loading chan struct{}
+	// wake is closed (and replaced) when the watcher publishes a snapshot
+	// with a new ETag.
+	wake      chan struct{}
+	published string
+	waiters   int
+	watching  bool
+	poke      chan struct{}
+}
+
+func newStatusHub(ttl time.Duration, load func(context.Context, string) (*statusSnap, error)) *statusHub {
+	return &statusHub{load: load, ttl: ttl, entries: map[string]*statusEntry{}, sweepAt: 1024}
+}
+
+// entryLocked returns id's entry, creating it.
+func (h *statusHub) entryLocked(id string) *statusEntry {
+	e := h.entries[id]
+	if e == nil {
+		if len(h.entries) >= h.sweepAt {
+			h.sweepLocked()
+		}
+		e = &statusEntry{wake: make(chan struct{}), poke: make(chan struct{}, 1)}
+		h.entries[id] = e
+	}
+	return e
+}
+
+// sweepLocked drops the entries nobody waits on whose snapshot is stale.
+func (h *statusHub) sweepLocked() {
+	for id, e := range h.entries {
+		if e.waiters == 0 && e.loading == nil && !h.freshLocked(e) {
+			delete(h.entries, id)
+		}
+	}
+	h.sweepAt = max(1024, 2*len(h.entries))
+}
+
+// freshLocked reports whether e's snapshot may be served without a read.
+func (h *statusHub) freshLocked(e *statusEntry) bool {
+	if e.snap == nil || e.snapGen != e.gen || e.snapAll != h.all || time.Since(e.loadedFrom) >= h.ttl {
+		return false
+	}
+	// A read that began within statusRecheckDelay of a change notice may
+	// have missed the write's commit: it is not served again.
+	if !e.loadedFrom.After(e.changedAt.Add(statusRecheckDelay)) || !e.loadedFrom.After(h.allAt.Add(statusRecheckDelay)) {
+		return false
+	}
+	return e.snapA == h.any || e.snap.job.Status != store.JobPending && e.snap.job.Status != store.JobSubmitting
+}
+
+// changed is the store's change notice for job id ("" for any job).
+func (h *statusHub) changed(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.any++
+	if id == "" {
+		h.all++
+		h.allAt = time.Now()
+		for _, e := range h.entries {
+			h.pokeLocked(e)
+		}
+		return
+	}
+	if e := h.entries[id]; e != nil {
+		e.gen++
+		e.changedAt = time.Now()
+		h.pokeLocked(e)
+	}
+}
+
+// pokeLocked asks e's watcher, if any, to read the job now and again after
+// statusRecheckDelay (the first read may precede the writer's commit).
+func (h *statusHub) pokeLocked(e *statusEntry) {
+	select {
+	case e.poke <- struct{}{}:
+	default:
+	}
+	time.AfterFunc(statusRecheckDelay+time.Millisecond, func() {
+		h.mu.Lock()
+		select {
+		case e.poke <- struct{}{}:
+		default:
+		}
+		h.mu.Unlock()
+	})
+}
+
+// get returns job id's snapshot: from memory while fresh, else read once
+// for every concurrent caller.
+func (h *statusHub) get(ctx context.Context, id string) (*statusSnap, error) {
+	h.mu.Lock()
+	e := h.entryLocked(id)
+	for {
+		if h.freshLocked(e) {
+			sn := e.snap
+			h.mu.Unlock()
+			return sn, nil
+		}
+		if e.loading == nil {
+			break
+		}
+		ch := e.loading
+		h.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		h.mu.Lock()
+	}
+	ch := make(chan struct{})
+	e.loading = ch
+	g, all, any, from := e.gen, h.all, h.any, time.Now()
+	h.mu.Unlock()
+
+	sn, err := h.load(ctx, id)
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e.loading = nil
+	close(ch)
+	if err != nil {
+		return nil, err
+	}
+	e.snap, e.snapGen, e.snapAll, e.snapA, e.loadedFrom = sn, g, all, any, from
+	return sn, nil
+}
+
+// wait holds until job id's ETag differs from etag, ctx ends or deadline
+// passes; it returns the newest snapshot and whether it differs.
+func (h *statusHub) wait(ctx context.Context, id, etag string, deadline time.Time) (*statusSnap, bool, error) {
+	h.mu.Lock()
+	e := h.entryLocked(id)
+	e.waiters++
+	if !e.watching {
+		e.watching = true
+		go h.watch(id, e)
+	}
+	defer func() {
+		h.mu.Lock()
+		e.waiters--
+		h.mu.Unlock()
+	}()
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for {
+		sn := e.snap
+		if sn != nil && sn.etag != etag {
+			h.mu.Unlock()
+			return sn, true, nil
+		}
+		wake := e.wake
+		h.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return sn, false, ctx.Err()
+		case <-timer.C:
+			return sn, false, nil
+		}
+		h.mu.Lock()
+	}
+}
+
+// watch is job id's watcher: while anyone waits on it, it re-reads the job
+// when poked or when its snapshot's time-to-live passes, and wakes the
+// waiters when the ETag changed.
+func (h *statusHub) watch(id string, e *statusEntry) {
+	tick := h.ttl
+	if tick <= 0 {
+		tick = statusWatchMinTick
+	}
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		h.mu.Lock()
+		if e.waiters == 0 {
+			e.watching = false
+			h.mu.Unlock()
+			return
+		}
+		h.mu.Unlock()
+		select {
+		case <-e.poke:
+		case <-t.C:
+		}
+		// A read bounded like a request's: a stuck database must not hold
+		// the watcher for ever.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		sn, err := h.get(ctx, id)
+		cancel()
+		if err != nil {
+			continue
+		}
+		h.mu.Lock()
+		if sn.etag != e.published {
+			e.published = sn.etag
+			close(e.wake)
+			e.wake = make(chan struct{})
+		}
+		h.mu.Unlock()
+	}
+}

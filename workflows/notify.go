@@ -1,0 +1,61 @@
+package workflows
+
+import (
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/kinflow/kinflow/activities"
+)
+
+// notifyVersion adds the job notice (webhook) after the job's end;
+// histories recorded before it replay without.
+const notifyVersion = "i35-notify-job"
+
+// noticeRetry retries a notice for about ten minutes (2 s, 4 s, … capped at
+// 2 min, 8 attempts): long enough to ride out a receiver's restart, short
+// enough that a dead receiver does not keep workflows open for hours. A
+// refused address is not retried.
+var noticeRetry = &temporal.RetryPolicy{
+	InitialInterval:        2 * time.Second,
+	BackoffCoefficient:     2,
+	MaximumInterval:        2 * time.Minute,
+	MaximumAttempts:        8,
+	NonRetryableErrorTypes: []string{activities.ErrNoticeRefused, activities.ErrJobNotFound},
+}
+
+// notify announces the job's end to its notify URL, if it has one. It runs
+// after Finalize: the job is already Completed or Failed for every reader,
+// and a notice that cannot be delivered shows in the job's events and the
+// Temporal UI, never in the job's outcome.
+func (w *prediction) notify(ctx workflow.Context) {
+	// A prepared job says whether it has a notify URL: one without (most
+	// jobs) costs nothing here, not even a version marker in its history.
+	prepared := len(w.prep.Stages) > 0
+	if prepared && !w.prep.Notify {
+		return
+	}
+	if workflow.GetVersion(ctx, notifyVersion, workflow.DefaultVersion, 1) < 1 {
+		return
+	}
+	// Sent even when the workflow was cancelled after Finalize.
+	nctx, _ := workflow.NewDisconnectedContext(ctx)
+	in := activities.NoticeInput{JobID: w.in.JobID}
+	if !prepared {
+		// The job failed before PrepareInput answered: ask the database.
+		var has bool
+		if err := workflow.ExecuteLocalActivity(localOptions(nctx), a.HasNotice, in).Get(nctx, &has); err != nil || !has {
+			return
+		}
+	}
+	ao := workflow.ActivityOptions{
+		// One attempt is a POST with a 10 s timeout and two small writes.
+		StartToCloseTimeout:    30 * time.Second,
+		ScheduleToCloseTimeout: 15 * time.Minute,
+		RetryPolicy:            noticeRetry,
+	}
+	if err := workflow.ExecuteActivity(workflow.WithActivityOptions(nctx, ao), a.NotifyJob, in).Get(nctx, nil); err != nil {
+		workflow.GetLogger(ctx).Warn("job notice not delivered", "job_id", w.in.JobID, "error", err)
+	}
+}
