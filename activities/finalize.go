@@ -46,6 +46,13 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeRe
 		} else {
 			refund.Rows = job.RequestedRows
 		}
+		if fsutil.NoSpaceText(in.Message) {
+			// The disk filled (issue 33): the owner gets no result, so
+			// every row is given back, and the message says why without
+			// the server's paths.
+			in.Message = StorageFullMessage
+			refund = store.Refund{Rows: job.RequestedRows}
+		}
 		if _, err := a.writeJobProvenance(job); err != nil {
 			a.Log.Warn("job provenance", "job_id", job.ID, "error", err)
 		}
@@ -84,6 +91,10 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeRe
 	a.Log.Info("job completed", "job_id", job.ID, "rows", out.rows, "predicted", out.fullyPredicted, "refunded", refund.Rows, "refunded_cached", refund.Cached)
 	return FinalizeResult{Status: store.JobCompleted, Refunded: refund.Rows}, nil
 }
+
+// StorageFullMessage is a job's message when it failed because the media
+// root (or the database's disk) was full: the reason "storage full".
+const StorageFullMessage = "storage full: the server ran out of disk space while running this job. Its rows were refunded; please submit it again later."
 
 // noteUnappliedAnnotations reports, in the message of each stage whose
 // target asked for them, a similarity dataset or experimental table that is

@@ -97,6 +97,8 @@ func (s *Server) ReconcileSubmits(ctx context.Context) (queued, undone int, err 
 // Idempotency-Keys) at once and then every SubmitReconcileEvery until ctx
 // ends.
 func (s *Server) RunSubmitReconciler(ctx context.Context) {
+	// Jobs whose workflow closed without their row saying so (issue 33).
+	go s.RunJobReconciler(ctx)
 	t := time.NewTicker(SubmitReconcileEvery(s.submitReconcileAfter()))
 	defer t.Stop()
 	for {
