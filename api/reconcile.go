@@ -99,6 +99,8 @@ func (s *Server) ReconcileSubmits(ctx context.Context) (queued, undone int, err 
 func (s *Server) RunSubmitReconciler(ctx context.Context) {
 	// Jobs whose workflow closed without their row saying so (issue 33).
 	go s.RunJobReconciler(ctx)
+	// Finished jobs' folders past KINFLOW_JOB_RETENTION_DAYS (retention.go).
+	go s.RunRetention(ctx)
 	t := time.NewTicker(SubmitReconcileEvery(s.submitReconcileAfter()))
 	defer t.Stop()
 	for {

@@ -80,6 +80,10 @@ type Job struct {
 	// RefundedCachedRows is how many of RefundedRows were refunded because
 	// every prediction of the row came from the prediction cache.
 	RefundedCachedRows int `gorm:"not null"`
+
+	// ExpiredAt is when the job's folder was removed after
+	// KINFLOW_JOB_RETENTION_DAYS (issue 33); nil while it is kept.
+	ExpiredAt *time.Time
 }
 
 // TableName implements gorm's Tabler.
