@@ -101,6 +101,8 @@ func (s *Server) RunSubmitReconciler(ctx context.Context) {
 	go s.RunJobReconciler(ctx)
 	// Finished jobs' folders past KINFLOW_JOB_RETENTION_DAYS (retention.go).
 	go s.RunRetention(ctx)
+	// The embedding cache's size and budget (cachegc.go).
+	go s.RunCacheGC(ctx)
 	t := time.NewTicker(SubmitReconcileEvery(s.submitReconcileAfter()))
 	defer t.Stop()
 	for {

@@ -96,6 +96,8 @@ type Config struct {
 	MediaMinFreeBytes int64
 	// JobRetention is how long a finished job's folder and result are kept.
 	JobRetention time.Duration
+	// CacheBudgetBytes is the embedding cache's size budget; 0: none.
+	CacheBudgetBytes int64
 	// StepExecutor is how embedding steps run: synthetic or command.
 	StepExecutor string
 	// PredictionEngine is how predictions run: synthetic or command.
@@ -371,6 +373,17 @@ var Keys = []Key{
 				return err
 			}
 			c.JobRetention = time.Duration(n) * 24 * time.Hour
+			return nil
+		}},
+	{Name: "KINFLOW_CACHE_BUDGET_GB", Default: "0",
+		Meaning: "Size budget of the embedding cache (`sequence_info/`), in GB (10^9 bytes); 0: no budget. Above it the API process evicts the least recently used artefacts every 10 minutes (those planned within the last hour, and every file a running job's plan counts on or a stage has claimed, never), as `kinflow cache gc` does by hand. Off by default: an artefact costs GPU time to make again, and only the operator knows how much disk the cache may have.",
+		Allowed: "want a whole number of GB, 0 or more",
+		set: func(c *Config, v string) error {
+			var n int
+			if err := setIntRange(&n, v, 0, 1<<30); err != nil {
+				return err
+			}
+			c.CacheBudgetBytes = int64(n) * 1_000_000_000
 			return nil
 		}},
 	{Name: "KINFLOW_STEP_EXECUTOR", Default: "synthetic",
