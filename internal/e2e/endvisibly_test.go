@@ -260,6 +260,9 @@ func TestFullDiskJobsEndAndRecover(t *testing.T) {
 			case got.Status == "Completed":
 				completed++
 			case strings.Contains(got.Error, "storage full"):
+				if storageFull == 0 {
+					s.replay(workflows.PredictionWorkflowID(id), "prediction_i33_storage_full")
+				}
 				storageFull++
 			default:
 				t.Errorf("job %s failed without the reason: %q", id, got.Error)
@@ -310,6 +313,7 @@ func TestFullDiskJobsEndAndRecover(t *testing.T) {
 			}
 		}
 		t.Logf("jobs that rode out a full disk completed %.1f s after space returned", time.Since(freed).Seconds())
+		s.replay(workflows.PredictionWorkflowID(ids[0]), "prediction_i33_ride_out")
 		quotaExact(t, st, keyID)
 	})
 }
