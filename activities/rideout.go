@@ -19,7 +19,7 @@ import (
 func (a *Activities) storeRetry(ctx context.Context, fn func() error) error {
 	ride := a.Config.OutageRideOut
 	if ride <= 0 {
-		ride = 5 * time.Minute
+		ride = 10 * time.Minute
 	}
 	deadline := time.Now().Add(ride)
 	wait := time.Second

@@ -120,7 +120,8 @@ func (w *prediction) localOptions(ctx workflow.Context) workflow.Context {
 // rideOutOptions bounds o's retries by time instead of attempts when
 // w.rideOut is set: every attempt as shortRetry, at most 30 s apart, until
 // KINFLOW_OUTAGE_RIDE_OUT_SECONDS (DefaultOutageRideOut before PrepareInput
-// has read it) have passed since the first. shortRetry's 8 attempts gave up
+// has read it), or the step's own time limit if longer, have passed since
+// the first. shortRetry's 8 attempts gave up
 // after about 100 s, less than an operator needs to free a disk or restart a
 // database.
 func (w *prediction) rideOutOptions(o workflow.LocalActivityOptions) workflow.LocalActivityOptions {
@@ -134,13 +135,15 @@ func (w *prediction) rideOutOptions(o workflow.LocalActivityOptions) workflow.Lo
 	p := *o.RetryPolicy
 	p.MaximumAttempts = 0 // unlimited within ScheduleToCloseTimeout
 	o.RetryPolicy = &p
-	o.ScheduleToCloseTimeout = d
+	// Never shorter than one attempt's own limit: a long parse or plan is
+	// not cut off by a short ride-out.
+	o.ScheduleToCloseTimeout = max(d, o.StartToCloseTimeout)
 	return o
 }
 
 // DefaultOutageRideOut is the ride-out of the steps that run before
 // PrepareInput has read KINFLOW_OUTAGE_RIDE_OUT_SECONDS (its default).
-const DefaultOutageRideOut = 5 * time.Minute
+const DefaultOutageRideOut = 10 * time.Minute
 
 func (w *prediction) run(ctx workflow.Context) (PredictionResult, error) {
 	w.rideOut = workflow.GetVersion(ctx, rideOutVersion, workflow.DefaultVersion, 1) >= 1

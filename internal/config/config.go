@@ -344,8 +344,8 @@ var Keys = []Key{
 		Meaning: "Seconds after which a submit cut off by a crash (job still `Submitting`) is finished by the API's reconciler: its workflow started if its input was written, else its charge refunded and its files removed. Longer than any normal submit takes from charge to queue.",
 		Allowed: "want a whole number of seconds, 1 or more",
 		set:     func(c *Config, v string) error { return setSeconds(&c.SubmitReconcileAfter, v) }},
-	{Name: "KINFLOW_OUTAGE_RIDE_OUT_SECONDS", Default: "300",
-		Meaning: "How long a running job's bookkeeping steps (its database writes, writing its result in `Finalize`) keep retrying, with backoff up to 30 s apart, through a full disk or an application database that is down, before the job fails (Failed, refunded). Five minutes covers a database restart or failover and an operator freeing space after a page; a job whose storage stays broken still ends in bounded time.",
+	{Name: "KINFLOW_OUTAGE_RIDE_OUT_SECONDS", Default: "600",
+		Meaning: "How long a running job's bookkeeping steps (its database writes, parsing, planning, writing its result in `Finalize`; never less than a step's own 10-minute limit for the last three) and `Predict`'s database reads and writes keep retrying, with backoff up to 30 s apart, through a full disk or an application database that is down, before the job fails (Failed, refunded). Ten minutes covers a database restart or failover and an operator freeing space after a page; a job whose storage stays broken still ends in bounded time.",
 		Allowed: "want a whole number of seconds, 10 or more",
 		set: func(c *Config, v string) error {
 			if err := setSeconds(&c.OutageRideOut, v); err != nil || c.OutageRideOut < 10*time.Second {

@@ -282,7 +282,7 @@ func TestFullDiskJobsEndAndRecover(t *testing.T) {
 		// The bookkeeping steps ride the outage out: jobs that meet a disk
 		// with no room at all in their first steps (parsing the input,
 		// planning, Finalize: no embedding to compute) retry instead of
-		// failing (KINFLOW_OUTAGE_RIDE_OUT_SECONDS is 300), and complete
+		// failing (KINFLOW_OUTAGE_RIDE_OUT_SECONDS is 600), and complete
 		// once space returns. On Postgres the disk stays full for 110 s:
 		// longer than the 8 attempts (about 90 s) that failed such jobs
 		// before; SQLite runs the same steps for 25 s, to bound the test.
