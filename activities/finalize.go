@@ -46,6 +46,12 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeRe
 		} else {
 			refund.Rows = job.RequestedRows
 		}
+		if store.UnavailableText(in.Message) {
+			// Longer than KINFLOW_OUTAGE_RIDE_OUT_SECONDS without the
+			// database (issue 33): say so, without its address.
+			in.Message = DatabaseUnavailableMessage
+			refund = store.Refund{Rows: job.RequestedRows}
+		}
 		if fsutil.NoSpaceText(in.Message) {
 			// The disk filled (issue 33): the owner gets no result, so
 			// every row is given back, and the message says why without
@@ -91,6 +97,10 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeRe
 	a.Log.Info("job completed", "job_id", job.ID, "rows", out.rows, "predicted", out.fullyPredicted, "refunded", refund.Rows, "refunded_cached", refund.Cached)
 	return FinalizeResult{Status: store.JobCompleted, Refunded: refund.Rows}, nil
 }
+
+// DatabaseUnavailableMessage is a job's message when a step failed because
+// the application database stayed unreachable past the ride-out.
+const DatabaseUnavailableMessage = "database unavailable: the server's database could not be reached for longer than it waits. Its rows were refunded; please submit it again later."
 
 // StorageFullMessage is a job's message when it failed because the media
 // root (or the database's disk) was full: the reason "storage full".

@@ -46,3 +46,18 @@ func Unavailable(err error) bool {
 	}
 	return false
 }
+
+// UnavailableText is a narrow Unavailable for an error's text alone (a
+// step's message that crossed Temporal): only the driver's own words for a
+// database it could not reach, never a generic network failure of
+// something else.
+func UnavailableText(msg string) bool {
+	m := strings.ToLower(msg)
+	for _, s := range []string{"failed to connect to `user=", "the database system is shutting down", "the database system is starting up",
+		"(sqlstate 08", "(sqlstate 57p01)", "(sqlstate 57p02)", "(sqlstate 57p03)"} {
+		if strings.Contains(m, s) {
+			return true
+		}
+	}
+	return false
+}
