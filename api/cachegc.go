@@ -35,7 +35,7 @@ func (s *Server) CacheGC(ctx context.Context, minAge time.Duration) (cacheadmin.
 		return cacheadmin.GCResult{}, err
 	}
 	res, err := cacheadmin.GC(ctx, l, cacheadmin.GCOptions{
-		Budget: cfg.CacheBudgetBytes, MinAge: minAge, Now: s.now,
+		Budget: cfg.CacheBudgetBytes, MinAge: minAge, // file times: the real clock, not s.now
 		Protected: cacheadmin.RunningJobFiles(s.deps.Store, cfg.MediaRoot),
 	})
 	s.deps.Metrics.Cache().Pass(res.Files, res.Bytes, res.Evicted, res.EvictedBytes)
