@@ -63,6 +63,10 @@ type Policy struct {
 	// TrackMinFiles is KINFLOW_TRACK_MIN_FILES: a stage missing fewer files
 	// runs no tracker (its post-check records the count).
 	TrackMinFiles int `json:"track_min_files,omitempty"`
+	// OutageRideOutSeconds is KINFLOW_OUTAGE_RIDE_OUT_SECONDS: how long the
+	// bookkeeping steps retry through an outage (0 in histories from
+	// before it).
+	OutageRideOutSeconds int `json:"outage_ride_out_seconds,omitempty"`
 }
 
 // TrackTaskQueue is config.TrackTaskQueue under the name the workflow code

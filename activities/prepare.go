@@ -385,6 +385,8 @@ func (a *Activities) policy() Policy {
 		TrackMinFiles:     a.Config.TrackMinFiles,
 		GPUSmallStepSeqs:  a.Config.GPUSmallStepSeqs,
 		SmallJobRows:      a.Config.SmallJobRows,
+		// Issue 33: the bookkeeping steps ride out an outage this long.
+		OutageRideOutSeconds: int(a.Config.OutageRideOut / time.Second),
 	}
 }
 
