@@ -10,6 +10,7 @@ require (
 	github.com/go-gormigrate/gormigrate/v2 v2.1.7
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.10.0
+	github.com/kballard/go-shellquote v0.0.0-20180428030007-95032a82bc51
 	go.temporal.io/sdk v1.50.0
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2

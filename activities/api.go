@@ -9,7 +9,10 @@
 // writes files atomically, so a retry after a crash never double-counts.
 package activities
 
-import "github.com/kinflow/kinflow/internal/gpuhealth"
+import (
+	"github.com/kinflow/kinflow/internal/config"
+	"github.com/kinflow/kinflow/internal/gpuhealth"
+)
 
 // Error types of the CPU activities. The first four are errors that
 // retrying cannot fix: the workflow fails the job at once with their
@@ -55,18 +58,20 @@ type Policy struct {
 	// as in histories from before it).
 	GPUSmallStepSeqs int `json:"gpu_small_step_seqs,omitempty"`
 	// TrackTaskQueue is the progress trackers' own task queue
-	// (TrackTaskQueue(CPUTaskQueue)); empty in histories from before it.
+	// (config.TrackTaskQueue(CPUTaskQueue)); empty in histories from before it.
 	TrackTaskQueue string `json:"track_task_queue,omitempty"`
 	// TrackMinFiles is KINFLOW_TRACK_MIN_FILES: a stage missing fewer files
 	// runs no tracker (its post-check records the count).
 	TrackMinFiles int `json:"track_min_files,omitempty"`
+	// OutageRideOutSeconds is KINFLOW_OUTAGE_RIDE_OUT_SECONDS: how long the
+	// bookkeeping steps retry through an outage (0 in histories from
+	// before it).
+	OutageRideOutSeconds int `json:"outage_ride_out_seconds,omitempty"`
 }
 
-// TrackTaskQueue is the task queue of the progress trackers that belong to
-// the CPU task queue cpu: their own queue, so that waiting trackers never
-// hold a slot that the short and CPU-bound activities of their jobs need
-// (DESIGN §9, docs/workflows.md).
-func TrackTaskQueue(cpu string) string { return cpu + "-track" }
+// TrackTaskQueue is config.TrackTaskQueue under the name the workflow code
+// calls it by (the queue names are composed in internal/config only).
+func TrackTaskQueue(cpu string) string { return config.TrackTaskQueue(cpu) }
 
 // StageInfo describes one (target, method) stage.
 type StageInfo struct {

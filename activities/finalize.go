@@ -48,6 +48,19 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeRe
 		} else {
 			refund.Rows = job.RequestedRows
 		}
+		if store.UnavailableText(in.Message) {
+			// Longer than KINFLOW_OUTAGE_RIDE_OUT_SECONDS without the
+			// database (issue 33): say so, without its address.
+			in.Message = DatabaseUnavailableMessage
+			refund = store.Refund{Rows: job.RequestedRows}
+		}
+		if fsutil.NoSpaceText(in.Message) {
+			// The disk filled (issue 33): the owner gets no result, so
+			// every row is given back, and the message says why without
+			// the server's paths.
+			in.Message = StorageFullMessage
+			refund = store.Refund{Rows: job.RequestedRows}
+		}
 		if _, err := a.writeJobProvenance(job); err != nil {
 			a.Log.Warn("job provenance", "job_id", job.ID, "error", err)
 		}
@@ -110,6 +123,13 @@ func (a *Activities) recordCachedRows(ctx context.Context, job *store.Job, out *
 		a.Log.Warn("cached rows ledger write failed", "job_id", job.ID, "error", err)
 	}
 }
+// DatabaseUnavailableMessage is a job's message when a step failed because
+// the application database stayed unreachable past the ride-out.
+const DatabaseUnavailableMessage = "database unavailable: the server's database could not be reached for longer than it waits. Its rows were refunded; please submit it again later."
+
+// StorageFullMessage is a job's message when it failed because the media
+// root (or the database's disk) was full: the reason "storage full".
+const StorageFullMessage = "storage full: the server ran out of disk space while running this job. Its rows were refunded; please submit it again later."
 
 // noteUnappliedAnnotations reports, in the message of each stage whose
 // target asked for them, a similarity dataset or experimental table that is

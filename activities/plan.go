@@ -97,6 +97,12 @@ func (a *Activities) BuildPlan(ctx context.Context, in PlanInput) (PlanSummary, 
 		if err := a.claimEphemeral(ctx, in, d, plan); err != nil {
 			return PlanSummary{}, err
 		}
+		// Mark the cached files used, for the cache budget's LRU order; a
+		// file evicted since it was counted fails the plan, which is
+		// retried and counts it missing (issue 33, internal/cacheadmin/gc.go).
+		if err := plan.TouchCached(); err != nil {
+			return PlanSummary{}, err
+		}
 	}
 	if len(work) > 0 {
 		sum.WorkFile = filepath.Join(dir, "work.json")

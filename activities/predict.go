@@ -91,8 +91,8 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 			invalidRows++
 		}
 	}
-	job, err := a.Store.Job(ctx, ref.JobID)
-	if err != nil {
+	var job *store.Job
+	if err := a.storeRetry(ctx, func() (err error) { job, err = a.Store.Job(ctx, ref.JobID); return err }); err != nil {
 		return PredictResult{}, err
 	}
 	log := a.Log.With("job_id", ref.JobID, "stage", ref.StageIndex, "method", d.Key, "target", sr.Target, "step", "predict")
@@ -220,12 +220,18 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 	_ = os.Remove(partialFile)
 	res := countPredictions(out)
 	log.Info("prediction done", "predicted", res.Predicted, "skipped", res.Skipped, "cached", cached, "synthetic", res.Synthetic)
-	if err := a.Store.UpdateStage(ctx, ref.JobID, ref.StageIndex, map[string]any{"predictions_made": res.Predicted, "predictions_cached": cached}); err != nil {
+	// The database may be away for a while (issue 33): wait for it rather
+	// than lose the work done.
+	if err := a.storeRetry(ctx, func() error {
+		return a.Store.UpdateStage(ctx, ref.JobID, ref.StageIndex, map[string]any{"predictions_made": res.Predicted, "predictions_cached": cached})
+	}); err != nil {
 		return res, err
 	}
-	err = a.Store.UpdateJob(ctx, ref.JobID, map[string]any{
-		"total_predictions": sendAll, "predictions_made": res.Predicted, "invalid_rows": invalidRows,
-		"predictions_cached": gorm.Expr("(SELECT COALESCE(SUM(predictions_cached), 0) FROM job_stages WHERE job_id = ?)", ref.JobID),
+	err = a.storeRetry(ctx, func() error {
+		return a.Store.UpdateJob(ctx, ref.JobID, map[string]any{
+			"total_predictions": sendAll, "predictions_made": res.Predicted, "invalid_rows": invalidRows,
+			"predictions_cached": gorm.Expr("(SELECT COALESCE(SUM(predictions_cached), 0) FROM job_stages WHERE job_id = ?)", ref.JobID),
+		})
 	})
 	return res, err
 }

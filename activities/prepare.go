@@ -13,6 +13,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/input"
 	"github.com/kinflow/kinflow/internal/methods"
@@ -380,10 +381,12 @@ func (a *Activities) policy() Policy {
 		CPUTaskQueue:      a.Config.CPUTaskQueue,
 		HeartbeatSeconds:  int(a.Config.HeartbeatTimeout / time.Second),
 		ShardSeqs:         a.Config.StepShardSeqs,
-		TrackTaskQueue:    TrackTaskQueue(a.Config.CPUTaskQueue),
+		TrackTaskQueue:    config.TrackTaskQueue(a.Config.CPUTaskQueue),
 		TrackMinFiles:     a.Config.TrackMinFiles,
 		GPUSmallStepSeqs:  a.Config.GPUSmallStepSeqs,
 		SmallJobRows:      a.Config.SmallJobRows,
+		// Issue 33: the bookkeeping steps ride out an outage this long.
+		OutageRideOutSeconds: int(a.Config.OutageRideOut / time.Second),
 	}
 }
 

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -97,12 +99,7 @@ func (a *Activities) stageProvenance(ref StageRef, d *methods.Descriptor) (prove
 			byDir[filepath.Dir(p)] = append(byDir[filepath.Dir(p)], sid)
 		}
 	}
-	dirs := make([]string, 0, len(byDir))
-	for d := range byDir {
-		dirs = append(dirs, d)
-	}
-	sort.Strings(dirs)
-	for _, fd := range dirs {
+	for _, fd := range slices.Sorted(maps.Keys(byDir)) {
 		fam := embedjob.FamilyName(fd)
 		rec, err := provenance.ReadRecorded(fd)
 		if err != nil {

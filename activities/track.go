@@ -23,7 +23,7 @@ const trackHeartbeat = time.Second
 //
 // It waits for as long as its stage's embedding phase runs, so it never
 // shares a pool with the work it watches: it runs on the trackers' own task
-// queue (TrackTaskQueue, KINFLOW_TRACK_SLOTS slots), no step of any job waits
+// queue (config.TrackTaskQueue, KINFLOW_TRACK_SLOTS slots), no step of any job waits
 // for it, and the workflow stops it without waiting for its answer
 // (docs/workflows.md, "Slot pools and waits"). A full tracker pool delays
 // live progress only; it cannot hold back a job.

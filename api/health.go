@@ -45,6 +45,10 @@ func (s *Server) health(c *gin.Context) {
 			status, code = "unavailable", http.StatusServiceUnavailable
 		}
 	}
+	// storage.go: "media" (and "database_storage" after a write failed
+	// for lack of space) is "ok" or "full"; full storage refuses submits
+	// (503) but reads still work, so it does not make /health/ fail.
+	s.storageChecks(checks)
 	// mmseqs is reported when a similarity dataset is configured, but it
 	// does not make the API unavailable: only /validate/'s runSimilarity
 	// and the similarity columns depend on it.

@@ -41,6 +41,9 @@ type jobItem struct {
 	StatusURL   string            `json:"statusUrl"`
 	ResultURL   string            `json:"resultUrl,omitempty"`
 	Synthetic   bool              `json:"synthetic,omitempty"`
+	// Expired is set once the job's files and result were removed after
+	// KINFLOW_JOB_RETENTION_DAYS (retention.go); it has no resultUrl then.
+	Expired bool `json:"expired,omitempty"`
 }
 
 var wireStatuses = []string{store.JobPending, store.JobProcessing, store.JobCompleted, store.JobFailed}
@@ -109,7 +112,8 @@ func (s *Server) jobsList(c *gin.Context) {
 		if it.Methods == nil {
 			it.Methods = map[string]string{}
 		}
-		if j.Status == store.JobCompleted {
+		it.Expired = s.jobExpired(&j)
+		if j.Status == store.JobCompleted && !it.Expired {
 			it.ResultURL = "/api/v1/result/" + j.ID + "/"
 		}
 		out.Jobs = append(out.Jobs, it)

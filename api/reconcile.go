@@ -106,6 +106,12 @@ func (s *Server) RunStatusListener(ctx context.Context) {
 // Idempotency-Keys) at once and then every SubmitReconcileEvery until ctx
 // ends.
 func (s *Server) RunSubmitReconciler(ctx context.Context) {
+	// Jobs whose workflow closed without their row saying so (issue 33).
+	go s.RunJobReconciler(ctx)
+	// Finished jobs' folders past KINFLOW_JOB_RETENTION_DAYS (retention.go).
+	go s.RunRetention(ctx)
+	// The embedding cache's size and budget (cachegc.go).
+	go s.RunCacheGC(ctx)
 	t := time.NewTicker(SubmitReconcileEvery(s.submitReconcileAfter()))
 	defer t.Stop()
 	for {

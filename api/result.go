@@ -25,6 +25,10 @@ func (s *Server) result(c *gin.Context) {
 	if !ok {
 		return
 	}
+	if s.jobExpired(j) { // retention.go: 410
+		s.refuseExpired(c, j)
+		return
+	}
 	if j.Status != store.JobCompleted {
 		abortError(c, http.StatusConflict, fmt.Sprintf("Job '%s' is not completed (status: %s). Poll /api/v1/status/%s/ until it is Completed.", j.ID, jobStatusOnWire(j.Status), j.ID))
 		return

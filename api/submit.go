@@ -217,6 +217,10 @@ func (s *Server) submit(c *gin.Context) {
 		_ = c.Request.MultipartForm.RemoveAll()
 	}
 
+	if s.mediaFull() { // storage.go: 503, nothing charged
+		refuseStorageFull(c)
+		return
+	}
 	k := authKey(c)
 	notifyURL, ok := s.submitNotifyURL(c, b, k)
 	if !ok {
@@ -254,6 +258,12 @@ func (s *Server) submit(c *gin.Context) {
 		mu.Unlock()
 	}
 	if err != nil {
+		if fsutil.NoSpace(err) { // the database's disk is full
+			s.log.Error("job.create_failed", "request_id", c.GetString(requestIDKey), "error", err)
+			s.noteDatabaseFull()
+			refuseStorageFull(c)
+			return
+		}
 		s.internalError(c, "job.create_failed", err)
 		return
 	}
@@ -282,6 +292,12 @@ func (s *Server) submit(c *gin.Context) {
 	// 2. The input file, atomically: present means complete.
 	if err := s.writeInput(job.InputPath, sub.Table); err != nil {
 		s.abandon(ctx, c, id, err)
+		if fsutil.NoSpace(err) { // refunded by abandon
+			s.log.Error("job.input_failed", "request_id", c.GetString(requestIDKey), "error", err)
+			setRateHeaders(c, limit, limit-used+n, now)
+			refuseStorageFull(c)
+			return
+		}
 		s.internalError(c, "job.input_failed", err)
 		return
 	}

@@ -44,7 +44,7 @@ type Host struct {
 	Activities *embedjob.Activities
 	Server     *Server
 	Worker     worker.Worker
-	// SmallWorker serves the small lane (embedjob.SmallTaskQueue).
+	// SmallWorker serves the small lane (config.SmallTaskQueue).
 	SmallWorker worker.Worker
 	deps        Deps
 }
@@ -91,11 +91,11 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 	if d.Metrics != nil {
 		wo.Interceptors = append(wo.Interceptors, d.Metrics.WorkerInterceptor())
 		d.Metrics.SetSlots(cfg.GPUTaskQueue, "activity", max(cfg.GPUSlots, 1))
-		d.Metrics.SetSlots(embedjob.SmallTaskQueue(cfg.GPUTaskQueue), "activity", max(cfg.GPUSmallSlots, 1))
+		d.Metrics.SetSlots(config.SmallTaskQueue(cfg.GPUTaskQueue), "activity", max(cfg.GPUSmallSlots, 1))
 		if err := d.Metrics.RegisterBacklog(metrics.TemporalBacklog(d.Client.WorkflowService(), cfg.TemporalNamespace,
 			metrics.Queue{Name: cfg.GPUTaskQueue, Type: enumspb.TASK_QUEUE_TYPE_WORKFLOW},
 			metrics.Queue{Name: cfg.GPUTaskQueue, Type: enumspb.TASK_QUEUE_TYPE_ACTIVITY},
-			metrics.Queue{Name: embedjob.SmallTaskQueue(cfg.GPUTaskQueue), Type: enumspb.TASK_QUEUE_TYPE_ACTIVITY},
+			metrics.Queue{Name: config.SmallTaskQueue(cfg.GPUTaskQueue), Type: enumspb.TASK_QUEUE_TYPE_ACTIVITY},
 		), log); err != nil {
 			return nil, err
 		}
@@ -117,7 +117,7 @@ func (h *Host) StartWorkers() error {
 	if h.SmallWorker != nil {
 		if err := h.SmallWorker.Start(); err != nil {
 			h.Worker.Stop()
-			return fmt.Errorf("start GPU worker on %s: %w", embedjob.SmallTaskQueue(q), err)
+			return fmt.Errorf("start GPU worker on %s: %w", config.SmallTaskQueue(q), err)
 		}
 	}
 	return nil
@@ -166,7 +166,7 @@ func (h *Host) Run(ctx context.Context) error {
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	log.Info("GPU host started", "listen", ln.Addr().String(), "task_queue", cfg.GPUTaskQueue,
-		"slots", max(cfg.GPUSlots, 1), "small_lane", embedjob.SmallTaskQueue(cfg.GPUTaskQueue), "small_slots", max(cfg.GPUSmallSlots, 1), "executor", h.Activities.Engine.Runner.Name())
+		"slots", max(cfg.GPUSlots, 1), "small_lane", config.SmallTaskQueue(cfg.GPUTaskQueue), "small_slots", max(cfg.GPUSmallSlots, 1), "executor", h.Activities.Engine.Runner.Name())
 	select {
 	case <-ctx.Done():
 	case err := <-errc:

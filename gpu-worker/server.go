@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -352,7 +353,7 @@ func ValidateSubmit(body []byte, layout embedjob.Layout) (*embedjob.Work, []stri
 			if err := embedjob.CheckSequence(seq); err != nil {
 				return nil, nil, invalid("bad sequence for seq_id %s: %v", id, err)
 			}
-			if containsString(w.StepWork[step], id) {
+			if slices.Contains(w.StepWork[step], id) {
 				continue // a deprecated key and its replacement both list it
 			}
 			paths, err := layout.ExpectedPaths(step, id)
@@ -373,15 +374,6 @@ func ValidateSubmit(body []byte, layout embedjob.Layout) (*embedjob.Work, []stri
 		return nil, nil, invalid("step_work is required")
 	}
 	return w, order, nil
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // orderedStepWork decodes step_work's keys in document order.
@@ -406,7 +398,7 @@ func orderedStepWork(raw json.RawMessage) ([]string, [][]string, error) {
 		if err := dec.Decode(&ids); err != nil {
 			return nil, nil, invalid("step_work[%s] must be a list of seq id strings", key)
 		}
-		if containsString(keys, key) {
+		if slices.Contains(keys, key) {
 			return nil, nil, invalid("step_work lists step %s twice", key)
 		}
 		keys = append(keys, key)

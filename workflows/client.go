@@ -4,9 +4,11 @@ import (
 	"time"
 
 	"context"
+	"errors"
 	"fmt"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
@@ -81,3 +83,40 @@ func RegisterCPU(r worker.WorkflowRegistry) {
 
 // workflowTaskTimeout bounds one workflow task of a prediction job.
 const workflowTaskTimeout = 30 * time.Second
+
+// Workflow states as JobWorkflowState reports them.
+const (
+	WorkflowRunning  = "Running"
+	WorkflowNotFound = "NotFound"
+)
+
+// JobWorkflowState reports the state of job jobID's workflow
+// (prediction:<jobID>, its latest run): WorkflowRunning, WorkflowNotFound
+// (never started, or removed after the namespace's retention), or the name
+// of how it closed ("Completed", "Failed", "Canceled", "Terminated",
+// "TimedOut", "ContinuedAsNew"). It implements the API's JobWorkflows.
+func (s Starter) JobWorkflowState(ctx context.Context, jobID string) (string, error) {
+	d, err := s.Client.DescribeWorkflowExecution(ctx, PredictionWorkflowID(jobID), "")
+	if err != nil {
+		var nf *serviceerror.NotFound
+		if errors.As(err, &nf) {
+			return WorkflowNotFound, nil
+		}
+		return "", err
+	}
+	switch d.GetWorkflowExecutionInfo().GetStatus() {
+	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
+		return "Completed", nil
+	case enumspb.WORKFLOW_EXECUTION_STATUS_FAILED:
+		return "Failed", nil
+	case enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED:
+		return "Canceled", nil
+	case enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED:
+		return "Terminated", nil
+	case enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT:
+		return "TimedOut", nil
+	case enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
+		return "ContinuedAsNew", nil
+	}
+	return WorkflowRunning, nil
+}

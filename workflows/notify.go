@@ -45,7 +45,7 @@ func (w *prediction) notify(ctx workflow.Context) {
 	if !prepared {
 		// The job failed before PrepareInput answered: ask the database.
 		var has bool
-		if err := workflow.ExecuteLocalActivity(localOptions(nctx), a.HasNotice, in).Get(nctx, &has); err != nil || !has {
+		if err := workflow.ExecuteLocalActivity(w.localOptions(nctx), a.HasNotice, in).Get(nctx, &has); err != nil || !has {
 			return
 		}
 	}

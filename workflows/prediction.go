@@ -66,6 +66,11 @@ type prediction struct {
 	// smallJobLocalVersion): its Predict and annotations are local
 	// activities.
 	small bool
+	// rideOut is set since rideOutVersion: the bookkeeping steps retry
+	// through an outage of storage or the database for up to
+	// KINFLOW_OUTAGE_RIDE_OUT_SECONDS, and a Finalize that still fails
+	// records the job as Failed (failureFinalize).
+	rideOut bool
 }
 
 func (w *prediction) setup(ctx workflow.Context) error {
@@ -100,25 +105,54 @@ var (
 // 10,000 rows takes about a second — and idempotent, so a retry after a
 // crash simply runs them again; the long steps (embedding, Predict) stay
 // regular activities with heartbeats.
-func shortOptions(ctx workflow.Context) workflow.Context {
-	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+func (w *prediction) shortOptions(ctx workflow.Context) workflow.Context {
+	return workflow.WithLocalActivityOptions(ctx, w.rideOutOptions(workflow.LocalActivityOptions{
 		// 10 minutes covers parsing and planning 10,000 rows on slow shared storage.
 		StartToCloseTimeout: 10 * time.Minute,
 		RetryPolicy:         shortRetry,
-	})
+	}))
 }
 
-func localOptions(ctx workflow.Context) workflow.Context {
-	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+func (w *prediction) localOptions(ctx workflow.Context) workflow.Context {
+	return workflow.WithLocalActivityOptions(ctx, w.rideOutOptions(workflow.LocalActivityOptions{
 		// Single-row database writes.
 		StartToCloseTimeout: 30 * time.Second,
 		RetryPolicy:         shortRetry,
-	})
+	}))
 }
 
+// rideOutOptions bounds o's retries by time instead of attempts when
+// w.rideOut is set: every attempt as shortRetry, at most 30 s apart, until
+// KINFLOW_OUTAGE_RIDE_OUT_SECONDS (DefaultOutageRideOut before PrepareInput
+// has read it), or the step's own time limit if longer, have passed since
+// the first. shortRetry's 8 attempts gave up
+// after about 100 s, less than an operator needs to free a disk or restart a
+// database.
+func (w *prediction) rideOutOptions(o workflow.LocalActivityOptions) workflow.LocalActivityOptions {
+	if !w.rideOut {
+		return o
+	}
+	d := DefaultOutageRideOut
+	if s := w.prep.Policy.OutageRideOutSeconds; s > 0 {
+		d = time.Duration(s) * time.Second
+	}
+	p := *o.RetryPolicy
+	p.MaximumAttempts = 0 // unlimited within ScheduleToCloseTimeout
+	o.RetryPolicy = &p
+	// Never shorter than one attempt's own limit: a long parse or plan is
+	// not cut off by a short ride-out.
+	o.ScheduleToCloseTimeout = max(d, o.StartToCloseTimeout)
+	return o
+}
+
+// DefaultOutageRideOut is the ride-out of the steps that run before
+// PrepareInput has read KINFLOW_OUTAGE_RIDE_OUT_SECONDS (its default).
+const DefaultOutageRideOut = 10 * time.Minute
+
 func (w *prediction) run(ctx workflow.Context) (PredictionResult, error) {
+	w.rideOut = workflow.GetVersion(ctx, rideOutVersion, workflow.DefaultVersion, 1) >= 1
 	w.setStage(ctx, 0, "prepare")
-	if err := workflow.ExecuteLocalActivity(shortOptions(ctx), a.PrepareInput, activities.JobRef{JobID: w.in.JobID}).Get(ctx, &w.prep); err != nil {
+	if err := workflow.ExecuteLocalActivity(w.shortOptions(ctx), a.PrepareInput, activities.JobRef{JobID: w.in.JobID}).Get(ctx, &w.prep); err != nil {
 		return w.finalize(ctx, err)
 	}
 	if w.prep.AlreadyDone {
@@ -203,7 +237,7 @@ func (w *prediction) stage(ctx workflow.Context, st activities.StageInfo) error 
 		}
 	}
 	w.setStage(ctx, st.Index, "cleanup")
-	if err := workflow.ExecuteLocalActivity(shortOptions(ctx), a.Cleanup, ref).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteLocalActivity(w.shortOptions(ctx), a.Cleanup, ref).Get(ctx, nil); err != nil {
 		if workflow.GetVersion(ctx, cleanupMarkVersion, workflow.DefaultVersion, 1) >= 1 {
 			_ = w.mark(ctx, activities.StageMark{JobID: w.in.JobID, StageIndex: st.Index, Status: "failed", Message: userMessage(err)})
 		}
@@ -497,7 +531,7 @@ const trackerStopWait = 5 * time.Second
 
 func (w *prediction) plan(ctx workflow.Context, st activities.StageInfo, post bool) (activities.PlanSummary, error) {
 	var p activities.PlanSummary
-	err := workflow.ExecuteLocalActivity(shortOptions(ctx), a.BuildPlan, activities.PlanInput{JobID: w.in.JobID, StageIndex: st.Index, PostCheck: post}).Get(ctx, &p)
+	err := workflow.ExecuteLocalActivity(w.shortOptions(ctx), a.BuildPlan, activities.PlanInput{JobID: w.in.JobID, StageIndex: st.Index, PostCheck: post}).Get(ctx, &p)
 	return p, err
 }
 
@@ -505,11 +539,11 @@ func (w *prediction) event(ctx workflow.Context, st activities.StageInfo, attemp
 	w.events++
 	ev := activities.Event{JobID: w.in.JobID, StageIndex: st.Index, Attempted: attempted, UsedGPU: usedGPU, Completed: completed, Failed: failed, Reason: reason, Message: msg,
 		Key: fmt.Sprintf("%s:%d", workflow.GetInfo(ctx).WorkflowExecution.RunID, w.events)}
-	return workflow.ExecuteLocalActivity(localOptions(ctx), a.RecordEvent, ev).Get(ctx, nil)
+	return workflow.ExecuteLocalActivity(w.localOptions(ctx), a.RecordEvent, ev).Get(ctx, nil)
 }
 
 func (w *prediction) mark(ctx workflow.Context, m activities.StageMark) error {
-	return workflow.ExecuteLocalActivity(localOptions(ctx), a.MarkStage, m).Get(ctx, nil)
+	return workflow.ExecuteLocalActivity(w.localOptions(ctx), a.MarkStage, m).Get(ctx, nil)
 }
 
 // finalize ends the job: Completed when cause is nil, else Failed with a
@@ -524,11 +558,32 @@ func (w *prediction) finalize(ctx workflow.Context, cause error) (PredictionResu
 	// Finalize must run even when the workflow was cancelled.
 	fctx, _ := workflow.NewDisconnectedContext(ctx)
 	var res activities.FinalizeResult
-	if err := workflow.ExecuteLocalActivity(shortOptions(fctx), a.Finalize, in).Get(fctx, &res); err != nil {
-		return PredictionResult{}, err
+	if err := workflow.ExecuteLocalActivity(w.shortOptions(fctx), a.Finalize, in).Get(fctx, &res); err != nil {
+		if !w.rideOut || in.Failed {
+			return PredictionResult{}, err
+		}
+		return w.failureFinalize(fctx, in, err)
 	}
 	w.setStage(ctx, w.status.StageIndex, strings.ToLower(res.Status))
 	return PredictionResult{Status: res.Status, Message: in.Message}, nil
+}
+
+// failureFinalize is the workflow's own failure path (since rideOutVersion):
+// Finalize failed even after riding out an outage, so the job is recorded
+// as Failed with what stopped it — a result that could not be written is no
+// reason to leave the job Processing and its rows charged. Finalize on
+// failure needs only the database (it refunds the rows and writes no
+// result). Should that fail too, the workflow fails and the API's job
+// reconciler (api/reconcile_jobs.go) finishes the job once the database is
+// back.
+func (w *prediction) failureFinalize(fctx workflow.Context, in activities.FinalizeInput, cause error) (PredictionResult, error) {
+	fin := activities.FinalizeInput{JobID: in.JobID, Failed: true, Message: userMessage(cause)}
+	var res activities.FinalizeResult
+	if err := workflow.ExecuteLocalActivity(w.shortOptions(fctx), a.Finalize, fin).Get(fctx, &res); err != nil {
+		return PredictionResult{}, err
+	}
+	w.setStage(fctx, w.status.StageIndex, strings.ToLower(res.Status))
+	return PredictionResult{Status: res.Status, Message: fin.Message}, nil
 }
 
 // heartbeat is the heartbeat timeout of long activities (KINFLOW_HEARTBEAT_TIMEOUT_SECONDS).
@@ -587,6 +642,12 @@ const smallJobLocalVersion = "small-job-local"
 // health as a local activity (one cached HTTP GET): one Temporal round trip
 // less per stage that goes to the GPU.
 const gpuHealthLocalVersion = "gpu-health-local"
+
+// rideOutVersion names the change (issue 33) that bounds the bookkeeping
+// steps' retries by KINFLOW_OUTAGE_RIDE_OUT_SECONDS instead of 8 attempts
+// (rideOutOptions) and, when Finalize still fails, records the job as
+// Failed (failureFinalize).
+const rideOutVersion = "i33-ride-out"
 
 // cleanupMarkVersion names the change that marks a stage failed when its
 // Cleanup fails (docs/workflows.md).

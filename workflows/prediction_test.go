@@ -39,6 +39,8 @@ type harness struct {
 	predictErr error
 	// annotated are the annotation activities that ran, in order.
 	annotated []string
+	// finalizeErr, when set, is asked before each Finalize (issue 33).
+	finalizeErr func(activities.FinalizeInput) error
 }
 
 func newHarness(t *testing.T, policy activities.Policy, stage activities.StageInfo) *harness {
@@ -92,6 +94,11 @@ func newHarness(t *testing.T, policy activities.Policy, stage activities.StageIn
 		return activities.AnnotationResult{}, errors.New("table unreadable")
 	})
 	env.OnActivity(a.Finalize, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.FinalizeInput) (activities.FinalizeResult, error) {
+		if h.finalizeErr != nil {
+			if err := h.finalizeErr(in); err != nil {
+				return activities.FinalizeResult{}, err
+			}
+		}
 		h.finalized = in
 		if in.Failed {
 			return activities.FinalizeResult{Status: "Failed"}, nil

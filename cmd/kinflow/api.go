@@ -62,6 +62,9 @@ func newAPIServer(cfg *config.Config, st *store.Store, tc client.Client, log *sl
 	if err := m.RegisterJobs(st.JobCountsByStatus, log); err != nil {
 		return nil, err
 	}
+	if err := m.RegisterMediaFree(cfg.MediaRoot); err != nil { // issue 33
+		return nil, err
+	}
 	return api.New(api.Deps{
 		Config:    cfg,
 		Store:     st,

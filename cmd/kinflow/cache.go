@@ -19,6 +19,7 @@ const cacheUsage = `usage: kinflow cache status [--json]
        kinflow cache adopt --family F [--sample N] [--seed S]
        kinflow cache repair --family F
        kinflow cache purge --family F [--synthetic]
+       kinflow cache gc [--budget-gb N] [--min-age D] [--dry-run] [--json]
        kinflow cache predictions status [--method M]
        kinflow cache predictions purge --method M [--version V]
 
@@ -46,6 +47,9 @@ func runCache(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	sub := args[0]
 	if sub == "predictions" {
 		return runCachePredictions(ctx, args[1:], stdout, stderr)
+	}
+	if sub == "gc" { // cachegc.go (issue 33)
+		return runCacheGC(ctx, args[1:], stdout, stderr)
 	}
 	fs := newFlags("cache "+sub, stderr)
 	fs.Usage = func() { fmt.Fprintln(stderr, cacheUsage) }

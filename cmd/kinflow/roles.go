@@ -21,5 +21,10 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	for _, k := range config.Keys {
 		fmt.Fprintf(stdout, "%s=%s\n", k.Name, k.Default)
 	}
+	for _, k := range config.HostKeys {
+		if !k.Prefix {
+			fmt.Fprintf(stdout, "%s=%s\n", k.Name, k.Default)
+		}
+	}
 	return nil
 }

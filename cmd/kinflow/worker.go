@@ -109,7 +109,7 @@ func runCPUWorker(ctx context.Context, cfg *config.Config, st *store.Store, tc c
 		return err
 	}
 	defer ws.stop()
-	log.Info("CPU worker started", "task_queue", cfg.CPUTaskQueue, "track_task_queue", activities.TrackTaskQueue(cfg.CPUTaskQueue),
+	log.Info("CPU worker started", "task_queue", cfg.CPUTaskQueue, "track_task_queue", config.TrackTaskQueue(cfg.CPUTaskQueue),
 		"activity_slots", cfg.CPUActivitySlots, "local_activity_slots", cfg.CPULocalActivitySlots,
 		"workflow_slots", cfg.CPUWorkflowSlots, "track_slots", cfg.TrackSlots)
 	// Build the similarity databases now rather than in the first job.
@@ -131,7 +131,7 @@ type cpuWorkers struct {
 	// cpu serves the CPU task queue: workflows, bookkeeping local
 	// activities, and the CPU-bound activities.
 	cpu worker.Worker
-	// track serves the trackers' queue (activities.TrackTaskQueue).
+	// track serves the trackers' queue (config.TrackTaskQueue).
 	track   worker.Worker
 	started []worker.Worker
 }
@@ -151,7 +151,7 @@ func newCPUWorkers(tc client.Client, cfg *config.Config, m *metrics.Metrics) (*c
 		MaxConcurrentActivityTaskPollers: cpuActivityPollers,
 		Interceptors:                     ics,
 	})
-	track := worker.New(tc, activities.TrackTaskQueue(cfg.CPUTaskQueue), worker.Options{
+	track := worker.New(tc, config.TrackTaskQueue(cfg.CPUTaskQueue), worker.Options{
 		MaxConcurrentActivityExecutionSize: cfg.TrackSlots,
 		// The trackers' queue has no workflows.
 		DisableWorkflowWorker: true,
@@ -160,11 +160,11 @@ func newCPUWorkers(tc client.Client, cfg *config.Config, m *metrics.Metrics) (*c
 	m.SetSlots(cfg.CPUTaskQueue, "activity", cfg.CPUActivitySlots)
 	m.SetSlots(cfg.CPUTaskQueue, "local_activity", cfg.CPULocalActivitySlots)
 	m.SetSlots(cfg.CPUTaskQueue, "workflow", cfg.CPUWorkflowSlots)
-	m.SetSlots(activities.TrackTaskQueue(cfg.CPUTaskQueue), "activity", cfg.TrackSlots)
+	m.SetSlots(config.TrackTaskQueue(cfg.CPUTaskQueue), "activity", cfg.TrackSlots)
 	if err := m.RegisterBacklog(metrics.TemporalBacklog(tc.WorkflowService(), cfg.TemporalNamespace,
 		metrics.Queue{Name: cfg.CPUTaskQueue, Type: enumspb.TASK_QUEUE_TYPE_WORKFLOW},
 		metrics.Queue{Name: cfg.CPUTaskQueue, Type: enumspb.TASK_QUEUE_TYPE_ACTIVITY},
-		metrics.Queue{Name: activities.TrackTaskQueue(cfg.CPUTaskQueue), Type: enumspb.TASK_QUEUE_TYPE_ACTIVITY},
+		metrics.Queue{Name: config.TrackTaskQueue(cfg.CPUTaskQueue), Type: enumspb.TASK_QUEUE_TYPE_ACTIVITY},
 	), nil); err != nil {
 		return nil, err
 	}

@@ -101,6 +101,17 @@ type Config struct {
 	// submit was cut off by a crash) must be before the API's reconciler
 	// finishes it: starts its workflow, or refunds and removes it.
 	SubmitReconcileAfter time.Duration
+	// OutageRideOut is how long a running job's bookkeeping steps (its
+	// database writes, Finalize) keep retrying through a storage or database
+	// outage before the job fails (issue 33).
+	OutageRideOut time.Duration
+	// MediaMinFreeBytes is the free space of the media root below which it
+	// counts as full: submits answer 503 and /health/ names it.
+	MediaMinFreeBytes int64
+	// JobRetention is how long a finished job's folder and result are kept.
+	JobRetention time.Duration
+	// CacheBudgetBytes is the embedding cache's size budget; 0: none.
+	CacheBudgetBytes int64
 	// StepExecutor is how embedding steps run: synthetic or command.
 	StepExecutor string
 	// PredictionEngine is how predictions run: synthetic or command.
@@ -394,6 +405,48 @@ var Keys = []Key{
 		Meaning: "Seconds after which a submit cut off by a crash (job still `Submitting`) is finished by the API's reconciler: its workflow started if its input was written, else its charge refunded and its files removed. Longer than any normal submit takes from charge to queue.",
 		Allowed: "want a whole number of seconds, 1 or more",
 		set:     func(c *Config, v string) error { return setSeconds(&c.SubmitReconcileAfter, v) }},
+	{Name: "KINFLOW_OUTAGE_RIDE_OUT_SECONDS", Default: "600",
+		Meaning: "How long a running job's bookkeeping steps (its database writes, parsing, planning, writing its result in `Finalize`; never less than a step's own 10-minute limit for the last three) and `Predict`'s database reads and writes keep retrying, with backoff up to 30 s apart, through a full disk or an application database that is down, before the job fails (Failed, refunded). Ten minutes covers a database restart or failover and an operator freeing space after a page; a job whose storage stays broken still ends in bounded time.",
+		Allowed: "want a whole number of seconds, 10 or more",
+		set: func(c *Config, v string) error {
+			if err := setSeconds(&c.OutageRideOut, v); err != nil || c.OutageRideOut < 10*time.Second {
+				return errInvalid
+			}
+			return nil
+		}},
+	{Name: "KINFLOW_MEDIA_MIN_FREE_MB", Default: "256",
+		Meaning: "Free space of the media root, in MiB, below which it counts as full: submits answer 503 with `Retry-After` (nothing charged) and `/health/` names the full store, until space returns. 256 MiB leaves the jobs already running room to write their results (a 10,000-row `output.csv` is a few MiB) while new work waits.",
+		Allowed: "want a whole number of MiB, 0 or more",
+		set: func(c *Config, v string) error {
+			var n int
+			if err := setIntRange(&n, v, 0, 1<<30); err != nil {
+				return err
+			}
+			c.MediaMinFreeBytes = int64(n) << 20
+			return nil
+		}},
+	{Name: "KINFLOW_JOB_RETENTION_DAYS", Default: "30",
+		Meaning: "Days a finished job's folder (input, result, intermediate files) is kept after it ended; then the folder is removed, the result routes answer 410 and the jobs list says `expired`. 30 days outlasts the reference's clients, which fetch a result minutes after it is ready, and an owner's month-end look back, while bounding the media root (about 60 MB per 100,000-unit job).",
+		Allowed: "want a whole number of days, 1 or more",
+		set: func(c *Config, v string) error {
+			var n int
+			if err := setPositiveInt(&n, v); err != nil {
+				return err
+			}
+			c.JobRetention = time.Duration(n) * 24 * time.Hour
+			return nil
+		}},
+	{Name: "KINFLOW_CACHE_BUDGET_GB", Default: "0",
+		Meaning: "Size budget of the embedding cache (`sequence_info/`), in GB (10^9 bytes); 0: no budget. Above it the API process evicts the least recently used artefacts every 10 minutes (those planned within the last hour, and every file a running job's plan counts on or a stage has claimed, never), as `kinflow cache gc` does by hand. Off by default: an artefact costs GPU time to make again, and only the operator knows how much disk the cache may have.",
+		Allowed: "want a whole number of GB, 0 or more",
+		set: func(c *Config, v string) error {
+			var n int
+			if err := setIntRange(&n, v, 0, 1<<30); err != nil {
+				return err
+			}
+			c.CacheBudgetBytes = int64(n) * 1_000_000_000
+			return nil
+		}},
 	{Name: "KINFLOW_STEP_EXECUTOR", Default: "synthetic",
 		Meaning: "How embedding steps run: `synthetic` (deterministic stand-in artefacts, flagged synthetic) or `command` (the step programs of the GPU host's environment file).",
 		Allowed: "want synthetic or command",
@@ -535,18 +588,31 @@ func Load(lookup func(string) (string, bool)) (*Config, error) {
 // FromEnv loads the configuration from the process environment.
 func FromEnv() (*Config, error) { return Load(os.LookupEnv) }
 
-// Markdown renders the key table for the README.
+// Markdown renders the key tables for the README: every role's keys
+// (Keys), then the GPU host's own (HostKeys), by the same code.
 func Markdown() string {
 	var b strings.Builder
-	b.WriteString("| key | default | meaning |\n|---|---|---|\n")
+	b.WriteString(tableHeader)
 	for _, k := range Keys {
-		d := "`" + k.Default + "`"
-		if k.Default == "" {
-			d = "(empty)"
-		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", k.Name, d, k.Meaning)
+		writeRow(&b, k.Name, formatDefault(k.Default), k.Meaning)
 	}
+	hostMarkdown(&b)
 	return b.String()
+}
+
+const tableHeader = "| key | default | meaning |\n|---|---|---|\n"
+
+// formatDefault is a default as the tables show it.
+func formatDefault(d string) string {
+	if d == "" {
+		return "(empty)"
+	}
+	return "`" + d + "`"
+}
+
+// writeRow writes one row of a key table; def is already formatted.
+func writeRow(b *strings.Builder, name, def, meaning string) {
+	fmt.Fprintf(b, "| `%s` | %s | %s |\n", name, def, meaning)
 }
 
 func splitList(v string) []string {

@@ -4,9 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/kinflow/kinflow/internal/config"
@@ -134,12 +135,7 @@ func (l *Layout) MethodEModelKeys(parameter string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("method E checkpoints under %s: %w", root, err)
 	}
-	keys := make([]string, 0, len(seen))
-	for k := range seen {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys, nil
+	return slices.Sorted(maps.Keys(seen)), nil
 }
 
 // MethodEFamilies is method E's families for target t, one per model key.

@@ -143,81 +143,158 @@ func (l *Layout) BuildPlan(ctx context.Context, req PlanRequest) (*Plan, error) 
 	if err != nil {
 		return nil, err
 	}
+	b := &planBuilder{l: l, req: req, steps: steps}
+	if b.sids, b.index, err = planSeqIDs(req); err != nil {
+		return nil, err
+	}
+	// Families in step order; each step owns a contiguous range.
+	b.ranges = make([]famRange, len(steps))
+	for si, s := range steps {
+		b.ranges[si].from = len(b.fams)
+		b.fams = append(b.fams, s.Families...)
+		b.ranges[si].to = len(b.fams)
+	}
+	integrity, err := b.scanFamilies(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.scanBindingSites(); err != nil {
+		return nil, err
+	}
+	p := b.newPlan(integrity)
+	stepMissing, err := b.fillSeqs(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	p.NeedComputation = p.Total - p.CachedAlready
+	b.recordOrigins(p)
+	for si, s := range steps {
+		ids := stepMissing[si]
+		sort.Strings(ids)
+		sp := StepPlan{StepKey: s.Key, MissingSeqIDs: ids, RequiredPathsBySeq: make(map[string][]string, len(ids)), GPUEnabled: true}
+		if sp.MissingSeqIDs == nil {
+			sp.MissingSeqIDs = []string{}
+		}
+		r := b.ranges[si]
+		for _, sid := range ids {
+			sp.RequiredPathsBySeq[sid] = p.ExpectedPathsBySeq[sid][r.from:r.to:r.to]
+		}
+		p.StepPlans = append(p.StepPlans, sp)
+	}
+	seen := map[string]bool{}
+	for _, d := range b.dirs {
+		if !seen[d] {
+			seen[d] = true
+			p.WatchDirs = append(p.WatchDirs, d)
+		}
+	}
+	sort.Strings(p.WatchDirs)
+	return p, nil
+}
+
+// famRange is the families of one step: [from, to) of planBuilder.fams.
+type famRange struct{ from, to int }
+
+// planBuilder is the state of one BuildPlan: the request's distinct seq ids
+// and, per family of its steps, its folder, which ids it holds and what it
+// says of their origin.
+type planBuilder struct {
+	l       *Layout
+	req     PlanRequest
+	steps   []StepSpec
+	sids    []string
+	index   map[string]int
+	fams    []Family
+	ranges  []famRange
+	dirs    []string
+	present [][]bool
+	origins []familyOrigin
+	// hasBS says which ids the binding-site table holds; nil when no step
+	// writes it.
+	hasBS []bool
+}
+
+// planSeqIDs checks the request's seq ids and returns them without
+// repeats, in first occurrence order, with each one's index.
+func planSeqIDs(req PlanRequest) ([]string, map[string]int, error) {
 	sids := make([]string, 0, len(req.SeqIDs))
 	index := make(map[string]int, len(req.SeqIDs))
 	for _, sid := range req.SeqIDs {
 		if !ValidSeqID(sid) {
-			return nil, fmt.Errorf("plan: invalid seq id %q", sid)
+			return nil, nil, fmt.Errorf("plan: invalid seq id %q", sid)
 		}
 		if _, dup := index[sid]; dup {
 			continue
 		}
 		if _, ok := req.SeqIDToSeq[sid]; !ok {
-			return nil, fmt.Errorf("plan: no sequence for seq id %q", sid)
+			return nil, nil, fmt.Errorf("plan: no sequence for seq id %q", sid)
 		}
 		index[sid] = len(sids)
 		sids = append(sids, sid)
 	}
-	n := len(sids)
+	return sids, index, nil
+}
 
-	// Families in step order; each step owns a contiguous range.
-	type famRange struct{ from, to int }
-	var fams []Family
-	ranges := make([]famRange, len(steps))
-	for si, s := range steps {
-		ranges[si].from = len(fams)
-		fams = append(fams, s.Families...)
-		ranges[si].to = len(fams)
-	}
-	dirs := make([]string, len(fams))
-	present := make([][]bool, len(fams))
-	origins := make([]familyOrigin, len(fams))
+// scanFamilies lists every family's folder once (presence and origin) and,
+// when the request asks, checks the integrity of the persistent ones.
+func (b *planBuilder) scanFamilies(ctx context.Context) (*Integrity, error) {
+	n := len(b.sids)
+	b.dirs = make([]string, len(b.fams))
+	b.present = make([][]bool, len(b.fams))
+	b.origins = make([]familyOrigin, len(b.fams))
 	var integrity *Integrity
-	for fi, f := range fams {
+	for fi, f := range b.fams {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		dirs[fi] = l.FamilyDir(f)
-		present[fi] = make([]bool, n)
-		if origins[fi], err = presentWithOrigin(dirs[fi], f.Suffix(), index, present[fi], req.RealOnly); err != nil {
+		var err error
+		b.dirs[fi] = b.l.FamilyDir(f)
+		b.present[fi] = make([]bool, n)
+		if b.origins[fi], err = presentWithOrigin(b.dirs[fi], f.Suffix(), b.index, b.present[fi], b.req.RealOnly); err != nil {
 			return nil, err
 		}
-		if req.Verify && f.Persistent {
+		if b.req.Verify && f.Persistent {
 			if integrity == nil {
 				integrity = &Integrity{}
 			}
-			got, err := l.checkFamily(f, sids, index, present[fi], seqLenOf(sids, req.SeqIDToSeq), CheckOptions{})
+			got, err := b.l.checkFamily(f, b.sids, b.index, b.present[fi], seqLenOf(b.sids, b.req.SeqIDToSeq), CheckOptions{})
 			if err != nil {
 				return nil, err
 			}
 			integrity.Add(got)
 		}
 	}
-	var hasBS []bool
-	for _, s := range steps {
+	return integrity, nil
+}
+
+// scanBindingSites reads the binding-site table once, when a step writes it.
+func (b *planBuilder) scanBindingSites() error {
+	for _, s := range b.steps {
 		if s.BindingSites {
-			hasBS = make([]bool, n)
-			err := scanTable(l.BindingSiteTable(), func(id, _ []byte) {
-				if i, ok := index[string(id)]; ok {
-					hasBS[i] = true
+			b.hasBS = make([]bool, len(b.sids))
+			return scanTable(b.l.BindingSiteTable(), func(id, _ []byte) {
+				if i, ok := b.index[string(id)]; ok {
+					b.hasBS[i] = true
 				}
 			})
-			if err != nil {
-				return nil, err
-			}
-			break
 		}
 	}
+	return nil
+}
 
+// newPlan is the plan before its per-sequence fields.
+func (b *planBuilder) newPlan(integrity *Integrity) *Plan {
+	n := len(b.sids)
+	req := b.req
 	p := &Plan{
 		MethodKey:          req.MethodKey,
 		Target:             string(req.Target),
 		Profile:            req.Profile,
-		SeqIDs:             sids,
+		SeqIDs:             b.sids,
 		SeqIDToSeq:         map[string]string{},
 		ExpectedPathsBySeq: make(map[string][]string, n),
 		MissingPathsBySeq:  map[string][]string{},
-		Total:              n * len(fams),
+		Total:              n * len(b.fams),
 		Integrity:          integrity,
 	}
 	if len(req.SeqIDToSeq) == n {
@@ -225,18 +302,25 @@ func (l *Layout) BuildPlan(ctx context.Context, req PlanRequest) (*Plan, error) 
 		// than copy 100,000 entries. Plans are read-only.
 		p.SeqIDToSeq = req.SeqIDToSeq
 	} else {
-		for _, sid := range sids {
+		for _, sid := range b.sids {
 			p.SeqIDToSeq[sid] = req.SeqIDToSeq[sid]
 		}
 	}
-	stepMissing := make([][]string, len(steps))
-	for i, sid := range sids {
+	return p
+}
+
+// fillSeqs sets each sequence's expected and missing paths and counts in p,
+// and returns, per step, the ids it must compute.
+func (b *planBuilder) fillSeqs(ctx context.Context, p *Plan) ([][]string, error) {
+	fams, present, hasBS := b.fams, b.present, b.hasBS
+	stepMissing := make([][]string, len(b.steps))
+	for i, sid := range b.sids {
 		if i%4096 == 0 {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
 		}
-		paths := buildPaths(dirs, fams, sid)
+		paths := buildPaths(b.dirs, fams, sid)
 		p.ExpectedPathsBySeq[sid] = paths
 		nMissing := 0
 		for fi := range fams {
@@ -266,9 +350,9 @@ func (l *Layout) BuildPlan(ctx context.Context, req PlanRequest) (*Plan, error) 
 		if hasBS != nil && !hasBS[i] {
 			p.MissingBindingSites++
 		}
-		for si, s := range steps {
+		for si, s := range b.steps {
 			need := s.BindingSites && !hasBS[i]
-			for fi := ranges[si].from; fi < ranges[si].to && !need; fi++ {
+			for fi := b.ranges[si].from; fi < b.ranges[si].to && !need; fi++ {
 				need = !present[fi][i]
 			}
 			if need {
@@ -276,9 +360,13 @@ func (l *Layout) BuildPlan(ctx context.Context, req PlanRequest) (*Plan, error) 
 			}
 		}
 	}
-	p.NeedComputation = p.Total - p.CachedAlready
-	for fi, f := range fams {
-		o := origins[fi]
+	return stepMissing, nil
+}
+
+// recordOrigins records in p what the families said of their origin.
+func (b *planBuilder) recordOrigins(p *Plan) {
+	for fi, f := range b.fams {
+		o := b.origins[fi]
 		p.SyntheticUsed = p.SyntheticUsed || o.syntheticUsed
 		p.SyntheticIgnored += o.syntheticIgnored
 		id := o.id
@@ -295,27 +383,6 @@ func (l *Layout) BuildPlan(ctx context.Context, req PlanRequest) (*Plan, error) 
 			p.Unverified = append(p.Unverified, f.Name)
 		}
 	}
-	for si, s := range steps {
-		ids := stepMissing[si]
-		sort.Strings(ids)
-		sp := StepPlan{StepKey: s.Key, MissingSeqIDs: ids, RequiredPathsBySeq: make(map[string][]string, len(ids)), GPUEnabled: true}
-		if sp.MissingSeqIDs == nil {
-			sp.MissingSeqIDs = []string{}
-		}
-		for _, sid := range ids {
-			sp.RequiredPathsBySeq[sid] = p.ExpectedPathsBySeq[sid][ranges[si].from:ranges[si].to:ranges[si].to]
-		}
-		p.StepPlans = append(p.StepPlans, sp)
-	}
-	seen := map[string]bool{}
-	for _, d := range dirs {
-		if !seen[d] {
-			seen[d] = true
-			p.WatchDirs = append(p.WatchDirs, d)
-		}
-	}
-	sort.Strings(p.WatchDirs)
-	return p, nil
 }
 
 // buildPaths returns sid's path in each family folder. All paths share one

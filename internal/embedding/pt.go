@@ -295,286 +295,330 @@ type pkDict struct{}
 // unpickleTensor runs the subset of the pickle machine that torch.save emits
 // for one tensor and returns the tensor's view of its storage.
 func unpickleTensor(p []byte) (*pkTensor, error) {
-	var (
-		stack []any
-		memo  = map[int]any{}
-		pos   int
-	)
-	errShort := errors.New("pt: truncated pickle")
-	read := func(n int) ([]byte, error) {
-		if n < 0 || pos+n > len(p) {
-			return nil, errShort
-		}
-		b := p[pos : pos+n]
-		pos += n
-		return b, nil
-	}
-	readLine := func() (string, error) {
-		i := bytes.IndexByte(p[pos:], '\n')
-		if i < 0 {
-			return "", errShort
-		}
-		s := string(p[pos : pos+i])
-		pos += i + 1
-		return s, nil
-	}
-	pop := func() (any, error) {
-		if len(stack) == 0 {
-			return nil, errors.New("pt: pickle stack underflow")
-		}
-		v := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		return v, nil
-	}
-	popMark := func() ([]any, error) {
-		for i := len(stack) - 1; i >= 0; i-- {
-			if _, ok := stack[i].(pkMark); ok {
-				items := append([]any(nil), stack[i+1:]...)
-				stack = stack[:i]
-				return items, nil
-			}
-		}
-		return nil, errors.New("pt: pickle mark missing")
-	}
-	top := func() (int, error) {
-		if len(stack) == 0 {
-			return 0, errors.New("pt: pickle stack underflow")
-		}
-		return len(stack) - 1, nil
-	}
+	m := &pickleMachine{p: p, memo: map[int]any{}}
 	for steps := 0; steps < 1<<16; steps++ {
-		b, err := read(1)
+		b, err := m.read(1)
 		if err != nil {
 			return nil, err
 		}
-		switch op := b[0]; op {
-		case 0x80: // PROTO
-			if _, err := read(1); err != nil {
-				return nil, err
-			}
-		case 0x95: // FRAME
-			if _, err := read(8); err != nil {
-				return nil, err
-			}
-		case 'c':
-			m, err := readLine()
-			if err != nil {
-				return nil, err
-			}
-			n, err := readLine()
-			if err != nil {
-				return nil, err
-			}
-			stack = append(stack, pkGlobal{m, n})
-		case 0x93: // STACK_GLOBAL
-			n, err1 := pop()
-			m, err2 := pop()
-			ns, ok1 := n.(string)
-			ms, ok2 := m.(string)
-			if err1 != nil || err2 != nil || !ok1 || !ok2 {
-				return nil, errors.New("pt: bad STACK_GLOBAL")
-			}
-			stack = append(stack, pkGlobal{ms, ns})
-		case 'q', 'r', 0x94: // BINPUT, LONG_BINPUT, MEMOIZE
-			var k int
-			switch op {
-			case 'q':
-				bb, err := read(1)
-				if err != nil {
-					return nil, err
-				}
-				k = int(bb[0])
-			case 'r':
-				bb, err := read(4)
-				if err != nil {
-					return nil, err
-				}
-				k = int(binary.LittleEndian.Uint32(bb))
-			default:
-				k = len(memo)
-			}
-			i, err := top()
-			if err != nil {
-				return nil, err
-			}
-			memo[k] = stack[i]
-		case 'h', 'j': // BINGET, LONG_BINGET
-			var k int
-			if op == 'h' {
-				bb, err := read(1)
-				if err != nil {
-					return nil, err
-				}
-				k = int(bb[0])
-			} else {
-				bb, err := read(4)
-				if err != nil {
-					return nil, err
-				}
-				k = int(binary.LittleEndian.Uint32(bb))
-			}
-			v, ok := memo[k]
-			if !ok {
-				return nil, errors.New("pt: pickle memo miss")
-			}
-			stack = append(stack, v)
-		case '(':
-			stack = append(stack, pkMark{})
-		case 't':
-			items, err := popMark()
-			if err != nil {
-				return nil, err
-			}
-			stack = append(stack, items)
-		case ')':
-			stack = append(stack, []any{})
-		case 0x85, 0x86, 0x87:
-			n := int(op-0x85) + 1
-			if len(stack) < n {
-				return nil, errors.New("pt: pickle stack underflow")
-			}
-			items := append([]any(nil), stack[len(stack)-n:]...)
-			stack = append(stack[:len(stack)-n], items)
-		case 'X', 0x8c: // BINUNICODE, SHORT_BINUNICODE
-			var n int
-			if op == 'X' {
-				bb, err := read(4)
-				if err != nil {
-					return nil, err
-				}
-				n = int(binary.LittleEndian.Uint32(bb))
-			} else {
-				bb, err := read(1)
-				if err != nil {
-					return nil, err
-				}
-				n = int(bb[0])
-			}
-			s, err := read(n)
-			if err != nil {
-				return nil, err
-			}
-			stack = append(stack, string(s))
-		case 'K':
-			bb, err := read(1)
-			if err != nil {
-				return nil, err
-			}
-			stack = append(stack, int(bb[0]))
-		case 'M':
-			bb, err := read(2)
-			if err != nil {
-				return nil, err
-			}
-			stack = append(stack, int(binary.LittleEndian.Uint16(bb)))
-		case 'J':
-			bb, err := read(4)
-			if err != nil {
-				return nil, err
-			}
-			stack = append(stack, int(int32(binary.LittleEndian.Uint32(bb))))
-		case 0x8a: // LONG1
-			nb, err := read(1)
-			if err != nil {
-				return nil, err
-			}
-			bb, err := read(int(nb[0]))
-			if err != nil || len(bb) > 8 {
-				return nil, errors.New("pt: bad LONG1")
-			}
-			var v int64
-			for i := len(bb) - 1; i >= 0; i-- {
-				v = v<<8 | int64(bb[i])
-			}
-			if len(bb) > 0 && len(bb) < 8 && bb[len(bb)-1]&0x80 != 0 {
-				v -= 1 << (8 * uint(len(bb)))
-			}
-			stack = append(stack, int(v))
-		case 0x88, 0x89:
-			stack = append(stack, op == 0x88)
-		case 'N':
-			stack = append(stack, nil)
-		case '}':
-			stack = append(stack, pkDict{})
-		case ']':
-			stack = append(stack, []any{})
-		case 'u', 'e':
-			if _, err := popMark(); err != nil {
-				return nil, err
-			}
-		case 's', 'a':
-			n := 2
-			if op == 'a' {
-				n = 1
-			}
-			if len(stack) < n+1 {
-				return nil, errors.New("pt: pickle stack underflow")
-			}
-			stack = stack[:len(stack)-n]
-		case 'b': // BUILD: state ignored
-			if _, err := pop(); err != nil {
-				return nil, err
-			}
-		case 'Q': // BINPERSID
-			v, err := pop()
-			if err != nil {
-				return nil, err
-			}
-			t, ok := v.([]any)
-			if !ok || len(t) != 5 || t[0] != "storage" {
-				return nil, errors.New("pt: unsupported persistent id")
-			}
-			g, _ := t[1].(pkGlobal)
-			if g.module != "torch" || g.name != "FloatStorage" {
-				return nil, fmt.Errorf("pt: storage type %s.%s, want torch.FloatStorage", g.module, g.name)
-			}
-			key, ok1 := t[2].(string)
-			numel, ok2 := t[4].(int)
-			if !ok1 || !ok2 || numel < 0 || numel > maxNPYElements || strings.ContainsAny(key, "/\\") {
-				return nil, errors.New("pt: bad storage reference")
-			}
-			stack = append(stack, pkStorage{key: key, numel: numel})
-		case 'R':
-			argv, err := pop()
-			if err != nil {
-				return nil, err
-			}
-			fn, err := pop()
-			if err != nil {
-				return nil, err
-			}
-			args, ok := argv.([]any)
-			g, ok2 := fn.(pkGlobal)
-			if !ok || !ok2 {
-				return nil, errors.New("pt: bad REDUCE")
-			}
-			switch g.module + "." + g.name {
-			case "collections.OrderedDict":
-				stack = append(stack, pkDict{})
-			case "torch._utils._rebuild_tensor_v2":
-				t, err := rebuildTensor(args)
-				if err != nil {
-					return nil, err
-				}
-				stack = append(stack, t)
-			default:
-				return nil, fmt.Errorf("pt: unsupported callable %s.%s", g.module, g.name)
-			}
-		case '.':
-			v, err := pop()
-			if err != nil {
-				return nil, err
-			}
-			t, ok := v.(*pkTensor)
-			if !ok {
-				return nil, errors.New("pt: archive does not hold a single tensor")
-			}
-			return t, nil
-		default:
-			return nil, fmt.Errorf("pt: unsupported pickle opcode 0x%02x at %d", op, pos-1)
+		t, err := m.exec(b[0])
+		if err != nil || t != nil {
+			return t, err
 		}
 	}
 	return nil, errors.New("pt: pickle too long")
+}
+
+// errShortPickle is a pickle that ends inside an opcode or its argument.
+var errShortPickle = errors.New("pt: truncated pickle")
+
+// pickleMachine is the state of unpickleTensor: the pickle, the read
+// position, the stack and the memo.
+type pickleMachine struct {
+	p     []byte
+	pos   int
+	stack []any
+	memo  map[int]any
+}
+
+func (m *pickleMachine) read(n int) ([]byte, error) {
+	if n < 0 || m.pos+n > len(m.p) {
+		return nil, errShortPickle
+	}
+	b := m.p[m.pos : m.pos+n]
+	m.pos += n
+	return b, nil
+}
+
+func (m *pickleMachine) readLine() (string, error) {
+	i := bytes.IndexByte(m.p[m.pos:], '\n')
+	if i < 0 {
+		return "", errShortPickle
+	}
+	s := string(m.p[m.pos : m.pos+i])
+	m.pos += i + 1
+	return s, nil
+}
+
+// readUint reads an n-byte little-endian unsigned integer (n is 1, 2 or 4).
+func (m *pickleMachine) readUint(n int) (int, error) {
+	bb, err := m.read(n)
+	if err != nil {
+		return 0, err
+	}
+	switch n {
+	case 1:
+		return int(bb[0]), nil
+	case 2:
+		return int(binary.LittleEndian.Uint16(bb)), nil
+	}
+	return int(binary.LittleEndian.Uint32(bb)), nil
+}
+
+func (m *pickleMachine) push(v any) { m.stack = append(m.stack, v) }
+
+func (m *pickleMachine) pop() (any, error) {
+	if len(m.stack) == 0 {
+		return nil, errors.New("pt: pickle stack underflow")
+	}
+	v := m.stack[len(m.stack)-1]
+	m.stack = m.stack[:len(m.stack)-1]
+	return v, nil
+}
+
+func (m *pickleMachine) popMark() ([]any, error) {
+	for i := len(m.stack) - 1; i >= 0; i-- {
+		if _, ok := m.stack[i].(pkMark); ok {
+			items := append([]any(nil), m.stack[i+1:]...)
+			m.stack = m.stack[:i]
+			return items, nil
+		}
+	}
+	return nil, errors.New("pt: pickle mark missing")
+}
+
+// exec runs one opcode; at STOP it returns the tensor.
+func (m *pickleMachine) exec(op byte) (*pkTensor, error) {
+	var err error
+	switch op {
+	case 0x80: // PROTO
+		_, err = m.read(1)
+	case 0x95: // FRAME
+		_, err = m.read(8)
+	case 'c': // GLOBAL
+		err = m.global()
+	case 0x93: // STACK_GLOBAL
+		err = m.stackGlobal()
+	case 'q', 'r', 0x94: // BINPUT, LONG_BINPUT, MEMOIZE
+		err = m.put(op)
+	case 'h', 'j': // BINGET, LONG_BINGET
+		err = m.get(op)
+	case '(':
+		m.push(pkMark{})
+	case 't':
+		var items []any
+		if items, err = m.popMark(); err == nil {
+			m.push(items)
+		}
+	case ')', ']':
+		m.push([]any{})
+	case 0x85, 0x86, 0x87: // TUPLE1, TUPLE2, TUPLE3
+		n := int(op-0x85) + 1
+		if len(m.stack) < n {
+			return nil, errors.New("pt: pickle stack underflow")
+		}
+		items := append([]any(nil), m.stack[len(m.stack)-n:]...)
+		m.stack = append(m.stack[:len(m.stack)-n], items)
+	case 'X', 0x8c: // BINUNICODE, SHORT_BINUNICODE
+		err = m.unicode(op)
+	case 'K', 'M': // BININT1, BININT2
+		size := 1
+		if op == 'M' {
+			size = 2
+		}
+		var n int
+		if n, err = m.readUint(size); err == nil {
+			m.push(n)
+		}
+	case 'J': // BININT
+		var n int
+		if n, err = m.readUint(4); err == nil {
+			m.push(int(int32(uint32(n))))
+		}
+	case 0x8a: // LONG1
+		err = m.long1()
+	case 0x88, 0x89: // NEWTRUE, NEWFALSE
+		m.push(op == 0x88)
+	case 'N':
+		m.push(nil)
+	case '}':
+		m.push(pkDict{})
+	case 'u', 'e': // SETITEMS, APPENDS: contents ignored
+		_, err = m.popMark()
+	case 's', 'a': // SETITEM, APPEND: contents ignored
+		n := 2
+		if op == 'a' {
+			n = 1
+		}
+		if len(m.stack) < n+1 {
+			return nil, errors.New("pt: pickle stack underflow")
+		}
+		m.stack = m.stack[:len(m.stack)-n]
+	case 'b': // BUILD: state ignored
+		_, err = m.pop()
+	case 'Q': // BINPERSID
+		err = m.persistentID()
+	case 'R': // REDUCE
+		err = m.reduce()
+	case '.': // STOP
+		return m.stop()
+	default:
+		return nil, fmt.Errorf("pt: unsupported pickle opcode 0x%02x at %d", op, m.pos-1)
+	}
+	return nil, err
+}
+
+func (m *pickleMachine) global() error {
+	mod, err := m.readLine()
+	if err != nil {
+		return err
+	}
+	name, err := m.readLine()
+	if err != nil {
+		return err
+	}
+	m.push(pkGlobal{mod, name})
+	return nil
+}
+
+func (m *pickleMachine) stackGlobal() error {
+	n, err1 := m.pop()
+	mod, err2 := m.pop()
+	ns, ok1 := n.(string)
+	ms, ok2 := mod.(string)
+	if err1 != nil || err2 != nil || !ok1 || !ok2 {
+		return errors.New("pt: bad STACK_GLOBAL")
+	}
+	m.push(pkGlobal{ms, ns})
+	return nil
+}
+
+func (m *pickleMachine) put(op byte) error {
+	var k int
+	var err error
+	switch op {
+	case 'q':
+		k, err = m.readUint(1)
+	case 'r':
+		k, err = m.readUint(4)
+	default:
+		k = len(m.memo)
+	}
+	if err != nil {
+		return err
+	}
+	if len(m.stack) == 0 {
+		return errors.New("pt: pickle stack underflow")
+	}
+	m.memo[k] = m.stack[len(m.stack)-1]
+	return nil
+}
+
+func (m *pickleMachine) get(op byte) error {
+	n := 1
+	if op == 'j' {
+		n = 4
+	}
+	k, err := m.readUint(n)
+	if err != nil {
+		return err
+	}
+	v, ok := m.memo[k]
+	if !ok {
+		return errors.New("pt: pickle memo miss")
+	}
+	m.push(v)
+	return nil
+}
+
+func (m *pickleMachine) unicode(op byte) error {
+	size := 1
+	if op == 'X' {
+		size = 4
+	}
+	n, err := m.readUint(size)
+	if err != nil {
+		return err
+	}
+	s, err := m.read(n)
+	if err != nil {
+		return err
+	}
+	m.push(string(s))
+	return nil
+}
+
+func (m *pickleMachine) long1() error {
+	nb, err := m.read(1)
+	if err != nil {
+		return err
+	}
+	bb, err := m.read(int(nb[0]))
+	if err != nil || len(bb) > 8 {
+		return errors.New("pt: bad LONG1")
+	}
+	var v int64
+	for i := len(bb) - 1; i >= 0; i-- {
+		v = v<<8 | int64(bb[i])
+	}
+	if len(bb) > 0 && len(bb) < 8 && bb[len(bb)-1]&0x80 != 0 {
+		v -= 1 << (8 * uint(len(bb)))
+	}
+	m.push(int(v))
+	return nil
+}
+
+func (m *pickleMachine) persistentID() error {
+	v, err := m.pop()
+	if err != nil {
+		return err
+	}
+	t, ok := v.([]any)
+	if !ok || len(t) != 5 || t[0] != "storage" {
+		return errors.New("pt: unsupported persistent id")
+	}
+	g, _ := t[1].(pkGlobal)
+	if g.module != "torch" || g.name != "FloatStorage" {
+		return fmt.Errorf("pt: storage type %s.%s, want torch.FloatStorage", g.module, g.name)
+	}
+	key, ok1 := t[2].(string)
+	numel, ok2 := t[4].(int)
+	if !ok1 || !ok2 || numel < 0 || numel > maxNPYElements || strings.ContainsAny(key, "/\\") {
+		return errors.New("pt: bad storage reference")
+	}
+	m.push(pkStorage{key: key, numel: numel})
+	return nil
+}
+
+func (m *pickleMachine) reduce() error {
+	argv, err := m.pop()
+	if err != nil {
+		return err
+	}
+	fn, err := m.pop()
+	if err != nil {
+		return err
+	}
+	args, ok := argv.([]any)
+	g, ok2 := fn.(pkGlobal)
+	if !ok || !ok2 {
+		return errors.New("pt: bad REDUCE")
+	}
+	switch g.module + "." + g.name {
+	case "collections.OrderedDict":
+		m.push(pkDict{})
+	case "torch._utils._rebuild_tensor_v2":
+		t, err := rebuildTensor(args)
+		if err != nil {
+			return err
+		}
+		m.push(t)
+	default:
+		return fmt.Errorf("pt: unsupported callable %s.%s", g.module, g.name)
+	}
+	return nil
+}
+
+func (m *pickleMachine) stop() (*pkTensor, error) {
+	v, err := m.pop()
+	if err != nil {
+		return nil, err
+	}
+	t, ok := v.(*pkTensor)
+	if !ok {
+		return nil, errors.New("pt: archive does not hold a single tensor")
+	}
+	return t, nil
 }
 
 func rebuildTensor(args []any) (*pkTensor, error) {

@@ -5,62 +5,36 @@
 // the synthetic embedder.
 //
 // It is pure Go and knows nothing of Temporal or the database: sequence ids
-// are assigned by internal/store with the algorithm defined here.
+// are assigned by internal/store with the algorithm of internal/seqid.
 package embedding
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"strconv"
 	"strings"
 
 	"github.com/kinflow/kinflow/internal/methods"
+	"github.com/kinflow/kinflow/internal/seqid"
 )
 
-// SeqIDBaseLen is the number of hex characters of a sequence's SHA-256 that
-// form its base seq id (WIRE §8).
-const SeqIDBaseLen = 12
+// The sequence-id algorithm lives in internal/seqid; these names keep it
+// reachable beside the cache layout it names files for.
 
-// MaxSeqIDLen bounds a seq id. Ids become file names; 128 leaves room for
-// suffixes and temp names under every file system's 255-byte name limit.
-const MaxSeqIDLen = 128
+// SeqIDBaseLen is seqid.BaseLen.
+const SeqIDBaseLen = seqid.BaseLen
 
-// SHA256Hex is the lowercase hex SHA-256 of the sequence's bytes, hashed
-// exactly as given (WIRE §8: case-sensitive, no trimming).
-func SHA256Hex(seq string) string {
-	sum := sha256.Sum256([]byte(seq))
-	return hex.EncodeToString(sum[:])
-}
+// MaxSeqIDLen is seqid.MaxLen.
+const MaxSeqIDLen = seqid.MaxLen
 
-// BaseSeqID is the first SeqIDBaseLen hex characters of the sequence's SHA-256.
-func BaseSeqID(seq string) string { return SHA256Hex(seq)[:SeqIDBaseLen] }
+// SHA256Hex is seqid.SHA256Hex.
+func SHA256Hex(seq string) string { return seqid.SHA256Hex(seq) }
 
-// CandidateSeqID is the n-th id tried for a new sequence whose base id is
-// base: base itself for n = 0, then base_1, base_2, … (WIRE §8).
-func CandidateSeqID(base string, n int) string {
-	if n == 0 {
-		return base
-	}
-	return base + "_" + strconv.Itoa(n)
-}
+// BaseSeqID is seqid.Base.
+func BaseSeqID(seq string) string { return seqid.Base(seq) }
 
-// ValidSeqID reports whether id is safe to use as a file name inside a cache
-// folder: non-empty, at most MaxSeqIDLen bytes, no path separator, no "..",
-// no leading dot (hidden and temp files start with one), no control or
-// whitespace characters. Ids imported from legacy maps need not follow the
-// hash rule, so this checks safety, not shape.
-func ValidSeqID(id string) bool {
-	if id == "" || len(id) > MaxSeqIDLen || id[0] == '.' || strings.Contains(id, "..") {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if c <= ' ' || c == 0x7f || c == '/' || c == '\\' {
-			return false
-		}
-	}
-	return true
-}
+// CandidateSeqID is seqid.Candidate.
+func CandidateSeqID(base string, n int) string { return seqid.Candidate(base, n) }
+
+// ValidSeqID is seqid.Valid: id is safe as a file name in a cache folder.
+func ValidSeqID(id string) bool { return seqid.Valid(id) }
 
 // MethodDMaxLen is the length method D's sequences are cut to before mapping
 // (WIRE §8: ESM-1b's 1022-residue window).

@@ -11,40 +11,6 @@ import (
 	"github.com/kinflow/kinflow/internal/methods"
 )
 
-func TestSeqIDAlgorithm(t *testing.T) {
-	// sha256("MKT") computed independently with `printf MKT | sha256sum`.
-	const want = "366893d2245f5f241af2eeba0a8c19ef3bf362141a7c8504d7479ce7e7f2fb66"
-	got := SHA256Hex("MKT")
-	if got != want {
-		t.Fatalf("SHA256Hex = %q, want %q", got, want)
-	}
-	if BaseSeqID("MKT") != "366893d2245f" {
-		t.Errorf("BaseSeqID = %q", BaseSeqID("MKT"))
-	}
-	if BaseSeqID("mkt") == BaseSeqID("MKT") || BaseSeqID(" MKT") == BaseSeqID("MKT") {
-		t.Error("hash must be case- and whitespace-sensitive")
-	}
-	if CandidateSeqID("abc", 0) != "abc" || CandidateSeqID("abc", 2) != "abc_2" {
-		t.Error("CandidateSeqID")
-	}
-}
-
-func TestValidSeqID(t *testing.T) {
-	good := []string{"0123456789ab", "0123456789ab_1", "P12345", "seq-1.v2", "a", strings.Repeat("a", 128), "sp|P1|X"}
-	bad := []string{"", ".", "..", "../etc", "a/../../b", "/abs", "a/b", `a\b`, ".hidden", "a..b", "x\x00y", "sp ace",
-		"tab\t", "new\nline", strings.Repeat("a", 129), "\x7f"}
-	for _, id := range good {
-		if !ValidSeqID(id) {
-			t.Errorf("ValidSeqID(%q) = false", id)
-		}
-	}
-	for _, id := range bad {
-		if ValidSeqID(id) {
-			t.Errorf("ValidSeqID(%q) = true", id)
-		}
-	}
-}
-
 func TestNormaliseSequences(t *testing.T) {
 	in := []string{"  MKT\n", "", "   ", "MKT", "mkt", "ACD"}
 	if got, want := NormaliseSequences(methods.ProfileProtT5Mean, in), []string{"MKT", "mkt", "ACD"}; !reflect.DeepEqual(got, want) {

@@ -77,171 +77,240 @@ func ComputeStep(ctx context.Context, l *Layout, stepKey string, seqIDs []string
 	if err != nil {
 		return 0, err
 	}
-	index := make(map[string]int, len(seqIDs))
-	ids := make([]string, 0, len(seqIDs))
-	for _, sid := range seqIDs {
-		if !ValidSeqID(sid) {
-			return 0, fmt.Errorf("step %s: invalid seq id %q", spec.Key, sid)
-		}
-		if _, ok := seqIDToSeq[sid]; !ok {
-			return 0, fmt.Errorf("step %s: no sequence for seq id %q", spec.Key, sid)
-		}
-		if _, dup := index[sid]; !dup {
-			index[sid] = len(ids)
-			ids = append(ids, sid)
-		}
+	ids, index, err := distinctSeqIDs(spec, seqIDs, seqIDToSeq)
+	if err != nil {
+		return 0, err
 	}
 	if spec.BindingSites {
-		have := make([]bool, len(ids))
-		if err := scanTable(l.BindingSiteTable(), func(id, _ []byte) {
-			if i, ok := index[string(id)]; ok {
-				have[i] = true
-			}
-		}); err != nil {
+		if err := appendSyntheticBindingSites(l, spec, ids, index, seqIDToSeq); err != nil {
 			return 0, err
 		}
-		var rows []BindingSiteRow
-		for i, sid := range ids {
-			if !have[i] {
-				rows = append(rows, BindingSiteRow{SeqID: sid, Scores: SyntheticBindingSites(seqIDToSeq[sid])})
-			}
-		}
-		if _, err := AppendBindingSites(l.BindingSiteTable(), rows); err != nil {
-			return 0, fmt.Errorf("step %s: %w", spec.Key, err)
-		}
 	}
-	dirs := make([]string, len(spec.Families))
-	present := make([][]bool, len(spec.Families))
-	for fi, f := range spec.Families {
-		dirs[fi] = l.FamilyDir(f)
-		present[fi] = make([]bool, len(ids))
-		if err := listPresent(dirs[fi], f.Suffix(), index, present[fi]); err != nil {
-			return 0, err
-		}
-		// The check before the write (internal/provenance): a synthetic
-		// writer is never refused, but the family's record says that
-		// synthetic files are in it, so no real engine consumes them.
-		if slices.Contains(present[fi], false) {
-			if _, err := provenance.Admit(dirs[fi], f.Name, provenance.Synthetic(spec.Key)); err != nil {
-				return 0, fmt.Errorf("step %s: %w", spec.Key, err)
-			}
-			protocolPoint("admitted")
-		}
+	dirs, present, err := admitSynthetic(l, spec, ids, index)
+	if err != nil {
+		return 0, err
 	}
-	// Files are written in chunks: every temp file of a chunk, one sync of
-	// the file system, then the chunk's manifest entries (flagged synthetic,
-	// with each file's size, time and hash), and only then the renames. A
-	// file is thus listed as synthetic before it becomes visible: a writer
-	// killed at any point leaves no unlisted synthetic file that a reader
-	// could take for a real model's (the entries of files never renamed
-	// are harmless: presence is decided by the listing). Each file still
-	// appears complete or not at all, at a fraction of the cost of an fsync
-	// per file.
-	type staged struct {
-		fi   int
-		sid  string
-		tmp  fsutil.Temp
-		size int
-		sum  string
-	}
-	var chunk []staged
-	// renamed holds, per family, the commits of the files the last chunk
-	// renamed into place; the next merge, or the end, records their final
-	// inode change times (RecordRenamed).
-	renamed := make([][]Commit, len(spec.Families))
-	defer func() {
-		for fi := range renamed {
-			_ = RecordRenamed(dirs[fi], renamed[fi])
-		}
-	}()
-	commitChunk := func() error {
-		if len(chunk) == 0 {
-			return nil
-		}
-		temps := make([]fsutil.Temp, len(chunk))
-		for i, c := range chunk {
-			temps[i] = c.tmp
-		}
-		if err := fsutil.SyncTemps(temps); err != nil {
-			return err
-		}
-		protocolPoint("synced")
-		pending := make([][]Commit, len(spec.Families))
-		for _, c := range chunk {
-			st, err := StatFile(c.tmp.Path)
-			if err != nil {
-				return fmt.Errorf("step %s: %w", spec.Key, err)
-			}
-			pending[c.fi] = append(pending[c.fi], Commit{SeqID: c.sid, Suffix: spec.Families[c.fi].Suffix(), Bytes: int64(c.size),
-				Synthetic: true, SHA256: c.sum, MtimeNs: st.MtimeNs, CtimeNs: st.CtimeNs, Ino: st.Ino})
-		}
-		for fi := range pending {
-			// The last chunk's renames moved its files' inode change
-			// times: their final ones ride along in this merge, so that
-			// the next check is a stat, not a hash, at no extra merge.
-			merge := append(renamedRecords(dirs[fi], renamed[fi]), pending[fi]...)
-			if err := MergeManifest(dirs[fi], merge, nil); err != nil {
-				return fmt.Errorf("step %s: %w", spec.Key, err)
-			}
-			renamed[fi] = nil
-			protocolPoint("listed")
-		}
-		copy(renamed, pending)
-		for i, c := range chunk {
-			if err := c.tmp.Commit(); err != nil {
-				for _, rest := range chunk[i+1:] {
-					rest.tmp.Discard()
-				}
-				chunk = nil
-				return fmt.Errorf("step %s: %w", spec.Key, err)
-			}
-			written++
-			protocolPoint("renamed")
-			if onFile != nil {
-				onFile(c.tmp.Final)
-			}
-			if err := ctx.Err(); err != nil {
-				// Stop at the cancellation: the rest of the chunk is dropped
-				// (the deferred cleanup removes its temp files).
-				chunk = chunk[i+1:]
-				return err
-			}
-		}
-		chunk = chunk[:0]
-		return nil
-	}
-	defer func() {
-		for _, c := range chunk {
-			c.tmp.Discard()
-		}
-	}()
+	w := &syntheticWriter{ctx: ctx, spec: spec, dirs: dirs, onFile: onFile, renamed: make([][]Commit, len(spec.Families))}
+	defer w.recordRenamed()
+	defer w.discard()
 	for i, sid := range ids {
 		for fi, f := range spec.Families {
 			if present[fi][i] {
 				continue
 			}
 			if err := ctx.Err(); err != nil {
-				return written, err
+				return w.written, err
 			}
-			data, err := EncodeArtefact(f.Format, SyntheticArtefact(f, seqIDToSeq[sid]))
-			if err != nil {
-				return written, fmt.Errorf("step %s: %w", spec.Key, err)
+			if err := w.stage(fi, f, sid, seqIDToSeq[sid]); err != nil {
+				return w.written, err
 			}
-			t, err := writeArtefactTemp(dirs[fi], sid, f.Suffix(), data, false)
-			if err != nil {
-				return written, fmt.Errorf("step %s: %w", spec.Key, err)
-			}
-			sum := sha256.Sum256(data)
-			chunk = append(chunk, staged{fi: fi, sid: sid, tmp: t, size: len(data), sum: hex.EncodeToString(sum[:])})
-			protocolPoint("temp written")
 		}
-		if len(chunk) >= syncChunkFiles*len(spec.Families) {
-			if err := commitChunk(); err != nil {
-				return written, err
+		if len(w.chunk) >= syncChunkFiles*len(spec.Families) {
+			if err := w.commit(); err != nil {
+				return w.written, err
 			}
 		}
 	}
-	return written, commitChunk()
+	err = w.commit()
+	return w.written, err
+}
+
+// distinctSeqIDs checks seqIDs and returns them without repeats, in first
+// occurrence order, with each one's index.
+func distinctSeqIDs(spec StepSpec, seqIDs []string, seqIDToSeq map[string]string) ([]string, map[string]int, error) {
+	index := make(map[string]int, len(seqIDs))
+	ids := make([]string, 0, len(seqIDs))
+	for _, sid := range seqIDs {
+		if !ValidSeqID(sid) {
+			return nil, nil, fmt.Errorf("step %s: invalid seq id %q", spec.Key, sid)
+		}
+		if _, ok := seqIDToSeq[sid]; !ok {
+			return nil, nil, fmt.Errorf("step %s: no sequence for seq id %q", spec.Key, sid)
+		}
+		if _, dup := index[sid]; !dup {
+			index[sid] = len(ids)
+			ids = append(ids, sid)
+		}
+	}
+	return ids, index, nil
+}
+
+// appendSyntheticBindingSites appends the binding-site rows of ids that the
+// table does not hold yet.
+func appendSyntheticBindingSites(l *Layout, spec StepSpec, ids []string, index map[string]int, seqIDToSeq map[string]string) error {
+	have := make([]bool, len(ids))
+	if err := scanTable(l.BindingSiteTable(), func(id, _ []byte) {
+		if i, ok := index[string(id)]; ok {
+			have[i] = true
+		}
+	}); err != nil {
+		return err
+	}
+	var rows []BindingSiteRow
+	for i, sid := range ids {
+		if !have[i] {
+			rows = append(rows, BindingSiteRow{SeqID: sid, Scores: SyntheticBindingSites(seqIDToSeq[sid])})
+		}
+	}
+	if _, err := AppendBindingSites(l.BindingSiteTable(), rows); err != nil {
+		return fmt.Errorf("step %s: %w", spec.Key, err)
+	}
+	return nil
+}
+
+// admitSynthetic lists which of ids' files each family of spec holds
+// (present[family][index]) and admits the synthetic writer to every family
+// it will write.
+func admitSynthetic(l *Layout, spec StepSpec, ids []string, index map[string]int) (dirs []string, present [][]bool, err error) {
+	dirs = make([]string, len(spec.Families))
+	present = make([][]bool, len(spec.Families))
+	for fi, f := range spec.Families {
+		dirs[fi] = l.FamilyDir(f)
+		present[fi] = make([]bool, len(ids))
+		if err := listPresent(dirs[fi], f.Suffix(), index, present[fi]); err != nil {
+			return nil, nil, err
+		}
+		// The check before the write (internal/provenance): a synthetic
+		// writer is never refused, but the family's record says that
+		// synthetic files are in it, so no real engine consumes them.
+		if slices.Contains(present[fi], false) {
+			if _, err := provenance.Admit(dirs[fi], f.Name, provenance.Synthetic(spec.Key)); err != nil {
+				return nil, nil, fmt.Errorf("step %s: %w", spec.Key, err)
+			}
+			protocolPoint("admitted")
+		}
+	}
+	return dirs, present, nil
+}
+
+// syntheticWriter writes a step's synthetic files in chunks: every temp
+// file of a chunk, one sync of the file system, then the chunk's manifest
+// entries (flagged synthetic, with each file's size, time and hash), and
+// only then the renames. A file is thus listed as synthetic before it
+// becomes visible: a writer killed at any point leaves no unlisted
+// synthetic file that a reader could take for a real model's (the entries
+// of files never renamed are harmless: presence is decided by the
+// listing). Each file still appears complete or not at all, at a fraction
+// of the cost of an fsync per file.
+type syntheticWriter struct {
+	ctx     context.Context
+	spec    StepSpec
+	dirs    []string
+	onFile  func(path string)
+	chunk   []stagedFile
+	written int
+	// renamed holds, per family, the commits of the files the last chunk
+	// renamed into place; the next merge, or recordRenamed at the end,
+	// records their final inode change times (a rename moves them).
+	renamed [][]Commit
+}
+
+// stagedFile is one temp file of a chunk, not yet renamed.
+type stagedFile struct {
+	fi   int
+	sid  string
+	tmp  fsutil.Temp
+	size int
+	sum  string
+}
+
+// stage writes sid's artefact of family f (index fi) as a temp file.
+func (w *syntheticWriter) stage(fi int, f Family, sid, seq string) error {
+	data, err := EncodeArtefact(f.Format, SyntheticArtefact(f, seq))
+	if err != nil {
+		return fmt.Errorf("step %s: %w", w.spec.Key, err)
+	}
+	t, err := writeArtefactTemp(w.dirs[fi], sid, f.Suffix(), data, false)
+	if err != nil {
+		return fmt.Errorf("step %s: %w", w.spec.Key, err)
+	}
+	sum := sha256.Sum256(data)
+	w.chunk = append(w.chunk, stagedFile{fi: fi, sid: sid, tmp: t, size: len(data), sum: hex.EncodeToString(sum[:])})
+	protocolPoint("temp written")
+	return nil
+}
+
+// commit syncs, lists and renames the chunk's files; at ctx's cancellation
+// it stops after the file being renamed.
+func (w *syntheticWriter) commit() error {
+	if len(w.chunk) == 0 {
+		return nil
+	}
+	temps := make([]fsutil.Temp, len(w.chunk))
+	for i, c := range w.chunk {
+		temps[i] = c.tmp
+	}
+	if err := fsutil.SyncTemps(temps); err != nil {
+		return err
+	}
+	protocolPoint("synced")
+	if err := w.list(); err != nil {
+		return err
+	}
+	for i, c := range w.chunk {
+		if err := c.tmp.Commit(); err != nil {
+			for _, rest := range w.chunk[i+1:] {
+				rest.tmp.Discard()
+			}
+			w.chunk = nil
+			return fmt.Errorf("step %s: %w", w.spec.Key, err)
+		}
+		w.written++
+		protocolPoint("renamed")
+		if w.onFile != nil {
+			w.onFile(c.tmp.Final)
+		}
+		if err := w.ctx.Err(); err != nil {
+			// Stop at the cancellation: the rest of the chunk is dropped
+			// (discard removes its temp files).
+			w.chunk = w.chunk[i+1:]
+			return err
+		}
+	}
+	w.chunk = w.chunk[:0]
+	return nil
+}
+
+// list merges the chunk's manifest entries, family by family.
+func (w *syntheticWriter) list() error {
+	pending := make([][]Commit, len(w.spec.Families))
+	for _, c := range w.chunk {
+		st, err := StatFile(c.tmp.Path)
+		if err != nil {
+			return fmt.Errorf("step %s: %w", w.spec.Key, err)
+		}
+		pending[c.fi] = append(pending[c.fi], Commit{SeqID: c.sid, Suffix: w.spec.Families[c.fi].Suffix(), Bytes: int64(c.size),
+			Synthetic: true, SHA256: c.sum, MtimeNs: st.MtimeNs, CtimeNs: st.CtimeNs, Ino: st.Ino})
+	}
+	for fi := range pending {
+		// The last chunk's renames moved its files' inode change times:
+		// their final ones ride along in this merge, so that the next check
+		// is a stat, not a hash, at no extra merge.
+		merge := append(renamedRecords(w.dirs[fi], w.renamed[fi]), pending[fi]...)
+		if err := MergeManifest(w.dirs[fi], merge, nil); err != nil {
+			return fmt.Errorf("step %s: %w", w.spec.Key, err)
+		}
+		w.renamed[fi] = nil
+		protocolPoint("listed")
+	}
+	copy(w.renamed, pending)
+	return nil
+}
+
+// recordRenamed records the final inode change times of the last chunk's
+// renamed files (best effort: a file without them is hashed once at its
+// next check).
+func (w *syntheticWriter) recordRenamed() {
+	for fi := range w.renamed {
+		_ = RecordRenamed(w.dirs[fi], w.renamed[fi])
+	}
+}
+
+// discard removes the temp files of a chunk never committed.
+func (w *syntheticWriter) discard() {
+	for _, c := range w.chunk {
+		c.tmp.Discard()
+	}
 }
 
 // protocolPoint is called at each point of the synthetic writer's write

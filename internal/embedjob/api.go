@@ -74,15 +74,10 @@ type Input struct {
 	// (KINFLOW_STEP_SHARD_SEQS); 0 means DefaultShardSeqs.
 	ShardSeqs int `json:"shard_seqs,omitempty"`
 	// SmallStepSeqs is KINFLOW_GPU_SMALL_STEP_SEQS: a step of at most this
-	// many sequences runs on SmallTaskQueue(GPUTaskQueue); 0 (and every
+	// many sequences runs on config.SmallTaskQueue(GPUTaskQueue); 0 (and every
 	// input from before the small lane) means none does.
 	SmallStepSeqs int `json:"small_step_seqs,omitempty"`
 }
-
-// SmallTaskQueue is the small lane of the GPU task queue gpu: small steps
-// go there so that they never queue behind the shards of a large job, and
-// every GPU host serves it beside gpu (docs/workflows.md, "Slot pools").
-func SmallTaskQueue(gpu string) string { return gpu + "-small" }
 
 // DefaultShardSeqs is the shard size when none is given (config's
 // KINFLOW_STEP_SHARD_SEQS explains the figure).

@@ -59,6 +59,9 @@ type CommandRunner struct {
 // Name implements BatchRunner.
 func (r *CommandRunner) Name() string { return "command" }
 
+// Synthetic implements BatchRunner: a configured program is a real model.
+func (r *CommandRunner) Synthetic() bool { return false }
+
 // RunBatch implements BatchRunner.
 func (r *CommandRunner) RunBatch(ctx context.Context, b BatchJob) error {
 	if tmpl, ok := r.Settings.Servers[b.StepKey]; ok && r.Pool != nil {

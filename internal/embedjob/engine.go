@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"slices"
-	"sort"
 	"strings"
 
 	"github.com/kinflow/kinflow/internal/embedding"
@@ -34,6 +31,10 @@ type BatchRunner interface {
 	// RunBatch runs b. An error wrapping ErrOutOfMemory means the batch did
 	// not fit the GPU: the caller splits it and tries again.
 	RunBatch(ctx context.Context, b BatchJob) error
+	// Synthetic reports whether the runner is the synthetic executor. Its
+	// files count as present for it; a real runner treats synthetic files
+	// as missing and replaces them (internal/provenance).
+	Synthetic() bool
 }
 
 // ErrOutOfMemory marks a batch that failed for lack of GPU memory.
@@ -111,223 +112,23 @@ func (e *Engine) limits(step string) (budget, maxSeqs int) {
 }
 
 // RunStep runs one step to the end (or until ctx is done, when it returns
-// ctx's error with what it has done so far).
+// ctx's error with what it has done so far). The run's stages are the
+// methods of stepRun (steprun.go).
 func (e *Engine) RunStep(ctx context.Context, req StepRequest) (StepOutcome, error) {
-	var out StepOutcome
-	out.Requested = len(req.Seqs)
-	maxRes := e.Settings.MaxResidues[req.StepKey]
-	var todo []SeqItem
-	total := 0
-	// A real step program treats synthetic files as missing and replaces
-	// them (internal/provenance); the synthetic one counts them as present.
-	var synth map[string]bool
-	if _, isSynthetic := e.Runner.(*syntheticServerRunner); !isSynthetic {
-		var err error
-		if synth, err = syntheticOutputs(req.Seqs); err != nil {
-			return out, err
-		}
+	r := &stepRun{e: e, ctx: ctx, req: req, missing: map[string]MissingFile{}}
+	r.out.Requested = len(req.Seqs)
+	if err := r.scan(); err != nil {
+		return r.out, err
 	}
-	for _, it := range req.Seqs {
-		total += len(it.Outputs)
-		it.MissingOutputs = MissingOutputs(it.Outputs)
-		for _, p := range it.Outputs {
-			if synth[p] && !slices.Contains(it.MissingOutputs, p) {
-				it.MissingOutputs = append(it.MissingOutputs, p)
-			}
-		}
-		out.Existing += len(it.Outputs) - len(it.MissingOutputs)
-		if len(it.MissingOutputs) == 0 {
-			out.Skipped++
-			continue
-		}
-		it.OriginalLength = len(it.Sequence)
-		if t := TruncateLong(it.Sequence, maxRes); t != it.Sequence {
-			it.Sequence, it.Truncated = t, true
-			req.Log.Printf("TRUNCATE job_id=%s step=%s seq_id=%s length=%d to=%d rule=first500+last500", req.JobID, req.StepKey, it.SeqID, it.OriginalLength, len(t))
-		}
-		todo = append(todo, it)
+	if refused, err := r.admit(); refused || err != nil {
+		return r.out, err
 	}
-	// The check before every write: a family made by another model is
-	// refused (one line naming it, both fingerprints and the fix).
-	admitted, err := e.admit(ctx, req, todo, synth)
-	if err != nil {
-		if ctx.Err() != nil {
-			return out, ctx.Err()
-		}
-		out.Failure = err
-		for _, it := range todo {
-			for _, p := range it.MissingOutputs {
-				out.Missing = append(out.Missing, MissingFile{SeqID: it.SeqID, Path: p, Reason: "not written: " + err.Error()})
-			}
-		}
-		return out, nil
+	r.report()
+	if err := r.computeAll(); err != nil {
+		return r.out, err
 	}
-	done := out.Existing
-	report := func() {
-		if req.Progress != nil {
-			req.Progress(done, total)
-		}
-	}
-	report()
-	missing := map[string]MissingFile{}
-	var run func(b []SeqItem) error
-	run = func(b []SeqItem) error {
-		// Recheck: after a split, or a retry, some items may be complete.
-		var items []SeqItem
-		for _, it := range b {
-			it.MissingOutputs = MissingOutputs(it.Outputs)
-			if len(it.MissingOutputs) > 0 {
-				items = append(items, it)
-			}
-		}
-		if len(items) == 0 {
-			return nil
-		}
-		out.Batches++
-		job := BatchJob{JobID: req.JobID, StepKey: req.StepKey, Index: out.Batches, Items: items, Log: req.Log}
-		req.Log.Printf("BATCH_START job_id=%s step=%s batch=%d seq_count=%d tokens=%d", req.JobID, req.StepKey, job.Index, len(items), BatchCost(items))
-		if err := e.recheck(ctx, req, admitted, items); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			for _, it := range items {
-				for _, p := range it.MissingOutputs {
-					missing[p] = MissingFile{SeqID: it.SeqID, Path: p, Reason: "not written: " + err.Error()}
-				}
-			}
-			if out.Failure == nil {
-				out.Failure = err
-			}
-			return nil
-		}
-		budget, maxSeqs := e.limits(req.StepKey)
-		err := e.Device.Run(ctx, job, budget, maxSeqs, e.Runner.RunBatch)
-		// Count what the batch wrote whatever its exit: a program that
-		// crashes half-way keeps the files it committed.
-		var absent []MissingFile
-		var wrote []string
-		wroteBy := map[string]string{}
-		for _, it := range items {
-			for _, p := range it.MissingOutputs {
-				if cerr := embedding.CheckFile(p); cerr == nil {
-					wrote = append(wrote, p)
-					wroteBy[p] = it.SeqID
-				} else {
-					reason := "not written by the step program"
-					if !errors.Is(cerr, os.ErrNotExist) {
-						// A malformed file would be counted as cached by every
-						// planner: remove it so that it is computed again.
-						_ = os.Remove(p)
-						reason = "malformed output removed: " + cerr.Error()
-					}
-					absent = append(absent, MissingFile{SeqID: it.SeqID, Path: p, Reason: reason})
-				}
-			}
-		}
-		// Every file written gets its integrity record (size, time,
-		// SHA-256) in its family's manifest, whoever wrote it: a one-shot
-		// reference program records none. A file of the wrong width or
-		// with non-finite values goes, like a malformed one.
-		badContent, rerr := embedding.RecordWritten(wrote)
-		if rerr != nil && ctx.Err() == nil {
-			req.Log.Printf("RECORD_FAILED job_id=%s step=%s batch=%d error=%v", req.JobID, req.StepKey, job.Index, rerr)
-		}
-		for _, p := range wrote {
-			if why, isBad := badContent[p]; isBad {
-				_ = os.Remove(p)
-				absent = append(absent, MissingFile{SeqID: wroteBy[p], Path: p, Reason: "malformed output removed: " + why})
-				continue
-			}
-			out.Written++
-			done++
-			delete(missing, p)
-		}
-		report()
-		switch {
-		case err == nil || len(absent) == 0:
-			for _, m := range absent {
-				missing[m.Path] = m
-			}
-			req.Log.Printf("BATCH_DONE job_id=%s step=%s batch=%d missing=%d", req.JobID, req.StepKey, job.Index, len(absent))
-			return nil
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case errors.Is(err, ErrOutOfMemory) && len(items) > 1 && len(absent) > 0:
-			// Halves keep the longest-first order, so the first half holds
-			// the long sequences and the second the short ones.
-			h := len(items) / 2
-			req.Log.Printf("BATCH_OOM job_id=%s step=%s batch=%d seq_count=%d: split into %d + %d", req.JobID, req.StepKey, job.Index, len(items), h, len(items)-h)
-			if err := run(items[:h]); err != nil {
-				return err
-			}
-			return run(items[h:])
-		case errors.Is(err, ErrOutOfMemory):
-			req.Log.Printf("BATCH_OOM job_id=%s step=%s batch=%d seq_id=%s: a single sequence does not fit, not retried", req.JobID, req.StepKey, job.Index, items[0].SeqID)
-			for _, m := range absent {
-				m.Reason = fmt.Sprintf("out of memory on a single sequence of %d residues", len(items[0].Sequence))
-				missing[m.Path] = m
-			}
-			return nil
-		default:
-			req.Log.Printf("BATCH_FAILED job_id=%s step=%s batch=%d error=%v", req.JobID, req.StepKey, job.Index, err)
-			for _, m := range absent {
-				m.Reason = "step program failed: " + err.Error()
-				missing[m.Path] = m
-			}
-			if out.Failure == nil {
-				out.Failure = err
-			}
-			return nil
-		}
-	}
-	compute := func(items []SeqItem) error {
-		budget, maxSeqs := e.limits(req.StepKey)
-		for _, b := range PackBatches(items, budget, maxSeqs) {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if err := run(b); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if e.Leases == nil {
-		if err := compute(todo); err != nil {
-			return out, err
-		}
-	} else {
-		held := newHeldLeases(e.Leases)
-		defer held.release()
-		mine, others, err := held.claim(req.StepKey, todo)
-		if err != nil {
-			return out, err
-		}
-		if len(others) > 0 {
-			req.Log.Printf("LEASE_WAIT job_id=%s step=%s seq_count=%d (computed by another worker)", req.JobID, req.StepKey, len(others))
-		}
-		if err := compute(mine); err != nil {
-			return out, err
-		}
-		err = held.await(ctx, req.StepKey, others, func(n int) {
-			out.Existing += n
-			done += n
-			report()
-		}, compute)
-		if err != nil {
-			return out, err
-		}
-	}
-	for _, m := range missing {
-		out.Missing = append(out.Missing, m)
-	}
-	sort.Slice(out.Missing, func(i, j int) bool {
-		if out.Missing[i].SeqID != out.Missing[j].SeqID {
-			return out.Missing[i].SeqID < out.Missing[j].SeqID
-		}
-		return out.Missing[i].Path < out.Missing[j].Path
-	})
-	return out, nil
+	r.settle()
+	return r.out, nil
 }
 
 // MissingOutputs lists the outputs that are absent or malformed.

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	shellquote "github.com/kballard/go-shellquote"
 )
 
 // ParseEnvFile reads the GPU host's environment file: one KEY=VALUE per line;
@@ -126,77 +128,11 @@ func LoadEnvFile(path string) (map[string]string, error) {
 }
 
 // SplitCommand tokenises a command template as POSIX shells and Python's
-// shlex.split do: words split at unquoted blanks; '…' is literal; "…" keeps
-// blanks and takes \" \\ \$ \` escapes; a backslash outside quotes escapes
-// the next character. No expansion of any kind happens: the program runs
+// shlex.split do (github.com/kballard/go-shellquote): words split at
+// unquoted blanks (space, tab, newline); '…' is literal; "…" keeps blanks
+// and takes \" \\ \$ \` escapes; a backslash outside quotes escapes the
+// next character. No expansion of any kind happens: the program runs
 // without a shell.
 func SplitCommand(s string) ([]string, error) {
-	var (
-		out     []string
-		cur     strings.Builder
-		inWord  bool
-		i       int
-		escaped = func(c byte) bool { return c == '"' || c == '\\' || c == '$' || c == '`' || c == '\n' }
-	)
-	for i < len(s) {
-		c := s[i]
-		switch {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
-			if inWord {
-				out = append(out, cur.String())
-				cur.Reset()
-				inWord = false
-			}
-			i++
-		case c == '\\':
-			if i+1 >= len(s) {
-				return nil, errors.New("trailing backslash")
-			}
-			if s[i+1] != '\n' {
-				cur.WriteByte(s[i+1])
-				inWord = true
-			}
-			i += 2
-		case c == '\'':
-			end := strings.IndexByte(s[i+1:], '\'')
-			if end < 0 {
-				return nil, errors.New("unterminated single quote")
-			}
-			cur.WriteString(s[i+1 : i+1+end])
-			inWord = true
-			i += end + 2
-		case c == '"':
-			inWord = true
-			i++
-			closed := false
-			for i < len(s) {
-				d := s[i]
-				if d == '"' {
-					closed = true
-					i++
-					break
-				}
-				if d == '\\' && i+1 < len(s) && escaped(s[i+1]) {
-					if s[i+1] != '\n' {
-						cur.WriteByte(s[i+1])
-					}
-					i += 2
-					continue
-				}
-				cur.WriteByte(d)
-				i++
-			}
-			if !closed {
-				return nil, errors.New("unterminated double quote")
-			}
-		default:
-			cur.WriteByte(c)
-			inWord = true
-			i++
-		}
-	}
-	if inWord {
-		out = append(out, cur.String())
-	}
-	return out, nil
+	return shellquote.Split(s)
 }

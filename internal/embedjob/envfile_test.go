@@ -1,11 +1,15 @@
 package embedjob
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kinflow/kinflow/internal/config"
+	"github.com/kinflow/kinflow/internal/stepserver"
 )
 
 func TestParseEnvFile(t *testing.T) {
@@ -160,6 +164,30 @@ func TestLoadSettings(t *testing.T) {
 	s, _ = LoadSettings(LayeredLookup(file), file, "/media")
 	if s.ToksPerBatch != 999 {
 		t.Errorf("the process environment must win: %d", s.ToksPerBatch)
+	}
+}
+
+// TestLoadSettingsDefaults: the defaults of config.HostKeys are the
+// constants of the code that uses them.
+func TestLoadSettingsDefaults(t *testing.T) {
+	s, err := LoadSettings(func(string) (string, bool) { return "", false }, nil, "/media")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.ToksPerBatch != DefaultToksPerBatch || s.MaxBatchSeqs != 0 || s.ErrorLogTailLines != 120 || s.SyntheticDelay != 0 {
+		t.Errorf("batch defaults %+v", s)
+	}
+	want := stepserver.Options{Max: stepserver.DefaultMax, Idle: stepserver.DefaultIdle, StartTimeout: stepserver.DefaultStartTimeout, KillGrace: stepserver.DefaultKillGrace}
+	if s.Pool != want {
+		t.Errorf("pool %+v, want %+v", s.Pool, want)
+	}
+	if s.ScratchDir != filepath.Join(os.TempDir(), "kinflow-gpu-embed", "scratch") {
+		t.Errorf("scratch %q", s.ScratchDir)
+	}
+	file := map[string]string{stepserver.EnvStartSeconds: "0"}
+	var ke *config.KeyError
+	if _, err := LoadSettings(LayeredLookup(file), file, "/m"); !errors.As(err, &ke) || ke.Key != stepserver.EnvStartSeconds {
+		t.Errorf("bad %s: %v, want a *config.KeyError naming it", stepserver.EnvStartSeconds, err)
 	}
 }
 

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -247,12 +249,7 @@ func (e *Engine) admitFamilies(req StepRequest, fp provenance.Fingerprint, todo 
 			dirs[d][p] = it.SeqID
 		}
 	}
-	keys := make([]string, 0, len(dirs))
-	for d := range dirs {
-		keys = append(keys, d)
-	}
-	sort.Strings(keys)
-	for _, d := range keys {
+	for _, d := range slices.Sorted(maps.Keys(dirs)) {
 		fam := FamilyName(d)
 		var suffix string
 		for p := range dirs[d] {

@@ -1,7 +1,8 @@
 package embedjob
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 )
 
@@ -34,10 +35,5 @@ func (r *Registry) Remove(id string) {
 func (r *Registry) List() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]string, 0, len(r.ids))
-	for id := range r.ids {
-		out = append(out, id)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(r.ids))
 }

@@ -78,6 +78,9 @@ type syntheticServerRunner struct{ CommandRunner }
 // Name implements BatchRunner.
 func (r *syntheticServerRunner) Name() string { return "synthetic" }
 
+// Synthetic implements BatchRunner.
+func (r *syntheticServerRunner) Synthetic() bool { return true }
+
 // BatchLimits implements batchLimiter: no GPU memory to respect, so batches
 // are large (fewer manifest merges), yet small enough that a step reports
 // progress and an interrupted one loses little.

@@ -2,9 +2,10 @@ package embedjob
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,7 +48,8 @@ const (
 )
 
 // DefaultToksPerBatch is fair-esm's default toks_per_batch (extract.py): a
-// batch of this many padded tokens fits a 650M model on a 16 GB GPU.
+// batch of this many padded tokens fits a 650M model on a 16 GB GPU
+// (GPU_EMBED_TOKS_PER_BATCH's default in config.HostKeys).
 const DefaultToksPerBatch = 4096
 
 // Settings are the GPU host's settings from its environment file (and the
@@ -105,54 +107,61 @@ func LayeredLookup(file map[string]string) Lookup {
 
 // LoadSettings builds Settings from look (see LayeredLookup) and the env
 // file's entries (passed to step programs). mediaRoot anchors the default log
-// directory.
+// directory. The host's keys are config.HostKeys (read by config.LoadHost,
+// an invalid value is a *config.KeyError); the per-step keys are read here,
+// where the step keys are known.
 func LoadSettings(look Lookup, file map[string]string, mediaRoot string) (*Settings, error) {
+	h, err := config.LoadHost(look)
+	if err != nil {
+		return nil, err
+	}
 	s := &Settings{
 		Commands:          map[string][]string{},
 		Servers:           map[string][]string{},
 		Fingerprints:      map[string][]string{},
-		ToksPerBatch:      DefaultToksPerBatch,
+		ToksPerBatch:      h.ToksPerBatch,
 		StepToksPerBatch:  map[string]int{},
-		MaxResidues:       map[string]int{},
-		ErrorLogTailLines: 120,
-	}
-	for k, v := range DefaultMaxResidues {
-		s.MaxResidues[k] = v
+		MaxBatchSeqs:      h.MaxBatchSeqs,
+		MaxResidues:       maps.Clone(DefaultMaxResidues),
+		JobLogDir:         h.JobLogDir,
+		ScratchDir:        h.ScratchDir,
+		ErrorLogTailLines: h.ErrorLogTailLines,
+		GPUName:           h.GPUName,
+		SyntheticDelay:    h.SyntheticDelay,
+		Pool:              stepserver.Options{Max: h.StepServersMax, Idle: h.StepServerIdle, StartTimeout: h.StepServerStart, KillGrace: stepserver.DefaultKillGrace},
 	}
 	get := func(k string) string { v, _ := look(k); return strings.TrimSpace(v) }
-	posInt := func(k string, dst *int, min int) error {
-		v := get(k)
-		if v == "" {
-			return nil
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < min {
-			return fmt.Errorf("%s=%q: want a whole number, %d or more", k, v, min)
-		}
-		*dst = n
-		return nil
-	}
-	if err := posInt(EnvToksPerBatch, &s.ToksPerBatch, 1); err != nil {
+	if err := s.loadStepKeys(file, get); err != nil {
 		return nil, err
 	}
-	if err := posInt(EnvMaxBatchSeqs, &s.MaxBatchSeqs, 0); err != nil {
-		return nil, err
+	if s.JobLogDir == "" {
+		s.JobLogDir = filepath.Join(mediaRoot, "gpu_jobs", "logs")
 	}
-	if err := posInt(EnvErrorLogTailLines, &s.ErrorLogTailLines, 0); err != nil {
-		return nil, err
+	if s.ScratchDir == "" {
+		s.ScratchDir = filepath.Join(os.TempDir(), "kinflow-gpu-embed", "scratch")
 	}
-	delayMS := 0
-	if err := posInt(EnvSyntheticDelayMS, &delayMS, 0); err != nil {
-		return nil, err
-	}
-	s.SyntheticDelay = time.Duration(delayMS) * time.Millisecond
-	// Clamped like the reference (WIRE-CONTRACT §10.3): enough context to
-	// see a traceback, never a log dump inside a workflow failure.
-	s.ErrorLogTailLines = min(max(s.ErrorLogTailLines, 20), 2000)
+	s.MethodECheckpointRoot = get(EnvMethodECheckpointRoot)
 
-	// Every GPU_EMBED_STEP_CMD_*, GPU_EMBED_TOKS_PER_BATCH_* and
-	// GPU_EMBED_MAX_RESIDUES_* key must name an active step: a typo would
-	// otherwise silently fall back to the default.
+	env := os.Environ()
+	var fileKeys []string
+	for _, k := range slices.Sorted(maps.Keys(file)) {
+		if _, set := os.LookupEnv(k); !set {
+			fileKeys = append(fileKeys, k)
+		}
+	}
+	for _, k := range fileKeys {
+		env = append(env, k+"="+file[k])
+	}
+	s.ProgramEnv = config.ChildEnv(env)
+	return s, nil
+}
+
+// loadStepKeys reads the per-step keys (the Prefix keys of
+// config.HostKeys) of the env file and the process environment. Every
+// GPU_EMBED_STEP_CMD_*, GPU_EMBED_TOKS_PER_BATCH_* and
+// GPU_EMBED_MAX_RESIDUES_* key must name an active step: a typo would
+// otherwise silently fall back to the default.
+func (s *Settings) loadStepKeys(file map[string]string, get func(string) string) error {
 	keys := map[string]bool{}
 	for k := range file {
 		keys[k] = true
@@ -161,12 +170,7 @@ func LoadSettings(look Lookup, file map[string]string, mediaRoot string) (*Setti
 		k, _, _ := strings.Cut(kv, "=")
 		keys[k] = true
 	}
-	sorted := make([]string, 0, len(keys))
-	for k := range keys {
-		sorted = append(sorted, k)
-	}
-	sort.Strings(sorted)
-	for _, k := range sorted {
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
 		var err error
 		switch {
 		case strings.HasPrefix(k, EnvStepCmdPrefix):
@@ -186,19 +190,7 @@ func LoadSettings(look Lookup, file map[string]string, mediaRoot string) (*Setti
 				return err
 			})
 		case strings.HasPrefix(k, EnvStepServerPrefix):
-			err = s.setStep(k, EnvStepServerPrefix, get(k), func(step, v string) error {
-				argv, err := commandWords(v)
-				if argv == nil {
-					return err
-				}
-				for _, a := range argv {
-					if p := batchPlaceholder(a); p != "" {
-						return fmt.Errorf("%s names one batch; a resident server gets its batches on stdin ({step_key} and {media_root} are the placeholders it may use)", p)
-					}
-				}
-				s.Servers[step] = argv
-				return nil
-			})
+			err = s.setStep(k, EnvStepServerPrefix, get(k), s.setServer)
 		case strings.HasPrefix(k, EnvToksPerBatchPrefix):
 			err = s.setStep(k, EnvToksPerBatchPrefix, get(k), func(step, v string) error {
 				n, err := strconv.Atoi(v)
@@ -219,41 +211,26 @@ func LoadSettings(look Lookup, file map[string]string, mediaRoot string) (*Setti
 			})
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 	}
+	return nil
+}
 
-	s.JobLogDir = get(EnvJobLogDir)
-	if s.JobLogDir == "" {
-		// On the media root, not /tmp: several GPU hosts serve one queue, so
-		// the host answering GET …/logs may not be the one that ran a step.
-		s.JobLogDir = filepath.Join(mediaRoot, "gpu_jobs", "logs")
+// setServer sets step's resident server template, refusing a per-batch
+// placeholder.
+func (s *Settings) setServer(step, v string) error {
+	argv, err := commandWords(v)
+	if argv == nil {
+		return err
 	}
-	s.ScratchDir = get(EnvScratchDir)
-	if s.ScratchDir == "" {
-		s.ScratchDir = filepath.Join(os.TempDir(), "kinflow-gpu-embed", "scratch")
-	}
-	pool, err := stepserver.OptionsFromEnv(func(k string) string { return get(k) })
-	if err != nil {
-		return nil, err
-	}
-	s.Pool = pool
-	s.GPUName = get(EnvGPUName)
-	s.MethodECheckpointRoot = get(EnvMethodECheckpointRoot)
-
-	env := os.Environ()
-	fileKeys := make([]string, 0, len(file))
-	for k := range file {
-		if _, set := os.LookupEnv(k); !set {
-			fileKeys = append(fileKeys, k)
+	for _, a := range argv {
+		if p := batchPlaceholder(a); p != "" {
+			return fmt.Errorf("%s names one batch; a resident server gets its batches on stdin ({step_key} and {media_root} are the placeholders it may use)", p)
 		}
 	}
-	sort.Strings(fileKeys)
-	for _, k := range fileKeys {
-		env = append(env, k+"="+file[k])
-	}
-	s.ProgramEnv = config.ChildEnv(env)
-	return s, nil
+	s.Servers[step] = argv
+	return nil
 }
 
 func (s *Settings) setStep(key, prefix, val string, set func(step, v string) error) error {

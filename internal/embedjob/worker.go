@@ -68,7 +68,7 @@ func NewWorker(c client.Client, o WorkerOptions, a *Activities) worker.Worker {
 // their batches queue for the device behind at most the batch in flight
 // (Engine.Device), never behind a large job's remaining shards.
 func NewSmallWorker(c client.Client, o WorkerOptions, a *Activities) worker.Worker {
-	w := worker.New(c, SmallTaskQueue(o.TaskQueue), worker.Options{
+	w := worker.New(c, config.SmallTaskQueue(o.TaskQueue), worker.Options{
 		MaxConcurrentActivityExecutionSize: max(o.SmallSlots, 1),
 		DisableWorkflowWorker:              true,
 		WorkerStopTimeout:                  killGrace + 5*time.Second,

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kinflow/kinflow/internal/config"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 )
@@ -47,7 +48,7 @@ func EmbedJob(ctx workflow.Context, in Input) (Status, error) {
 	})
 	run := StepsRun{JobID: in.GPUJobID, WorkFile: in.WorkFile, Steps: in.Steps, Counts: in.StepCounts, ShardSeqs: in.ShardSeqs}
 	if in.SmallStepSeqs > 0 && in.GPUTaskQueue != "" {
-		run.SmallTaskQueue, run.SmallSeqs = SmallTaskQueue(in.GPUTaskQueue), in.SmallStepSeqs
+		run.SmallTaskQueue, run.SmallSeqs = config.SmallTaskQueue(in.GPUTaskQueue), in.SmallStepSeqs
 	}
 	err := RunSteps(ctx, actx, run,
 		func(step string, res StepResult) {

@@ -113,8 +113,7 @@ func decodeData(dec *json.Decoder, maxRows int) (t *Table, dataErr *Error, err e
 		return nil, errData(""), nil
 	}
 	t = &Table{}
-	var header []string
-	colIndex := map[string]int{}
+	cols := &jsonColumns{index: map[string]int{}}
 	var slab, scratch []string
 	for i := 0; dec.More(); i++ {
 		if dataErr != nil { // keep consuming to find the end of the body
@@ -143,44 +142,9 @@ func decodeData(dec *json.Decoder, maxRows int) (t *Table, dataErr *Error, err e
 		}
 		// Cells of this row by column index, in a scratch buffer that grows
 		// as new keys appear; copied into slab storage once complete.
-		scratch = scratch[:0]
-		for range header {
-			scratch = append(scratch, "")
-		}
-		for dec.More() {
-			kt, err := dec.Token()
-			if err != nil {
-				return nil, nil, err
-			}
-			key, _ := kt.(string)
-			var raw json.RawMessage
-			if err := dec.Decode(&raw); err != nil {
-				return nil, nil, err
-			}
-			// The decoder has already replaced invalid bytes in a key with
-			// U+FFFD, so a key is checked for that rune.
-			if !utf8.Valid(raw) || strings.ContainsRune(key, utf8.RuneError) {
-				dataErr = errData(fmt.Sprintf(" (element %d is not valid UTF-8)", i))
-				if err := skipRest(dec, 1); err != nil {
-					return nil, nil, err
-				}
-				break
-			}
-			c, ok := colIndex[key]
-			if !ok {
-				if len(header) >= MaxColumns {
-					dataErr = tooManyColumns(fmt.Sprintf("element %d brings column %d", i, len(header)+1))
-					if err := skipRest(dec, 1); err != nil {
-						return nil, nil, err
-					}
-					break
-				}
-				c = len(header)
-				colIndex[key] = c
-				header = append(header, key)
-				scratch = append(scratch, "")
-			}
-			scratch[c] = jsonCellText(raw)
+		scratch, dataErr, err = cols.readRow(dec, i, scratch)
+		if err != nil {
+			return nil, nil, err
 		}
 		if dataErr != nil { // the row's '}' was consumed by skipRest
 			continue
@@ -209,16 +173,62 @@ func decodeData(dec *json.Decoder, maxRows int) (t *Table, dataErr *Error, err e
 	if t.RawRowCount == 0 {
 		return nil, errData(""), nil
 	}
-	if len(header) == 0 {
+	if len(cols.header) == 0 {
 		return nil, errData(" (the rows have no columns)"), nil
 	}
 	for i := range t.Rows {
-		for len(t.Rows[i].Cells) < len(header) {
+		for len(t.Rows[i].Cells) < len(cols.header) {
 			t.Rows[i].Cells = append(t.Rows[i].Cells, "")
 		}
 	}
-	t.finish(header)
+	t.finish(cols.header)
 	return t, nil, nil
+}
+
+// jsonColumns are the columns of a `data` array, in order of first
+// appearance.
+type jsonColumns struct {
+	header []string
+	index  map[string]int
+}
+
+// readRow reads the members of element i (its '{' read) into scratch, one
+// cell per column, adding the columns it brings. dataErr says the element
+// is not usable (the rest of it, '}' included, has then been consumed);
+// otherwise the '}' is left to read.
+func (c *jsonColumns) readRow(dec *json.Decoder, i int, scratch []string) (_ []string, dataErr *Error, err error) {
+	scratch = scratch[:0]
+	for range c.header {
+		scratch = append(scratch, "")
+	}
+	for dec.More() {
+		kt, err := dec.Token()
+		if err != nil {
+			return nil, nil, err
+		}
+		key, _ := kt.(string)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, nil, err
+		}
+		// The decoder has already replaced invalid bytes in a key with
+		// U+FFFD, so a key is checked for that rune.
+		if !utf8.Valid(raw) || strings.ContainsRune(key, utf8.RuneError) {
+			return scratch, errData(fmt.Sprintf(" (element %d is not valid UTF-8)", i)), skipRest(dec, 1)
+		}
+		col, ok := c.index[key]
+		if !ok {
+			if len(c.header) >= MaxColumns {
+				return scratch, tooManyColumns(fmt.Sprintf("element %d brings column %d", i, len(c.header)+1)), skipRest(dec, 1)
+			}
+			col = len(c.header)
+			c.index[key] = col
+			c.header = append(c.header, key)
+			scratch = append(scratch, "")
+		}
+		scratch[col] = jsonCellText(raw)
+	}
+	return scratch, nil, nil
 }
 
 // skipRest consumes tokens until depth open delimiters have been closed.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -358,13 +359,8 @@ func ValidateOptions(cat *methods.Catalogue, r RawOptions) (Options, error) {
 		return Options{}, invalidf("Invalid targets: %s. Allowed targets: %s.", strings.Join(bad, ", "), allowed)
 	}
 	// 4. every key of methods is a target.
-	keys := make([]string, 0, len(methodsObj))
-	for k := range methodsObj {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
 	bad = bad[:0]
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(methodsObj)) {
 		if !slices.Contains(CanonicalTargets, k) {
 			bad = append(bad, k)
 		}

@@ -171,8 +171,18 @@ func Validate(ctx context.Context, cat *methods.Catalogue, chem *Chemistry, t *T
 	if runSimilarity {
 		rep.Similarity = &SimilarityError{Error: SimilarityUnavailableReason, Unavailable: true}
 	}
+	if err := checkSubstrates(ctx, chem, t, rep); err != nil {
+		return nil, err
+	}
+	checkProteins(cat, t, rep)
+	rep.Messages = BuildMessages(rep)
+	return rep, nil
+}
 
-	// Substrates: collect every component, check them in one batch.
+// checkSubstrates adds to rep the substrate findings of t's rows: every
+// component is checked in one batch, and identical single-substrate cells
+// reuse the first one's verdict.
+func checkSubstrates(ctx context.Context, chem *Chemistry, t *Table, rep *ValidateReport) error {
 	single := t.Has(ColSubstrate)
 	var (
 		subCol  = t.Col(ColSubstrate)
@@ -194,7 +204,7 @@ func Validate(ctx context.Context, cat *methods.Catalogue, chem *Chemistry, t *T
 	}
 	verdict, unchecked, err := chem.ValidManyDetail(ctx, texts)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	firstVerdict := map[string]*SubstrateIssue{} // identical cells reuse the first verdict
 	okCells := map[string]bool{}
@@ -239,8 +249,12 @@ func Validate(ctx context.Context, cat *methods.Catalogue, chem *Chemistry, t *T
 			rep.InvalidSubstrates = append(rep.InvalidSubstrates, issue)
 		}
 	}
+	return nil
+}
 
-	// Proteins and length counts.
+// checkProteins adds to rep the protein findings of t's rows and the
+// length counts per method, in registry order, then "Server".
+func checkProteins(cat *methods.Catalogue, t *Table, rep *ValidateReport) {
 	keys := cat.Keys()
 	limits := make([]int, len(keys))
 	counts := make([]int, len(keys))
@@ -299,8 +313,6 @@ func Validate(ctx context.Context, cat *methods.Catalogue, chem *Chemistry, t *T
 	sl := ServerLimit
 	rep.LengthViolations = append(rep.LengthViolations, KeyInt{Key: "Server", Value: &server})
 	rep.LengthLimits = append(rep.LengthLimits, KeyInt{Key: "Server", Value: &sl})
-	rep.Messages = BuildMessages(rep)
-	return rep, nil
 }
 
 func cellOf(r Row, c int) string {

@@ -25,7 +25,8 @@ import (
 	"errors"
 	"fmt"
 	"hash"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -106,11 +107,7 @@ func (w *keyWriter) list(xs []string) {
 }
 
 func (w *keyWriter) sortedMap(m map[string]string) {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(m))
 	w.field(strconv.Itoa(len(keys)))
 	for _, k := range keys {
 		w.field(k)

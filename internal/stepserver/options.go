@@ -1,15 +1,12 @@
 package stepserver
 
 import (
-	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"time"
 )
 
 // Environment keys that tune a Pool (GPU host env file or process
-// environment).
+// environment): read and checked by config.LoadHost (config.HostKeys).
 const (
 	EnvServersMax   = "KINFLOW_STEP_SERVERS_MAX"
 	EnvIdleSeconds  = "KINFLOW_STEP_SERVER_IDLE_SECONDS"
@@ -78,36 +75,4 @@ func (o Options) withDefaults() Options {
 		o.Log = slog.Default()
 	}
 	return o
-}
-
-// OptionsFromEnv reads Max, Idle and StartTimeout from getenv (for example
-// os.Getenv, or a lookup in the GPU host's env file). Unset keys keep the
-// defaults; a value that is not a positive integer is an error.
-func OptionsFromEnv(getenv func(string) string) (Options, error) {
-	var o Options
-	num := func(key string) (int, error) {
-		v := strings.TrimSpace(getenv(key))
-		if v == "" {
-			return 0, nil
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			return 0, fmt.Errorf("%s=%q: want a positive integer", key, v)
-		}
-		return n, nil
-	}
-	var err error
-	if o.Max, err = num(EnvServersMax); err != nil {
-		return o, err
-	}
-	n, err := num(EnvIdleSeconds)
-	if err != nil {
-		return o, err
-	}
-	o.Idle = time.Duration(n) * time.Second
-	if n, err = num(EnvStartSeconds); err != nil {
-		return o, err
-	}
-	o.StartTimeout = time.Duration(n) * time.Second
-	return o.withDefaults(), nil
 }

@@ -11,7 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"github.com/kinflow/kinflow/internal/procio"
+	"maps"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -350,7 +352,7 @@ func (p *Pool) ensure(ctx context.Context, e *entry, spec Spec, logLine func(str
 	}
 	info := pr.readyFields()
 	args := []any{"pid", pr.pid, "load_seconds", time.Since(started).Round(time.Millisecond).Seconds()}
-	for _, k := range sortedKeys(info) {
+	for _, k := range slices.Sorted(maps.Keys(info)) {
 		args = append(args, k, info[k])
 	}
 	p.note(e.key, logLine, "step server ready", args...)
@@ -627,13 +629,4 @@ func (pr *proc) readyFields() map[string]any {
 		out[k] = v
 	}
 	return out
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -518,18 +518,3 @@ func TestParentKill9LeavesNoServer(t *testing.T) {
 		eventually(t, gone, "server processes gone after kill -9 of their parent", func() bool { return !alive(pid) })
 	}
 }
-
-func TestOptionsFromEnv(t *testing.T) {
-	env := map[string]string{EnvServersMax: "3", EnvIdleSeconds: "60"}
-	o, err := OptionsFromEnv(func(k string) string { return env[k] })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o.Max != 3 || o.Idle != time.Minute || o.StartTimeout != DefaultStartTimeout || o.KillGrace != DefaultKillGrace {
-		t.Errorf("options %+v", o)
-	}
-	env[EnvStartSeconds] = "0"
-	if _, err := OptionsFromEnv(func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), EnvStartSeconds) {
-		t.Errorf("bad value accepted: %v", err)
-	}
-}

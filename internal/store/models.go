@@ -93,6 +93,9 @@ type Job struct {
 	// NotifyURL is where the job's end is announced (webhook.go); empty:
 	// nowhere.
 	NotifyURL string `gorm:"not null;default:''"`
+	// ExpiredAt is when the job's folder was removed after
+	// KINFLOW_JOB_RETENTION_DAYS (issue 33); nil while it is kept.
+	ExpiredAt *time.Time
 }
 
 // TableName implements gorm's Tabler.

@@ -17,7 +17,7 @@ import (
 	"gorm.io/gorm/clause"
 	"gorm.io/gorm/logger"
 
-	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/seqid"
 )
 
 // seqChunk is how many sequences one query handles: 500 rows × 7 columns
@@ -48,129 +48,31 @@ func (s *Store) SeqIDs(ctx context.Context, seqs []string) ([]string, error) {
 // AssignSeqIDs is SeqIDs with the use counting optional: planning tools
 // (`kinflow plan`) map sequences without counting a use.
 func (s *Store) AssignSeqIDs(ctx context.Context, seqs []string, countUse bool) ([]string, error) {
-	type entry struct {
-		seq, sha, id string
-		uses         int64
-	}
-	bySHA := make(map[string]*entry, len(seqs))
-	order := make([]*entry, 0, len(seqs))
-	perInput := make([]*entry, len(seqs))
+	bySHA := make(map[string]*seqEntry, len(seqs))
+	order := make([]*seqEntry, 0, len(seqs))
+	perInput := make([]*seqEntry, len(seqs))
 	for i, seq := range seqs {
-		sha := embedding.SHA256Hex(seq)
+		sha := seqid.SHA256Hex(seq)
 		e := bySHA[sha]
 		if e == nil {
-			e = &entry{seq: seq, sha: sha}
+			e = &seqEntry{seq: seq, sha: sha}
 			bySHA[sha] = e
 			order = append(order, e)
 		}
 		e.uses++
 		perInput[i] = e
 	}
-	// lookup fills the ids of the entries whose sequence is stored.
-	lookup := func(es []*entry) error {
-		for from := 0; from < len(es); from += seqChunk {
-			part := es[from:min(from+seqChunk, len(es))]
-			shas := make([]string, len(part))
-			for i, e := range part {
-				shas[i] = e.sha
-			}
-			rows, err := s.Unprepared(ctx).Raw("SELECT id, seq, sha256 FROM sequences WHERE sha256 IN ?", shas).Rows()
-			if err != nil {
-				return fmt.Errorf("look up sequences: %w", err)
-			}
-			for rows.Next() {
-				var id, seq, sha string
-				if err := rows.Scan(&id, &seq, &sha); err != nil {
-					rows.Close()
-					return fmt.Errorf("look up sequences: %w", err)
-				}
-				e := bySHA[sha]
-				if e == nil {
-					continue
-				}
-				if e.seq != seq {
-					rows.Close()
-					return fmt.Errorf("%w: %s", ErrHashCollision, sha)
-				}
-				e.id = id
-			}
-			if err := rows.Close(); err != nil {
-				return fmt.Errorf("look up sequences: %w", err)
-			}
-			if err := rows.Err(); err != nil {
-				return fmt.Errorf("look up sequences: %w", err)
-			}
-		}
-		return nil
-	}
-	if err := lookup(order); err != nil {
+	if err := s.lookupSeqs(ctx, bySHA, order); err != nil {
 		return nil, err
 	}
-	missing := make([]*entry, 0)
+	missing := make([]*seqEntry, 0)
 	for _, e := range order {
 		if e.id == "" {
 			missing = append(missing, e)
 		}
 	}
-	// Concurrent callers insert in one order (by hash, hence by base id),
-	// so Postgres's unique-index waits cannot form a cycle.
-	sort.Slice(missing, func(i, j int) bool { return missing[i].sha < missing[j].sha })
-	for attempt := 0; len(missing) > 0; attempt++ {
-		if attempt == maxSeqIDAttempts {
-			return nil, fmt.Errorf("assign seq ids: %d sequences still unassigned after %d rounds", len(missing), attempt)
-		}
-		// Choose a free candidate per sequence: base, then base_1, … .
-		cand := make([]string, len(missing))
-		next := make([]int, len(missing))
-		for i, e := range missing {
-			cand[i] = embedding.BaseSeqID(e.seq)
-		}
-		for {
-			taken, err := s.takenIDs(ctx, cand)
-			if err != nil {
-				return nil, err
-			}
-			local := make(map[string]bool, len(cand))
-			again := false
-			for i := range cand {
-				if taken[cand[i]] || local[cand[i]] {
-					next[i]++
-					cand[i] = embedding.CandidateSeqID(embedding.BaseSeqID(missing[i].seq), next[i])
-					again = true
-					continue
-				}
-				local[cand[i]] = true
-			}
-			if !again {
-				break
-			}
-		}
-		now := time.Now().UTC()
-		rows := make([]Sequence, len(missing))
-		for i, e := range missing {
-			rows[i] = Sequence{ID: cand[i], Seq: e.seq, SHA256: e.sha, Len: utf8.RuneCountInString(e.seq),
-				CreatedAt: now, LastSeenAt: now}
-		}
-		// DO NOTHING on any conflict: the same sequence inserted concurrently
-		// (sha256) or its candidate id taken meanwhile (id); both are
-		// resolved by the lookup below.
-		if err := s.DB.WithContext(ctx).Clauses(clause.OnConflict{DoNothing: true}).CreateInBatches(rows, seqChunk).Error; err != nil {
-			// Postgres may still pick this insert as a deadlock victim
-			// against a concurrent one; the next round retries it.
-			if !isDeadlock(err) {
-				return nil, fmt.Errorf("insert sequences: %w", err)
-			}
-		}
-		if err := lookup(missing); err != nil {
-			return nil, err
-		}
-		still := missing[:0]
-		for _, e := range missing {
-			if e.id == "" {
-				still = append(still, e)
-			}
-		}
-		missing = still
+	if err := s.insertSeqs(ctx, bySHA, missing); err != nil {
+		return nil, err
 	}
 	if countUse {
 		uses := make(map[string]int64, len(order))
@@ -186,6 +88,126 @@ func (s *Store) AssignSeqIDs(ctx context.Context, seqs []string, countUse bool) 
 		out[i] = e.id
 	}
 	return out, nil
+}
+
+// seqEntry is one distinct sequence of an AssignSeqIDs call.
+type seqEntry struct {
+	seq, sha, id string
+	uses         int64
+}
+
+// lookupSeqs fills the ids of the entries whose sequence is stored (bySHA
+// indexes every entry of the call).
+func (s *Store) lookupSeqs(ctx context.Context, bySHA map[string]*seqEntry, es []*seqEntry) error {
+	for from := 0; from < len(es); from += seqChunk {
+		part := es[from:min(from+seqChunk, len(es))]
+		shas := make([]string, len(part))
+		for i, e := range part {
+			shas[i] = e.sha
+		}
+		rows, err := s.Unprepared(ctx).Raw("SELECT id, seq, sha256 FROM sequences WHERE sha256 IN ?", shas).Rows()
+		if err != nil {
+			return fmt.Errorf("look up sequences: %w", err)
+		}
+		for rows.Next() {
+			var id, seq, sha string
+			if err := rows.Scan(&id, &seq, &sha); err != nil {
+				rows.Close()
+				return fmt.Errorf("look up sequences: %w", err)
+			}
+			e := bySHA[sha]
+			if e == nil {
+				continue
+			}
+			if e.seq != seq {
+				rows.Close()
+				return fmt.Errorf("%w: %s", ErrHashCollision, sha)
+			}
+			e.id = id
+		}
+		if err := rows.Close(); err != nil {
+			return fmt.Errorf("look up sequences: %w", err)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("look up sequences: %w", err)
+		}
+	}
+	return nil
+}
+
+// insertSeqs stores the sequences missing from the map, each under its
+// first free candidate id, in rounds until every one has an id (a round
+// loses a candidate or a whole insert to a concurrent caller).
+func (s *Store) insertSeqs(ctx context.Context, bySHA map[string]*seqEntry, missing []*seqEntry) error {
+	// Concurrent callers insert in one order (by hash, hence by base id),
+	// so Postgres's unique-index waits cannot form a cycle.
+	sort.Slice(missing, func(i, j int) bool { return missing[i].sha < missing[j].sha })
+	for attempt := 0; len(missing) > 0; attempt++ {
+		if attempt == maxSeqIDAttempts {
+			return fmt.Errorf("assign seq ids: %d sequences still unassigned after %d rounds", len(missing), attempt)
+		}
+		cand, err := s.freeCandidates(ctx, missing)
+		if err != nil {
+			return err
+		}
+		now := time.Now().UTC()
+		rows := make([]Sequence, len(missing))
+		for i, e := range missing {
+			rows[i] = Sequence{ID: cand[i], Seq: e.seq, SHA256: e.sha, Len: utf8.RuneCountInString(e.seq),
+				CreatedAt: now, LastSeenAt: now}
+		}
+		// DO NOTHING on any conflict: the same sequence inserted concurrently
+		// (sha256) or its candidate id taken meanwhile (id); both are
+		// resolved by the lookup below.
+		if err := s.DB.WithContext(ctx).Clauses(clause.OnConflict{DoNothing: true}).CreateInBatches(rows, seqChunk).Error; err != nil {
+			// Postgres may still pick this insert as a deadlock victim
+			// against a concurrent one; the next round retries it.
+			if !isDeadlock(err) {
+				return fmt.Errorf("insert sequences: %w", err)
+			}
+		}
+		if err := s.lookupSeqs(ctx, bySHA, missing); err != nil {
+			return err
+		}
+		still := missing[:0]
+		for _, e := range missing {
+			if e.id == "" {
+				still = append(still, e)
+			}
+		}
+		missing = still
+	}
+	return nil
+}
+
+// freeCandidates chooses a free candidate id per sequence: base, then
+// base_1, … (taken neither in the map nor by another of missing).
+func (s *Store) freeCandidates(ctx context.Context, missing []*seqEntry) ([]string, error) {
+	cand := make([]string, len(missing))
+	next := make([]int, len(missing))
+	for i, e := range missing {
+		cand[i] = seqid.Base(e.seq)
+	}
+	for {
+		taken, err := s.takenIDs(ctx, cand)
+		if err != nil {
+			return nil, err
+		}
+		local := make(map[string]bool, len(cand))
+		again := false
+		for i := range cand {
+			if taken[cand[i]] || local[cand[i]] {
+				next[i]++
+				cand[i] = seqid.Candidate(seqid.Base(missing[i].seq), next[i])
+				again = true
+				continue
+			}
+			local[cand[i]] = true
+		}
+		if !again {
+			return cand, nil
+		}
+	}
 }
 
 // countUses adds each sequence's uses (sha → occurrences) with one UPDATE
@@ -276,7 +298,7 @@ func (s *Store) LookupSeqIDs(ctx context.Context, seqs []string) ([]string, erro
 	idx := map[string][]int{}
 	var shas []string
 	for i, seq := range seqs {
-		sha := embedding.SHA256Hex(seq)
+		sha := seqid.SHA256Hex(seq)
 		if _, ok := idx[sha]; !ok {
 			shas = append(shas, sha)
 		}
@@ -350,11 +372,11 @@ func (s *Store) ImportSeqmap(ctx context.Context, sqlitePath string) (ImportResu
 					rows.Close()
 					return fmt.Errorf("read %s: %w", sqlitePath, err)
 				}
-				if !embedding.ValidSeqID(r.ID) {
+				if !seqid.Valid(r.ID) {
 					rows.Close()
 					return fmt.Errorf("row %q: the id is not a safe cache file name; fix it in the source map first", r.ID)
 				}
-				r.SHA256 = embedding.SHA256Hex(r.Seq)
+				r.SHA256 = seqid.SHA256Hex(r.Seq)
 				r.Len = utf8.RuneCountInString(r.Seq)
 				r.CreatedAt = parseRefTime(created)
 				r.LastSeenAt = parseRefTime(lastSeen)

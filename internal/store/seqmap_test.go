@@ -14,7 +14,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
-	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/seqid"
 	"github.com/kinflow/kinflow/internal/store"
 	"github.com/kinflow/kinflow/internal/testenv"
 )
@@ -35,7 +35,7 @@ func TestSeqIDsGetOrCreate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := []string{"366893d2245f", embedding.BaseSeqID("ACD"), "366893d2245f"}; !reflect.DeepEqual(ids, want) {
+		if want := []string{"366893d2245f", seqid.Base("ACD"), "366893d2245f"}; !reflect.DeepEqual(ids, want) {
 			t.Fatalf("ids %v, want %v", ids, want)
 		}
 		if u := usesOf(t, s, ids[0]); u != 2 {
@@ -47,7 +47,7 @@ func TestSeqIDsGetOrCreate(t *testing.T) {
 		}
 		var r store.Sequence
 		_ = s.DB.First(&r, "id = ?", ids[1]).Error
-		if r.UsesCount != 2 || r.Len != 3 || r.Seq != "ACD" || r.SHA256 != embedding.SHA256Hex("ACD") {
+		if r.UsesCount != 2 || r.Len != 3 || r.Seq != "ACD" || r.SHA256 != seqid.SHA256Hex("ACD") {
 			t.Errorf("row %+v", r)
 		}
 		// Planning lookups neither create nor count.
@@ -68,11 +68,11 @@ func TestSeqIDsGetOrCreate(t *testing.T) {
 func TestSeqIDsCollisionSuffixes(t *testing.T) {
 	testenv.EachDialect(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		base := embedding.BaseSeqID("QQQ")
+		base := seqid.Base("QQQ")
 		// Legacy rows hold QQQ's base id and base_1 for other sequences.
 		for i, id := range []string{base, base + "_1"} {
 			seq := fmt.Sprintf("LEGACY%d", i)
-			if err := s.DB.Create(&store.Sequence{ID: id, Seq: seq, SHA256: embedding.SHA256Hex(seq), Len: len(seq)}).Error; err != nil {
+			if err := s.DB.Create(&store.Sequence{ID: id, Seq: seq, SHA256: seqid.SHA256Hex(seq), Len: len(seq)}).Error; err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -131,7 +131,7 @@ func TestSeqIDsConcurrentCallers(t *testing.T) {
 					t.Fatalf("%s got ids %s and %s", seq, prev, id)
 				}
 				idOf[seq] = id
-				if id != embedding.BaseSeqID(seq) {
+				if id != seqid.Base(seq) {
 					t.Errorf("%s: id %s", seq, id)
 				}
 				total++
@@ -188,7 +188,7 @@ func writeReferenceSeqmap(t *testing.T, rows [][3]string) string {
 	tx := db.Begin()
 	defer tx.Commit()
 	for _, r := range rows {
-		if err := tx.Exec(`INSERT INTO sequences VALUES (?, ?, ?, ?, ?, ?, ?)`, r[0], r[1], embedding.SHA256Hex(r[1]), len(r[1]),
+		if err := tx.Exec(`INSERT INTO sequences VALUES (?, ?, ?, ?, ?, ?, ?)`, r[0], r[1], seqid.SHA256Hex(r[1]), len(r[1]),
 			r[2], nil, 5).Error; err != nil {
 			t.Fatal(err)
 		}
@@ -199,15 +199,15 @@ func writeReferenceSeqmap(t *testing.T, rows [][3]string) string {
 func TestImportSeqmap(t *testing.T) {
 	testenv.EachDialect(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		base := embedding.BaseSeqID("AAA")
+		base := seqid.Base("AAA")
 		rows := [][3]string{
 			{base, "AAA", "2026-05-18T10:00:00.123456+00:00"},
-			{embedding.BaseSeqID("CCC") + "_1", "CCC", "2026-05-18 10:00:00"},
+			{seqid.Base("CCC") + "_1", "CCC", "2026-05-18 10:00:00"},
 			{"legacy_7", "DDD", ""},
 		}
 		for i := 0; i < 1200; i++ {
 			seq := fmt.Sprintf("BULK%d", i)
-			rows = append(rows, [3]string{embedding.BaseSeqID(seq), seq, "2026-01-01T00:00:00"})
+			rows = append(rows, [3]string{seqid.Base(seq), seq, "2026-01-01T00:00:00"})
 		}
 		path := writeReferenceSeqmap(t, rows)
 		res, err := s.ImportSeqmap(ctx, path)
@@ -221,7 +221,7 @@ func TestImportSeqmap(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := []string{base, embedding.BaseSeqID("CCC") + "_1", "legacy_7", embedding.BaseSeqID("EEE")}; !reflect.DeepEqual(ids, want) {
+		if want := []string{base, seqid.Base("CCC") + "_1", "legacy_7", seqid.Base("EEE")}; !reflect.DeepEqual(ids, want) {
 			t.Fatalf("ids after import %v, want %v", ids, want)
 		}
 		if u := usesOf(t, s, "legacy_7"); u != 6 {

@@ -1,0 +1,273 @@
+package cacheadmin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/store"
+)
+
+// Cache budget (issue 33). GC evicts the least recently used embedding
+// artefacts until the cache fits a byte budget, and never a file a running
+// job counts on:
+//
+//   - "Used" is the file's access time. A stage's plan (activities
+//     BuildPlan) sets it on every file it counted as cached, after writing
+//     its plan.json (embedding.Plan.TouchCached), so the LRU order is the order of last
+//     planned use.
+//   - Protected are the files in the plan.json of every stage of a job
+//     still Pending or Processing (every file it expects, cached or
+//     computed), the paths of artefact claims, and files used within
+//     MinAge.
+//   - A plan that counted a file before GC read the protected set is caught
+//     without a lock: GC renames a victim to a hidden name and stats it
+//     again; an access time changed since its scan means a planner touched
+//     it, and it is renamed back. A planner whose touch finds the file gone
+//     plans again (and computes it). Either way no running job counts on a
+//     file that is removed.
+
+// GCOptions tune one GC pass.
+type GCOptions struct {
+	// Budget is the most bytes the cache may hold after the pass; 0 only
+	// measures.
+	Budget int64
+	// MinAge spares files used (planned) more recently than this.
+	MinAge time.Duration
+	// Protected lists the files running jobs count on (RunningJobFiles).
+	Protected func(ctx context.Context) (map[string]bool, error)
+	// DryRun chooses victims without removing them.
+	DryRun bool
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// beforeRemove is a test hook run between a victim's scan and its
+	// removal.
+	beforeRemove func(path string)
+}
+
+// GCResult says what a pass found and did.
+type GCResult struct {
+	// Files and Bytes are the cache's size before the pass.
+	Files int   `json:"files"`
+	Bytes int64 `json:"bytes"`
+	// Evicted and EvictedBytes are what it removed.
+	Evicted      int   `json:"evicted"`
+	EvictedBytes int64 `json:"evicted_bytes"`
+	// Protected counts the files spared because a running job counts on
+	// them or they were used within MinAge; Restored those a planner
+	// touched while they were being removed.
+	Protected int `json:"protected"`
+	Restored  int `json:"restored"`
+}
+
+type cached struct {
+	path, dir, sid string
+	size           int64
+	atime          int64
+}
+
+// gcHidden prefixes a victim between its rename and its removal; readers
+// ignore hidden names.
+const gcHidden = ".gc-"
+
+// GC runs one pass over every family of l.
+func GC(ctx context.Context, l *embedding.Layout, o GCOptions) (GCResult, error) {
+	var res GCResult
+	now := time.Now
+	if o.Now != nil {
+		now = o.Now
+	}
+	var files []cached
+	for _, f := range Families(l) {
+		dir := l.FamilyDir(f)
+		removeStaleHidden(dir, now())
+		have, err := artefacts(dir, f.Suffix())
+		if err != nil {
+			return res, err
+		}
+		for sid := range have {
+			p := filepath.Join(dir, sid+f.Suffix())
+			var st unix.Stat_t
+			if err := unix.Lstat(p, &st); err != nil {
+				continue
+			}
+			files = append(files, cached{path: p, dir: dir, sid: sid, size: st.Size, atime: st.Atim.Nano()})
+			res.Files++
+			res.Bytes += st.Size
+		}
+	}
+	if o.Budget <= 0 || res.Bytes <= o.Budget {
+		return res, nil
+	}
+	protected := map[string]bool{}
+	if o.Protected != nil {
+		var err error
+		if protected, err = o.Protected(ctx); err != nil {
+			return res, err
+		}
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].atime < files[j].atime })
+	cutoff := now().Add(-o.MinAge).UnixNano()
+	size := res.Bytes
+	removed := map[string][]string{} // family dir → seq ids
+	for _, c := range files {
+		if size <= o.Budget || ctx.Err() != nil {
+			break
+		}
+		if protected[cacheKey(c.path)] || c.atime > cutoff {
+			res.Protected++
+			continue
+		}
+		if o.DryRun {
+			res.Evicted++
+			res.EvictedBytes += c.size
+			size -= c.size
+			continue
+		}
+		if o.beforeRemove != nil {
+			o.beforeRemove(c.path)
+		}
+		ok, err := evict(c)
+		if err != nil {
+			return res, err
+		}
+		if !ok {
+			res.Restored++
+			continue
+		}
+		removed[c.dir] = append(removed[c.dir], c.sid)
+		res.Evicted++
+		res.EvictedBytes += c.size
+		size -= c.size
+	}
+	for dir, ids := range removed {
+		if err := embedding.MergeManifest(dir, nil, ids); err != nil {
+			return res, err
+		}
+	}
+	return res, ctx.Err()
+}
+
+// evict removes c unless a planner touched it since its scan (then it is
+// put back and evict answers false).
+func evict(c cached) (bool, error) {
+	hidden := filepath.Join(c.dir, gcHidden+filepath.Base(c.path))
+	if err := os.Rename(c.path, hidden); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil // gone already (a purge, a Cleanup)
+		}
+		return false, err
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(hidden, &st); err != nil {
+		return false, err
+	}
+	if st.Atim.Nano() != c.atime {
+		// Touched by a plan between the scan and the rename: it counts on
+		// the file, which goes back (the plan may have read it present).
+		if err := os.Rename(hidden, c.path); err != nil {
+			return false, err
+		}
+		return false, nil
+	}
+	if err := os.Remove(hidden); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, err
+	}
+	return true, nil
+}
+
+// removeStaleHidden removes victims a GC that died left renamed.
+func removeStaleHidden(dir string, now time.Time) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), gcHidden) {
+			continue
+		}
+		if info, err := e.Info(); err == nil && now.Sub(info.ModTime()) > time.Hour {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+}
+
+// RunningJobFiles lists the files running jobs count on: every path in the
+// plan.json of each stage of each Pending or Processing job, and every
+// claimed path (store.ArtefactClaim).
+func RunningJobFiles(st *store.Store, mediaRoot string) func(ctx context.Context) (map[string]bool, error) {
+	return func(ctx context.Context) (map[string]bool, error) {
+		out := map[string]bool{}
+		after := ""
+		for {
+			jobs, err := st.RunningJobs(ctx, after, 500)
+			if err != nil {
+				return nil, err
+			}
+			for _, j := range jobs {
+				plans, _ := filepath.Glob(filepath.Join(mediaRoot, "jobs", j.ID, "work", "stage-*", "plan.json"))
+				for _, pf := range plans {
+					if err := addPlanPaths(pf, out); err != nil {
+						return nil, err
+					}
+				}
+			}
+			if len(jobs) < 500 {
+				break
+			}
+			after = jobs[len(jobs)-1].ID
+		}
+		var claimed []string
+		if err := st.DB.WithContext(ctx).Model(&store.ArtefactClaim{}).Distinct().Pluck("path", &claimed).Error; err != nil {
+			return nil, fmt.Errorf("list artefact claims: %w", err)
+		}
+		for _, p := range claimed {
+			out[cacheKey(p)] = true
+		}
+		return out, nil
+	}
+}
+
+func addPlanPaths(planFile string, out map[string]bool) error {
+	b, err := os.ReadFile(planFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var p struct {
+		Expected map[string][]string `json:"expected_paths_by_seq"`
+	}
+	if err := json.Unmarshal(b, &p); err != nil {
+		// A plan being replaced is written atomically; an unreadable one
+		// protects nothing we can name, so the pass stops rather than guess.
+		return fmt.Errorf("read plan %s: %w", planFile, err)
+	}
+	for _, paths := range p.Expected {
+		for _, path := range paths {
+			out[cacheKey(path)] = true
+		}
+	}
+	return nil
+}
+
+// cacheKey is a cache path from sequence_info/ on: the API process and the
+// workers may mount the media root at different paths.
+func cacheKey(p string) string {
+	p = filepath.ToSlash(p)
+	if i := strings.LastIndex(p, "/"+embedding.SequenceInfoDir+"/"); i >= 0 {
+		return p[i+1:]
+	}
+	return p
+}

@@ -1,0 +1,16 @@
+package config
+
+// Task-queue names: the two base names are keys (KINFLOW_CPU_TASK_QUEUE,
+// KINFLOW_GPU_TASK_QUEUE); the queues derived from them are composed here
+// only. Recorded histories name them: a change is a workflow change.
+
+// TrackTaskQueue is the task queue of the progress trackers that belong to
+// the CPU task queue cpu: their own queue, so that waiting trackers never
+// hold a slot that the short and CPU-bound activities of their jobs need
+// (DESIGN §9, docs/workflows.md).
+func TrackTaskQueue(cpu string) string { return cpu + "-track" }
+
+// SmallTaskQueue is the small lane of the GPU task queue gpu: small steps
+// go there so that they never queue behind the shards of a large job, and
+// every GPU host serves it beside gpu (docs/workflows.md, "Slot pools").
+func SmallTaskQueue(gpu string) string { return gpu + "-small" }
