@@ -83,6 +83,9 @@ type Server struct {
 	// (statuswatch.go); statusRate the per-key limit on status reads.
 	statuses   *statusHub
 	statusRate *keyRate
+	// waitRate is the per-key limit on waiting status reads (long polls,
+	// event streams), apart from statusRate (statusrate.go).
+	waitRate *keyRate
 	// bodies bounds the request bodies read at once (bodybudget.go); nil:
 	// no budget.
 	bodies *bodyBudget
@@ -118,6 +121,7 @@ func New(d Deps) *Server {
 		d.Store.OnJobChange(s.statuses.changed)
 	}
 	s.statusRate = newKeyRate(statusReadsPerSecond(d.Config))
+	s.waitRate = newKeyRate(statusReadsPerSecond(d.Config))
 	if d.Config != nil && d.Config.BodyBudgetBytes > 0 {
 		s.bodies = &bodyBudget{cap: d.Config.BodyBudgetBytes}
 	}

@@ -222,11 +222,27 @@ func TestStatusReadsRateLimited(t *testing.T) {
 		if ra := r.Header().Get("Retry-After"); ra != "1" || !strings.Contains(r.json(t)["error"].(string), "waitSeconds") {
 			t.Fatalf("Retry-After %q: %s", ra, r.Body)
 		}
-		// Another key is not affected; the events route shares the limit.
+		// Another key is not affected.
 		other := h.newKey("203.0.113.65")
 		if r := h.do("GET", "/api/v1/status/"+id+"/", "203.0.113.65", other, nil); r.Code != 404 {
 			t.Fatalf("another key: %d", r.Code)
 		}
+		// Waiting reads have a bucket of their own: the same key's long poll
+		// still gets through while its plain reads are refused, and is
+		// refused in turn past its own burst.
+		for i := range 4 {
+			r := h.do("GET", "/api/v1/status/"+id+"/?waitSeconds=1", ip, key, nil, "If-None-Match", `W/"none"`)
+			if r.Code == 429 {
+				t.Fatalf("long poll %d refused beside the plain reads' limit", i)
+			}
+		}
+		if r := h.do("GET", "/api/v1/status/"+id+"/?waitSeconds=1", ip, key, nil, "If-None-Match", `W/"none"`); r.Code != 429 {
+			t.Fatalf("long poll past its own burst: %d", r.Code)
+		}
+		if r := h.do("GET", "/api/v1/status/"+id+"/", ip, key, nil); r.Code != 429 {
+			t.Fatalf("plain read: %d", r.Code)
+		}
+		// The event stream shares the waiting reads' bucket.
 		if r := h.do("GET", "/api/v1/status/"+id+"/events", ip, key, nil); r.Code != 429 {
 			t.Fatalf("events: %d", r.Code)
 		}

@@ -292,7 +292,7 @@ var Keys = []Key{
 			return nil
 		}},
 	{Name: "KINFLOW_STATUS_READS_PER_SECOND", Default: "100",
-		Meaning: "Status reads (`/status/`, its long poll and its event stream) one API key may make per second, with bursts of twice as many; faster readers get 429 with `Retry-After`, answered before any database read. 0: unlimited. The reference's clients ask once per job every 1–2 s (the Python client from 1 s growing to 10 s), so 100 lets one key follow 100 jobs at their fastest pace; a waiting client should use the long poll or the stream instead.",
+		Meaning: "Status reads (`/status/`, its long poll and its event stream) one API key may make per second, with bursts of twice as many; faster readers get 429 with `Retry-After`, answered before any database read. 0: unlimited. The reference's clients ask once per job every 1–2 s (the Python client from 1 s growing to 10 s), so 100 lets one key follow 100 jobs at their fastest pace; a waiting client should use the long poll or the stream instead. Waiting reads (long polls, event streams) have a budget of their own of the same size, so a key's looping client never starves the same key's waiting ones.",
 		Allowed: "want a whole number from 0 to 1000000",
 		set:     func(c *Config, v string) error { return setIntRange(&c.StatusReadsPerSecond, v, 0, 1000000) }},
 	{Name: "KINFLOW_WEBHOOK_ALLOW_PRIVATE", Default: "0",
