@@ -83,7 +83,8 @@ class Pipeline:
         #: forward passes between their slot's acquire and release, and the most seen
         self.in_flight = 0
         self.max_in_flight = 0
-        #: seconds in each stage, summed (the CPU overlap benchmark reads them)
+        #: seconds in each stage, summed (the CPU overlap benchmark reads them): forward
+        #: passes, host parts (copy waits, encoding, staging), records and renames
         self.forward_s = 0.0
         self.host_s = 0.0
         self.commit_s = 0.0
@@ -153,7 +154,6 @@ class Pipeline:
         """Wait for every pass of t, then record and publish its files (or, when one
         failed the batch, discard them all and raise that error); BatchError with the
         problems after the files that could be written. Returns the files written."""
-        start = time.monotonic()
         staged = Writer()
         problems = list(t.problems)
         fatal: BaseException | None = None
@@ -173,6 +173,7 @@ class Pipeline:
         if fatal is not None:
             staged.discard()
             raise fatal
+        start = time.monotonic()
         try:
             staged.commit()
         finally:
