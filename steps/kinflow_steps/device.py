@@ -31,6 +31,15 @@ import numpy as np
 import torch
 
 
+def to_device(t: torch.Tensor, dev: torch.device) -> torch.Tensor:
+    """A small host tensor (indexes, weights) on dev without waiting for the device: on
+    CUDA through pinned memory and a non-blocking copy, since a copy from pageable memory
+    would block this thread until the forward pass queued before it is done."""
+    if dev.type == "cuda":
+        return t.pin_memory().to(dev, non_blocking=True)
+    return t.to(dev)
+
+
 @dataclass
 class DeviceReps:
     """A forward pass's representations on the device.
@@ -54,7 +63,7 @@ class DeviceReps:
         dev = next(iter(reps.values())).device
         b_idx = torch.repeat_interleave(torch.arange(len(rows)), torch.tensor(rows, dtype=torch.long))
         t_idx = torch.cat([torch.arange(first, first + n) for n in rows]) if rows else torch.zeros(0, dtype=torch.long)
-        b_idx, t_idx = b_idx.to(dev), t_idx.to(dev)
+        b_idx, t_idx = to_device(b_idx, dev), to_device(t_idx, dev)
         cls = (torch.arange(len(rows), device=dev), torch.zeros(len(rows), dtype=torch.long, device=dev))
         return DeviceReps(reps, (b_idx, t_idx), b_idx, cls, list(rows))
 
@@ -65,8 +74,8 @@ class DeviceReps:
         dev = next(iter(reps.values())).device
         idx = torch.cat([torch.arange(a + 1, a + 1 + n) for a, n in zip(starts, rows, strict=True)])
         seg = torch.repeat_interleave(torch.arange(len(rows)), torch.tensor(rows, dtype=torch.long))
-        cls = (torch.tensor(starts, dtype=torch.long, device=dev),)
-        return DeviceReps(reps, (idx.to(dev),), seg.to(dev), cls, list(rows))
+        cls = (to_device(torch.tensor(starts, dtype=torch.long), dev),)
+        return DeviceReps(reps, (to_device(idx, dev),), to_device(seg, dev), cls, list(rows))
 
     def residues(self, layer: Any) -> torch.Tensor:
         """[R, D] residue rows of layer, sequences in order (one contiguous tensor)."""
@@ -86,7 +95,7 @@ def reduce_means(res: torch.Tensor, seg: torch.Tensor, rows: list[int], weights:
     if weights is not None:
         return acc.index_add_(0, seg, x * weights[:, None])
     acc.index_add_(0, seg, x)
-    n = torch.tensor(rows, dtype=torch.float64, device=res.device).clamp_min(1)
+    n = to_device(torch.tensor(rows, dtype=torch.float64), res.device).clamp_min(1)
     return acc / n[:, None]
 
 

@@ -433,7 +433,7 @@ class PooledStep(Step):
         sequence; their copy to the host starts here and the host part waits for it."""
         import torch
 
-        from kinflow_steps.device import Transfer, nonfinite_flags, reduce_means
+        from kinflow_steps.device import Transfer, nonfinite_flags, reduce_means, to_device
 
         seqs = [self.fit(s.sequence) for s, _ in group]
         layers = sorted({self.spec[f][0] for _, want in group for f in want}, key=str)
@@ -467,9 +467,12 @@ class PooledStep(Step):
         with torch.inference_mode():
             wall = None
             if wrow:
-                wall = torch.from_numpy(
-                    np.concatenate([wrow.get(i, np.zeros(n)) for i, n in enumerate(rows)]).astype(np.float64)
-                ).to(reps.seg.device)
+                wall = to_device(
+                    torch.from_numpy(
+                        np.concatenate([wrow.get(i, np.zeros(n)) for i, n in enumerate(rows)]).astype(np.float64)
+                    ),
+                    reps.seg.device,
+                )
             for layer in layers:
                 res = reps.residues(layer)
                 kinds = {f[5] for f in files if f[4] == layer}

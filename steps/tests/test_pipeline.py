@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -204,7 +205,18 @@ def test_answers_in_order_when_the_host_sends_ahead(server, media):
     four = manifest("methodh_esm2_last_mean", media, {"d1": rand_seq(20, 4)}, FAM_H, batch=4)
     s.proc.stdin.write("".join(json.dumps(m) + "\n" for m in (one, bad, oom, four)))
     s.proc.stdin.flush()
-    got = [s.read() for _ in range(4)]
+    # Plain readline: answers that arrive together sit in the pipe's reader buffer,
+    # where conftest's select() would not see them.
+    got: list[dict] = []
+
+    def read() -> None:
+        for _ in range(4):
+            got.append(json.loads(s.proc.stdout.readline()))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(TIMEOUT_S)
+    assert len(got) == 4, s.stderr()
     assert [a["batch"] for a in got] == [1, 2, 3, 4]
     assert [a["status"] for a in got] == ["done", "error", "oom", "done"]
     for sid in ("a1", "a2", "d1"):
