@@ -53,8 +53,9 @@ test: test-deps ## run every test, unit and integration, against real Temporal, 
 	$(MAKE) build
 	cd clients/python && ../../$(CLIENT_PY) -m pytest -q
 
-bench: bin/temporal bin/temporal-server ## run the Go benchmarks (figures go to docs/BENCHMARKS.md)
+bench: bin/temporal bin/temporal-server ## run the Go benchmarks and the step server's CPU overlap benchmark (figures go to docs/BENCHMARKS.md)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) ./...
+	$(STEPS_PY) steps/bench.py --model esm2 --size tiny --esm2-step g --n 300 --min-len 20 --max-len 60 --toks-per-batch 1024 --set KINFLOW_STEPS_DEVICE=cpu --pipeline-compare
 
 bench-load: bin/temporal build ## many users at once: 3-row jobs one at a time, in bursts of 50 and 200, and 1 and 100 of them submitted 5 s into a 10,000-row job, on kinflow dev with 1 and 2 CPU workers (jobs/s, p50/p99 latency, /status/ req/s)
 	$(GO) run ./tools/loadbench -kinflow bin/kinflow -temporal-cli bin/temporal -workers 1,2 -bursts 1,50,200 -big 10000

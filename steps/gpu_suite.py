@@ -16,7 +16,18 @@ DIR/gpu_suite.jsonl and a table at the end:
   padded batch against each sequence alone in fp16 and in fp32; tokens/s;
 * ``esmc``: ESM C 600M (EvolutionaryScale's esm, from ``--esmc-site``) in bf16 under
   autocast: a padded batch against each sequence alone through the library's own
-  ``ESMC.logits`` (bf16 autocast) and in fp32; tokens/s.
+  ``ESMC.logits`` (bf16 autocast) and in fp32; tokens/s;
+* ``tf32`` (issue 32): TF32 matrix products on the fp32 paths at full width — ESM-2
+  padded and unpadded, ESM-1b and ESM-1v padded (both written here, sharpened) — against
+  each sequence alone through fair-esm in fp32 with TF32 off; the padded ESM-2 rate.
+  kinflow_steps.precision refuses ``tf32`` until these rows hold the bound;
+* ``reduce`` (issue 32): the device reductions (kinflow_steps.device: float64 sums on
+  the device, [D] vectors to the host) against the float64 host mean of the same
+  forward pass, for fp32 padded and fp16 unpadded ESM-2;
+* ``bench-pipeline`` (issue 32): steps/bench.py's resident server over 10,000
+  enzyme-like lengths with the pipeline off and on (``--pipeline-compare``), on the
+  fp16 unpadded compiled path and the production fp32 padded path; the forward pass
+  alone is esm2fast's "forward only" row.
 
 Throughput runs stop at their time cap and report the rate over the batches done (batch
 order shuffled, so the rate is not that of the longest sequences). The roofline is 2 ×
@@ -506,6 +517,15 @@ def part_esmc(a) -> None:
             "batch_s": round(time.monotonic() - t, 3),
         },
     )
+    # Issue 32: the step's length buckets (kinflow_steps.steps.LENGTH_SPREAD) keep the
+    # 1-residue sequence out of the 1,502-token pass.
+    from kinflow_steps.steps import LENGTH_SPREAD, Seq, pack
+
+    bucketed: list[Any] = [None] * len(seqs)
+    for g in pack([Seq(str(i), s, [], []) for i, s in enumerate(seqs)], 0, LENGTH_SPREAD["esmc"]):
+        out = fm.embed([x.sequence for x in g], layers)
+        for j, x in enumerate(g):
+            bucketed[int(x.seq_id)] = {layer: out[layer][j] for layer in layers}
     for name, dt in (("library bf16 (ESMC.logits)", torch.bfloat16), ("fp32", torch.float32)):
         if dev.type != "cuda" and dt == torch.bfloat16:
             continue
@@ -521,6 +541,8 @@ def part_esmc(a) -> None:
                 want = hs[layer][0, 1 : len(s) + 1].float().cpu().numpy()
                 emit(a.out, {"part": "esmc", "case": f"padded {prod_dt} vs alone {name}", "len": len(s), "layer": layer,
                              **cmp_rows(got[layer][i], want)})  # fmt: skip
+                emit(a.out, {"part": "esmc", "case": f"length-bucketed {prod_dt} vs alone {name}", "len": len(s),
+                             "layer": layer, **cmp_rows(bucketed[i][layer], want)})  # fmt: skip
         del m
     seqs = enzyme_lengths(a.n)
     rate = throughput(lambda g: fm.embed(g, [32]), seqs, 4096, a.cap_s, 2)
@@ -532,6 +554,122 @@ def part_esmc(a) -> None:
             a.peak_tflops,
         ),
     )
+
+
+def part_tf32(a) -> None:
+    import make_tiny_models as mtm
+    import torch
+    from test_fair_esm import fair_load
+
+    from kinflow_steps import models
+
+    dev = device()
+    dim, heads = SHAPES[a.size]["esm2"]
+    lens = [1, 50, 700, 1022, 1500]
+    probe = [rand_seq(n, 500 + n) for n in lens]
+    paths = {"esm2": os.path.join(a.work, "esm2_t33_suite.pt")}
+    for name, seed, reg in (("esm1b", 5, True), ("esm1v", 6, False)):
+        p = os.path.join(a.work, f"{name}_t33_suite.pt")
+        if not os.path.exists(p):
+            mtm.write_esm1(a.work, os.path.basename(p), seed, reg, dim, heads, mtm.EQ_QK_SCALE)
+        paths[name] = p
+    for fam, path in paths.items():
+        base, alphabet = fair_load(path)
+        base.eval()
+        models.fair_esm_load = lambda _p, base=base, alphabet=alphabet: (copy.deepcopy(base), alphabet)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        ref_model = copy.deepcopy(base).to(dev)
+        layers = [26, 33] if fam == "esm2" else [33]
+        wants = []
+        for s in probe:
+            cut = s[:1022]
+            with torch.no_grad():
+                reps = ref_model(fair_tokens(alphabet, cut).to(dev), repr_layers=layers)["representations"]
+            wants.append({k: v[0, 1 : len(cut) + 1].float().cpu().numpy() for k, v in reps.items()})
+        del ref_model
+        cases = [("padded", "")] + ([("unpadded", "1")] if fam == "esm2" else [])
+        for case, unp in cases:
+            name = f"{fam} fp32 + TF32 products, {case}"
+            try:
+                os.environ["KINFLOW_STEPS_UNPADDED"] = unp
+                fm = models.FairESM(path, dev, torch.float32)
+                torch.backends.cuda.matmul.allow_tf32 = True
+                torch.backends.cudnn.allow_tf32 = True
+                got = fm.embed([s[:1022] for s in probe], layers)
+                for i, s in enumerate(probe):
+                    for layer in layers:
+                        emit(a.out, {"part": "tf32", "case": name, "len": len(s), "layer": layer,
+                                     **cmp_rows(got[layer][i], wants[i][layer])})  # fmt: skip
+                if fam == "esm2" and case == "padded":
+                    params = sum(p.numel() for p in base.parameters())
+                    rate = throughput(lambda g, fm=fm: fm.embed(g, ["last"]), enzyme_lengths(a.n), 4096, a.cap_s, 2)
+                    row = {"part": "tf32", "case": f"throughput {name}, 4,096-token batches", "params": params, **rate}
+                    emit(a.out, roofline(row, params, a.peak_tflops))
+                del fm
+            except Exception as exc:  # noqa: BLE001
+                emit(a.out, {"part": "tf32", "case": name, "error": f"{type(exc).__name__}: {exc}"[:800]})
+            finally:
+                torch.backends.cuda.matmul.allow_tf32 = False
+                torch.backends.cudnn.allow_tf32 = False
+                os.environ["KINFLOW_STEPS_UNPADDED"] = ""
+
+
+def part_reduce(a) -> None:
+    import numpy as np
+    import torch
+    from test_fair_esm import fair_load
+
+    from kinflow_steps import models
+    from kinflow_steps.device import reduce_means
+    from kinflow_steps.equivalence import compare
+
+    dev = device()
+    path = os.path.join(a.work, "esm2_t33_suite.pt")
+    base, alphabet = fair_load(path)
+    models.fair_esm_load = lambda _p: (copy.deepcopy(base), alphabet)
+    seqs = [rand_seq(n, 600 + n) for n in (1, 50, 700, 1022, 1500)]
+    for name, dt in (("fp32 padded", torch.float32), ("fp16 unpadded", torch.float16)):
+        try:
+            fm = models.FairESM(path, dev, dt)
+            host = fm.embed(seqs, [33])[33]
+            reps = fm.embed_device(seqs, [33])
+            dev_mean = reduce_means(reps.residues(33), reps.seg, reps.rows, None).float().cpu().numpy()
+            for i, s in enumerate(seqs):
+                want = host[i].astype(np.float64).mean(axis=0)
+                rel = float(np.abs(dev_mean[i] - want).max() / max(np.abs(want).max(), 1e-30))
+                c = compare(dev_mean[i], want)
+                ok = bool(c.ok and rel < 1e-6)
+                emit(a.out, {"part": "reduce", "case": f"device mean, {name}", "len": len(s),
+                             "pooled_cos": c.min_cosine, "max_rel_diff": rel, "ok": ok})  # fmt: skip
+            del fm
+        except Exception as exc:  # noqa: BLE001
+            emit(a.out, {"part": "reduce", "case": name, "error": f"{type(exc).__name__}: {exc}"[:800]})
+
+
+def part_bench_pipeline(a) -> None:
+    """steps/bench.py --pipeline-compare: the resident server with the pipeline off and
+    on, fp16 unpadded compiled and the production fp32 padded path."""
+    path = os.path.join(a.work, "esm2_t33_suite.pt")
+    for i, (name, sets, budget) in enumerate(
+        (
+            ("fp16 unpadded compiled", ["KINFLOW_STEPS_PRECISION_ESM2=fp16", "KINFLOW_STEPS_COMPILE=1"], 16384),
+            ("production fp32 padded", [], 4096),
+        )
+    ):
+        work = os.path.join(a.work, f"bench-pipe{i}")
+        cmd = [sys.executable, os.path.join(HERE, "bench.py"), "--model", "esm2", "--model-path", path, "--n",
+               str(a.n), "--lengths", "lognormal", "--toks-per-batch", str(budget), "--peak-tflops",
+               str(a.peak_tflops or 776), "--workdir", work, "--pipeline-compare"]  # fmt: skip
+        for kv in sets:
+            cmd += ["--set", kv]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=max(a.cap_s * 8, 120))
+        for line in out.stdout.strip().splitlines():
+            try:
+                emit(a.out, {"part": "bench-pipeline", "case": name, **json.loads(line)})
+            except ValueError:
+                pass
+        if out.returncode != 0:
+            emit(a.out, {"part": "bench-pipeline", "case": name, "error": f"rc {out.returncode}: " + out.stderr[-800:]})
 
 
 # --- driver --------------------------------------------------------------------------
@@ -606,7 +744,8 @@ def main() -> int:
     os.makedirs(a.work, exist_ok=True)
     if a.part:
         parts = {"env": part_env, "esm2": part_esm2, "esm2fast": part_esm2fast, "bench-esm2": part_bench_esm2}
-        parts.update(t5=part_t5, esmc=part_esmc)
+        parts.update(t5=part_t5, esmc=part_esmc, tf32=part_tf32, reduce=part_reduce)
+        parts["bench-pipeline"] = part_bench_pipeline
         parts.get(a.part, part_write)(a)
         return 0
     skip = set(filter(None, a.skip.split(",")))
@@ -626,8 +765,10 @@ def main() -> int:
     for (proc, _), part in zip(writers, ["write-esm2", "write-t5", "write-esmc"][: len(writers)], strict=False):
         ok[part] = finish(a, part, proc, 240) == 0
     print(f"suite: models written at {time.monotonic() - t0:.0f}s", flush=True)
-    limits = {"esm2": 240, "esm2fast": 250, "bench-esm2": 150, "t5": 110, "esmc": 90}
-    model_of = {"esm2": "esm2", "esm2fast": "esm2", "bench-esm2": "esm2", "t5": "t5", "esmc": "esmc"}
+    limits = {"esm2": 240, "esm2fast": 250, "bench-esm2": 150, "t5": 110, "esmc": 90, "tf32": 240, "reduce": 60,
+              "bench-pipeline": 400}  # fmt: skip
+    model_of = {"esm2": "esm2", "esm2fast": "esm2", "bench-esm2": "esm2", "t5": "t5", "esmc": "esmc", "tf32": "esm2",
+                "reduce": "esm2", "bench-pipeline": "esm2"}  # fmt: skip
     for part in limits:
         if part in skip or not ok.get(f"write-{model_of[part]}", False):
             continue

@@ -21,6 +21,7 @@ import io
 import json
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Iterable
 from contextlib import contextmanager
@@ -29,6 +30,30 @@ from dataclasses import dataclass
 import numpy as np
 
 MANIFEST_NAME = "manifest.json"
+
+#: Test knob: KINFLOW_STEPS_TEST_KILL_AT=N makes the process SIGKILL itself at the N-th
+#: point of the write protocol (``point``), counted over all threads, so that a test can
+#: kill a step server at every point in turn (steps/tests/test_pipeline.py).
+_KILL_AT = int(os.environ.get("KINFLOW_STEPS_TEST_KILL_AT", "0").strip() or 0)
+_points = 0
+_points_lock = threading.Lock()
+
+
+def point(what: str) -> None:
+    """A point of the write protocol (a file staged, a manifest merged, a file
+    published): nothing happens unless the test knob KINFLOW_STEPS_TEST_KILL_AT names
+    it."""
+    global _points
+    if not _KILL_AT:
+        return
+    with _points_lock:
+        _points += 1
+        if _points == _KILL_AT:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 MANIFEST_LOCK = ".manifest.lock"
 BINDING_SITE_HEADER = "PDB\tPred_BS_Scores"
 BINDING_SITE_TABLE = "binding_sites_all.tsv"
@@ -96,6 +121,7 @@ class Staged:
     def publish(self) -> None:
         """Rename the temp file into place (its modification time is kept)."""
         os.replace(self.tmp, self.path)
+        point("published")
 
     def discard(self) -> None:
         try:
@@ -116,6 +142,7 @@ def stage_bytes(path: str, data: bytes) -> Staged:
             f.write(data)
             f.flush()
             os.fchmod(f.fileno(), 0o644)
+            point("written")
             os.fsync(f.fileno())
             st = os.fstat(f.fileno())
     except BaseException:
@@ -124,7 +151,9 @@ def stage_bytes(path: str, data: bytes) -> Staged:
         except FileNotFoundError:
             pass
         raise
-    return Staged(tmp, path, len(data), st.st_mtime_ns, hashlib.sha256(data).hexdigest(), st.st_ctime_ns, st.st_ino)
+    staged = Staged(tmp, path, len(data), st.st_mtime_ns, hashlib.sha256(data).hexdigest(), st.st_ctime_ns, st.st_ino)
+    point("staged")
+    return staged
 
 
 def npy_bytes(arr: np.ndarray) -> bytes:
@@ -193,6 +222,7 @@ def merge_manifest(folder: str, commits: Iterable[Commit]) -> None:
                     e.pop(k, None)
             entries[c.seq_id] = e
         _write_manifest(path, doc, entries, now)
+    point("recorded")
 
 
 RECORD_KEYS = ("sha256", "mtime_ns", "ctime_ns", "ino")

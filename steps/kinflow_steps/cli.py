@@ -18,7 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import sys
+import threading
 import time
 
 EX_TEMPFAIL = 75  # docs/gpu-host.md: out of GPU memory for this batch
@@ -88,22 +90,45 @@ def main(argv: list[str] | None = None) -> int:
     if args.check is not None:
         return check(step, args.check, proto)
 
-    def one(doc) -> dict:
+    from kinflow_steps.pipeline import Pipeline
+
+    try:
+        pipe = Pipeline(step)
+    except ConfigError as exc:
+        log(f"{args.step}: {exc}")
+        return EX_CONFIG
+
+    def failed(batch, exc: BaseException) -> dict:
+        if isinstance(exc, BatchError):
+            log(f"batch {batch}: error: {exc}")
+            return {"batch": batch, "status": "error", "message": str(exc)}
+        if is_oom(exc):
+            log(f"batch {batch}: out of memory: {exc}")
+            free_cache()
+            return {"batch": batch, "status": "oom"}
+        log(f"batch {batch}: error: {type(exc).__name__}: {exc}")
+        return {"batch": batch, "status": "error", "message": f"{type(exc).__name__}: {exc}"}
+
+    def start(doc) -> tuple:
+        """The compute stage of one manifest: its forward passes (kinflow_steps.pipeline);
+        what ``finish`` needs to answer it."""
         batch = doc.get("batch", 0) if isinstance(doc, dict) else 0
         t = time.monotonic()
         try:
             b = parse_manifest(doc)
-            n = step.run(b)
-        except BatchError as exc:
-            log(f"batch {batch}: error: {exc}")
-            return {"batch": batch, "status": "error", "message": str(exc)}
+            return (batch, b, pipe.submit(b), t)
         except Exception as exc:
-            if is_oom(exc):
-                log(f"batch {batch}: out of memory: {exc}")
-                free_cache()
-                return {"batch": batch, "status": "oom"}
-            log(f"batch {batch}: error: {type(exc).__name__}: {exc}")
-            return {"batch": batch, "status": "error", "message": f"{type(exc).__name__}: {exc}"}
+            return (batch, None, failed(batch, exc), t)
+
+    def finish(item: tuple) -> dict:
+        """Record and publish one manifest's files and give its answer."""
+        batch, b, ticket, t = item
+        if b is None:
+            return ticket
+        try:
+            n = pipe.commit(ticket)
+        except Exception as exc:
+            return failed(batch, exc)
         log(f"batch {batch}: wrote {n} file(s) for {len(b.seqs)} sequence(s) in {time.monotonic() - t:.2f}s")
         return {"batch": batch, "status": "done"}
 
@@ -114,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as exc:
             log(f"cannot read manifest {args.manifest}: {exc}")
             return 1
-        res = one(doc)
+        res = finish(start(doc))
+        pipe.close()
         if res["status"] == "oom":
             print("KINFLOW_OOM", file=sys.stderr, flush=True)
             return EX_TEMPFAIL
@@ -124,17 +150,41 @@ def main(argv: list[str] | None = None) -> int:
         proto,
         {"ready": True, "model": info.get("model", ""), "device": str(step.device), "fingerprint": fingerprint(step)},
     )
-    for line in sys.stdin:
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            doc = json.loads(line)
-        except ValueError as exc:
-            log(f"unreadable manifest line: {exc}")
-            answer(proto, {"batch": 0, "status": "error", "message": f"unreadable manifest line: {exc}"})
-            continue
-        answer(proto, one(doc))
+    # Manifests the host sends ahead are computed while earlier ones are written; the
+    # answering thread commits and answers them in the order they came.
+    started: queue.Queue = queue.Queue(maxsize=pipe.depth)
+
+    def answering() -> None:
+        while True:
+            item = started.get()
+            if item is None:
+                return
+            try:
+                answer(proto, finish(item))
+            except BaseException as exc:  # the host closed stdout: nobody reads answers
+                log(f"cannot answer: {type(exc).__name__}: {exc}")
+                os._exit(1)
+
+    answerer = threading.Thread(target=answering, name="kinflow-answer")
+    answerer.start()
+    try:
+        for line in sys.stdin:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                doc = json.loads(line)
+            except ValueError as exc:
+                log(f"unreadable manifest line: {exc}")
+                msg = {"batch": 0, "status": "error", "message": f"unreadable manifest line: {exc}"}
+                started.put((0, None, msg, time.monotonic()))
+                continue
+            started.put(start(doc))
+    finally:
+        started.put(None)
+        answerer.join()
+        pipe.close()
+        log(pipe.stats())
     return 0
 
 

@@ -159,7 +159,7 @@ def fingerprint(step) -> dict:
         cache.save()
     dtype = str(getattr(step, "dtype", "")).replace("torch.", "")
     if dtype and hasattr(step, "precision_note"):
-        dtype += step.precision_note()
+        dtype += getattr(step, "tf32_note", "") + step.precision_note()
     fp = {
         "model": model or step.key,
         "weights": weights,

@@ -1,8 +1,10 @@
 """Model loading and forward passes, through the field's own libraries.
 
 Each embedder turns a list of sequences into per-residue matrices (BOS/CLS and EOS
-removed, padding removed) for the layers asked, as float32 NumPy arrays. The
-reductions (mean, weighted mean, CLS vector) live in steps.py.
+removed, padding removed) for the layers asked, as float32 NumPy arrays (``embed``:
+the host path, which the tests and gpu_suite compare against), or leaves them on the
+device with where each sequence's rows are (``embed_device``, what the steps run: the
+reductions happen on the device, kinflow_steps.device, steps.PooledStep.forward).
 
 Facts taken from the reference's public workers (Toepfer-Lab/webKinPred):
 * fair-esm models: ``alphabet.get_batch_converter()`` tokens (BOS + residues + EOS),
@@ -23,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from kinflow_steps.device import DeviceReps
 from kinflow_steps.errors import ConfigError
 
 LAST = "last"
@@ -104,16 +107,6 @@ def pin_rotary_fp32(model: torch.nn.Module) -> int:
             m.forward = types.MethodType(_rotary_fp32_forward, m)
             n += 1
     return n
-
-
-def nonfinite_rows(seqs: list[str], reps: dict[Any, list[np.ndarray]]) -> list[int]:
-    """Indexes of the sequences whose output (any layer) holds a NaN or an infinity."""
-    bad = set()
-    for rows in reps.values():
-        for i, r in enumerate(rows):
-            if not np.isfinite(r).all():
-                bad.add(i)
-    return sorted(bad)
 
 
 def require_path(*names: str, what: str, is_dir: bool = False) -> str:
@@ -407,6 +400,31 @@ class FairESM:
                 result[layer] = [rep[row, 1 : min(len(s), keep) + 1].copy() for row, s in enumerate(seqs)]
         return result
 
+    @torch.inference_mode()
+    def embed_device(self, seqs: list[str], layers: list[Any], max_tokens: int | None = None) -> DeviceReps:
+        """embed()'s forward pass with its representations left on the device
+        (kinflow_steps.device): the same tokens, the same cut and the same residue rows
+        per sequence, for the step to reduce there."""
+        _fake_oom(len(seqs))
+        idx = {layer: self.layer_index(layer) for layer in layers}
+        if self.unpadded is not None:
+            toks = []
+            for s in seqs:
+                _, _, t = self.converter([("0", s)])
+                toks.append(t[0][:max_tokens] if max_tokens is not None else t[0])
+            reps = self.unpadded(toks, sorted(set(idx.values())))
+            lens = [int(t.numel()) for t in toks]
+            starts = np.cumsum([0] + lens).tolist()[:-1]
+            rows = [min(len(s), n - 1) for s, n in zip(seqs, lens, strict=True)]
+            return DeviceReps.flat({layer: reps[i] for layer, i in idx.items()}, rows, starts)
+        _, _, tokens = self.converter([(str(i), s) for i, s in enumerate(seqs)])
+        if max_tokens is not None and tokens.shape[1] > max_tokens:
+            tokens = tokens[:, :max_tokens]
+        keep = tokens.shape[1] - 1
+        out = self.model(tokens.to(self.device), repr_layers=sorted(set(idx.values())), return_contacts=False)
+        reps = out["representations"]
+        return DeviceReps.padded({layer: reps[i] for layer, i in idx.items()}, [min(len(s), keep) for s in seqs], 1)
+
     def embed_unpadded(
         self, seqs: list[str], layers: list[Any], cls: bool, max_tokens: int | None
     ) -> dict[Any, list[np.ndarray]]:
@@ -490,6 +508,31 @@ class ProtT5:
             result[layer] = rows
         return result
 
+    @torch.inference_mode()
+    def embed_device(self, seqs: list[str], layers: list[Any], max_tokens: int | None = None) -> DeviceReps:
+        """embed()'s forward pass with the hidden states left on the device."""
+        _fake_oom(len(seqs))
+        enc = self.tokenizer(
+            [prot_t5_text(s) for s in seqs], return_tensors="pt", padding=True, add_special_tokens=True
+        )
+        lens = (enc["attention_mask"].sum(dim=1) - 1).tolist()  # the tokenizer's EOS is excluded
+        for n, s in zip(lens, seqs, strict=True):
+            if int(n) != len(s):
+                raise ValueError(f"ProtT5 tokenised a sequence of {len(s)} residues into {int(n)} tokens")
+        ids = enc["input_ids"].to(self.device)
+        mask = enc["attention_mask"].to(self.device)
+        need_hidden = any(layer != LAST for layer in layers)
+        out = self.model(input_ids=ids, attention_mask=mask, output_hidden_states=need_hidden)
+        reps = {}
+        for layer in layers:
+            if layer == LAST:
+                reps[layer] = out.last_hidden_state
+            else:
+                if not 0 <= int(layer) < self.num_layers:
+                    raise ConfigError(f"ProtT5 layer {layer} outside 0..{self.num_layers - 1}")
+                reps[layer] = out.hidden_states[int(layer) + 1]
+        return DeviceReps.padded(reps, [int(n) for n in lens], 0)
+
 
 class ESMC:
     """EvolutionaryScale's ESM C from a local weights file (``esm`` package:
@@ -543,3 +586,16 @@ class ESMC:
             h = out.hidden_states[i].float().cpu().numpy()
             result[layer] = [h[row, 1 : len(s) + 1].copy() for row, s in enumerate(seqs)]
         return result
+
+    @torch.inference_mode()
+    def embed_device(self, seqs: list[str], layers: list[Any], max_tokens: int | None = None) -> DeviceReps:
+        """embed()'s forward pass with the hidden states left on the device."""
+        _fake_oom(len(seqs))
+        tokens = self.model._tokenize(seqs).to(self.device)
+        if self.dtype == torch.float32:
+            out = self.model(sequence_tokens=tokens)
+        else:
+            with torch.autocast(device_type=self.device.type, dtype=self.dtype):
+                out = self.model(sequence_tokens=tokens)
+        reps = {layer: out.hidden_states[self.num_layers - 1 if layer == LAST else int(layer)] for layer in layers}
+        return DeviceReps.padded(reps, [len(s) for s in seqs], 1)

@@ -17,6 +17,16 @@ whole residual stream in fp16 — is refused at start with one line.
 The proofs: steps/tests/test_equivalence.py on the CPU (``make test``). The CUDA rows
 are the reference's own numerics (the yardstick itself); a faster CUDA mode joins the
 table only with an equivalence run on a GPU (docs/BENCHMARKS.md lists what ran).
+
+``tf32`` (issue 32) is fp32 weights and activations with CUDA's TF32 matrix products
+(``torch.backends.cuda.matmul.allow_tf32``): 2.5x the padded ESM-2 rate measured on an
+H200. It is a name an operator can give, and the fingerprint's precision says it
+(``float32, tf32 matrix products``), so its files never mix with strict fp32 ones; but
+no family lists it yet: the full-width CUDA rows that would prove it
+(``python3 steps/gpu_suite.py --out DIR`` part ``tf32``: ESM-2 padded and unpadded,
+ESM-1b, ESM-1v against fair-esm fp32 with TF32 off) have not been recorded, so it is
+refused as bf16 is. Once they hold the bound, TF32 goes first in that family's CUDA
+row (the default, strict fp32 still named by ``fp32``).
 """
 
 from __future__ import annotations
@@ -27,8 +37,8 @@ import torch
 
 from kinflow_steps.errors import ConfigError
 
-FP32, FP16, BF16 = "fp32", "fp16", "bf16"
-DTYPES = {FP32: torch.float32, FP16: torch.float16, BF16: torch.bfloat16}
+FP32, TF32, FP16, BF16 = "fp32", "tf32", "fp16", "bf16"
+DTYPES = {FP32: torch.float32, TF32: torch.float32, FP16: torch.float16, BF16: torch.bfloat16}
 
 #: family -> device type -> proven precisions (the first is the default).
 PROVEN: dict[str, dict[str, tuple[str, ...]]] = {
@@ -59,7 +69,7 @@ def precision_for(family: str, device: torch.device) -> str:
     if not want:
         return proven[0]
     if want not in DTYPES:
-        raise ConfigError(f"{name}={want!r}: want fp32, fp16 or bf16")
+        raise ConfigError(f"{name}={want!r}: want fp32, tf32, fp16 or bf16")
     if want not in proven:
         raise ConfigError(
             f"{name}={want} has no equivalence proof for {family} on {device.type} "
@@ -70,3 +80,13 @@ def precision_for(family: str, device: torch.device) -> str:
 
 def dtype_of(precision: str) -> torch.dtype:
     return DTYPES[precision]
+
+
+def apply(precision: str) -> str:
+    """Set what a precision needs beyond its dtype, for the whole process (a step server
+    runs one step): TF32 matrix products on for ``tf32``, off otherwise (PyTorch's
+    default). Returns what the fingerprint's precision adds to the dtype."""
+    on = precision == TF32
+    torch.backends.cuda.matmul.allow_tf32 = on
+    torch.backends.cudnn.allow_tf32 = on
+    return ", tf32 matrix products" if on else ""

@@ -29,11 +29,10 @@ from kinflow_steps.models import (
     FairESM,
     ProtT5,
     esm2_path,
-    nonfinite_rows,
     pick_device,
     require_path,
 )
-from kinflow_steps.precision import dtype_of, precision_for
+from kinflow_steps.precision import apply, dtype_of, precision_for
 
 SEQUENCE_INFO = "sequence_info"
 #: What a manifest's sequence may hold: letters of either case. Case is kept and each
@@ -138,17 +137,22 @@ def weighted_vec(res: np.ndarray, w: np.ndarray) -> np.ndarray:
     return (res.astype(np.float64) * (w / total)[:, None]).sum(axis=0).astype(np.float32)
 
 
-def pack(seqs: list[Seq], budget: int) -> list[list[Seq]]:
+def pack(seqs: list[Seq], budget: int, spread: float = 0.0) -> list[list[Seq]]:
     """Split a host batch into forward passes of at most budget tokens, longest first,
-    (longest + 2) x count per pass, as fair-esm's toks_per_batch; 0: one pass."""
-    if budget <= 0:
+    (longest + 2) x count per pass, as fair-esm's toks_per_batch; 0: one pass. With
+    spread > 0 a pass also ends before a sequence whose tokens (length + 2) are fewer
+    than the pass's longest's ÷ spread: length buckets, so that a short sequence is
+    never padded to many times its own length."""
+    if budget <= 0 and spread <= 0:
         return [seqs] if seqs else []
     out: list[list[Seq]] = []
     cur: list[Seq] = []
     longest = 0
     for s in sorted(seqs, key=lambda s: len(s.sequence), reverse=True):
         n = max(longest, len(s.sequence)) + 2
-        if cur and n * (len(cur) + 1) > budget:
+        full = budget > 0 and n * (len(cur) + 1) > budget
+        apart = spread > 0 and longest + 2 > spread * (len(s.sequence) + 2)
+        if cur and (full or apart):
             out.append(cur)
             cur, longest = [], 0
         cur.append(s)
@@ -187,29 +191,45 @@ class Writer:
     """Collects a batch's files and writes them atomically at ``commit``: every file to
     its fsynced temp name, then each folder's manifest.json with the files' integrity
     records, then the renames (a file is never visible before its record). A batch that
-    turns out to hold a non-finite value is ``discard``-ed and writes nothing."""
+    turns out to hold a non-finite value is ``discard``-ed and writes nothing.
 
-    def __init__(self) -> None:
+    With ``stage_at_put`` (the pipeline's writer pool) each ``put`` writes, fsyncs and
+    hashes its temp file at once, and ``absorb`` gathers the staged files of a batch's
+    forward passes into the one writer that records and publishes them."""
+
+    def __init__(self, stage_at_put: bool = False) -> None:
         self.pending: list[tuple[str, str, bytes]] = []
+        self.staged: list[tuple[str, cache_io.Staged]] = []
+        self.stage_at_put = stage_at_put
         self.written = 0
 
     def put(self, path: str, seq_id: str, data: bytes) -> None:
-        self.pending.append((path, seq_id, data))
+        if self.stage_at_put:
+            self.staged.append((seq_id, cache_io.stage_bytes(path, data)))
+        else:
+            self.pending.append((path, seq_id, data))
+
+    def absorb(self, other: Writer) -> None:
+        self.staged.extend(other.staged)
+        other.staged = []
 
     def discard(self) -> None:
         self.pending.clear()
+        for _, st in self.staged:
+            st.discard()
+        self.staged.clear()
 
     def commit(self) -> None:
-        staged: list[cache_io.Staged] = []
         try:
-            commits: dict[str, list[cache_io.Commit]] = {}
             for path, seq_id, data in self.pending:
-                st = cache_io.stage_bytes(path, data)
-                staged.append(st)
-                commits.setdefault(os.path.dirname(path), []).append(
+                self.staged.append((seq_id, cache_io.stage_bytes(path, data)))
+            self.pending.clear()
+            commits: dict[str, list[cache_io.Commit]] = {}
+            for seq_id, st in self.staged:
+                commits.setdefault(os.path.dirname(st.path), []).append(
                     cache_io.Commit(
                         seq_id,
-                        os.path.basename(path),
+                        os.path.basename(st.path),
                         st.nbytes,
                         st.sha256,
                         st.mtime_ns,
@@ -219,9 +239,9 @@ class Writer:
                 )
             for folder, cs in commits.items():
                 cache_io.merge_manifest(folder, cs)
-            while staged:
-                staged[0].publish()
-                staged.pop(0)
+            while self.staged:
+                self.staged[0][1].publish()
+                self.staged.pop(0)
                 self.written += 1
             for folder, cs in commits.items():
                 try:
@@ -229,17 +249,30 @@ class Writer:
                 except OSError:
                     pass  # only saves kinflow's check a hash of these files
         finally:
-            self.pending.clear()
-            for st in staged:
-                st.discard()
+            self.discard()
 
 
-def check_finite(seqs: list[Seq], reps: dict[Any, list[np.ndarray]], what: str) -> None:
-    """NonFiniteError naming every sequence whose output holds a NaN or an infinity."""
-    bad = nonfinite_rows([s.sequence for s in seqs], reps)
-    if bad:
-        names = ", ".join(seqs[i].seq_id for i in bad)
+#: A forward pass's host part: given the writer of its batch's pool, it waits for the
+#: pass's results to reach the host and puts its files (BatchError after the files it
+#: could write; NonFiniteError for a batch that must write nothing).
+HostPart = Callable[[Writer], None]
+
+
+def nonfinite_error(bad_ids: list[str], what: str) -> None:
+    """NonFiniteError naming bad_ids (nothing when there are none)."""
+    if bad_ids:
+        names = ", ".join(bad_ids)
         raise NonFiniteError(f"non-finite values in the {what} output of seq {names}; nothing written for this batch")
+
+
+def weight_norm(w: np.ndarray) -> np.ndarray | None:
+    """weighted_vec's weights: NaN and infinite weights as 0, normalised to sum 1 in
+    float64; None where they sum to 0 or less (or to infinity): the plain mean."""
+    w = np.nan_to_num(np.asarray(w, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+    total = w.sum()
+    if not np.isfinite(total) or total <= 0:
+        return None
+    return w / total
 
 
 def env_int(name: str, default: int) -> int:
@@ -248,6 +281,27 @@ def env_int(name: str, default: int) -> int:
         return int(raw) if raw else default
     except ValueError as exc:
         raise ConfigError(f"{name}={raw!r} is not an integer") from exc
+
+
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    try:
+        v = float(raw) if raw else default
+    except ValueError as exc:
+        raise ConfigError(f"{name}={raw!r} is not a number") from exc
+    if v != 0 and not 1 <= v < float("inf"):
+        raise ConfigError(f"{name}={raw!r}: want 0 (off) or a factor of 1 or more")
+    return v
+
+
+#: The length spread of a forward pass (pack's spread) per model family when
+#: KINFLOW_STEPS_LENGTH_SPREAD is unset: 4 for the half-precision padded batches. ESM C
+#: in bf16 missed the pooled bound by 1.2e-4 on a 1-residue sequence padded to 1,502
+#: tokens (docs/BENCHMARKS.md); within 4x its own tokens a sequence is padded no more
+#: than a host batch packed longest first pads most of its sequences, and a pass splits
+#: only at the short tail of a host batch. fair-esm's fp32 batches are off (0): their
+#: padding changes nothing beyond fp32 rounding, so the extra passes would buy nothing.
+LENGTH_SPREAD = {"esmc": 4.0, "prot_t5": 4.0}
 
 
 class Step:
@@ -265,7 +319,9 @@ class Step:
         # An unproven KINFLOW_STEPS_PRECISION is refused here, before any model loads.
         self.precision = precision_for(self.family, self.device)
         self.dtype = dtype_of(self.precision)
+        self.tf32_note = apply(self.precision)
         self.budget = env_int("KINFLOW_STEPS_TOKS_PER_BATCH", 0)
+        self.spread = env_float("KINFLOW_STEPS_LENGTH_SPREAD", LENGTH_SPREAD.get(self.family, 0.0))
 
     def load(self) -> dict[str, str]:
         """Load the models (ConfigError when something is missing); return what the
@@ -312,12 +368,9 @@ class Step:
     def owns(self, fam: str) -> bool:
         return fam in self.families
 
-    def run(self, b: Batch) -> int:
-        """Write every missing file of the batch; return how many were written. Files
-        are written once every forward pass of the batch is done: a non-finite value
-        anywhere fails the batch with nothing written; another BatchError (a missing
-        binding-site row) still writes what was computed."""
-        w = Writer()
+    def plan(self, b: Batch) -> tuple[list[list[tuple[Seq, dict[str, str]]]], list[str]]:
+        """The batch's forward passes (each a group of sequences with the files each
+        owes) and the problems known before any runs (sequences the method refuses)."""
         problems: list[str] = []
         todo = []
         for s, want in self.pending(b):
@@ -326,22 +379,44 @@ class Step:
                 problems.append(f"seq {s.seq_id}: {why}; nothing written for it")
             else:
                 todo.append((s, want))
-        by_id = {s.seq_id: (s, want) for s, want in todo}
+        by_id = {s.seq_id: want for s, want in todo}
+        groups = pack([s for s, _ in todo], self.budget, self.spread)
+        return [[(s, by_id[s.seq_id]) for s in g] for g in groups], problems
+
+    def run(self, b: Batch) -> int:
+        """Write every missing file of the batch; return how many were written. Files
+        are written once every forward pass of the batch is done: a non-finite value
+        anywhere fails the batch with nothing written; another BatchError (a missing
+        binding-site row) still writes what was computed. Through the step's pipeline
+        (kinflow_steps.pipeline), as the resident server runs it."""
+        from kinflow_steps.pipeline import Pipeline
+
+        if getattr(self, "_pipeline", None) is None:
+            self._pipeline = Pipeline(self)
+        return self._pipeline.run(b)
+
+    def forward(self, b: Batch, group: list[tuple[Seq, dict[str, str]]]) -> HostPart:
+        """Run group's forward pass and return its host part. This default runs
+        ``produce`` here and leaves only the writing to the host part; steps that
+        reduce on the device (PooledStep, MethodDESM1b) leave the copy and the
+        encoding to it too."""
+        w = Writer()
+        err: BatchError | None = None
         try:
-            for group in pack([s for s, _ in todo], self.budget):
-                try:
-                    self.produce(b, [(s, by_id[s.seq_id][1]) for s in group], w)
-                except NonFiniteError:
-                    raise
-                except BatchError as exc:
-                    problems.append(str(exc))
-        except BaseException:
-            w.discard()
+            self.produce(b, group, w)
+        except NonFiniteError:
             raise
-        w.commit()
-        if problems:
-            raise BatchError("; ".join(problems))
-        return w.written
+        except BatchError as exc:
+            err = exc
+        items = list(w.pending)
+
+        def host(out: Writer) -> None:
+            for item in items:
+                out.put(*item)
+            if err is not None:
+                raise err
+
+        return host
 
     def produce(self, b: Batch, group: list[tuple[Seq, dict[str, str]]], w: Writer) -> None:
         raise NotImplementedError
@@ -364,51 +439,97 @@ class PooledStep(Step):
     def weights_for(self, b: Batch, ids: set[str]) -> dict[str, np.ndarray]:
         return cache_io.read_binding_sites(binding_site_table(b.media_root), ids)
 
-    def produce(self, b: Batch, group: list[tuple[Seq, dict[str, str]]], w: Writer) -> None:
+    def forward(self, b: Batch, group: list[tuple[Seq, dict[str, str]]]) -> HostPart:
+        """The forward pass and, on the device, every reduction the group's files need
+        (kinflow_steps.device): means and weighted means in float64 as [D] vectors,
+        residue families as one contiguous block per layer, a non-finite flag per
+        sequence; their copy to the host starts here and the host part waits for it."""
+        import torch
+
+        from kinflow_steps.device import Transfer, nonfinite_flags, reduce_means, to_device
+
         seqs = [self.fit(s.sequence) for s, _ in group]
         layers = sorted({self.spec[f][0] for _, want in group for f in want}, key=str)
-        reps = (
-            self.model.embed(seqs, layers, max_tokens=self.max_tokens)
-            if self.max_tokens
-            else self.model.embed(seqs, layers)
-        )
-        check_finite([s for s, _ in group], reps, self.key)
         need_w = {s.seq_id for s, want in group if any(self.spec[f][1] == "weighted" for f in want)}
         weights = self.weights_for(b, need_w) if need_w else {}
-        problems = []
+        reps = self.model.embed_device(seqs, layers, max_tokens=self.max_tokens)
+        rows = reps.rows
+        problems: list[str] = []
+        files: list[tuple[int, str, str, str, Any, str]] = []
+        wrow: dict[int, np.ndarray] = {}
         for row, (s, want) in enumerate(group):
             for fam, path in sorted(want.items()):
                 layer, how = self.spec[fam]
-                res = reps[layer][row]
-                if how == "mean":
-                    w.put(path, s.seq_id, cache_io.npy_bytes(mean_vec(res)))
-                elif how == "residue_npy":
-                    w.put(path, s.seq_id, cache_io.npy_bytes(res.astype(np.float32, copy=False)))
-                elif how == "residue_pt":
-                    import torch
-
-                    w.put(path, s.seq_id, cache_io.pt_bytes(torch.from_numpy(res.astype(np.float32, copy=False))))
-                elif how == "weighted":
+                if how == "weighted":
                     ws = weights.get(s.seq_id)
                     if ws is None:
                         problems.append(f"seq {s.seq_id}: no row in the binding-site table, so no {fam}")
                         continue
-                    if len(ws) != res.shape[0]:
+                    if len(ws) != rows[row]:
                         problems.append(
-                            f"seq {s.seq_id}: {len(ws)} binding-site weights for {res.shape[0]} residues, so no {fam}"
+                            f"seq {s.seq_id}: {len(ws)} binding-site weights for {rows[row]} residues, so no {fam}"
                         )
                         continue
-                    vec = weighted_vec(res, ws)
+                    norm = weight_norm(ws)
+                    if norm is None:
+                        how = "mean"  # weighted_vec's rule: the plain mean
+                    else:
+                        wrow[row] = norm
+                files.append((row, s.seq_id, fam, path, layer, how))
+        out: dict[str, Any] = {}
+        with torch.inference_mode():
+            wall = None
+            if wrow:
+                wall = to_device(
+                    torch.from_numpy(
+                        np.concatenate([wrow.get(i, np.zeros(n)) for i, n in enumerate(rows)]).astype(np.float64)
+                    ),
+                    reps.seg.device,
+                )
+            for layer in layers:
+                res = reps.residues(layer)
+                kinds = {f[5] for f in files if f[4] == layer}
+                out[f"bad:{layer}"] = nonfinite_flags(res, reps.seg, len(rows))
+                if "mean" in kinds:
+                    out[f"mean:{layer}"] = reduce_means(res, reps.seg, rows, None).float()
+                if "weighted" in kinds:
+                    out[f"weighted:{layer}"] = reduce_means(res, reps.seg, rows, wall).float()
+                if kinds & {"residue_npy", "residue_pt"}:
+                    out[f"res:{layer}"] = res.float().contiguous()
+            copy = Transfer(out)
+        del reps
+        ids = [s.seq_id for s, _ in group]
+
+        def host(w: Writer) -> None:
+            got = copy.wait()
+            bad = set()
+            for layer in layers:
+                bad.update(np.flatnonzero(got[f"bad:{layer}"]).tolist())
+            nonfinite_error([ids[i] for i in sorted(bad)], self.key)
+            offsets = np.cumsum([0, *rows])
+            for row, sid, fam, path, layer, how in files:
+                if how == "mean":
+                    w.put(path, sid, cache_io.npy_bytes(got[f"mean:{layer}"][row]))
+                elif how == "weighted":
+                    vec = got[f"weighted:{layer}"][row]
                     if not np.isfinite(vec).all():
                         # Finite representations, but the table's weights (an
                         # external predictor's) cancel or overflow: never cached.
                         raise NonFiniteError(
-                            f"non-finite values in the {self.key} output of seq {s.seq_id} ({fam}: its binding-site "
+                            f"non-finite values in the {self.key} output of seq {sid} ({fam}: its binding-site "
                             "weights); nothing written for this batch"
                         )
-                    w.put(path, s.seq_id, cache_io.npy_bytes(vec))
-        if problems:
-            raise BatchError("; ".join(problems))
+                    w.put(path, sid, cache_io.npy_bytes(vec))
+                else:
+                    mat = got[f"res:{layer}"][offsets[row] : offsets[row + 1]]
+                    if how == "residue_npy":
+                        w.put(path, sid, cache_io.npy_bytes(mat))
+                    else:
+                        w.put(path, sid, cache_io.pt_bytes(torch.from_numpy(mat)))
+            if problems:
+                raise BatchError("; ".join(problems))
+
+        return host
 
 
 #: The binding-site table's folder under the media root: the reference deployment's
@@ -526,12 +647,24 @@ class MethodDESM1b(Step):
     def fit(self, seq: str) -> str:
         return seq[:ESM_WINDOW]
 
-    def produce(self, b: Batch, group: list[tuple[Seq, dict[str, str]]], w: Writer) -> None:
-        out = self.model.embed([self.fit(s.sequence) for s, _ in group], [LAST], cls=True)
-        check_finite([s for s, _ in group], out, self.key)
-        reps = out[LAST]
-        for row, (s, want) in enumerate(group):
-            w.put(want["esm1b_methodd"], s.seq_id, cache_io.npy_bytes(reps[row].astype(np.float32)))
+    def forward(self, b: Batch, group: list[tuple[Seq, dict[str, str]]]) -> HostPart:
+        """The BOS/CLS rows alone cross to the host ([B, 1280] per pass)."""
+        import torch
+
+        from kinflow_steps.device import Transfer
+
+        reps = self.model.embed_device([self.fit(s.sequence) for s, _ in group], [LAST])
+        with torch.inference_mode():
+            copy = Transfer({"cls": reps.cls_rows(LAST).contiguous()})
+        del reps
+
+        def host(w: Writer) -> None:
+            cls = copy.wait()["cls"]
+            nonfinite_error([s.seq_id for i, (s, _) in enumerate(group) if not np.isfinite(cls[i]).all()], self.key)
+            for row, (s, want) in enumerate(group):
+                w.put(want["esm1b_methodd"], s.seq_id, cache_io.npy_bytes(cls[row]))
+
+        return host
 
 
 # --- ESMC 600M --------------------------------------------------------------------
@@ -613,7 +746,7 @@ class MethodAT5Full(T5Step):
     def weights_for(self, b: Batch, ids: set[str]) -> dict[str, np.ndarray]:
         return self._weights
 
-    def produce(self, b: Batch, group: list[tuple[Seq, dict[str, str]]], w: Writer) -> None:
+    def forward(self, b: Batch, group: list[tuple[Seq, dict[str, str]]]) -> HostPart:
         ids = {s.seq_id for s, _ in group}
         path = binding_site_table(b.media_root)
         table = cache_io.read_binding_sites(path, ids)
@@ -625,16 +758,29 @@ class MethodAT5Full(T5Step):
                 cache_io.append_binding_sites(path, got)
                 table.update({k: np.asarray(v, dtype=np.float64) for k, v in got.items()})
         self._weights = table
-        try:
-            todo = [(s, want) for s, want in group if want]
-            if todo:
-                super().produce(b, todo, w)
-        except NonFiniteError:
-            raise
-        except BatchError as exc:
-            problems.append(str(exc))
-        if problems:
-            raise BatchError("; ".join(problems))
+        inner: HostPart | None = None
+        todo = [(s, want) for s, want in group if want]
+        if todo:
+            try:
+                inner = super().forward(b, todo)
+            except NonFiniteError:
+                raise
+            except BatchError as exc:
+                problems.append(str(exc))
+
+        def host(w: Writer) -> None:
+            msgs = list(problems)
+            if inner is not None:
+                try:
+                    inner(w)
+                except NonFiniteError:
+                    raise
+                except BatchError as exc:
+                    msgs.append(str(exc))
+            if msgs:
+                raise BatchError("; ".join(msgs))
+
+        return host
 
 
 def run_predictor(seqs: list[Seq]) -> tuple[dict[str, list[float]], list[str]]:

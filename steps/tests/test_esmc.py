@@ -96,6 +96,38 @@ def test_methoda_esmc_layers(esmc_path, media, tmp_path):
     )
 
 
+def test_one_residue_is_not_padded_into_a_long_pass(esmc_path, media, tmp_path):
+    """ESM C's length buckets (kinflow_steps.steps.LENGTH_SPREAD): a 1-residue sequence
+    sent with a 1,500-residue one runs in a pass of its own, and its pooled files match
+    the reference alone to fp32 rounding."""
+    seqs = {"c1500": rand_seq(1500, 211), "c1": rand_seq(1, 212)}
+    weights = table_weights(seqs)
+    write_table(media, weights)
+    fams = [(f"esmc_layer_{n}/{k}", ".npy") for n in (24, 32) for k in ("mean_vecs", "weighted_vecs")]
+    from kinflow_steps.steps import STEPS, parse_manifest
+
+    os.environ["KINFLOW_STEPS_DEVICE"] = "cpu"
+    try:
+        groups, _ = STEPS["methoda_esmc_layers"]().plan(
+            parse_manifest(manifest("methoda_esmc_layers", media, seqs, fams))
+        )
+    finally:
+        os.environ.pop("KINFLOW_STEPS_DEVICE")
+    assert [[s.seq_id for s, _ in g] for g in groups] == [["c1500"], ["c1"]]
+    s = Server("methoda_esmc_layers", esmc_env(esmc_path), str(tmp_path))
+    try:
+        assert s.ready.get("ready") is True, s.stderr()
+        assert s.send(manifest("methoda_esmc_layers", media, seqs, fams))["status"] == "done", s.stderr()
+    finally:
+        assert s.close() == 0, s.stderr()
+    for n in (24, 32):
+        res = reference_hidden(esmc_path, seqs["c1"], n).astype(np.float64)
+        got = np.load(out_path(media, f"esmc_layer_{n}/mean_vecs", "c1"))
+        np.testing.assert_allclose(got, res.mean(0), rtol=1e-5, atol=1e-5 * np.abs(res).max())
+        wv = np.load(out_path(media, f"esmc_layer_{n}/weighted_vecs", "c1"))
+        np.testing.assert_allclose(wv, ref_weighted(res, weights["c1"]), rtol=1e-5, atol=1e-5 * np.abs(res).max())
+
+
 def test_fair_esm_is_not_here():
     """This venv's `esm` is EvolutionaryScale's: fair-esm's steps run in .venv-steps."""
     import esm

@@ -122,7 +122,7 @@ def test_unproven_precision_refused_at_start(tiny):
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and "no equivalence proof" in lines[0] and want in lines[0], (step, r.stderr)
     r = run_program(["--step", "methodh_esm2_last_mean"], dict(tiny, KINFLOW_STEPS_PRECISION="fp8"))
-    assert r.returncode == 2 and "want fp32, fp16 or bf16" in r.stderr
+    assert r.returncode == 2 and "want fp32, tf32, fp16 or bf16" in r.stderr
     # The proven precision, named explicitly, starts.
     r = run_program(
         ["--step", "methodh_esm2_last_mean"], dict(tiny, KINFLOW_STEPS_DEVICE="cpu", KINFLOW_STEPS_PRECISION="fp32")
