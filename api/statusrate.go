@@ -89,8 +89,8 @@ func (r *keyRate) take(key string, now time.Time) (bool, time.Duration) {
 // read costs no database round trip; requests without a key go on to the
 // authentication's 401.
 //
-// Waiting reads (a long poll: If-None-Match with ?waitSeconds=; the event
-// stream) draw from a bucket of their own, so that a key's client polling in
+// Waiting reads (a long poll: ?waitSeconds= with or, on its first read,
+// without If-None-Match; the event stream) draw from a bucket of their own, so that a key's client polling in
 // a loop cannot starve the same key's clients that wait the way the 429 asks
 // them to (seen in `make bench-load`: 8 looping readers on the jobs' key cut
 // the burst's waiters to 0.2 jobs/s). A waiting read costs one request per
@@ -117,14 +117,12 @@ func (s *Server) limitStatusReads(c *gin.Context) {
 		bucket.rate, secs))
 }
 
-// waitingRead says whether c waits for a change instead of polling: the
-// event stream, or a long poll (If-None-Match with a waitSeconds above 0).
+// waitingRead says whether c comes from a client that waits for changes
+// instead of polling: the event stream, or a read with a waitSeconds above 0
+// (a long poll, or the first read of one, which has no ETag to send yet).
 func waitingRead(c *gin.Context) bool {
 	if strings.HasSuffix(strings.TrimSuffix(c.Request.URL.Path, "/"), "/events") {
 		return true
-	}
-	if c.GetHeader("If-None-Match") == "" {
-		return false
 	}
 	n, err := strconv.Atoi(c.Query("waitSeconds"))
 	return err == nil && n > 0

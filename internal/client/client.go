@@ -620,9 +620,12 @@ func (c *Client) StatusIfChanged(ctx context.Context, jobID, etag string, wait t
 	var h http.Header
 	if etag != "" {
 		h = http.Header{"If-None-Match": {etag}}
-		if wait > 0 {
-			path += "?waitSeconds=" + strconv.Itoa(int(wait/time.Second))
-		}
+	}
+	// The first read of a wait (no etag yet) says waitSeconds too: the
+	// server answers it at once, and counts it among the waiting reads,
+	// whose per-key budget a looping poller of the same key cannot exhaust.
+	if wait > 0 {
+		path += "?waitSeconds=" + strconv.Itoa(int(wait/time.Second))
 	}
 	resp, err := c.doHeader(ctx, http.MethodGet, path, nil, "", true, h)
 	if err != nil {
