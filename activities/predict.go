@@ -22,23 +22,11 @@ import (
 	"github.com/kinflow/kinflow/internal/embedding"
 	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/heartbeat"
+	"github.com/kinflow/kinflow/internal/jobfiles"
 	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/store"
 	"github.com/kinflow/kinflow/internal/units"
 )
-
-// stagePredictions is MEDIA/jobs/<id>/work/stage-<i>/pred.json: one
-// result per prediction unit of the stage (rows.json's Units, same order).
-type stagePredictions struct {
-	Results []units.Result `json:"results"`
-	// Values and Reasons are the per-row form written before units (one
-	// unit per valid row); Finalize converts them.
-	Values  []*float64 `json:"values,omitempty"`
-	Reasons []string   `json:"reasons,omitempty"`
-	// Source is the Source cell of a predicted unit.
-	Source    string `json:"source"`
-	Synthetic bool   `json:"synthetic"`
-}
 
 // Predict runs the stage's method over its prediction units with the
 // configured engine and stores one result per unit. A unit that failed
@@ -61,14 +49,14 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 	if err != nil {
 		return PredictResult{}, err
 	}
-	predFile := filepath.Join(dir, "pred.json")
-	var done stagePredictions
+	predFile := filepath.Join(dir, jobfiles.PredFile)
+	var done jobfiles.StagePredictions
 	if fsutil.ReadJSON(predFile, &done) == nil && done.Results != nil && len(done.Results) == len(sr.Units) {
 		// A retry after the file was written: nothing to redo.
 		return countPredictions(done), nil
 	}
 
-	out := stagePredictions{Results: make([]units.Result, len(sr.Units))}
+	out := jobfiles.StagePredictions{Results: make([]units.Result, len(sr.Units))}
 	var send []int
 	for i, u := range sr.Units {
 		if u.Skip != "" {
@@ -80,8 +68,8 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 	sendAll := len(send)
 	// A round after cached files changed while the method read them:
 	// only the units of those files run again (recheckAfterRead).
-	partialFile := filepath.Join(dir, "pred.partial.json")
-	var partial stagePartial
+	partialFile := filepath.Join(dir, jobfiles.PartialFile)
+	var partial jobfiles.StagePartial
 	if fsutil.ReadJSON(partialFile, &partial) == nil && len(partial.Results) == len(sr.Units) {
 		out.Results, send = partial.Results, partial.Redo
 	}
@@ -198,7 +186,7 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 			a.storeComputed(ctx, pc, d, out.Results, toSend, log)
 		}
 		if len(redo) > 0 {
-			p := stagePartial{Results: out.Results}
+			p := jobfiles.StagePartial{Results: out.Results}
 			for _, i := range send {
 				if redo[i] {
 					p.Redo = append(p.Redo, i)
@@ -236,14 +224,6 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 	return res, err
 }
 
-// stagePartial is pred.partial.json: a stage's results so far when cached
-// files changed while the method read them, and the units to run again
-// once those files are computed anew.
-type stagePartial struct {
-	Results []units.Result `json:"results"`
-	Redo    []int          `json:"redo"`
-}
-
 // ReasonCacheFilesChanged is the event reason (kinflow's, tuple F,F,F,F) of
 // a stage whose cached files changed after the plan's check, while the
 // method read them: `cache_files_changed_after_check:<n>`. The changed
@@ -256,7 +236,7 @@ const ReasonCacheFilesChanged = "cache_files_changed_after_check"
 // ones are checked again (a file with the recorded contents is kept, any
 // other set aside). It returns the units whose file was set aside or is
 // gone, with the count of such files, and records a job event.
-func (a *Activities) recheckAfterRead(ctx context.Context, ref StageRef, sr stageRows, sent []int, log *slog.Logger) (map[int]bool, int, error) {
+func (a *Activities) recheckAfterRead(ctx context.Context, ref StageRef, sr jobfiles.StageRows, sent []int, log *slog.Logger) (map[int]bool, int, error) {
 	if len(sent) == 0 || a.Layout == nil {
 		return nil, 0, nil
 	}
@@ -268,7 +248,7 @@ func (a *Activities) recheckAfterRead(ctx context.Context, ref StageRef, sr stag
 		SeqIDToSeq map[string]string   `json:"seq_id_to_seq"`
 		Expected   map[string][]string `json:"expected_paths_by_seq"`
 	}
-	if err := fsutil.ReadJSON(filepath.Join(dir, "plan.json"), &plan); err != nil {
+	if err := fsutil.ReadJSON(filepath.Join(dir, jobfiles.PlanFile), &plan); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, 0, nil
 		}
@@ -326,7 +306,7 @@ func (a *Activities) recheckAfterRead(ctx context.Context, ref StageRef, sr stag
 }
 
 // countPredictions counts the stage's units with and without a value.
-func countPredictions(p stagePredictions) PredictResult {
+func countPredictions(p jobfiles.StagePredictions) PredictResult {
 	var r PredictResult
 	for _, res := range p.Results {
 		if res.Value != nil {
@@ -343,7 +323,7 @@ func countPredictions(p stagePredictions) PredictResult {
 // checks, like a real method, that every artefact the row's plan expects is
 // on disk, then derives a deterministic stand-in number from the method,
 // target, sequence and substrate. Its output is flagged synthetic everywhere.
-func (a *Activities) predictSynthetic(ctx context.Context, ref StageRef, d *methods.Descriptor, sr stageRows, send []int) ([]*float64, error) {
+func (a *Activities) predictSynthetic(ctx context.Context, ref StageRef, d *methods.Descriptor, sr jobfiles.StageRows, send []int) ([]*float64, error) {
 	if err := a.checkArtefacts(ref); err != nil {
 		return nil, err
 	}
@@ -380,7 +360,7 @@ func (a *Activities) predictSynthetic(ctx context.Context, ref StageRef, d *meth
 // (a total SD between 0.2 and 0.8 log10 units, split 0.8:0.6 into its
 // aleatoric and epistemic parts) flagged Synthetic, so that the path from
 // the engine to the result's columns runs without a model.
-func syntheticUncertainties(d *methods.Descriptor, sr stageRows, send []int) map[int]units.Uncertainty {
+func syntheticUncertainties(d *methods.Descriptor, sr jobfiles.StageRows, send []int) map[int]units.Uncertainty {
 	out := make(map[int]units.Uncertainty, len(send))
 	for k, i := range send {
 		u := sr.Units[i]
@@ -414,7 +394,7 @@ func (a *Activities) checkArtefacts(ref StageRef) error {
 	var plan struct {
 		Expected map[string][]string `json:"expected_paths_by_seq"`
 	}
-	if err := fsutil.ReadJSON(filepath.Join(dir, "plan.json"), &plan); err != nil {
+	if err := fsutil.ReadJSON(filepath.Join(dir, jobfiles.PlanFile), &plan); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil // no plan: a method without shared-cache artefacts
 		}
@@ -438,7 +418,7 @@ func (a *Activities) checkArtefacts(ref StageRef) error {
 // (methods.RunCommand) over the stage's valid rows: heartbeats while it
 // runs, its progress stored on the stage, its failures reported as
 // non-retryable PredictionFailed errors.
-func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonicalize bool, d *methods.Descriptor, sr stageRows, send []int, dir string) ([]*float64, map[int]string, map[int]units.Uncertainty, bool, error) {
+func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonicalize bool, d *methods.Descriptor, sr jobfiles.StageRows, send []int, dir string) ([]*float64, map[int]string, map[int]units.Uncertainty, bool, error) {
 	rows := make([]methods.EngineRow, len(send))
 	for k, i := range send {
 		rows[k] = methods.EngineRow{Seq: sr.Units[i].Seq, Kwargs: sr.Units[i].Kwargs}

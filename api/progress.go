@@ -1,15 +1,13 @@
 package api
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/kinflow/kinflow/internal/jobfiles"
 	"github.com/kinflow/kinflow/internal/store"
 )
 
@@ -62,21 +60,10 @@ type overallProgress struct {
 	Text string `json:"text"`
 }
 
-// stageCounts mirrors activities.StageCounts (work/stage-<i>/counts.json).
-type stageCounts struct {
-	Rows      int `json:"rows"`
-	Sequences int `json:"sequences"`
-	Units     int `json:"units"`
-}
-
 // readStageCounts reads a stage's counts; ok is false before its plan.
-func (s *Server) readStageCounts(jobID string, index int) (stageCounts, bool) {
-	var c stageCounts
-	b, err := os.ReadFile(filepath.Join(s.mediaRoot(), "jobs", jobID, "work", "stage-"+strconv.Itoa(index), "counts.json"))
-	if err != nil || json.Unmarshal(b, &c) != nil {
-		return c, false
-	}
-	return c, true
+func (s *Server) readStageCounts(jobID string, index int) (jobfiles.StageCounts, bool) {
+	c, err := jobfiles.ReadStageCounts(s.mediaRoot(), jobID, index)
+	return c, err == nil
 }
 
 // stageUserUnits are the additions to a stage object: the stage in the
@@ -114,7 +101,7 @@ func stageFraction(st store.JobStage) float64 {
 }
 
 // stageUnits computes a stage's additions.
-func stageUnits(st store.JobStage, c stageCounts, haveCounts bool, now time.Time) stageUserUnits {
+func stageUnits(st store.JobStage, c jobfiles.StageCounts, haveCounts bool, now time.Time) stageUserUnits {
 	u := stageUserUnits{Rows: st.MoleculesTotal, Percent: round1(100 * stageFraction(st))}
 	if haveCounts {
 		u.Rows = c.Rows

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/kinflow/kinflow/internal/jobfiles"
+	"github.com/kinflow/kinflow/internal/result"
 	"github.com/kinflow/kinflow/internal/store"
 )
 
@@ -45,12 +47,12 @@ func (s *Server) similarityNote(j *store.Job) *similarityNote {
 	if !j.IncludeSimilarityColumns {
 		return nil
 	}
-	h, ok := readSimilarityHead(filepath.Join(s.mediaRoot(), "jobs", j.ID, "similarity.json"))
+	h, ok := readSimilarityHead(filepath.Join(s.mediaRoot(), jobfiles.DirRel(j.ID), jobfiles.SimilarityFile))
 	if !ok || h.Method == "" {
 		return nil
 	}
 	n := &similarityNote{State: h.State, Method: h.Method, Dataset: h.Dataset, Unit: SimilarityUnit,
-		Columns: []string{"mean similarity to " + h.Method + " training data", "max similarity to " + h.Method + " training data"}}
+		Columns: result.SimilarityColumns(h.Method)}
 	switch h.State {
 	case "done":
 		n.Message = fmt.Sprintf("Similarity columns, in %s (0–100): the mean and the highest MMseqs2 identity of each row's sequence to the training data of method %s (dataset %s); 0 means no hit.",

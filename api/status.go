@@ -9,20 +9,21 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/kinflow/kinflow/internal/jobfiles"
 	"github.com/kinflow/kinflow/internal/provenance"
 	"github.com/kinflow/kinflow/internal/store"
 )
 
-// jobIDPattern is the contract's slug pattern for the job id path segment;
-// anything else is answered like an unknown route (JSON 404).
-var jobIDPattern = regexp.MustCompile(`^[-a-zA-Z0-9_]+$`)
+// jobIDPattern is the contract's slug pattern for the job id path segment
+// (jobfiles.SlugPattern); anything else is answered like an unknown route
+// (JSON 404).
+var jobIDPattern = jobfiles.SlugPattern
 
 // gpuEventsKept is how many GPU-precompute events a status shows (§2.5: the
 // last 20 are kept).

@@ -20,6 +20,7 @@ import (
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/input"
+	"github.com/kinflow/kinflow/internal/jobfiles"
 	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/predcache"
 	"github.com/kinflow/kinflow/internal/store"
@@ -329,7 +330,7 @@ func (s *Server) submit(c *gin.Context) {
 	} else if !queued {
 		if _, jerr := s.deps.Store.Job(ctx, id); errors.Is(jerr, store.ErrNotFound) {
 			s.log.Error("job.reconciled_away", "request_id", c.GetString(requestIDKey), "job_id", id)
-			_ = os.RemoveAll(s.mediaPath("jobs/" + id))
+			_ = os.RemoveAll(s.mediaPath(jobfiles.DirRel(id)))
 			abortError(c, http.StatusServiceUnavailable, "The job could not be queued in time. Nothing was charged; please retry.")
 			return
 		}
@@ -411,7 +412,7 @@ func (s *Server) replaySubmit(c *gin.Context, ctx context.Context, j *store.Job,
 				// The reconciler undid it meanwhile, and released the key;
 				// the input this retry wrote belongs to no job.
 				s.log.Error("job.reconciled_away", "request_id", rid, "job_id", j.ID)
-				_ = os.RemoveAll(s.mediaPath("jobs/" + j.ID))
+				_ = os.RemoveAll(s.mediaPath(jobfiles.DirRel(j.ID)))
 				abortError(c, http.StatusServiceUnavailable, "The job could not be queued in time. Nothing was charged; please retry.")
 				return
 			}
@@ -427,7 +428,7 @@ func (s *Server) abandon(ctx context.Context, c *gin.Context, id string, cause e
 	if _, err := s.deps.Store.AbandonSubmit(ctx, id, "", true, s.now()); err != nil {
 		s.log.Error("job.abandon_failed", "request_id", c.GetString(requestIDKey), "job_id", id, "error", errors.Join(cause, err))
 	}
-	_ = os.RemoveAll(s.mediaPath("jobs/" + id))
+	_ = os.RemoveAll(s.mediaPath(jobfiles.DirRel(id)))
 }
 
 func (s *Server) startJob(ctx context.Context, id string) error {
@@ -488,7 +489,7 @@ func (s *Server) newJob(c *gin.Context, k *store.AuthKey, sub *input.Submission,
 		HandleLongSequences: o.HandleLongSequences, CanonicalizeSubstrates: o.CanonicalizeSubstrates,
 		IncludeSimilarityColumns: o.IncludeSimilarityColumns, UseExperimental: o.UseExperimental,
 		DisableGPUPrecompute: o.DisableGPUPrecompute, UsePredictionCache: o.UsePredictionCache, RequestedRows: len(sub.Table.Rows),
-		SubmittedAt: now.UTC(), InputPath: "jobs/" + id + "/input.csv"}
+		SubmittedAt: now.UTC(), InputPath: jobfiles.InputRel(id)}
 	stages := make([]store.JobStage, 0, len(o.Targets))
 	for i, t := range o.Targets {
 		key := o.Methods[t]
