@@ -2,8 +2,6 @@ package activities
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"path/filepath"
 	"strings"
 	"time"
@@ -167,14 +165,7 @@ func tableRefund(t *assembled, requested int) store.Refund {
 // assemble builds the job's result table (internal/result) from its input
 // and every stage's predictions.
 func (a *Activities) assemble(job *store.Job) (*assembled, error) {
-	var targets []string
-	if err := json.Unmarshal([]byte(job.Targets), &targets); err != nil {
-		return nil, fmt.Errorf("job %s targets: %w", job.ID, err)
-	}
-	var chosen map[string]string
-	if err := json.Unmarshal([]byte(job.Methods), &chosen); err != nil {
-		return nil, fmt.Errorf("job %s methods: %w", job.ID, err)
-	}
+	targets, chosen := job.Targets, job.Methods
 	picked := make(map[string]string, len(targets))
 	for _, t := range targets {
 		picked[t] = chosen[t]

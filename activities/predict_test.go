@@ -199,9 +199,7 @@ func (h *predictHarness) submit(id string, methodsByTarget map[string]string, ca
 			targets = append(targets, string(t))
 		}
 	}
-	tj, _ := json.Marshal(targets)
-	mj, _ := json.Marshal(methodsByTarget)
-	job := &store.Job{ID: id, KeyID: 1, IPAddress: "127.0.0.1", Status: store.JobPending, Targets: string(tj), Methods: string(mj),
+	job := &store.Job{ID: id, KeyID: 1, IPAddress: "127.0.0.1", Status: store.JobPending, Targets: targets, Methods: methodsByTarget,
 		HandleLongSequences: "truncate", CanonicalizeSubstrates: canonicalize, SubmittedAt: time.Now().UTC()}
 	var stages []store.JobStage
 	for i, t := range targets {

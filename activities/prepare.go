@@ -2,7 +2,6 @@ package activities
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -250,13 +249,9 @@ func (a *Activities) PrepareInput(ctx context.Context, ref JobRef) (PreparedJob,
 	if err := a.Store.StartJob(ctx, job.ID, time.Now().UTC()); err != nil {
 		return PreparedJob{}, err
 	}
-	var targets []string
-	var chosen map[string]any
-	if err := json.Unmarshal([]byte(job.Targets), &targets); err != nil || len(targets) == 0 {
-		return PreparedJob{}, temporal.NewNonRetryableApplicationError("No prediction targets were provided.", ErrInvalidInput, err)
-	}
-	if err := json.Unmarshal([]byte(job.Methods), &chosen); err != nil {
-		return PreparedJob{}, temporal.NewNonRetryableApplicationError("Invalid method selection: the stored methods are not an object.", ErrInvalidInput, err)
+	targets, chosen := job.Targets, job.Methods
+	if len(targets) == 0 {
+		return PreparedJob{}, temporal.NewNonRetryableApplicationError("No prediction targets were provided.", ErrInvalidInput, nil)
 	}
 
 	dir, err := a.jobDir(job.ID)
@@ -278,7 +273,7 @@ func (a *Activities) PrepareInput(ctx context.Context, ref JobRef) (PreparedJob,
 	descs := make([]*methods.Descriptor, len(targets))
 	var maxLens []int
 	for i, t := range targets {
-		key, _ := chosen[t].(string)
+		key := chosen[t]
 		d, ok := a.Catalogue.Get(key)
 		if !ok || !d.Supported(methods.Target(t)) {
 			return PreparedJob{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("Invalid method selection: %q for target %q.", key, t), ErrUnknownMethod, nil)

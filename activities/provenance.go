@@ -2,7 +2,6 @@ package activities
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -150,9 +149,7 @@ func applyProvenance(out *jobfiles.StagePredictions, st provenance.Stage, d *met
 // writeJobProvenance gathers the stages' provenance into
 // jobs/<id>/provenance.json and returns it.
 func (a *Activities) writeJobProvenance(job *store.Job) (JobProvenance, error) {
-	var targets []string
-	_ = json.Unmarshal([]byte(job.Targets), &targets)
-	jobID, stages := job.ID, len(targets)
+	jobID, stages := job.ID, len(job.Targets)
 	var jp JobProvenance
 	var unverified []string
 	synthetic := false

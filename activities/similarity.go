@@ -2,9 +2,9 @@ package activities
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -60,17 +60,9 @@ func (a *Activities) jobInput(ctx context.Context, jobID string) (*store.Job, *i
 
 // jobTargets returns the job's targets and target → method key.
 func jobTargets(job *store.Job) ([]string, map[string]string) {
-	var targets []string
-	_ = json.Unmarshal([]byte(job.Targets), &targets)
-	var raw map[string]any
-	_ = json.Unmarshal([]byte(job.Methods), &raw)
-	chosen := map[string]string{}
-	for k, v := range raw {
-		if s, ok := v.(string); ok {
-			chosen[k] = s
-		}
-	}
-	return targets, chosen
+	chosen := make(map[string]string, len(job.Methods))
+	maps.Copy(chosen, job.Methods)
+	return job.Targets, chosen
 }
 
 // TrainingSimilarity computes the similarity columns of a job (WIRE §3.3):

@@ -2,7 +2,6 @@ package api
 
 import (
 	"encoding/base64"
-	"encoding/json"
 	"net/http"
 	"slices"
 	"strconv"
@@ -104,8 +103,7 @@ func (s *Server) jobsList(c *gin.Context) {
 		it := jobItem{JobID: j.ID, Status: jobStatusOnWire(j.Status), Rows: j.RequestedRows,
 			SubmittedAt: isoformat(j.SubmittedAt), StartedAt: isoPtr(j.StartedAt), CompletedAt: isoPtr(j.CompletedAt),
 			StatusURL: "/api/v1/status/" + j.ID + "/", Synthetic: j.Synthetic}
-		_ = json.Unmarshal([]byte(j.Targets), &it.Targets)
-		_ = json.Unmarshal([]byte(j.Methods), &it.Methods)
+		it.Targets, it.Methods = j.Targets, j.Methods
 		if it.Targets == nil {
 			it.Targets = []string{}
 		}

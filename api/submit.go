@@ -481,10 +481,8 @@ func (s *Server) newJob(c *gin.Context, k *store.AuthKey, sub *input.Submission,
 		return nil, nil, err
 	}
 	o := sub.Options
-	targets, _ := json.Marshal(o.Targets)
-	meths, _ := json.Marshal(o.Methods)
 	job := &store.Job{ID: id, KeyID: k.ID, IPAddress: s.callerIP(c),
-		PredictionType: strings.Join(o.Targets, "+"), Targets: string(targets), Methods: string(meths),
+		PredictionType: strings.Join(o.Targets, "+"), Targets: o.Targets, Methods: o.Methods,
 		KcatMethod: o.Methods[string(methods.Kcat)], KmMethod: o.Methods[string(methods.Km)], KcatKmMethod: o.Methods[string(methods.KcatKm)],
 		HandleLongSequences: o.HandleLongSequences, CanonicalizeSubstrates: o.CanonicalizeSubstrates,
 		IncludeSimilarityColumns: o.IncludeSimilarityColumns, UseExperimental: o.UseExperimental,
