@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kinflow/kinflow/internal/wire"
+
 	"github.com/kinflow/kinflow/internal/jobfiles"
 	"github.com/kinflow/kinflow/internal/store"
 )
@@ -31,34 +33,6 @@ const (
 	etaMinPercent = 20.0
 	etaMinSeconds = 10
 )
-
-// overallProgress is kinflow's `overall` object of /status/: the whole job
-// in the user's units (rows, sequences), one percentage, an ETA and one
-// line of text that the web page, the CLI and the Python client all show.
-// The §2.4 embedding objects (counted in files) stay as the detail.
-type overallProgress struct {
-	// Percent of the whole job, 0–100 with one decimal: the mean of the
-	// stages' fractions; a stage that embeds counts its embedding and its
-	// predictions half each, else its predictions only.
-	Percent float64 `json:"percent"`
-	// ETASeconds is the time left, extrapolated from the compute time so
-	// far and Percent; null while it cannot be estimated (queued, or
-	// under etaMinPercent / etaMinSeconds), 0 when the job is finished.
-	ETASeconds *int64 `json:"etaSeconds"`
-	// Phase is queued, preparing, embedding, predicting, finishing,
-	// completed or failed.
-	Phase string `json:"phase"`
-	// Rows are the job's input rows.
-	Rows int `json:"rows"`
-	// Sequences are the distinct sequences of the active (else last)
-	// stage; null until its plan is made.
-	Sequences *int `json:"sequences"`
-	// Stage is the 1-based active stage; null before stages exist.
-	Stage  *int `json:"stage"`
-	Stages int  `json:"stages"`
-	// Text is the whole state as one line.
-	Text string `json:"text"`
-}
 
 // readStageCounts reads a stage's counts; ok is false before its plan.
 func (s *Server) readStageCounts(jobID string, index int) (jobfiles.StageCounts, bool) {
@@ -132,8 +106,8 @@ func round1(x float64) float64 { return math.Round(x*10) / 10 }
 
 // overall builds the `overall` object from the job, its stages and their
 // user-unit additions (same order as stages).
-func overall(j *store.Job, wireStatus string, queuePos *int, stages []store.JobStage, units []stageUserUnits, now time.Time) overallProgress {
-	o := overallProgress{Rows: j.RequestedRows, Stages: len(stages)}
+func overall(j *store.Job, wireStatus string, queuePos *int, stages []store.JobStage, units []stageUserUnits, now time.Time) wire.Overall {
+	o := wire.Overall{Rows: j.RequestedRows, Stages: len(stages)}
 	sum := 0.0
 	for _, st := range stages {
 		sum += stageFraction(st)
@@ -196,7 +170,7 @@ func overall(j *store.Job, wireStatus string, queuePos *int, stages []store.JobS
 
 // overallText is the one-line state: what the web page's summary, the CLI
 // bar and the Python client's bar all print.
-func overallText(j *store.Job, o overallProgress, queuePos *int, active *store.JobStage, au stageUserUnits, now time.Time) string {
+func overallText(j *store.Job, o wire.Overall, queuePos *int, active *store.JobStage, au stageUserUnits, now time.Time) string {
 	rows := plural(o.Rows, "row", "rows")
 	stageName := func() string {
 		if active == nil {
