@@ -7,10 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -337,11 +338,7 @@ func (a *Activities) predictSynthetic(ctx context.Context, ref StageRef, d *meth
 			}
 		}
 		r := sr.Units[i]
-		keys := make([]string, 0, len(r.Kwargs))
-		for kw := range r.Kwargs {
-			keys = append(keys, kw)
-		}
-		sort.Strings(keys)
+		keys := slices.Sorted(maps.Keys(r.Kwargs))
 		h := sha256.New()
 		fmt.Fprintf(h, "%s|%s|%s", d.Key, sr.Target, r.Seq)
 		for _, kw := range keys {
