@@ -74,12 +74,6 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 	if fsutil.ReadJSON(partialFile, &partial) == nil && len(partial.Results) == len(sr.Units) {
 		out.Results, send = partial.Results, partial.Redo
 	}
-	invalidRows := 0
-	for _, sh := range sr.Shapes {
-		if sh.Skip != "" {
-			invalidRows++
-		}
-	}
 	var job *store.Job
 	if err := a.storeRetry(ctx, func() (err error) { job, err = a.Store.Job(ctx, ref.JobID); return err }); err != nil {
 		return PredictResult{}, err
@@ -105,42 +99,9 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 		pc := a.stageCache(ctx, job, d, sr, prov, send, log)
 		toSend := send
 		if pc != nil {
-			toSend = toSend[:0:0]
-			for k, i := range send {
-				e, ok := pc.hits[pc.keys[k]]
-				if !ok {
-					toSend = append(toSend, i)
-					continue
-				}
-				r := &out.Results[i]
-				at := e.FirstComputed
-				r.Cached = &at
-				if e.Value != nil {
-					r.Value, r.Source = e.Value, out.Source
-					if d.Uncertainty && e.Uncertainty != nil {
-						u := *e.Uncertainty
-						r.Uncertainty = &u
-					}
-				} else {
-					r.Error = e.Error
-				}
-			}
+			toSend = serveFromCache(pc, d, &out, send)
 		}
-		var vals []*float64
-		var reasons map[int]string
-		var uncs map[int]units.Uncertainty
-		unconverted := false
-		switch {
-		case len(toSend) == 0:
-			// Every unit came from the cache: the engine is not called.
-		case a.Config.PredictionEngine == "synthetic":
-			vals, err = a.predictSynthetic(ctx, ref, d, sr, toSend)
-			if err == nil && d.Uncertainty {
-				uncs = syntheticUncertainties(d, sr, toSend)
-			}
-		default:
-			vals, reasons, uncs, unconverted, err = a.predictCommand(ctx, ref, job.CanonicalizeSubstrates, d, sr, toSend, dir)
-		}
+		eng, err := a.runEngine(ctx, ref, job, d, sr, toSend, dir)
 		if err != nil {
 			log.Warn("prediction failed", "error", err)
 			return PredictResult{}, err
@@ -152,33 +113,12 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 		if err != nil {
 			return PredictResult{}, err
 		}
-		for k, i := range toSend {
-			r := &out.Results[i]
-			switch reason, ok := reasons[k]; {
-			case ok:
-				r.Error = reason
-			case vals[k] == nil || math.IsNaN(*vals[k]) || math.IsInf(*vals[k], 0):
-				r.Error = methods.ReasonNoPrediction
-			default:
-				r.Value, r.Source = vals[k], out.Source
-				if u, ok := uncs[k]; ok && d.Uncertainty {
-					r.Uncertainty = &u
-				}
-			}
-		}
+		eng.apply(&out, toSend, d)
 		if len(redo) > 0 {
-			kept := toSend[:0:0]
-			for _, i := range toSend {
-				if redo[i] {
-					out.Results[i] = units.Result{}
-				} else {
-					kept = append(kept, i)
-				}
-			}
-			toSend = kept
+			toSend = dropRedo(&out, toSend, redo)
 		}
 		switch {
-		case pc != nil && unconverted:
+		case pc != nil && eng.unconverted:
 			// The program saw substrates as given, not in the form the
 			// chemistry helper makes of them: values the unit's key (the
 			// tokens as sent to kinflow) does not describe.
@@ -187,13 +127,7 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 			a.storeComputed(ctx, pc, d, out.Results, toSend, log)
 		}
 		if len(redo) > 0 {
-			p := jobfiles.StagePartial{Results: out.Results}
-			for _, i := range send {
-				if redo[i] {
-					p.Redo = append(p.Redo, i)
-				}
-			}
-			if err := fsutil.WriteJSONAtomic(partialFile, p); err != nil {
+			if err := writePartial(partialFile, out, send, redo); err != nil {
 				return PredictResult{}, err
 			}
 			return PredictResult{Recheck: changed}, nil
@@ -209,20 +143,137 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 	_ = os.Remove(partialFile)
 	res := countPredictions(out)
 	log.Info("prediction done", "predicted", res.Predicted, "skipped", res.Skipped, "cached", cached, "synthetic", res.Synthetic)
-	// The database may be away for a while (issue 33): wait for it rather
-	// than lose the work done.
+	return res, a.recordPredictions(ctx, ref, res, cached, sendAll, countInvalidRows(sr))
+}
+
+// countInvalidRows is the stage's rows skipped whole.
+func countInvalidRows(sr jobfiles.StageRows) int {
+	n := 0
+	for _, sh := range sr.Shapes {
+		if sh.Skip != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// recordPredictions stores the stage's and the job's prediction counts.
+// The database may be away for a while (issue 33): it waits for it rather
+// than lose the work done.
+func (a *Activities) recordPredictions(ctx context.Context, ref StageRef, res PredictResult, cached, sendAll, invalidRows int) error {
 	if err := a.storeRetry(ctx, func() error {
 		return a.Store.UpdateStage(ctx, ref.JobID, ref.StageIndex, map[string]any{"predictions_made": res.Predicted, "predictions_cached": cached})
 	}); err != nil {
-		return res, err
+		return err
 	}
-	err = a.storeRetry(ctx, func() error {
+	return a.storeRetry(ctx, func() error {
 		return a.Store.UpdateJob(ctx, ref.JobID, map[string]any{
 			"total_predictions": sendAll, "predictions_made": res.Predicted, "invalid_rows": invalidRows,
 			"predictions_cached": gorm.Expr("(SELECT COALESCE(SUM(predictions_cached), 0) FROM job_stages WHERE job_id = ?)", ref.JobID),
 		})
 	})
-	return res, err
+}
+
+// serveFromCache fills out's results of the units of send the prediction
+// cache has (with the uncertainty they were computed with, for a method
+// that gives one) and returns the rest, which go to the engine.
+func serveFromCache(pc *stagePredCache, d *methods.Descriptor, out *jobfiles.StagePredictions, send []int) []int {
+	toSend := send[:0:0]
+	for k, i := range send {
+		e, ok := pc.hits[pc.keys[k]]
+		if !ok {
+			toSend = append(toSend, i)
+			continue
+		}
+		r := &out.Results[i]
+		at := e.FirstComputed
+		r.Cached = &at
+		if e.Value != nil {
+			r.Value, r.Source = e.Value, out.Source
+			if d.Uncertainty && e.Uncertainty != nil {
+				u := *e.Uncertainty
+				r.Uncertainty = &u
+			}
+		} else {
+			r.Error = e.Error
+		}
+	}
+	return toSend
+}
+
+// engineOutput is what the engine returned for the units sent, by their
+// position k in the list sent.
+type engineOutput struct {
+	vals    []*float64
+	reasons map[int]string
+	uncs    map[int]units.Uncertainty
+	// unconverted: the program saw the substrates as given (the chemistry
+	// helper was not used).
+	unconverted bool
+}
+
+// runEngine predicts the units toSend with the configured engine (none
+// when every unit came from the cache).
+func (a *Activities) runEngine(ctx context.Context, ref StageRef, job *store.Job, d *methods.Descriptor, sr jobfiles.StageRows, toSend []int, dir string) (engineOutput, error) {
+	var eng engineOutput
+	var err error
+	switch {
+	case len(toSend) == 0:
+		// Every unit came from the cache: the engine is not called.
+	case a.Config.PredictionEngine == "synthetic":
+		eng.vals, err = a.predictSynthetic(ctx, ref, d, sr, toSend)
+		if err == nil && d.Uncertainty {
+			eng.uncs = syntheticUncertainties(d, sr, toSend)
+		}
+	default:
+		eng.vals, eng.reasons, eng.uncs, eng.unconverted, err = a.predictCommand(ctx, ref, job.CanonicalizeSubstrates, d, sr, toSend, dir)
+	}
+	return eng, err
+}
+
+// apply writes the engine's answer for each unit of toSend into out: its
+// reason, no prediction for a missing or non-finite value, or the value.
+func (eng engineOutput) apply(out *jobfiles.StagePredictions, toSend []int, d *methods.Descriptor) {
+	for k, i := range toSend {
+		r := &out.Results[i]
+		switch reason, ok := eng.reasons[k]; {
+		case ok:
+			r.Error = reason
+		case eng.vals[k] == nil || math.IsNaN(*eng.vals[k]) || math.IsInf(*eng.vals[k], 0):
+			r.Error = methods.ReasonNoPrediction
+		default:
+			r.Value, r.Source = eng.vals[k], out.Source
+			if u, ok := eng.uncs[k]; ok && d.Uncertainty {
+				r.Uncertainty = &u
+			}
+		}
+	}
+}
+
+// dropRedo clears the results of the units to run again and returns the
+// units of toSend that keep theirs.
+func dropRedo(out *jobfiles.StagePredictions, toSend []int, redo map[int]bool) []int {
+	kept := toSend[:0:0]
+	for _, i := range toSend {
+		if redo[i] {
+			out.Results[i] = units.Result{}
+		} else {
+			kept = append(kept, i)
+		}
+	}
+	return kept
+}
+
+// writePartial writes pred.partial.json: the results so far and the units
+// of send to run again.
+func writePartial(path string, out jobfiles.StagePredictions, send []int, redo map[int]bool) error {
+	p := jobfiles.StagePartial{Results: out.Results}
+	for _, i := range send {
+		if redo[i] {
+			p.Redo = append(p.Redo, i)
+		}
+	}
+	return fsutil.WriteJSONAtomic(path, p)
 }
 
 // ReasonCacheFilesChanged is the event reason (kinflow's, tuple F,F,F,F) of
