@@ -13,6 +13,7 @@ import (
 	"github.com/kinflow/kinflow/internal/embedding"
 	"github.com/kinflow/kinflow/internal/embedjob"
 	"github.com/kinflow/kinflow/internal/fsutil"
+	"github.com/kinflow/kinflow/internal/jobfiles"
 	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/store"
 )
@@ -42,7 +43,7 @@ func (a *Activities) BuildPlan(ctx context.Context, in PlanInput) (PlanSummary, 
 	if err != nil {
 		return PlanSummary{}, err
 	}
-	planFile := filepath.Join(dir, "plan.json")
+	planFile := filepath.Join(dir, jobfiles.PlanFile)
 
 	var plan *embedding.Plan
 	var first embedding.Plan

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kinflow/kinflow/internal/fsutil"
+	"github.com/kinflow/kinflow/internal/jobfiles"
 	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/predcache"
 	"github.com/kinflow/kinflow/internal/provenance"
@@ -40,7 +41,7 @@ type stagePredCache struct {
 // gives uncertainty, an entry with a value stored without the method's
 // uncertainty (before the cache kept uncertainties) is a miss: the unit is
 // computed again, and its new entry replaces the old one.
-func (a *Activities) stageCache(ctx context.Context, job *store.Job, d *methods.Descriptor, sr stageRows, prov provenance.Stage, send []int, log *slog.Logger) *stagePredCache {
+func (a *Activities) stageCache(ctx context.Context, job *store.Job, d *methods.Descriptor, sr jobfiles.StageRows, prov provenance.Stage, send []int, log *slog.Logger) *stagePredCache {
 	if a.PredCache == nil || len(prov.Unverified) > 0 {
 		return nil
 	}
@@ -141,7 +142,7 @@ func fixedArgs(d *methods.Descriptor, t methods.Target, checkpointRoot string) s
 // recordCacheUse adds the stage's use of the prediction cache to its
 // provenance.json (the JSON result's provenance): the number of units
 // served from the cache and which rows they belong to.
-func (a *Activities) recordCacheUse(ref StageRef, prov provenance.Stage, sr stageRows, results []units.Result) error {
+func (a *Activities) recordCacheUse(ref StageRef, prov provenance.Stage, sr jobfiles.StageRows, results []units.Result) error {
 	byRow := map[int]*provenance.CachedRow{}
 	first := map[int]time.Time{}
 	n := 0

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kinflow/kinflow/internal/jobfiles"
 	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/predcache"
 	"github.com/kinflow/kinflow/internal/provenance"
@@ -21,7 +22,7 @@ import (
 // cacheJob submits csv as job id (kcat by B) with the prediction cache on
 // (use true) or off, runs Predict, and returns the results and the number
 // of rows the engine program was given (0: not called).
-func (h *predictHarness) cacheJob(id, csv string, use bool) (stagePredictions, int) {
+func (h *predictHarness) cacheJob(id, csv string, use bool) (jobfiles.StagePredictions, int) {
 	h.t.Helper()
 	h.submit(id, map[string]string{"kcat": "B"}, true, csv)
 	h.a.Store.DB.Model(&store.Job{}).Where("id = ?", id).Update("use_prediction_cache", use)
@@ -216,7 +217,7 @@ func TestStageCacheBypass(t *testing.T) {
 	h := newPredictHarness(t, s, nil, "")
 	h.a.PredCache = predcache.New(s)
 	d, _ := h.a.Catalogue.Get("B")
-	sr := stageRows{Target: "kcat", MethodKey: "B", Units: []units.Unit{{Seq: "MKT", Substrates: []string{"CCO"}}}}
+	sr := jobfiles.StageRows{Target: "kcat", MethodKey: "B", Units: []units.Unit{{Seq: "MKT", Substrates: []string{"CCO"}}}}
 	job := &store.Job{UsePredictionCache: true}
 	for _, tc := range []struct {
 		name string

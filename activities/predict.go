@@ -7,10 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,23 +23,11 @@ import (
 	"github.com/kinflow/kinflow/internal/embedding"
 	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/heartbeat"
+	"github.com/kinflow/kinflow/internal/jobfiles"
 	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/store"
 	"github.com/kinflow/kinflow/internal/units"
 )
-
-// stagePredictions is MEDIA/jobs/<id>/work/stage-<i>/pred.json: one
-// result per prediction unit of the stage (rows.json's Units, same order).
-type stagePredictions struct {
-	Results []units.Result `json:"results"`
-	// Values and Reasons are the per-row form written before units (one
-	// unit per valid row); Finalize converts them.
-	Values  []*float64 `json:"values,omitempty"`
-	Reasons []string   `json:"reasons,omitempty"`
-	// Source is the Source cell of a predicted unit.
-	Source    string `json:"source"`
-	Synthetic bool   `json:"synthetic"`
-}
 
 // Predict runs the stage's method over its prediction units with the
 // configured engine and stores one result per unit. A unit that failed
@@ -61,14 +50,14 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 	if err != nil {
 		return PredictResult{}, err
 	}
-	predFile := filepath.Join(dir, "pred.json")
-	var done stagePredictions
+	predFile := filepath.Join(dir, jobfiles.PredFile)
+	var done jobfiles.StagePredictions
 	if fsutil.ReadJSON(predFile, &done) == nil && done.Results != nil && len(done.Results) == len(sr.Units) {
 		// A retry after the file was written: nothing to redo.
 		return countPredictions(done), nil
 	}
 
-	out := stagePredictions{Results: make([]units.Result, len(sr.Units))}
+	out := jobfiles.StagePredictions{Results: make([]units.Result, len(sr.Units))}
 	var send []int
 	for i, u := range sr.Units {
 		if u.Skip != "" {
@@ -80,16 +69,10 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 	sendAll := len(send)
 	// A round after cached files changed while the method read them:
 	// only the units of those files run again (recheckAfterRead).
-	partialFile := filepath.Join(dir, "pred.partial.json")
-	var partial stagePartial
+	partialFile := filepath.Join(dir, jobfiles.PartialFile)
+	var partial jobfiles.StagePartial
 	if fsutil.ReadJSON(partialFile, &partial) == nil && len(partial.Results) == len(sr.Units) {
 		out.Results, send = partial.Results, partial.Redo
-	}
-	invalidRows := 0
-	for _, sh := range sr.Shapes {
-		if sh.Skip != "" {
-			invalidRows++
-		}
 	}
 	var job *store.Job
 	if err := a.storeRetry(ctx, func() (err error) { job, err = a.Store.Job(ctx, ref.JobID); return err }); err != nil {
@@ -116,42 +99,9 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 		pc := a.stageCache(ctx, job, d, sr, prov, send, log)
 		toSend := send
 		if pc != nil {
-			toSend = toSend[:0:0]
-			for k, i := range send {
-				e, ok := pc.hits[pc.keys[k]]
-				if !ok {
-					toSend = append(toSend, i)
-					continue
-				}
-				r := &out.Results[i]
-				at := e.FirstComputed
-				r.Cached = &at
-				if e.Value != nil {
-					r.Value, r.Source = e.Value, out.Source
-					if d.Uncertainty && e.Uncertainty != nil {
-						u := *e.Uncertainty
-						r.Uncertainty = &u
-					}
-				} else {
-					r.Error = e.Error
-				}
-			}
+			toSend = serveFromCache(pc, d, &out, send)
 		}
-		var vals []*float64
-		var reasons map[int]string
-		var uncs map[int]units.Uncertainty
-		unconverted := false
-		switch {
-		case len(toSend) == 0:
-			// Every unit came from the cache: the engine is not called.
-		case a.Config.PredictionEngine == "synthetic":
-			vals, err = a.predictSynthetic(ctx, ref, d, sr, toSend)
-			if err == nil && d.Uncertainty {
-				uncs = syntheticUncertainties(d, sr, toSend)
-			}
-		default:
-			vals, reasons, uncs, unconverted, err = a.predictCommand(ctx, ref, job.CanonicalizeSubstrates, d, sr, toSend, dir)
-		}
+		eng, err := a.runEngine(ctx, ref, job, d, sr, toSend, dir)
 		if err != nil {
 			log.Warn("prediction failed", "error", err)
 			return PredictResult{}, err
@@ -163,33 +113,12 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 		if err != nil {
 			return PredictResult{}, err
 		}
-		for k, i := range toSend {
-			r := &out.Results[i]
-			switch reason, ok := reasons[k]; {
-			case ok:
-				r.Error = reason
-			case vals[k] == nil || math.IsNaN(*vals[k]) || math.IsInf(*vals[k], 0):
-				r.Error = methods.ReasonNoPrediction
-			default:
-				r.Value, r.Source = vals[k], out.Source
-				if u, ok := uncs[k]; ok && d.Uncertainty {
-					r.Uncertainty = &u
-				}
-			}
-		}
+		eng.apply(&out, toSend, d)
 		if len(redo) > 0 {
-			kept := toSend[:0:0]
-			for _, i := range toSend {
-				if redo[i] {
-					out.Results[i] = units.Result{}
-				} else {
-					kept = append(kept, i)
-				}
-			}
-			toSend = kept
+			toSend = dropRedo(&out, toSend, redo)
 		}
 		switch {
-		case pc != nil && unconverted:
+		case pc != nil && eng.unconverted:
 			// The program saw substrates as given, not in the form the
 			// chemistry helper makes of them: values the unit's key (the
 			// tokens as sent to kinflow) does not describe.
@@ -198,13 +127,7 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 			a.storeComputed(ctx, pc, d, out.Results, toSend, log)
 		}
 		if len(redo) > 0 {
-			p := stagePartial{Results: out.Results}
-			for _, i := range send {
-				if redo[i] {
-					p.Redo = append(p.Redo, i)
-				}
-			}
-			if err := fsutil.WriteJSONAtomic(partialFile, p); err != nil {
+			if err := writePartial(partialFile, out, send, redo); err != nil {
 				return PredictResult{}, err
 			}
 			return PredictResult{Recheck: changed}, nil
@@ -220,28 +143,137 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 	_ = os.Remove(partialFile)
 	res := countPredictions(out)
 	log.Info("prediction done", "predicted", res.Predicted, "skipped", res.Skipped, "cached", cached, "synthetic", res.Synthetic)
-	// The database may be away for a while (issue 33): wait for it rather
-	// than lose the work done.
+	return res, a.recordPredictions(ctx, ref, res, cached, sendAll, countInvalidRows(sr))
+}
+
+// countInvalidRows is the stage's rows skipped whole.
+func countInvalidRows(sr jobfiles.StageRows) int {
+	n := 0
+	for _, sh := range sr.Shapes {
+		if sh.Skip != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// recordPredictions stores the stage's and the job's prediction counts.
+// The database may be away for a while (issue 33): it waits for it rather
+// than lose the work done.
+func (a *Activities) recordPredictions(ctx context.Context, ref StageRef, res PredictResult, cached, sendAll, invalidRows int) error {
 	if err := a.storeRetry(ctx, func() error {
 		return a.Store.UpdateStage(ctx, ref.JobID, ref.StageIndex, map[string]any{"predictions_made": res.Predicted, "predictions_cached": cached})
 	}); err != nil {
-		return res, err
+		return err
 	}
-	err = a.storeRetry(ctx, func() error {
+	return a.storeRetry(ctx, func() error {
 		return a.Store.UpdateJob(ctx, ref.JobID, map[string]any{
 			"total_predictions": sendAll, "predictions_made": res.Predicted, "invalid_rows": invalidRows,
 			"predictions_cached": gorm.Expr("(SELECT COALESCE(SUM(predictions_cached), 0) FROM job_stages WHERE job_id = ?)", ref.JobID),
 		})
 	})
-	return res, err
 }
 
-// stagePartial is pred.partial.json: a stage's results so far when cached
-// files changed while the method read them, and the units to run again
-// once those files are computed anew.
-type stagePartial struct {
-	Results []units.Result `json:"results"`
-	Redo    []int          `json:"redo"`
+// serveFromCache fills out's results of the units of send the prediction
+// cache has (with the uncertainty they were computed with, for a method
+// that gives one) and returns the rest, which go to the engine.
+func serveFromCache(pc *stagePredCache, d *methods.Descriptor, out *jobfiles.StagePredictions, send []int) []int {
+	toSend := send[:0:0]
+	for k, i := range send {
+		e, ok := pc.hits[pc.keys[k]]
+		if !ok {
+			toSend = append(toSend, i)
+			continue
+		}
+		r := &out.Results[i]
+		at := e.FirstComputed
+		r.Cached = &at
+		if e.Value != nil {
+			r.Value, r.Source = e.Value, out.Source
+			if d.Uncertainty && e.Uncertainty != nil {
+				u := *e.Uncertainty
+				r.Uncertainty = &u
+			}
+		} else {
+			r.Error = e.Error
+		}
+	}
+	return toSend
+}
+
+// engineOutput is what the engine returned for the units sent, by their
+// position k in the list sent.
+type engineOutput struct {
+	vals    []*float64
+	reasons map[int]string
+	uncs    map[int]units.Uncertainty
+	// unconverted: the program saw the substrates as given (the chemistry
+	// helper was not used).
+	unconverted bool
+}
+
+// runEngine predicts the units toSend with the configured engine (none
+// when every unit came from the cache).
+func (a *Activities) runEngine(ctx context.Context, ref StageRef, job *store.Job, d *methods.Descriptor, sr jobfiles.StageRows, toSend []int, dir string) (engineOutput, error) {
+	var eng engineOutput
+	var err error
+	switch {
+	case len(toSend) == 0:
+		// Every unit came from the cache: the engine is not called.
+	case a.Config.PredictionEngine == "synthetic":
+		eng.vals, err = a.predictSynthetic(ctx, ref, d, sr, toSend)
+		if err == nil && d.Uncertainty {
+			eng.uncs = syntheticUncertainties(d, sr, toSend)
+		}
+	default:
+		eng.vals, eng.reasons, eng.uncs, eng.unconverted, err = a.predictCommand(ctx, ref, job.CanonicalizeSubstrates, d, sr, toSend, dir)
+	}
+	return eng, err
+}
+
+// apply writes the engine's answer for each unit of toSend into out: its
+// reason, no prediction for a missing or non-finite value, or the value.
+func (eng engineOutput) apply(out *jobfiles.StagePredictions, toSend []int, d *methods.Descriptor) {
+	for k, i := range toSend {
+		r := &out.Results[i]
+		switch reason, ok := eng.reasons[k]; {
+		case ok:
+			r.Error = reason
+		case eng.vals[k] == nil || math.IsNaN(*eng.vals[k]) || math.IsInf(*eng.vals[k], 0):
+			r.Error = methods.ReasonNoPrediction
+		default:
+			r.Value, r.Source = eng.vals[k], out.Source
+			if u, ok := eng.uncs[k]; ok && d.Uncertainty {
+				r.Uncertainty = &u
+			}
+		}
+	}
+}
+
+// dropRedo clears the results of the units to run again and returns the
+// units of toSend that keep theirs.
+func dropRedo(out *jobfiles.StagePredictions, toSend []int, redo map[int]bool) []int {
+	kept := toSend[:0:0]
+	for _, i := range toSend {
+		if redo[i] {
+			out.Results[i] = units.Result{}
+		} else {
+			kept = append(kept, i)
+		}
+	}
+	return kept
+}
+
+// writePartial writes pred.partial.json: the results so far and the units
+// of send to run again.
+func writePartial(path string, out jobfiles.StagePredictions, send []int, redo map[int]bool) error {
+	p := jobfiles.StagePartial{Results: out.Results}
+	for _, i := range send {
+		if redo[i] {
+			p.Redo = append(p.Redo, i)
+		}
+	}
+	return fsutil.WriteJSONAtomic(path, p)
 }
 
 // ReasonCacheFilesChanged is the event reason (kinflow's, tuple F,F,F,F) of
@@ -256,7 +288,7 @@ const ReasonCacheFilesChanged = "cache_files_changed_after_check"
 // ones are checked again (a file with the recorded contents is kept, any
 // other set aside). It returns the units whose file was set aside or is
 // gone, with the count of such files, and records a job event.
-func (a *Activities) recheckAfterRead(ctx context.Context, ref StageRef, sr stageRows, sent []int, log *slog.Logger) (map[int]bool, int, error) {
+func (a *Activities) recheckAfterRead(ctx context.Context, ref StageRef, sr jobfiles.StageRows, sent []int, log *slog.Logger) (map[int]bool, int, error) {
 	if len(sent) == 0 || a.Layout == nil {
 		return nil, 0, nil
 	}
@@ -268,7 +300,7 @@ func (a *Activities) recheckAfterRead(ctx context.Context, ref StageRef, sr stag
 		SeqIDToSeq map[string]string   `json:"seq_id_to_seq"`
 		Expected   map[string][]string `json:"expected_paths_by_seq"`
 	}
-	if err := fsutil.ReadJSON(filepath.Join(dir, "plan.json"), &plan); err != nil {
+	if err := fsutil.ReadJSON(filepath.Join(dir, jobfiles.PlanFile), &plan); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, 0, nil
 		}
@@ -326,7 +358,7 @@ func (a *Activities) recheckAfterRead(ctx context.Context, ref StageRef, sr stag
 }
 
 // countPredictions counts the stage's units with and without a value.
-func countPredictions(p stagePredictions) PredictResult {
+func countPredictions(p jobfiles.StagePredictions) PredictResult {
 	var r PredictResult
 	for _, res := range p.Results {
 		if res.Value != nil {
@@ -343,7 +375,7 @@ func countPredictions(p stagePredictions) PredictResult {
 // checks, like a real method, that every artefact the row's plan expects is
 // on disk, then derives a deterministic stand-in number from the method,
 // target, sequence and substrate. Its output is flagged synthetic everywhere.
-func (a *Activities) predictSynthetic(ctx context.Context, ref StageRef, d *methods.Descriptor, sr stageRows, send []int) ([]*float64, error) {
+func (a *Activities) predictSynthetic(ctx context.Context, ref StageRef, d *methods.Descriptor, sr jobfiles.StageRows, send []int) ([]*float64, error) {
 	if err := a.checkArtefacts(ref); err != nil {
 		return nil, err
 	}
@@ -357,11 +389,7 @@ func (a *Activities) predictSynthetic(ctx context.Context, ref StageRef, d *meth
 			}
 		}
 		r := sr.Units[i]
-		keys := make([]string, 0, len(r.Kwargs))
-		for kw := range r.Kwargs {
-			keys = append(keys, kw)
-		}
-		sort.Strings(keys)
+		keys := slices.Sorted(maps.Keys(r.Kwargs))
 		h := sha256.New()
 		fmt.Fprintf(h, "%s|%s|%s", d.Key, sr.Target, r.Seq)
 		for _, kw := range keys {
@@ -380,7 +408,7 @@ func (a *Activities) predictSynthetic(ctx context.Context, ref StageRef, d *meth
 // (a total SD between 0.2 and 0.8 log10 units, split 0.8:0.6 into its
 // aleatoric and epistemic parts) flagged Synthetic, so that the path from
 // the engine to the result's columns runs without a model.
-func syntheticUncertainties(d *methods.Descriptor, sr stageRows, send []int) map[int]units.Uncertainty {
+func syntheticUncertainties(d *methods.Descriptor, sr jobfiles.StageRows, send []int) map[int]units.Uncertainty {
 	out := make(map[int]units.Uncertainty, len(send))
 	for k, i := range send {
 		u := sr.Units[i]
@@ -414,7 +442,7 @@ func (a *Activities) checkArtefacts(ref StageRef) error {
 	var plan struct {
 		Expected map[string][]string `json:"expected_paths_by_seq"`
 	}
-	if err := fsutil.ReadJSON(filepath.Join(dir, "plan.json"), &plan); err != nil {
+	if err := fsutil.ReadJSON(filepath.Join(dir, jobfiles.PlanFile), &plan); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil // no plan: a method without shared-cache artefacts
 		}
@@ -438,7 +466,7 @@ func (a *Activities) checkArtefacts(ref StageRef) error {
 // (methods.RunCommand) over the stage's valid rows: heartbeats while it
 // runs, its progress stored on the stage, its failures reported as
 // non-retryable PredictionFailed errors.
-func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonicalize bool, d *methods.Descriptor, sr stageRows, send []int, dir string) ([]*float64, map[int]string, map[int]units.Uncertainty, bool, error) {
+func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonicalize bool, d *methods.Descriptor, sr jobfiles.StageRows, send []int, dir string) ([]*float64, map[int]string, map[int]units.Uncertainty, bool, error) {
 	rows := make([]methods.EngineRow, len(send))
 	for k, i := range send {
 		rows[k] = methods.EngineRow{Seq: sr.Units[i].Seq, Kwargs: sr.Units[i].Kwargs}

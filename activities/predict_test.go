@@ -21,6 +21,7 @@ import (
 
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/input"
+	"github.com/kinflow/kinflow/internal/jobfiles"
 	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/store"
 	"github.com/kinflow/kinflow/internal/testenv"
@@ -198,9 +199,7 @@ func (h *predictHarness) submit(id string, methodsByTarget map[string]string, ca
 			targets = append(targets, string(t))
 		}
 	}
-	tj, _ := json.Marshal(targets)
-	mj, _ := json.Marshal(methodsByTarget)
-	job := &store.Job{ID: id, KeyID: 1, IPAddress: "127.0.0.1", Status: store.JobPending, Targets: string(tj), Methods: string(mj),
+	job := &store.Job{ID: id, KeyID: 1, IPAddress: "127.0.0.1", Status: store.JobPending, Targets: targets, Methods: methodsByTarget,
 		HandleLongSequences: "truncate", CanonicalizeSubstrates: canonicalize, SubmittedAt: time.Now().UTC()}
 	var stages []store.JobStage
 	for i, t := range targets {
@@ -221,13 +220,13 @@ func (h *predictHarness) submit(id string, methodsByTarget map[string]string, ca
 }
 
 // predict runs Predict for one stage and returns the stored predictions.
-func (h *predictHarness) predict(id string, stage int) (stagePredictions, error) {
+func (h *predictHarness) predict(id string, stage int) (jobfiles.StagePredictions, error) {
 	h.t.Helper()
 	if _, err := h.env.ExecuteActivity(h.a.Predict, StageRef{JobID: id, StageIndex: stage}); err != nil {
-		return stagePredictions{}, err
+		return jobfiles.StagePredictions{}, err
 	}
 	dir, _ := h.a.stageDir(id, stage)
-	var p stagePredictions
+	var p jobfiles.StagePredictions
 	raw, err := os.ReadFile(filepath.Join(dir, "pred.json"))
 	if err != nil {
 		h.t.Fatal(err)
@@ -261,7 +260,7 @@ func (h *predictHarness) kept(name string) string {
 	return string(b)
 }
 
-func values(p stagePredictions) []string {
+func values(p jobfiles.StagePredictions) []string {
 	out := make([]string, len(p.Values))
 	for i, v := range p.Values {
 		if v == nil {
@@ -273,7 +272,7 @@ func values(p stagePredictions) []string {
 	return out
 }
 
-func wantValues(t *testing.T, got stagePredictions, want ...string) {
+func wantValues(t *testing.T, got jobfiles.StagePredictions, want ...string) {
 	t.Helper()
 	if g := values(got); strings.Join(g, " | ") != strings.Join(want, " | ") {
 		t.Errorf("predictions\n got  %q\n want %q", g, want)

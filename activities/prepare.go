@@ -2,7 +2,6 @@ package activities
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -16,53 +15,11 @@ import (
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/input"
+	"github.com/kinflow/kinflow/internal/jobfiles"
 	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/store"
 	"github.com/kinflow/kinflow/internal/units"
 )
-
-// stageRows is MEDIA/jobs/<id>/work/stage-<i>/rows.json: how the stage
-// expanded every input row (units.Row: candidates, substrate tokens, skip
-// reason) and the stage's prediction units (internal/units) in row order.
-// One file per stage, so BuildPlan and Predict read only their own stage.
-type stageRows struct {
-	Index     int    `json:"index"`
-	Target    string `json:"target"`
-	MethodKey string `json:"method_key"`
-	// Shapes has one entry per input row.
-	Shapes []units.Row `json:"shapes"`
-	// Units are the stage's prediction units, grouped by row in row order.
-	Units []units.Unit `json:"units"`
-	// Inputs are, per row, the lists and engine arguments its shared
-	// units send (units.ShareInputs): stored once per row, not once per
-	// candidate. nil for a stage with none.
-	Inputs []*units.RowInput `json:"inputs,omitempty"`
-	// CandidateMode: some row of the job has several candidate sequences
-	// (every row's Extra Info is then the per-candidate array, §13.2).
-	CandidateMode bool `json:"candidate_mode,omitempty"`
-	// Legacy is the one-row-per-unit form written before units existed;
-	// loadStageRows converts it (a job prepared by an older worker).
-	Legacy []preparedRow `json:"rows,omitempty"`
-}
-
-// preparedRow is one input row as a stage saw it before prediction units
-// (read only, for jobs prepared by an older worker).
-type preparedRow struct {
-	Seq    string            `json:"seq,omitempty"`
-	Kwargs map[string]string `json:"kwargs,omitempty"`
-	Reason string            `json:"reason,omitempty"`
-}
-
-// sequenceReasons are the skip reasons that are about the row's sequence:
-// such a row is blanked in every target (WIRE §13.3); every other reason
-// blanks only its own target.
-func sequenceReason(reason string) bool {
-	switch reason {
-	case input.ReasonInvalidProtein, input.SkipTooLong, units.MissingSequence:
-		return true
-	}
-	return false
-}
 
 // jobSequences is the job-wide sequence side of the expansion (§4.3,
 // §13.2): every row's candidates with the sequence each sends, and the
@@ -166,9 +123,9 @@ func countSkipped(cs []units.Candidate) int {
 // a `Substrates` list is expanded per token (expanded_pair) or taken whole.
 // Substrate checks follow the method's engine rule: per token when expanded,
 // per row otherwise.
-func (a *Activities) expandStage(ctx context.Context, table *input.Table, js jobSequences, d *methods.Descriptor, target string) (stageRows, int, error) {
+func (a *Activities) expandStage(ctx context.Context, table *input.Table, js jobSequences, d *methods.Descriptor, target string) (jobfiles.StageRows, int, error) {
 	n := len(table.Rows)
-	sr := stageRows{Target: target, MethodKey: d.Key, Shapes: make([]units.Row, n), CandidateMode: js.candidateMode}
+	sr := jobfiles.StageRows{Target: target, MethodKey: d.Key, Shapes: make([]units.Row, n), CandidateMode: js.candidateMode}
 	info := input.InfoOf(d)
 	behavior := d.InputBehavior(methods.Target(target))
 	// A table with both substrate columns is the older wire: `Substrate`
@@ -208,7 +165,7 @@ func (a *Activities) expandStage(ctx context.Context, table *input.Table, js job
 		}
 		verdicts, err := input.ValidateTokens(ctx, a.Chem, info, all)
 		if err != nil {
-			return stageRows{}, 0, err
+			return jobfiles.StageRows{}, 0, err
 		}
 		for i, tok := range all {
 			tokReasons[tok] = verdicts[i]
@@ -217,7 +174,7 @@ func (a *Activities) expandStage(ctx context.Context, table *input.Table, js job
 		var err error
 		rowReasons, err = input.ValidateRows(ctx, a.Chem, info, table, placeholder)
 		if err != nil {
-			return stageRows{}, 0, err
+			return jobfiles.StageRows{}, 0, err
 		}
 	}
 	// colFor resolves a mapped column: a method reading `Substrate` takes
@@ -292,20 +249,16 @@ func (a *Activities) PrepareInput(ctx context.Context, ref JobRef) (PreparedJob,
 	if err := a.Store.StartJob(ctx, job.ID, time.Now().UTC()); err != nil {
 		return PreparedJob{}, err
 	}
-	var targets []string
-	var chosen map[string]any
-	if err := json.Unmarshal([]byte(job.Targets), &targets); err != nil || len(targets) == 0 {
-		return PreparedJob{}, temporal.NewNonRetryableApplicationError("No prediction targets were provided.", ErrInvalidInput, err)
-	}
-	if err := json.Unmarshal([]byte(job.Methods), &chosen); err != nil {
-		return PreparedJob{}, temporal.NewNonRetryableApplicationError("Invalid method selection: the stored methods are not an object.", ErrInvalidInput, err)
+	targets, chosen := job.Targets, job.Methods
+	if len(targets) == 0 {
+		return PreparedJob{}, temporal.NewNonRetryableApplicationError("No prediction targets were provided.", ErrInvalidInput, nil)
 	}
 
 	dir, err := a.jobDir(job.ID)
 	if err != nil {
 		return PreparedJob{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrInvalidInput, err)
 	}
-	f, err := os.Open(filepath.Join(dir, "input.csv"))
+	f, err := os.Open(filepath.Join(dir, jobfiles.InputFile))
 	if err != nil {
 		return PreparedJob{}, temporal.NewNonRetryableApplicationError("The job's input file could not be read.", ErrInvalidInput, err)
 	}
@@ -320,7 +273,7 @@ func (a *Activities) PrepareInput(ctx context.Context, ref JobRef) (PreparedJob,
 	descs := make([]*methods.Descriptor, len(targets))
 	var maxLens []int
 	for i, t := range targets {
-		key, _ := chosen[t].(string)
+		key := chosen[t]
 		d, ok := a.Catalogue.Get(key)
 		if !ok || !d.Supported(methods.Target(t)) {
 			return PreparedJob{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("Invalid method selection: %q for target %q.", key, t), ErrUnknownMethod, nil)
@@ -346,7 +299,7 @@ func (a *Activities) PrepareInput(ctx context.Context, ref JobRef) (PreparedJob,
 			return PreparedJob{}, err
 		}
 		sr.Inputs = units.ShareInputs(len(sr.Shapes), sr.Units)
-		if err := fsutil.WriteJSONAtomic(filepath.Join(sdir, "rows.json"), sr); err != nil {
+		if err := fsutil.WriteJSONAtomic(filepath.Join(sdir, jobfiles.RowsFile), sr); err != nil {
 			return PreparedJob{}, err
 		}
 		units.RestoreInputs(sr.Inputs, sr.Units)
@@ -392,32 +345,19 @@ func (a *Activities) policy() Policy {
 
 // loadStageRows reads the rows PrepareInput wrote for one stage; a stage
 // without them (one the job does not have) is a non-retryable error.
-func (a *Activities) loadStageRows(jobID string, index int) (stageRows, error) {
+func (a *Activities) loadStageRows(jobID string, index int) (jobfiles.StageRows, error) {
 	dir, err := a.stageDir(jobID, index)
 	if err != nil {
-		return stageRows{}, err
+		return jobfiles.StageRows{}, err
 	}
-	var sr stageRows
-	if err := fsutil.ReadJSON(filepath.Join(dir, "rows.json"), &sr); err != nil {
+	sr, err := jobfiles.ReadStageRows(dir)
+	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			// Only PrepareInput writes it: retrying cannot help.
-			return stageRows{}, temporal.NewNonRetryableApplicationError(
+			return jobfiles.StageRows{}, temporal.NewNonRetryableApplicationError(
 				fmt.Sprintf("stage %d of job %s has no prepared rows", index, jobID), ErrInvalidInput, err)
 		}
-		return stageRows{}, fmt.Errorf("read prepared rows of job %s stage %d: %w", jobID, index, err)
-	}
-	units.RestoreInputs(sr.Inputs, sr.Units)
-	sr.Inputs = nil
-	if sr.Shapes == nil && sr.Legacy != nil {
-		// Prepared before units: one unit per valid row.
-		sr.Shapes = make([]units.Row, len(sr.Legacy))
-		for r, pr := range sr.Legacy {
-			sr.Shapes[r] = units.Row{Candidates: []units.Candidate{{Sequence: pr.Seq, Skip: pr.Reason}}, Skip: pr.Reason, SequenceSkip: sequenceReason(pr.Reason)}
-			if pr.Reason == "" {
-				sr.Units = append(sr.Units, units.Unit{Row: r, Target: sr.Target, Substrate: -1, Seq: pr.Seq, Kwargs: pr.Kwargs})
-			}
-		}
-		sr.Legacy = nil
+		return jobfiles.StageRows{}, fmt.Errorf("read prepared rows of job %s stage %d: %w", jobID, index, err)
 	}
 	return sr, nil
 }

@@ -2,7 +2,6 @@ package activities
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -15,6 +14,7 @@ import (
 	"github.com/kinflow/kinflow/internal/embedding"
 	"github.com/kinflow/kinflow/internal/embedjob"
 	"github.com/kinflow/kinflow/internal/fsutil"
+	"github.com/kinflow/kinflow/internal/jobfiles"
 	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/provenance"
 	"github.com/kinflow/kinflow/internal/store"
@@ -23,7 +23,7 @@ import (
 // provenanceFile is the provenance of a stage (in its folder) or of a job
 // (in jobs/<id>/): which method, version and engine made the numbers, and
 // which artefact families they read (internal/provenance).
-const provenanceFile = "provenance.json"
+const provenanceFile = jobfiles.ProvenanceFile
 
 // JobProvenance is jobs/<id>/provenance.json, read by the API for the final
 // status and the JSON result.
@@ -89,7 +89,7 @@ func (a *Activities) stageProvenance(ref StageRef, d *methods.Descriptor) (prove
 	var plan struct {
 		Expected map[string][]string `json:"expected_paths_by_seq"`
 	}
-	err = fsutil.ReadJSON(filepath.Join(dir, "plan.json"), &plan)
+	err = fsutil.ReadJSON(filepath.Join(dir, jobfiles.PlanFile), &plan)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return st, err
 	}
@@ -139,7 +139,7 @@ func (a *Activities) stageProvenance(ref StageRef, d *methods.Descriptor) (prove
 // applyProvenance flags a stage's predictions synthetic when a real engine
 // nevertheless read synthetic artefacts: such numbers are stand-ins, flagged
 // exactly as the synthetic engine's are.
-func applyProvenance(out *stagePredictions, st provenance.Stage, d *methods.Descriptor) {
+func applyProvenance(out *jobfiles.StagePredictions, st provenance.Stage, d *methods.Descriptor) {
 	if st.SyntheticArtefacts && !out.Synthetic {
 		out.Synthetic = true
 		out.Source = "Synthetic placeholder from " + d.DisplayName + " (built on synthetic embeddings, not a prediction)"
@@ -149,9 +149,7 @@ func applyProvenance(out *stagePredictions, st provenance.Stage, d *methods.Desc
 // writeJobProvenance gathers the stages' provenance into
 // jobs/<id>/provenance.json and returns it.
 func (a *Activities) writeJobProvenance(job *store.Job) (JobProvenance, error) {
-	var targets []string
-	_ = json.Unmarshal([]byte(job.Targets), &targets)
-	jobID, stages := job.ID, len(targets)
+	jobID, stages := job.ID, len(job.Targets)
 	var jp JobProvenance
 	var unverified []string
 	synthetic := false

@@ -2,9 +2,9 @@ package activities
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +14,7 @@ import (
 	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/heartbeat"
 	"github.com/kinflow/kinflow/internal/input"
+	"github.com/kinflow/kinflow/internal/jobfiles"
 	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/similarity"
 	"github.com/kinflow/kinflow/internal/store"
@@ -22,45 +23,17 @@ import (
 
 // Annotation states, as written in similarity.json / experimental.json and
 // returned to the workflow (they show in the Temporal UI).
+// (internal/jobfiles is their home.)
 const (
-	AnnotationDone          = "done"
-	AnnotationNotRequested  = "not_requested"
-	AnnotationNotConfigured = "not_configured"
+	AnnotationDone          = jobfiles.AnnotationDone
+	AnnotationNotRequested  = jobfiles.AnnotationNotRequested
+	AnnotationNotConfigured = jobfiles.AnnotationNotConfigured
 )
 
 // AnnotationResult says what an annotation activity did.
 type AnnotationResult struct {
 	State   string `json:"state"`
 	Message string `json:"message,omitempty"`
-}
-
-// similarityFile is MEDIA/jobs/<id>/similarity.json: the kcat method's
-// similarity columns, one entry per input row (null for an empty sequence).
-type similarityFile struct {
-	State   string     `json:"state"`
-	Message string     `json:"message,omitempty"`
-	Method  string     `json:"method"`
-	Dataset string     `json:"dataset,omitempty"`
-	Max     []*float64 `json:"max,omitempty"`
-	Mean    []*float64 `json:"mean,omitempty"`
-	// CandMax and CandMean are, for a row whose cell lists candidate
-	// sequences (WIRE §13.2), each candidate's values (null outside the 20
-	// amino acids); Finalize shows the selected candidate's. Nil for a row
-	// with one sequence.
-	CandMax  [][]*float64 `json:"cand_max,omitempty"`
-	CandMean [][]*float64 `json:"cand_mean,omitempty"`
-}
-
-// experimentalFile is MEDIA/jobs/<id>/experimental.json: per target, the
-// matched table row of each input row that has one.
-type experimentalFile struct {
-	Targets map[string]experimentalTarget `json:"targets"`
-}
-
-type experimentalTarget struct {
-	State   string                      `json:"state"`
-	Message string                      `json:"message,omitempty"`
-	Rows    map[int]experimental.Record `json:"rows,omitempty"`
 }
 
 // jobInput reads the job row and its input.csv.
@@ -73,7 +46,7 @@ func (a *Activities) jobInput(ctx context.Context, jobID string) (*store.Job, *i
 	if err != nil {
 		return nil, nil, "", err
 	}
-	f, err := os.Open(filepath.Join(dir, "input.csv"))
+	f, err := os.Open(filepath.Join(dir, jobfiles.InputFile))
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("read input of job %s: %w", job.ID, err)
 	}
@@ -87,17 +60,9 @@ func (a *Activities) jobInput(ctx context.Context, jobID string) (*store.Job, *i
 
 // jobTargets returns the job's targets and target → method key.
 func jobTargets(job *store.Job) ([]string, map[string]string) {
-	var targets []string
-	_ = json.Unmarshal([]byte(job.Targets), &targets)
-	var raw map[string]any
-	_ = json.Unmarshal([]byte(job.Methods), &raw)
-	chosen := map[string]string{}
-	for k, v := range raw {
-		if s, ok := v.(string); ok {
-			chosen[k] = s
-		}
-	}
-	return targets, chosen
+	chosen := make(map[string]string, len(job.Methods))
+	maps.Copy(chosen, job.Methods)
+	return job.Targets, chosen
 }
 
 // TrainingSimilarity computes the similarity columns of a job (WIRE §3.3):
@@ -123,12 +88,12 @@ func (a *Activities) TrainingSimilarity(ctx context.Context, in JobRef) (Annotat
 	if !job.IncludeSimilarityColumns || !slices.Contains(targets, "kcat") {
 		return AnnotationResult{State: AnnotationNotRequested}, nil
 	}
-	path := filepath.Join(dir, "similarity.json")
-	var prev similarityFile
+	path := filepath.Join(dir, jobfiles.SimilarityFile)
+	var prev jobfiles.Similarity
 	if fsutil.ReadJSON(path, &prev) == nil && prev.State == AnnotationDone && len(prev.Max) == len(t.Rows) {
 		return AnnotationResult{State: AnnotationDone}, nil
 	}
-	out := similarityFile{Method: key}
+	out := jobfiles.Similarity{Method: key}
 	var ds similarity.Dataset
 	ok := false
 	if a.Similarity != nil {
@@ -226,9 +191,9 @@ func (a *Activities) LookupExperimental(ctx context.Context, in JobRef) (Annotat
 	if !job.UseExperimental {
 		return AnnotationResult{State: AnnotationNotRequested}, nil
 	}
-	path := filepath.Join(dir, "experimental.json")
+	path := filepath.Join(dir, jobfiles.ExperimentalFile)
 	targets, chosen := jobTargets(job)
-	out := experimentalFile{Targets: map[string]experimentalTarget{}}
+	out := jobfiles.Experimental{Targets: map[string]jobfiles.ExperimentalTarget{}}
 	var params []experimental.Param
 	for _, tg := range targets {
 		switch tg {
@@ -274,7 +239,7 @@ func (a *Activities) LookupExperimental(ctx context.Context, in JobRef) (Annotat
 		tab, err := a.experimentalTables().Get(p)
 		if errors.Is(err, experimental.ErrNotConfigured) {
 			msg := fmt.Sprintf("No experimental %s table is installed on this server.", p)
-			out.Targets[string(p)] = experimentalTarget{State: AnnotationNotConfigured, Message: msg}
+			out.Targets[string(p)] = jobfiles.ExperimentalTarget{State: AnnotationNotConfigured, Message: msg}
 			a.Log.Warn("experimental values not applied", "event", "experimental.not_configured", "job_id", job.ID, "target", string(p))
 			res = AnnotationResult{State: AnnotationNotConfigured, Message: msg}
 			continue
@@ -282,7 +247,7 @@ func (a *Activities) LookupExperimental(ctx context.Context, in JobRef) (Annotat
 		if err != nil {
 			return AnnotationResult{}, err
 		}
-		et := experimentalTarget{State: AnnotationDone, Rows: map[int]experimental.Record{}}
+		et := jobfiles.ExperimentalTarget{State: AnnotationDone, Rows: map[int]experimental.Record{}}
 		for i := range seqs {
 			if inchis[i] == "" {
 				continue
@@ -309,44 +274,4 @@ func (a *Activities) experimentalTables() *experimental.Tables {
 		}
 	})
 	return a.Experimental
-}
-
-// annotations are what Finalize reads back from the two files; absent or
-// unreadable files leave the cells as they are.
-type annotations struct {
-	sim similarityFile
-	exp experimentalFile
-}
-
-func (a *Activities) readAnnotations(dir string) annotations {
-	var an annotations
-	_ = fsutil.ReadJSON(filepath.Join(dir, "similarity.json"), &an.sim)
-	_ = fsutil.ReadJSON(filepath.Join(dir, "experimental.json"), &an.exp)
-	return an
-}
-
-// similarityCells are row r's (mean, max) similarity cells; selected is
-// the candidate whose kcat the row shows (-1: none), used for a row with
-// candidate sequences.
-func (an annotations) similarityCells(r, selected int) (string, string) {
-	if an.sim.State == AnnotationDone && r < len(an.sim.CandMax) && an.sim.CandMax[r] != nil {
-		if selected < 0 || selected >= len(an.sim.CandMax[r]) || an.sim.CandMax[r][selected] == nil {
-			return "", ""
-		}
-		return experimental.FormatFloat(*an.sim.CandMean[r][selected]), experimental.FormatFloat(*an.sim.CandMax[r][selected])
-	}
-	if an.sim.State != AnnotationDone || r >= len(an.sim.Max) || an.sim.Max[r] == nil || an.sim.Mean[r] == nil {
-		return "", ""
-	}
-	return experimental.FormatFloat(*an.sim.Mean[r]), experimental.FormatFloat(*an.sim.Max[r])
-}
-
-// experimentalMatch returns the matched record of row r for target.
-func (an annotations) experimentalMatch(target string, r int) (experimental.Record, bool) {
-	et, ok := an.exp.Targets[target]
-	if !ok || et.State != AnnotationDone {
-		return nil, false
-	}
-	rec, ok := et.Rows[r]
-	return rec, ok
 }

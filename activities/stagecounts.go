@@ -4,25 +4,18 @@ import (
 	"path/filepath"
 
 	"github.com/kinflow/kinflow/internal/fsutil"
+	"github.com/kinflow/kinflow/internal/jobfiles"
 )
 
-// StageCounts is MEDIA/jobs/<id>/work/stage-<i>/counts.json: a stage's size
-// in the user's units, written by BuildPlan for the API's progress
-// (`overall` in /status/): the distinct sequences the stage embeds, the
-// rows it was handed and its prediction units. Embedding progress is
-// counted in files; the API turns it into sequences with these counts.
-type StageCounts struct {
-	Rows      int `json:"rows"`
-	Sequences int `json:"sequences"`
-	Units     int `json:"units"`
-}
+// StageCounts is a stage's counts.json (internal/jobfiles).
+type StageCounts = jobfiles.StageCounts
 
 // StageCountsFile is the file's name in the stage's folder.
-const StageCountsFile = "counts.json"
+const StageCountsFile = jobfiles.CountsFile
 
 // writeStageCounts records sr's counts; rewriting the same counts on a
 // retry is harmless (atomic write, same content).
-func (a *Activities) writeStageCounts(jobID string, index int, sr stageRows) error {
+func (a *Activities) writeStageCounts(jobID string, index int, sr jobfiles.StageRows) error {
 	dir, err := a.stageDir(jobID, index)
 	if err != nil {
 		return err

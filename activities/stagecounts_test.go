@@ -6,6 +6,7 @@ import (
 
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/fsutil"
+	"github.com/kinflow/kinflow/internal/jobfiles"
 	"github.com/kinflow/kinflow/internal/units"
 )
 
@@ -14,7 +15,7 @@ import (
 // substrates or candidates counts once; skipped units count nowhere).
 func TestWriteStageCounts(t *testing.T) {
 	a := &Activities{Config: &config.Config{MediaRoot: t.TempDir()}}
-	sr := stageRows{
+	sr := jobfiles.StageRows{
 		Shapes: make([]units.Row, 4),
 		Units: []units.Unit{
 			{Row: 0, Seq: "MKV", Substrate: 0}, {Row: 0, Seq: "MKV", Substrate: 1},

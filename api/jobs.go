@@ -2,12 +2,13 @@ package api
 
 import (
 	"encoding/base64"
-	"encoding/json"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kinflow/kinflow/internal/wire"
 
 	"github.com/gin-gonic/gin"
 
@@ -20,31 +21,6 @@ const (
 	jobsPageDefault = 20
 	jobsPageMax     = 100
 )
-
-// jobsBody is GET /jobs/'s answer.
-type jobsBody struct {
-	Jobs []jobItem `json:"jobs"`
-	// NextCursor, when not null, is passed as ?cursor= for the next page.
-	NextCursor *string `json:"nextCursor"`
-}
-
-// jobItem is one job in the list.
-type jobItem struct {
-	JobID       string            `json:"jobId"`
-	Status      string            `json:"status"`
-	Targets     []string          `json:"targets"`
-	Methods     map[string]string `json:"methods"`
-	Rows        int               `json:"rows"`
-	SubmittedAt string            `json:"submittedAt"`
-	StartedAt   *string           `json:"startedAt"`
-	CompletedAt *string           `json:"completedAt"`
-	StatusURL   string            `json:"statusUrl"`
-	ResultURL   string            `json:"resultUrl,omitempty"`
-	Synthetic   bool              `json:"synthetic,omitempty"`
-	// Expired is set once the job's files and result were removed after
-	// KINFLOW_JOB_RETENTION_DAYS (retention.go); it has no resultUrl then.
-	Expired bool `json:"expired,omitempty"`
-}
 
 var wireStatuses = []string{store.JobPending, store.JobProcessing, store.JobCompleted, store.JobFailed}
 
@@ -93,7 +69,7 @@ func (s *Server) jobsList(c *gin.Context) {
 		s.internalError(c, "jobs.list_failed", err)
 		return
 	}
-	out := jobsBody{Jobs: make([]jobItem, 0, min(len(js), limit))}
+	out := wire.JobsPage{Jobs: make([]wire.Job, 0, min(len(js), limit))}
 	if len(js) > limit {
 		js = js[:limit]
 		last := js[len(js)-1]
@@ -101,11 +77,10 @@ func (s *Server) jobsList(c *gin.Context) {
 		out.NextCursor = &cur
 	}
 	for _, j := range js {
-		it := jobItem{JobID: j.ID, Status: jobStatusOnWire(j.Status), Rows: j.RequestedRows,
+		it := wire.Job{JobID: j.ID, Status: jobStatusOnWire(j.Status), Rows: j.RequestedRows,
 			SubmittedAt: isoformat(j.SubmittedAt), StartedAt: isoPtr(j.StartedAt), CompletedAt: isoPtr(j.CompletedAt),
 			StatusURL: "/api/v1/status/" + j.ID + "/", Synthetic: j.Synthetic}
-		_ = json.Unmarshal([]byte(j.Targets), &it.Targets)
-		_ = json.Unmarshal([]byte(j.Methods), &it.Methods)
+		it.Targets, it.Methods = j.Targets, j.Methods
 		if it.Targets == nil {
 			it.Targets = []string{}
 		}

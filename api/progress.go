@@ -1,15 +1,15 @@
 package api
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/kinflow/kinflow/internal/wire"
+
+	"github.com/kinflow/kinflow/internal/jobfiles"
 	"github.com/kinflow/kinflow/internal/store"
 )
 
@@ -34,49 +34,10 @@ const (
 	etaMinSeconds = 10
 )
 
-// overallProgress is kinflow's `overall` object of /status/: the whole job
-// in the user's units (rows, sequences), one percentage, an ETA and one
-// line of text that the web page, the CLI and the Python client all show.
-// The §2.4 embedding objects (counted in files) stay as the detail.
-type overallProgress struct {
-	// Percent of the whole job, 0–100 with one decimal: the mean of the
-	// stages' fractions; a stage that embeds counts its embedding and its
-	// predictions half each, else its predictions only.
-	Percent float64 `json:"percent"`
-	// ETASeconds is the time left, extrapolated from the compute time so
-	// far and Percent; null while it cannot be estimated (queued, or
-	// under etaMinPercent / etaMinSeconds), 0 when the job is finished.
-	ETASeconds *int64 `json:"etaSeconds"`
-	// Phase is queued, preparing, embedding, predicting, finishing,
-	// completed or failed.
-	Phase string `json:"phase"`
-	// Rows are the job's input rows.
-	Rows int `json:"rows"`
-	// Sequences are the distinct sequences of the active (else last)
-	// stage; null until its plan is made.
-	Sequences *int `json:"sequences"`
-	// Stage is the 1-based active stage; null before stages exist.
-	Stage  *int `json:"stage"`
-	Stages int  `json:"stages"`
-	// Text is the whole state as one line.
-	Text string `json:"text"`
-}
-
-// stageCounts mirrors activities.StageCounts (work/stage-<i>/counts.json).
-type stageCounts struct {
-	Rows      int `json:"rows"`
-	Sequences int `json:"sequences"`
-	Units     int `json:"units"`
-}
-
 // readStageCounts reads a stage's counts; ok is false before its plan.
-func (s *Server) readStageCounts(jobID string, index int) (stageCounts, bool) {
-	var c stageCounts
-	b, err := os.ReadFile(filepath.Join(s.mediaRoot(), "jobs", jobID, "work", "stage-"+strconv.Itoa(index), "counts.json"))
-	if err != nil || json.Unmarshal(b, &c) != nil {
-		return c, false
-	}
-	return c, true
+func (s *Server) readStageCounts(jobID string, index int) (jobfiles.StageCounts, bool) {
+	c, err := jobfiles.ReadStageCounts(s.mediaRoot(), jobID, index)
+	return c, err == nil
 }
 
 // stageUserUnits are the additions to a stage object: the stage in the
@@ -114,7 +75,7 @@ func stageFraction(st store.JobStage) float64 {
 }
 
 // stageUnits computes a stage's additions.
-func stageUnits(st store.JobStage, c stageCounts, haveCounts bool, now time.Time) stageUserUnits {
+func stageUnits(st store.JobStage, c jobfiles.StageCounts, haveCounts bool, now time.Time) stageUserUnits {
 	u := stageUserUnits{Rows: st.MoleculesTotal, Percent: round1(100 * stageFraction(st))}
 	if haveCounts {
 		u.Rows = c.Rows
@@ -145,8 +106,8 @@ func round1(x float64) float64 { return math.Round(x*10) / 10 }
 
 // overall builds the `overall` object from the job, its stages and their
 // user-unit additions (same order as stages).
-func overall(j *store.Job, wireStatus string, queuePos *int, stages []store.JobStage, units []stageUserUnits, now time.Time) overallProgress {
-	o := overallProgress{Rows: j.RequestedRows, Stages: len(stages)}
+func overall(j *store.Job, wireStatus string, queuePos *int, stages []store.JobStage, units []stageUserUnits, now time.Time) wire.Overall {
+	o := wire.Overall{Rows: j.RequestedRows, Stages: len(stages)}
 	sum := 0.0
 	for _, st := range stages {
 		sum += stageFraction(st)
@@ -209,7 +170,7 @@ func overall(j *store.Job, wireStatus string, queuePos *int, stages []store.JobS
 
 // overallText is the one-line state: what the web page's summary, the CLI
 // bar and the Python client's bar all print.
-func overallText(j *store.Job, o overallProgress, queuePos *int, active *store.JobStage, au stageUserUnits, now time.Time) string {
+func overallText(j *store.Job, o wire.Overall, queuePos *int, active *store.JobStage, au stageUserUnits, now time.Time) string {
 	rows := plural(o.Rows, "row", "rows")
 	stageName := func() string {
 		if active == nil {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/kinflow/kinflow/internal/jobfiles"
 	"github.com/kinflow/kinflow/internal/provenance"
 	"github.com/kinflow/kinflow/internal/store"
 )
@@ -24,7 +25,7 @@ func (s *Server) readProvenance(j *store.Job) (jobProvenance, bool) {
 	if j.Status != store.JobCompleted && j.Status != store.JobFailed {
 		return p, false
 	}
-	b, err := os.ReadFile(filepath.Join(s.mediaRoot(), "jobs", j.ID, "provenance.json"))
+	b, err := os.ReadFile(filepath.Join(s.mediaRoot(), jobfiles.DirRel(j.ID), jobfiles.ProvenanceFile))
 	if err != nil || json.Unmarshal(b, &p) != nil {
 		return p, false
 	}

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -44,10 +43,7 @@ func finishAsCached(t *testing.T, st *store.Store, id, csv string, cachedRefund 
 	if err != nil {
 		t.Fatal(err)
 	}
-	var targets []string
-	var meths map[string]string
-	_ = json.Unmarshal([]byte(j.Targets), &targets)
-	_ = json.Unmarshal([]byte(j.Methods), &meths)
+	targets, meths := j.Targets, j.Methods
 	tbl, err := input.ParseCSV(strings.NewReader(csv), 0)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 
 	"go.temporal.io/api/serviceerror"
 
+	"github.com/kinflow/kinflow/internal/jobfiles"
 	"github.com/kinflow/kinflow/internal/store"
 )
 
@@ -84,7 +85,7 @@ func (s *Server) ReconcileSubmits(ctx context.Context) (queued, undone int, err 
 			continue
 		}
 		// The folder may hold a temporary file of the cut-off write.
-		if rmErr := os.RemoveAll(s.mediaPath("jobs/" + j.ID)); rmErr != nil {
+		if rmErr := os.RemoveAll(s.mediaPath(jobfiles.DirRel(j.ID))); rmErr != nil {
 			log.Warn("submit.reconcile_cleanup_failed", "error", rmErr)
 		}
 		log.Info("submit.reconciled_refunded")

@@ -96,7 +96,7 @@ func TestReconcileSubmits(t *testing.T) {
 		keyID := authKeyID(t, st, ip)
 		day := store.QuotaDay(t0)
 		mk := func(id string, at time.Time, input bool) {
-			j := &store.Job{ID: id, KeyID: keyID, IPAddress: ip, PredictionType: "kcat", Targets: `["kcat"]`, Methods: `{"kcat":"B"}`,
+			j := &store.Job{ID: id, KeyID: keyID, IPAddress: ip, PredictionType: "kcat", Targets: []string{"kcat"}, Methods: map[string]string{"kcat": "B"},
 				KcatMethod: "B", HandleLongSequences: "truncate", RequestedRows: 10, SubmittedAt: at, InputPath: "jobs/" + id + "/input.csv"}
 			ok, _, err := st.ChargeAndCreateJob(t.Context(), j, []store.JobStage{{JobID: id, Target: "kcat", MethodKey: "B", Status: "pending"}}, day, 1000)
 			if err != nil || !ok {

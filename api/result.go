@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/kinflow/kinflow/internal/wire"
+
 	"github.com/gin-gonic/gin"
 
 	"github.com/kinflow/kinflow/internal/store"
@@ -194,7 +196,7 @@ func writeJSON(b *bytes.Buffer, v any) {
 }
 
 // withCharge adds `"charge": {...}` as the last key of a JSON result object.
-func withCharge(body []byte, ch *chargeBody) []byte {
+func withCharge(body []byte, ch *wire.Charge) []byte {
 	if ch == nil || len(body) == 0 || body[len(body)-1] != '}' {
 		return body
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/kinflow/kinflow/internal/jobfiles"
 	"github.com/kinflow/kinflow/internal/store"
 )
 
@@ -62,7 +63,7 @@ func (s *Server) ExpireJobs(ctx context.Context, batch int) (int, error) {
 	}
 	n := 0
 	for _, j := range jobs {
-		if err := os.RemoveAll(s.mediaPath("jobs/" + j.ID)); err != nil {
+		if err := os.RemoveAll(s.mediaPath(jobfiles.DirRel(j.ID))); err != nil {
 			s.log.Warn("job.expire_failed", "job_id", j.ID, "error", err)
 			continue
 		}

@@ -6,28 +6,16 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/kinflow/kinflow/internal/wire"
+
+	"github.com/kinflow/kinflow/internal/jobfiles"
+	"github.com/kinflow/kinflow/internal/result"
 	"github.com/kinflow/kinflow/internal/store"
 )
 
 // SimilarityUnit is the unit of the similarity columns, stated wherever
 // they are explained.
 const SimilarityUnit = "% identity"
-
-// similarityNote is kinflow's `similarity` object of /status/ and the
-// source of the result's `columnNotes`: what the two similarity columns
-// hold, or why they are blank (WIRE-CONTRACT difference 18: reported, never
-// silently blank).
-type similarityNote struct {
-	// State is "done" (the columns are filled) or "not_configured" (the
-	// method has no dataset, or it is not installed: the columns are blank).
-	State   string   `json:"state"`
-	Method  string   `json:"method"`
-	Dataset string   `json:"dataset,omitempty"`
-	Unit    string   `json:"unit"`
-	Columns []string `json:"columns"`
-	// Message is one sentence for the user.
-	Message string `json:"message"`
-}
 
 // similarityHead is the head of MEDIA/jobs/<id>/similarity.json (written by
 // the TrainingSimilarity activity); the per-row values are not needed here.
@@ -41,16 +29,16 @@ type similarityHead struct {
 // similarityNote reads the job's similarity state; nil when the job has no
 // similarity columns (not asked for, no kcat target) or before they are
 // computed.
-func (s *Server) similarityNote(j *store.Job) *similarityNote {
+func (s *Server) similarityNote(j *store.Job) *wire.SimilarityNote {
 	if !j.IncludeSimilarityColumns {
 		return nil
 	}
-	h, ok := readSimilarityHead(filepath.Join(s.mediaRoot(), "jobs", j.ID, "similarity.json"))
+	h, ok := readSimilarityHead(filepath.Join(s.mediaRoot(), jobfiles.DirRel(j.ID), jobfiles.SimilarityFile))
 	if !ok || h.Method == "" {
 		return nil
 	}
-	n := &similarityNote{State: h.State, Method: h.Method, Dataset: h.Dataset, Unit: SimilarityUnit,
-		Columns: []string{"mean similarity to " + h.Method + " training data", "max similarity to " + h.Method + " training data"}}
+	n := &wire.SimilarityNote{State: h.State, Method: h.Method, Dataset: h.Dataset, Unit: SimilarityUnit,
+		Columns: result.SimilarityColumns(h.Method)}
 	switch h.State {
 	case "done":
 		n.Message = fmt.Sprintf("Similarity columns, in %s (0–100): the mean and the highest MMseqs2 identity of each row's sequence to the training data of method %s (dataset %s); 0 means no hit.",
@@ -106,7 +94,7 @@ func readSimilarityHead(path string) (similarityHead, bool) {
 
 // columnNotes are the result's `columnNotes` (kinflow's addition to the
 // JSON form): column name → one sentence, for the similarity columns.
-func columnNotes(n *similarityNote) map[string]string {
+func columnNotes(n *wire.SimilarityNote) map[string]string {
 	if n == nil {
 		return nil
 	}

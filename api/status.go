@@ -9,20 +9,23 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/kinflow/kinflow/internal/wire"
+
 	"github.com/gin-gonic/gin"
 
+	"github.com/kinflow/kinflow/internal/jobfiles"
 	"github.com/kinflow/kinflow/internal/provenance"
 	"github.com/kinflow/kinflow/internal/store"
 )
 
-// jobIDPattern is the contract's slug pattern for the job id path segment;
-// anything else is answered like an unknown route (JSON 404).
-var jobIDPattern = regexp.MustCompile(`^[-a-zA-Z0-9_]+$`)
+// jobIDPattern is the contract's slug pattern for the job id path segment
+// (jobfiles.SlugPattern); anything else is answered like an unknown route
+// (JSON 404).
+var jobIDPattern = jobfiles.SlugPattern
 
 // gpuEventsKept is how many GPU-precompute events a status shows (§2.5: the
 // last 20 are kept).
@@ -78,32 +81,22 @@ type statusBody struct {
 	Notice string `json:"notice,omitempty"`
 	// Overall is kinflow's addition (progress.go): the whole job in rows
 	// and sequences, one percentage, an ETA and one line of text.
-	Overall overallProgress `json:"overall"`
+	Overall wire.Overall `json:"overall"`
 	// Similarity is kinflow's addition (similarity_note.go): what the
 	// similarity columns hold, or why they are blank; absent when the job
 	// has none.
-	Similarity *similarityNote `json:"similarity,omitempty"`
+	Similarity *wire.SimilarityNote `json:"similarity,omitempty"`
 	// Charge is kinflow's addition, on a finished job: the rows charged
 	// and given back to the key's daily quota.
-	Charge *chargeBody `json:"charge,omitempty"`
-}
-
-// chargeBody is what a finished job cost its key: rowsCharged at submit,
-// rowsRefunded at the end (rows without a full prediction, and rows whose
-// every prediction came from the prediction cache), cachedRowsRefunded of
-// them for the cache.
-type chargeBody struct {
-	RowsCharged        int `json:"rowsCharged"`
-	RowsRefunded       int `json:"rowsRefunded"`
-	CachedRowsRefunded int `json:"cachedRowsRefunded"`
+	Charge *wire.Charge `json:"charge,omitempty"`
 }
 
 // jobCharge is j's charge once it has finished (nil before).
-func jobCharge(j *store.Job) *chargeBody {
+func jobCharge(j *store.Job) *wire.Charge {
 	if j.Status != store.JobCompleted && j.Status != store.JobFailed {
 		return nil
 	}
-	return &chargeBody{RowsCharged: j.RequestedRows, RowsRefunded: j.RefundedRows, CachedRowsRefunded: j.RefundedCachedRows}
+	return &wire.Charge{RowsCharged: j.RequestedRows, RowsRefunded: j.RefundedRows, CachedRowsRefunded: j.RefundedCachedRows}
 }
 
 type progressBody struct {

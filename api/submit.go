@@ -20,6 +20,7 @@ import (
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/input"
+	"github.com/kinflow/kinflow/internal/jobfiles"
 	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/predcache"
 	"github.com/kinflow/kinflow/internal/store"
@@ -191,30 +192,9 @@ func (s *Server) submit(c *gin.Context) {
 	if !ok {
 		return
 	}
-	raw, err := b.options()
-	if err != nil {
-		s.inputError(c, err)
+	sub, ok := s.submission(c, b)
+	if !ok {
 		return
-	}
-	sub, err := input.ValidateSubmit(s.cat, raw, func() (*input.Table, error) { return s.loadTable(b) })
-	if err != nil {
-		s.inputError(c, err)
-		return
-	}
-	// One row may not buy unbounded work: quota counts rows, so the
-	// prediction units a row (and a job) may carry, and the bytes of its
-	// cells, are capped; checked first, being the cheapest.
-	if err := input.CountUnits(s.cat, sub.Table, sub.Options.Targets, sub.Options.Methods, s.caps).Err(); err != nil {
-		s.inputError(c, err)
-		return
-	}
-	if err := input.CheckProducts(c.Request.Context(), s.chem, sub.Table); err != nil {
-		s.inputError(c, err)
-		return
-	}
-	if b.file != nil {
-		// The parsed table is all that is needed from here on.
-		_ = c.Request.MultipartForm.RemoveAll()
 	}
 
 	if s.mediaFull() { // storage.go: 503, nothing charged
@@ -247,24 +227,8 @@ func (s *Server) submit(c *gin.Context) {
 	job.NotifyURL = notifyURL
 	// 1. Charge and job row (Submitting) in one transaction; with an
 	// Idempotency-Key, the key's claim too.
-	var res store.SubmitResult
-	if idemKey == "" {
-		res.Admitted, res.Used, err = s.deps.Store.ChargeAndCreateJob(ctx, job, stages, day, limit)
-	} else {
-		idem := store.Idempotency{KeyHash: store.HashKey(idemKey), RequestHash: requestHash(sub)}
-		mu := &s.idemLocks[(uint64(k.ID)+uint64(idem.KeyHash[0])<<8+uint64(idem.KeyHash[1]))%uint64(len(s.idemLocks))]
-		mu.Lock()
-		res, err = s.deps.Store.ChargeAndCreateJobOnce(ctx, job, stages, day, limit, idem, now)
-		mu.Unlock()
-	}
-	if err != nil {
-		if fsutil.NoSpace(err) { // the database's disk is full
-			s.log.Error("job.create_failed", "request_id", c.GetString(requestIDKey), "error", err)
-			s.noteDatabaseFull()
-			refuseStorageFull(c)
-			return
-		}
-		s.internalError(c, "job.create_failed", err)
+	res, ok := s.charge(ctx, c, idemKey, k.ID, job, stages, sub, limit, now)
+	if !ok {
 		return
 	}
 	used := res.Used
@@ -329,7 +293,7 @@ func (s *Server) submit(c *gin.Context) {
 	} else if !queued {
 		if _, jerr := s.deps.Store.Job(ctx, id); errors.Is(jerr, store.ErrNotFound) {
 			s.log.Error("job.reconciled_away", "request_id", c.GetString(requestIDKey), "job_id", id)
-			_ = os.RemoveAll(s.mediaPath("jobs/" + id))
+			_ = os.RemoveAll(s.mediaPath(jobfiles.DirRel(id)))
 			abortError(c, http.StatusServiceUnavailable, "The job could not be queued in time. Nothing was charged; please retry.")
 			return
 		}
@@ -337,6 +301,66 @@ func (s *Server) submit(c *gin.Context) {
 	crashPoint("queued")
 	s.log.Info("job.created", "request_id", c.GetString(requestIDKey), "job_public_id", id, "rows", n)
 	c.JSON(http.StatusCreated, newSubmitBody(id, store.JobPending, limit, used, now))
+}
+
+// submission reads and checks the request's options and table; false when
+// it answered the request (400 with the reason).
+func (s *Server) submission(c *gin.Context, b *requestBody) (*input.Submission, bool) {
+	raw, err := b.options()
+	if err != nil {
+		s.inputError(c, err)
+		return nil, false
+	}
+	sub, err := input.ValidateSubmit(s.cat, raw, func() (*input.Table, error) { return s.loadTable(b) })
+	if err != nil {
+		s.inputError(c, err)
+		return nil, false
+	}
+	// One row may not buy unbounded work: quota counts rows, so the
+	// prediction units a row (and a job) may carry, and the bytes of its
+	// cells, are capped; checked first, being the cheapest.
+	if err := input.CountUnits(s.cat, sub.Table, sub.Options.Targets, sub.Options.Methods, s.caps).Err(); err != nil {
+		s.inputError(c, err)
+		return nil, false
+	}
+	if err := input.CheckProducts(c.Request.Context(), s.chem, sub.Table); err != nil {
+		s.inputError(c, err)
+		return nil, false
+	}
+	if b.file != nil {
+		// The parsed table is all that is needed from here on.
+		_ = c.Request.MultipartForm.RemoveAll()
+	}
+	return sub, true
+}
+
+// charge charges the key and creates the job row (Submitting) in one
+// transaction; with an Idempotency-Key, the key's claim too. False when it
+// answered the request (503 for a full database disk, 500).
+func (s *Server) charge(ctx context.Context, c *gin.Context, idemKey string, keyID int64, job *store.Job, stages []store.JobStage, sub *input.Submission, limit int64, now time.Time) (store.SubmitResult, bool) {
+	day := store.QuotaDay(now)
+	var res store.SubmitResult
+	var err error
+	if idemKey == "" {
+		res.Admitted, res.Used, err = s.deps.Store.ChargeAndCreateJob(ctx, job, stages, day, limit)
+	} else {
+		idem := store.Idempotency{KeyHash: store.HashKey(idemKey), RequestHash: requestHash(sub)}
+		mu := &s.idemLocks[(uint64(keyID)+uint64(idem.KeyHash[0])<<8+uint64(idem.KeyHash[1]))%uint64(len(s.idemLocks))]
+		mu.Lock()
+		res, err = s.deps.Store.ChargeAndCreateJobOnce(ctx, job, stages, day, limit, idem, now)
+		mu.Unlock()
+	}
+	if err != nil {
+		if fsutil.NoSpace(err) { // the database's disk is full
+			s.log.Error("job.create_failed", "request_id", c.GetString(requestIDKey), "error", err)
+			s.noteDatabaseFull()
+			refuseStorageFull(c)
+			return res, false
+		}
+		s.internalError(c, "job.create_failed", err)
+		return res, false
+	}
+	return res, true
 }
 
 func newSubmitBody(id, status string, limit, used int64, now time.Time) submitBody {
@@ -411,7 +435,7 @@ func (s *Server) replaySubmit(c *gin.Context, ctx context.Context, j *store.Job,
 				// The reconciler undid it meanwhile, and released the key;
 				// the input this retry wrote belongs to no job.
 				s.log.Error("job.reconciled_away", "request_id", rid, "job_id", j.ID)
-				_ = os.RemoveAll(s.mediaPath("jobs/" + j.ID))
+				_ = os.RemoveAll(s.mediaPath(jobfiles.DirRel(j.ID)))
 				abortError(c, http.StatusServiceUnavailable, "The job could not be queued in time. Nothing was charged; please retry.")
 				return
 			}
@@ -427,7 +451,7 @@ func (s *Server) abandon(ctx context.Context, c *gin.Context, id string, cause e
 	if _, err := s.deps.Store.AbandonSubmit(ctx, id, "", true, s.now()); err != nil {
 		s.log.Error("job.abandon_failed", "request_id", c.GetString(requestIDKey), "job_id", id, "error", errors.Join(cause, err))
 	}
-	_ = os.RemoveAll(s.mediaPath("jobs/" + id))
+	_ = os.RemoveAll(s.mediaPath(jobfiles.DirRel(id)))
 }
 
 func (s *Server) startJob(ctx context.Context, id string) error {
@@ -480,15 +504,13 @@ func (s *Server) newJob(c *gin.Context, k *store.AuthKey, sub *input.Submission,
 		return nil, nil, err
 	}
 	o := sub.Options
-	targets, _ := json.Marshal(o.Targets)
-	meths, _ := json.Marshal(o.Methods)
 	job := &store.Job{ID: id, KeyID: k.ID, IPAddress: s.callerIP(c),
-		PredictionType: strings.Join(o.Targets, "+"), Targets: string(targets), Methods: string(meths),
+		PredictionType: strings.Join(o.Targets, "+"), Targets: o.Targets, Methods: o.Methods,
 		KcatMethod: o.Methods[string(methods.Kcat)], KmMethod: o.Methods[string(methods.Km)], KcatKmMethod: o.Methods[string(methods.KcatKm)],
 		HandleLongSequences: o.HandleLongSequences, CanonicalizeSubstrates: o.CanonicalizeSubstrates,
 		IncludeSimilarityColumns: o.IncludeSimilarityColumns, UseExperimental: o.UseExperimental,
 		DisableGPUPrecompute: o.DisableGPUPrecompute, UsePredictionCache: o.UsePredictionCache, RequestedRows: len(sub.Table.Rows),
-		SubmittedAt: now.UTC(), InputPath: "jobs/" + id + "/input.csv"}
+		SubmittedAt: now.UTC(), InputPath: jobfiles.InputRel(id)}
 	stages := make([]store.JobStage, 0, len(o.Targets))
 	for i, t := range o.Targets {
 		key := o.Methods[t]

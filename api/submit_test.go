@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -95,7 +96,7 @@ func TestSubmitMultipartAndJSON(t *testing.T) {
 		if err := st.DB.Where("id = ?", id).Take(&j).Error; err != nil {
 			t.Fatal(err)
 		}
-		if j.Status != "Pending" || j.Targets != `["kcat","Km"]` || j.PredictionType != "kcat+Km" || j.KcatMethod != "B" ||
+		if j.Status != "Pending" || !slices.Equal(j.Targets, []string{"kcat", "Km"}) || j.PredictionType != "kcat+Km" || j.KcatMethod != "B" ||
 			j.KmMethod != "C" || j.KcatKmMethod != "I" || j.HandleLongSequences != "skip" || j.CanonicalizeSubstrates ||
 			!j.DisableGPUPrecompute || !j.IncludeSimilarityColumns || j.UseExperimental || j.RequestedRows != 3 ||
 			j.InputPath != "jobs/"+id+"/input.csv" || j.IPAddress != ip {
@@ -121,7 +122,7 @@ func TestSubmitMultipartAndJSON(t *testing.T) {
 		id2 := r.json(t)["jobId"].(string)
 		j = store.Job{}
 		st.DB.Where("id = ?", id2).Take(&j)
-		if j.Targets != `["kcat","Km"]` || j.KcatMethod != "E" || j.KmMethod != "G" || j.RequestedRows != 2 || !j.UseExperimental {
+		if !slices.Equal(j.Targets, []string{"kcat", "Km"}) || j.KcatMethod != "E" || j.KmMethod != "G" || j.RequestedRows != 2 || !j.UseExperimental {
 			t.Fatalf("legacy job %+v", j)
 		}
 		if r.json(t)["quota"].(map[string]any)["used"] != 5.0 {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -92,10 +91,7 @@ func jobSummary(st *store.Store) func(ctx context.Context, id string) (workflows
 		if err != nil {
 			return workflows.JobSummary{}, err
 		}
-		var targets []string
-		if err := json.Unmarshal([]byte(job.Targets), &targets); err != nil {
-			return workflows.JobSummary{}, fmt.Errorf("targets of job %s: %w", id, err)
-		}
+		targets := job.Targets
 		sum := workflows.JobSummary{Targets: job.PredictionType, Methods: map[string]string{}, Rows: job.RequestedRows}
 		for _, t := range targets {
 			switch methods.Target(t) {

@@ -77,46 +77,9 @@ func runCache(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	switch sub {
 	case "status":
-		st, err := cacheadmin.Status(layout)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			if st == nil {
-				st = []cacheadmin.FamilyStatus{}
-			}
-			return json.NewEncoder(stdout).Encode(st)
-		}
-		if len(st) == 0 {
-			fmt.Fprintf(stdout, "no cached artefacts under %s\n", layout.SequenceInfo())
-			return nil
-		}
-		w := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "FAMILY\tFILES\tBYTES\tORIGIN\tSYNTHETIC\tUNVERIFIED\tUNHASHED\tMISMATCHED\tQUARANTINED\tFINGERPRINT\tMODEL")
-		for _, s := range st {
-			fp := s.Fingerprint
-			if fp == "" {
-				fp = "(none recorded)"
-			}
-			fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", s.Family, s.Files, s.Bytes, s.Origin(), s.Synthetic, s.Unverified,
-				s.Unhashed, s.Mismatched, s.Quarantined, fp, s.Model)
-		}
-		return w.Flush()
+		return cacheStatus(layout, *asJSON, stdout)
 	case "purge":
-		res, err := cacheadmin.Purge(layout, *family, *synthetic)
-		if err != nil {
-			return err
-		}
-		what := "files"
-		if *synthetic {
-			what = "synthetic files"
-		}
-		fmt.Fprintf(stdout, "purged %d %s (%d bytes) from %s", res.Removed, what, res.Bytes, *family)
-		if res.RecordRemoved {
-			fmt.Fprint(stdout, "; its fingerprint record removed")
-		}
-		fmt.Fprintln(stdout)
-		return nil
+		return cachePurge(layout, *family, *synthetic, stdout)
 	case "verify", "adopt", "repair":
 		st, err := embedjob.SettingsFromConfig(cfg)
 		if err != nil {
@@ -130,52 +93,111 @@ func runCache(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		v := &cacheadmin.Verifier{Layout: layout, Settings: st, Executor: cfg.StepExecutor, Sequences: db.SequencesByID, Seed: *seed,
 			Log: func(format string, args ...any) { fmt.Fprintf(stdout, format+"\n", args...) }}
 		if sub == "repair" {
-			res, err := v.Repair(ctx, *family)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "%s: %d file(s) hashed, %d set aside now; %d recomputed with step %s", *family,
-				res.Integrity.Hashed, len(res.Integrity.Bad), res.Recomputed, res.Step)
-			if res.NoSequence > 0 {
-				fmt.Fprintf(stdout, "; %d without a sequence in the seq map", res.NoSequence)
-			}
-			fmt.Fprintln(stdout)
-			if len(res.Failures) > 0 {
-				return fmt.Errorf("repair incomplete: the step program did not write %d file(s)", len(res.Failures))
-			}
-			return nil
+			return cacheRepair(ctx, v, *family, stdout)
 		}
-		var res cacheadmin.VerifyResult
-		if sub == "verify" {
-			res, err = v.Verify(ctx, *family, *sample)
-		} else {
-			res, err = v.Adopt(ctx, *family, *sample)
-		}
-		if res.NoSequence > 0 {
-			fmt.Fprintf(stdout, "%d sampled file(s) skipped: their sequence is not in the seq map\n", res.NoSequence)
-		}
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "%s: %d file(s) hashed against their records, %d set aside\n", *family, res.Integrity.Hashed, len(res.Integrity.Bad))
-		fmt.Fprintf(stdout, "%s: %d of %d recomputed file(s) within the bound (step %s, configured fingerprint %s)\n",
-			*family, res.Checked-res.Failed, res.Checked, res.Step, res.Fingerprint.ID())
-		if res.Failed > 0 {
-			return errors.New("verify failed: the cache holds files the configured step program does not reproduce")
-		}
-		if n := len(res.Integrity.Bad); n > 0 {
-			return fmt.Errorf("verify failed: %d file(s) differed from their records and were set aside; `kinflow cache repair --family %s` recomputes them", n, *family)
-		}
-		if n := len(res.Integrity.Unrecorded); n > 0 {
-			fmt.Fprintf(stdout, "%s: %d file(s) without an integrity record (unverified)\n", *family, n)
-			return fmt.Errorf("verify failed: %d file(s) have no integrity record (a damaged manifest or a foreign writer) and are not used: jobs set them aside and compute them again; `kinflow cache adopt --family %s` checks a sample and records them", n, *family)
-		}
-		if sub == "adopt" {
-			fmt.Fprintf(stdout, "adopted %s under fingerprint %s (%d file(s) without a record checked and recorded)\n", *family, res.Fingerprint.ID(), res.Adopted)
-		}
-		return nil
+		return cacheVerify(ctx, v, sub, *family, *sample, stdout)
 	}
 	return usageError{fmt.Sprintf("unknown cache command %q (status, verify, adopt, repair or purge)", sub)}
+}
+
+// cacheStatus prints each family's status (a table, or JSON).
+func cacheStatus(layout *embedding.Layout, asJSON bool, stdout io.Writer) error {
+	st, err := cacheadmin.Status(layout)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		if st == nil {
+			st = []cacheadmin.FamilyStatus{}
+		}
+		return json.NewEncoder(stdout).Encode(st)
+	}
+	if len(st) == 0 {
+		fmt.Fprintf(stdout, "no cached artefacts under %s\n", layout.SequenceInfo())
+		return nil
+	}
+	w := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "FAMILY\tFILES\tBYTES\tORIGIN\tSYNTHETIC\tUNVERIFIED\tUNHASHED\tMISMATCHED\tQUARANTINED\tFINGERPRINT\tMODEL")
+	for _, s := range st {
+		fp := s.Fingerprint
+		if fp == "" {
+			fp = "(none recorded)"
+		}
+		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", s.Family, s.Files, s.Bytes, s.Origin(), s.Synthetic, s.Unverified,
+			s.Unhashed, s.Mismatched, s.Quarantined, fp, s.Model)
+	}
+	return w.Flush()
+}
+
+// cachePurge removes a family's files (or only its synthetic ones).
+func cachePurge(layout *embedding.Layout, family string, synthetic bool, stdout io.Writer) error {
+	res, err := cacheadmin.Purge(layout, family, synthetic)
+	if err != nil {
+		return err
+	}
+	what := "files"
+	if synthetic {
+		what = "synthetic files"
+	}
+	fmt.Fprintf(stdout, "purged %d %s (%d bytes) from %s", res.Removed, what, res.Bytes, family)
+	if res.RecordRemoved {
+		fmt.Fprint(stdout, "; its fingerprint record removed")
+	}
+	fmt.Fprintln(stdout)
+	return nil
+}
+
+// cacheRepair hashes a family's files and recomputes those set aside.
+func cacheRepair(ctx context.Context, v *cacheadmin.Verifier, family string, stdout io.Writer) error {
+	res, err := v.Repair(ctx, family)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: %d file(s) hashed, %d set aside now; %d recomputed with step %s", family,
+		res.Integrity.Hashed, len(res.Integrity.Bad), res.Recomputed, res.Step)
+	if res.NoSequence > 0 {
+		fmt.Fprintf(stdout, "; %d without a sequence in the seq map", res.NoSequence)
+	}
+	fmt.Fprintln(stdout)
+	if len(res.Failures) > 0 {
+		return fmt.Errorf("repair incomplete: the step program did not write %d file(s)", len(res.Failures))
+	}
+	return nil
+}
+
+// cacheVerify is `cache verify` and `cache adopt`: hash every file against
+// its record and recompute a sample; adopt records the files without one.
+func cacheVerify(ctx context.Context, v *cacheadmin.Verifier, sub, family string, sample int, stdout io.Writer) error {
+	var res cacheadmin.VerifyResult
+	var err error
+	if sub == "verify" {
+		res, err = v.Verify(ctx, family, sample)
+	} else {
+		res, err = v.Adopt(ctx, family, sample)
+	}
+	if res.NoSequence > 0 {
+		fmt.Fprintf(stdout, "%d sampled file(s) skipped: their sequence is not in the seq map\n", res.NoSequence)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: %d file(s) hashed against their records, %d set aside\n", family, res.Integrity.Hashed, len(res.Integrity.Bad))
+	fmt.Fprintf(stdout, "%s: %d of %d recomputed file(s) within the bound (step %s, configured fingerprint %s)\n",
+		family, res.Checked-res.Failed, res.Checked, res.Step, res.Fingerprint.ID())
+	if res.Failed > 0 {
+		return errors.New("verify failed: the cache holds files the configured step program does not reproduce")
+	}
+	if n := len(res.Integrity.Bad); n > 0 {
+		return fmt.Errorf("verify failed: %d file(s) differed from their records and were set aside; `kinflow cache repair --family %s` recomputes them", n, family)
+	}
+	if n := len(res.Integrity.Unrecorded); n > 0 {
+		fmt.Fprintf(stdout, "%s: %d file(s) without an integrity record (unverified)\n", family, n)
+		return fmt.Errorf("verify failed: %d file(s) have no integrity record (a damaged manifest or a foreign writer) and are not used: jobs set them aside and compute them again; `kinflow cache adopt --family %s` checks a sample and records them", n, family)
+	}
+	if sub == "adopt" {
+		fmt.Fprintf(stdout, "adopted %s under fingerprint %s (%d file(s) without a record checked and recorded)\n", family, res.Fingerprint.ID(), res.Adopted)
+	}
+	return nil
 }
 
 // runCachePredictions is `kinflow cache predictions status|purge`.

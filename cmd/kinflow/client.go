@@ -7,9 +7,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -252,15 +253,10 @@ func printReport(w io.Writer, rep *client.ValidateReport) {
 		}
 		fmt.Fprintf(w, "row %d: substrate: %s: %v\n", s.Row, s.Reason, s.Value)
 	}
-	var keys []string
-	for k, n := range rep.LengthViolations {
-		if n > 0 {
-			keys = append(keys, k)
+	for _, k := range slices.Sorted(maps.Keys(rep.LengthViolations)) {
+		if n := rep.LengthViolations[k]; n > 0 {
+			fmt.Fprintf(w, "method %s: %d sequence(s) longer than its limit\n", k, n)
 		}
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		fmt.Fprintf(w, "method %s: %d sequence(s) longer than its limit\n", k, rep.LengthViolations[k])
 	}
 	if rep.Problems() == 0 {
 		fmt.Fprintln(w, "no row problems")

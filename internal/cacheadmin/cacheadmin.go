@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -290,11 +292,7 @@ func Purge(l *embedding.Layout, family string, syntheticOnly bool) (PurgeResult,
 			victims[sid] = true
 		}
 	}
-	ids := make([]string, 0, len(victims))
-	for sid := range victims {
-		ids = append(ids, sid)
-	}
-	sort.Strings(ids)
+	ids := slices.Sorted(maps.Keys(victims))
 	for _, sid := range ids {
 		if err := os.Remove(filepath.Join(dir, sid+f.Suffix())); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return res, err

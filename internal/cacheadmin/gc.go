@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/jobfiles"
 	"github.com/kinflow/kinflow/internal/store"
 )
 
@@ -215,7 +216,7 @@ func RunningJobFiles(st *store.Store, mediaRoot string) func(ctx context.Context
 				return nil, err
 			}
 			for _, j := range jobs {
-				plans, _ := filepath.Glob(filepath.Join(mediaRoot, "jobs", j.ID, "work", "stage-*", "plan.json"))
+				plans, _ := filepath.Glob(jobfiles.StagePlanGlob(mediaRoot, j.ID))
 				for _, pf := range plans {
 					if err := addPlanPaths(pf, out); err != nil {
 						return nil, err

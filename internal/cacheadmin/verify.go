@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -240,11 +242,7 @@ func checkAll(l *embedding.Layout, f embedding.Family, keepUnrecorded bool) (emb
 	if err != nil {
 		return embedding.Integrity{}, err
 	}
-	sids := make([]string, 0, len(have))
-	for sid := range have {
-		sids = append(sids, sid)
-	}
-	sort.Strings(sids)
+	sids := slices.Sorted(maps.Keys(have))
 	present := make([]bool, len(sids))
 	for i := range present {
 		present[i] = true
@@ -301,11 +299,7 @@ func (v *Verifier) Repair(ctx context.Context, family string) (RepairResult, err
 	if len(want) == 0 {
 		return res, nil
 	}
-	ids := make([]string, 0, len(want))
-	for sid := range want {
-		ids = append(ids, sid)
-	}
-	sort.Strings(ids)
+	ids := slices.Sorted(maps.Keys(want))
 	seqs, err := v.Sequences(ctx, ids)
 	if err != nil {
 		return res, err

@@ -20,6 +20,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kinflow/kinflow/internal/wire"
 )
 
 // DefaultBaseURL is where `make run` serves the API.
@@ -426,25 +428,11 @@ func NewIdempotencyKey() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Job is one entry of GET /api/v1/jobs/.
-type Job struct {
-	JobID       string            `json:"jobId"`
-	Status      string            `json:"status"`
-	Targets     []string          `json:"targets"`
-	Methods     map[string]string `json:"methods"`
-	Rows        int               `json:"rows"`
-	SubmittedAt string            `json:"submittedAt"`
-	StartedAt   *string           `json:"startedAt"`
-	CompletedAt *string           `json:"completedAt"`
-	ResultURL   string            `json:"resultUrl"`
-	Synthetic   bool              `json:"synthetic"`
-}
+// Job is one entry of GET /api/v1/jobs/ (internal/wire).
+type Job = wire.Job
 
-// JobsPage is one page of GET /api/v1/jobs/.
-type JobsPage struct {
-	Jobs       []Job   `json:"jobs"`
-	NextCursor *string `json:"nextCursor"`
-}
+// JobsPage is one page of GET /api/v1/jobs/ (internal/wire).
+type JobsPage = wire.JobsPage
 
 // Jobs lists the key's own jobs, newest first: one page of at most limit
 // (0: the API's default), after cursor (""), only in status ("" for all;
@@ -533,27 +521,12 @@ type Stage struct {
 }
 
 // Overall is the status's `overall` object: the whole job in rows and
-// sequences, one percentage, an ETA and one line of text.
-type Overall struct {
-	Percent    float64 `json:"percent"`
-	ETASeconds *int64  `json:"etaSeconds"`
-	Phase      string  `json:"phase"`
-	Rows       int     `json:"rows"`
-	Sequences  *int    `json:"sequences"`
-	Stage      *int    `json:"stage"`
-	Stages     int     `json:"stages"`
-	Text       string  `json:"text"`
-}
+// sequences, one percentage, an ETA and one line of text (internal/wire).
+type Overall = wire.Overall
 
 // SimilarityNote is the status's `similarity` object: what the similarity
-// columns hold, or why they are blank.
-type SimilarityNote struct {
-	State   string   `json:"state"`
-	Method  string   `json:"method"`
-	Unit    string   `json:"unit"`
-	Columns []string `json:"columns"`
-	Message string   `json:"message"`
-}
+// columns hold, or why they are blank (internal/wire).
+type SimilarityNote = wire.SimilarityNote
 
 // Status is the part of GET /api/v1/status/{id}/ the client reads; Raw is
 // the whole answer.
@@ -589,12 +562,8 @@ type Status struct {
 
 // Charge is the status's `charge`: the rows charged at submit, the rows
 // refunded at the end, and of those the rows served wholly from the
-// prediction cache.
-type Charge struct {
-	RowsCharged        int `json:"rowsCharged"`
-	RowsRefunded       int `json:"rowsRefunded"`
-	CachedRowsRefunded int `json:"cachedRowsRefunded"`
-}
+// prediction cache (internal/wire).
+type Charge = wire.Charge
 
 // Finished reports whether the job reached a final status.
 func (s *Status) Finished() bool { return s.Status == "Completed" || s.Status == "Failed" }

@@ -211,17 +211,16 @@ func readSlots(dir string, index map[string]int, n int) []slotRecord {
 }
 
 func (l *Layout) checkFamily(f Family, sids []string, index map[string]int, present []bool, seqLen func(i int) int, o CheckOptions) (Integrity, error) {
-	var res Integrity
 	dir := l.FamilyDir(f)
 	if !slices.Contains(present, true) {
-		return res, nil
+		return Integrity{}, nil
 	}
 	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
-		return res, nil
+		return Integrity{}, nil
 	}
 	if err != nil {
-		return res, fmt.Errorf("integrity check of %s: %w", f.Name, err)
+		return Integrity{}, fmt.Errorf("integrity check of %s: %w", f.Name, err)
 	}
 	defer unix.Close(dfd)
 	if index == nil {
@@ -230,155 +229,200 @@ func (l *Layout) checkFamily(f Family, sids []string, index map[string]int, pres
 			index[sid] = i
 		}
 	}
-	recs := readSlots(dir, index, len(sids))
-	suffix := f.Suffix()
-	type badFile struct {
-		i          int
-		reason     string
-		st         unix.Stat_t
-		unrecorded bool
+	c := &familyCheck{l: l, f: f, dir: dir, dfd: dfd, sids: sids, present: present, seqLen: seqLen, o: o,
+		recs: readSlots(dir, index, len(sids)), suffix: f.Suffix(), name: make([]byte, 0, 256)}
+	for i := range sids {
+		if present[i] {
+			c.check(i)
+		}
 	}
-	var bad []badFile
-	var updates []Commit
-	var updated []int
+	if len(c.bad) == 0 && len(c.updates) == 0 {
+		return c.res, nil
+	}
+	err = c.settle()
+	return c.res, err
+}
+
+// familyCheck is one integrity check of a family's files: the files found
+// bad and the records to write, settled under the manifest lock.
+type familyCheck struct {
+	l       *Layout
+	f       Family
+	dir     string
+	dfd     int
+	sids    []string
+	present []bool
+	seqLen  func(i int) int
+	o       CheckOptions
+	recs    []slotRecord
+	suffix  string
+	name    []byte
+	res     Integrity
+	bad     []badFile
+	// updates are the records to write, of the files updated[k].
+	updates []Commit
+	updated []int
+}
+
+// badFile is a file found bad, with its stat at the time.
+type badFile struct {
+	i          int
+	reason     string
+	st         unix.Stat_t
+	unrecorded bool
+}
+
+// nameOf is file i's NUL-terminated name (for fstatat).
+func (c *familyCheck) nameOf(i int) []byte {
+	c.name = append(append(append(c.name[:0], c.sids[i]...), c.suffix...), 0)
+	return c.name
+}
+
+// check looks at present file i: its stat against its record, else its
+// bytes against the recorded SHA-256, or its contents when unrecorded and
+// adopted.
+func (c *familyCheck) check(i int) {
 	var st unix.Stat_t
-	name := make([]byte, 0, 256)
-	for i, sid := range sids {
-		if !present[i] {
-			continue
+	sid := c.sids[i]
+	c.res.Checked++
+	if err := fstatatName(c.dfd, c.nameOf(i), &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			c.present[i] = false
+			return
 		}
-		name = append(append(append(name[:0], sid...), suffix...), 0)
-		res.Checked++
-		if err := fstatatName(dfd, name, &st); err != nil {
-			if errors.Is(err, unix.ENOENT) {
-				present[i] = false
-				continue
-			}
-			bad = append(bad, badFile{i: i, reason: "unreadable: " + errText(err), st: st})
-			continue
-		}
-		rec := &recs[i]
-		fs := statOf(&st)
-		if !o.HashAll && rec.matches(fs) {
-			continue
-		}
-		if !rec.hashed && !o.AdoptUnrecorded {
-			// Never trusted on first read (see the top of this file).
-			if o.KeepUnrecorded {
-				present[i] = false
-				res.Unrecorded = append(res.Unrecorded, sid)
-				continue
-			}
-			bad = append(bad, badFile{i: i, reason: UnrecordedReason, st: st, unrecorded: true})
-			continue
-		}
-		res.Hashed++
-		data, err := os.ReadFile(filepath.Join(dir, sid+suffix))
-		if err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				present[i] = false
-				continue
-			}
-			bad = append(bad, badFile{i: i, reason: "unreadable: " + errText(err), st: st})
-			continue
-		}
-		sum := sha256.Sum256(data)
-		record := func() {
-			updates = append(updates, Commit{SeqID: sid, Suffix: suffix, Bytes: int64(len(data)), SHA256: hex.EncodeToString(sum[:]),
-				MtimeNs: fs.MtimeNs, CtimeNs: fs.CtimeNs, Ino: fs.Ino, RecordOnly: true})
-			updated = append(updated, i)
-		}
-		var reason string
-		switch {
-		case rec.hashed:
-			if sum == rec.sha {
-				if !rec.matches(fs) || fs.Bytes != int64(len(data)) {
-					record()
-				}
-				continue
-			}
-			if int64(len(data)) != rec.bytes {
-				reason = fmt.Sprintf("%d bytes, recorded %d", len(data), rec.bytes)
-			} else {
-				reason = "contents differ from the recorded SHA-256"
-			}
-		default:
-			n := -1
-			if seqLen != nil {
-				n = seqLen(i)
-			}
-			if err := CheckContent(f, data, n); err != nil {
-				reason = err.Error()
-				break
-			}
-			record()
-			continue
-		}
-		bad = append(bad, badFile{i: i, reason: reason, st: st})
+		c.bad = append(c.bad, badFile{i: i, reason: "unreadable: " + errText(err), st: st})
+		return
 	}
-	if len(bad) == 0 && len(updates) == 0 {
-		return res, nil
+	rec := &c.recs[i]
+	fs := statOf(&st)
+	if !c.o.HashAll && rec.matches(fs) {
+		return
 	}
-	// Set aside and record under the manifest lock, against a fresh read:
-	// a writer that replaced a file since (it records, then renames) is
-	// not undone.
-	unlock, err := lockManifest(dir)
+	if !rec.hashed && !c.o.AdoptUnrecorded {
+		// Never trusted on first read (see the top of this file).
+		if c.o.KeepUnrecorded {
+			c.present[i] = false
+			c.res.Unrecorded = append(c.res.Unrecorded, sid)
+			return
+		}
+		c.bad = append(c.bad, badFile{i: i, reason: UnrecordedReason, st: st, unrecorded: true})
+		return
+	}
+	c.res.Hashed++
+	data, err := os.ReadFile(filepath.Join(c.dir, sid+c.suffix))
 	if err != nil {
-		return res, err
+		if errors.Is(err, os.ErrNotExist) {
+			c.present[i] = false
+			return
+		}
+		c.bad = append(c.bad, badFile{i: i, reason: "unreadable: " + errText(err), st: st})
+		return
+	}
+	sum := sha256.Sum256(data)
+	record := func() {
+		c.updates = append(c.updates, Commit{SeqID: sid, Suffix: c.suffix, Bytes: int64(len(data)), SHA256: hex.EncodeToString(sum[:]),
+			MtimeNs: fs.MtimeNs, CtimeNs: fs.CtimeNs, Ino: fs.Ino, RecordOnly: true})
+		c.updated = append(c.updated, i)
+	}
+	var reason string
+	switch {
+	case rec.hashed:
+		if sum == rec.sha {
+			if !rec.matches(fs) || fs.Bytes != int64(len(data)) {
+				record()
+			}
+			return
+		}
+		if int64(len(data)) != rec.bytes {
+			reason = fmt.Sprintf("%d bytes, recorded %d", len(data), rec.bytes)
+		} else {
+			reason = "contents differ from the recorded SHA-256"
+		}
+	default:
+		n := -1
+		if c.seqLen != nil {
+			n = c.seqLen(i)
+		}
+		if err := CheckContent(c.f, data, n); err != nil {
+			reason = err.Error()
+			break
+		}
+		record()
+		return
+	}
+	c.bad = append(c.bad, badFile{i: i, reason: reason, st: st})
+}
+
+// settle sets aside the bad files and writes the new records under the
+// manifest lock, against a fresh read: a writer that replaced a file since
+// (it records, then renames) is not undone.
+func (c *familyCheck) settle() error {
+	unlock, err := lockManifest(c.dir)
+	if err != nil {
+		return err
 	}
 	defer unlock()
-	fresh := ReadFileRecords(dir)
+	fresh := ReadFileRecords(c.dir)
 	unchanged := func(i int) bool {
-		r, ok := fresh[sids[i]]
-		return toSlot(r, ok) == recs[i]
+		r, ok := fresh[c.sids[i]]
+		return toSlot(r, ok) == c.recs[i]
 	}
 	var keep []Commit
-	for k, u := range updates {
-		if unchanged(updated[k]) {
+	for k, u := range c.updates {
+		if unchanged(c.updated[k]) {
 			keep = append(keep, u)
 		}
 	}
 	var remove []string
-	for _, b := range bad {
-		sid := sids[b.i]
-		name = append(append(append(name[:0], sid...), suffix...), 0)
-		var now unix.Stat_t
-		if err := fstatatName(dfd, name, &now); err != nil {
-			present[b.i] = false
+	for _, b := range c.bad {
+		sid := c.sids[b.i]
+		if !c.setAside(b, fresh) {
 			continue
 		}
-		if statOf(&now) != statOf(&b.st) {
-			// Replaced while being checked: the next check looks again.
-			if b.unrecorded {
-				present[b.i] = false
-			}
-			continue
-		}
-		if b.unrecorded {
-			if r, ok := fresh[sid]; ok && r.Hashed() {
-				// A writer recorded it meanwhile (it records, then
-				// renames): the next check compares it.
-				present[b.i] = false
-				continue
-			}
-		}
-		present[b.i] = false
-		q, err := l.quarantine(f, sid+suffix, b.reason)
+		q, err := c.l.quarantine(c.f, sid+c.suffix, b.reason)
 		if err != nil {
-			return res, err
+			return err
 		}
-		res.Bad = append(res.Bad, BadFile{Family: f.Name, SeqID: sid, Reason: b.reason, Quarantined: q})
+		c.res.Bad = append(c.res.Bad, BadFile{Family: c.f.Name, SeqID: sid, Reason: b.reason, Quarantined: q})
 		if unchanged(b.i) {
 			remove = append(remove, sid)
 		}
 	}
 	if len(keep) > 0 || len(remove) > 0 {
-		if err := mergeManifestLocked(dir, keep, remove); err != nil {
-			return res, err
+		if err := mergeManifestLocked(c.dir, keep, remove); err != nil {
+			return err
 		}
-		res.Recorded += len(keep)
+		c.res.Recorded += len(keep)
 	}
-	return res, nil
+	return nil
+}
+
+// setAside reports whether bad file b is still the file found bad (so it
+// goes to quarantine), and marks it not present unless it was replaced
+// while being checked (the next check looks again).
+func (c *familyCheck) setAside(b badFile, fresh map[string]FileRecord) bool {
+	var now unix.Stat_t
+	if err := fstatatName(c.dfd, c.nameOf(b.i), &now); err != nil {
+		c.present[b.i] = false
+		return false
+	}
+	if statOf(&now) != statOf(&b.st) {
+		// Replaced while being checked: the next check looks again.
+		if b.unrecorded {
+			c.present[b.i] = false
+		}
+		return false
+	}
+	if b.unrecorded {
+		if r, ok := fresh[c.sids[b.i]]; ok && r.Hashed() {
+			// A writer recorded it meanwhile (it records, then
+			// renames): the next check compares it.
+			c.present[b.i] = false
+			return false
+		}
+	}
+	c.present[b.i] = false
+	return true
 }
 
 // quarantine moves name out of f's folder into the quarantine folder with a

@@ -281,90 +281,103 @@ const (
 	ColumnKcatKm = "kcat/Km (1/(s*mM))"
 )
 
+// builtinKineticsTypes are the engine arguments naming each target's
+// kinetics type.
+func builtinKineticsTypes(ts ...Target) map[Target]map[string]string {
+	m := map[Target]map[string]string{}
+	for _, t := range ts {
+		m[t] = map[string]string{"kinetics_type": strings.ToUpper(string(t))}
+	}
+	return m
+}
+
+// builtinVariant adds the variant argument to every target's arguments.
+func builtinVariant(m map[Target]map[string]string, v string) map[Target]map[string]string {
+	for _, kw := range m {
+		kw["variant"] = v
+	}
+	return m
+}
+
+// builtinBiblio sets d's bibliography. The spec anonymises the methods;
+// these placeholders are neutral on purpose and an operator file can set
+// the real references.
+func builtinBiblio(d *Descriptor, label string) *Descriptor {
+	d.DisplayName = "Method " + label
+	d.Authors = "Authors of method " + label
+	d.PublicationTitle = "Publication of method " + label
+	d.CitationURL = "https://example.org/methods/" + strings.ToLower(label)
+	d.RepoURL = "https://example.org/methods/" + strings.ToLower(label) + "/code"
+	return d
+}
+
+// builtinEnv is the environment variables of name, value pairs.
+func builtinEnv(kv ...string) []EnvVar {
+	out := make([]EnvVar, 0, len(kv)/2)
+	for i := 0; i+1 < len(kv); i += 2 {
+		out = append(out, EnvVar{Name: kv[i], Value: kv[i+1]})
+	}
+	return out
+}
+
+// builtinMethodA is a variant of method A (its own model_variant) for
+// the targets it supports.
+func builtinMethodA(label, variant string, single []ColumnKwarg, kcatKm map[Target]string, supports ...Target) *Descriptor {
+	cols := map[Target]string{}
+	tk := builtinKineticsTypes(supports...)
+	for _, t := range supports {
+		cols[t] = kcatKm[t]
+		tk[t]["model_variant"] = variant
+	}
+	return builtinBiblio(&Descriptor{
+		Key: label, Supports: supports, InputFormat: InputSingle, OutputCols: cols, MaxSeqLen: 1500,
+		ColToKwarg: single, TargetKwargs: tk, Engine: EngineDedicated, FileContract: ContractMethodA,
+		Profile:        ProfileMethodAFull,
+		GPUEligible:    true,
+		StepKeys:       []string{StepMethodAT5Full, StepMethodAESM2Layers, StepMethodAESMCLayers},
+		EmbeddingsUsed: []string{"prot_t5", "esm2", "esmc", "binding_sites"},
+		EnvPaths: builtinEnv("METHODA_MEDIA_PATH", "{media}", "METHODA_TOOLS_PATH", "{tools}",
+			"METHODA_DATA", "{data_dir}", "METHODA_ESM_PATH", "{esm_python}",
+			"METHODA_ESMC_PATH", "{esmc_python}", "METHODA_T5_PATH", "{t5_python}",
+			"METHODA_PSEQ2SITES_PATH", "{pseq2sites_python}"),
+	}, label)
+}
+
+// builtin is the built-in catalogue (A–J), one descriptor per method key.
 func builtin() []*Descriptor {
 	single := []ColumnKwarg{{Column: "Substrate", Kwarg: "smiles"}}
 	kcatKm := map[Target]string{Kcat: ColumnKcat, Km: ColumnKm}
-	kt := func(ts ...Target) map[Target]map[string]string {
-		m := map[Target]map[string]string{}
-		for _, t := range ts {
-			m[t] = map[string]string{"kinetics_type": strings.ToUpper(string(t))}
-		}
-		return m
-	}
-	variant := func(m map[Target]map[string]string, v string) map[Target]map[string]string {
-		for _, kw := range m {
-			kw["variant"] = v
-		}
-		return m
-	}
-	biblio := func(d *Descriptor, label string) *Descriptor {
-		// The spec anonymises the methods; these placeholders are neutral
-		// on purpose and an operator file can set the real references.
-		d.DisplayName = "Method " + label
-		d.Authors = "Authors of method " + label
-		d.PublicationTitle = "Publication of method " + label
-		d.CitationURL = "https://example.org/methods/" + strings.ToLower(label)
-		d.RepoURL = "https://example.org/methods/" + strings.ToLower(label) + "/code"
-		return d
-	}
-	env := func(kv ...string) []EnvVar {
-		out := make([]EnvVar, 0, len(kv)/2)
-		for i := 0; i+1 < len(kv); i += 2 {
-			out = append(out, EnvVar{Name: kv[i], Value: kv[i+1]})
-		}
-		return out
-	}
-	methodA := func(label, variant string, supports ...Target) *Descriptor {
-		cols := map[Target]string{}
-		tk := kt(supports...)
-		for _, t := range supports {
-			cols[t] = kcatKm[t]
-			tk[t]["model_variant"] = variant
-		}
-		return biblio(&Descriptor{
-			Key: label, Supports: supports, InputFormat: InputSingle, OutputCols: cols, MaxSeqLen: 1500,
-			ColToKwarg: single, TargetKwargs: tk, Engine: EngineDedicated, FileContract: ContractMethodA,
-			Profile:        ProfileMethodAFull,
-			GPUEligible:    true,
-			StepKeys:       []string{StepMethodAT5Full, StepMethodAESM2Layers, StepMethodAESMCLayers},
-			EmbeddingsUsed: []string{"prot_t5", "esm2", "esmc", "binding_sites"},
-			EnvPaths: env("METHODA_MEDIA_PATH", "{media}", "METHODA_TOOLS_PATH", "{tools}",
-				"METHODA_DATA", "{data_dir}", "METHODA_ESM_PATH", "{esm_python}",
-				"METHODA_ESMC_PATH", "{esmc_python}", "METHODA_T5_PATH", "{t5_python}",
-				"METHODA_PSEQ2SITES_PATH", "{pseq2sites_python}"),
-		}, label)
-	}
 	return []*Descriptor{
-		methodA("A-H", "H", Kcat, Km),
-		methodA("A-L", "L", Kcat),
-		biblio(&Descriptor{
+		builtinMethodA("A-H", "H", single, kcatKm, Kcat, Km),
+		builtinMethodA("A-L", "L", single, kcatKm, Kcat),
+		builtinBiblio(&Descriptor{
 			Key: "B", Supports: []Target{Kcat, Km, KcatKm}, InputFormat: InputSingle,
 			OutputCols: map[Target]string{Kcat: ColumnKcat, Km: ColumnKm, KcatKm: ColumnKcatKm}, MaxSeqLen: 1000,
-			ColToKwarg: single, TargetKwargs: kt(Kcat, Km, KcatKm), Engine: EngineGeneric,
+			ColToKwarg: single, TargetKwargs: builtinKineticsTypes(Kcat, Km, KcatKm), Engine: EngineGeneric,
 			Profile: ProfileProtT5Mean, GPUEligible: true, StepKeys: []string{StepProtT5Mean},
 			EmbeddingsUsed: []string{"prot_t5_mean"},
-			EnvPaths:       env("METHODB_MEDIA_PATH", "{media}", "METHODB_TOOLS_PATH", "{tools}", "METHODB_MODEL_ROOT", "{model_dir}"),
+			EnvPaths:       builtinEnv("METHODB_MEDIA_PATH", "{media}", "METHODB_TOOLS_PATH", "{tools}", "METHODB_MODEL_ROOT", "{model_dir}"),
 		}, "B"),
-		biblio(&Descriptor{
+		builtinBiblio(&Descriptor{
 			Key: "C", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, MaxSeqLen: 1000,
-			ColToKwarg: single, TargetKwargs: kt(Kcat, Km), Engine: EngineDedicated, FileContract: ContractSubstrateCSV,
+			ColToKwarg: single, TargetKwargs: builtinKineticsTypes(Kcat, Km), Engine: EngineDedicated, FileContract: ContractSubstrateCSV,
 			Profile: ProfileProtT5Mean, GPUEligible: true, StepKeys: []string{StepProtT5Mean},
 			EmbeddingsUsed: []string{"prot_t5_mean"},
-			EnvPaths:       env("METHODC_MEDIA_PATH", "{media}", "METHODC_TOOLS_PATH", "{tools}"),
+			EnvPaths:       builtinEnv("METHODC_MEDIA_PATH", "{media}", "METHODC_TOOLS_PATH", "{tools}"),
 		}, "C"),
-		biblio(&Descriptor{
+		builtinBiblio(&Descriptor{
 			Key: "D", Supports: []Target{Kcat}, InputFormat: InputMulti,
 			OutputCols: map[Target]string{Kcat: ColumnKcat}, MaxSeqLen: 1024,
 			ColToKwarg: []ColumnKwarg{{Column: "Substrates", Kwarg: "substrates"}, {Column: "Products", Kwarg: "products"}},
 			Engine:     EngineDedicated, FileContract: ContractReactionCSV, Profile: ProfileMethodDESM1b, GPUEligible: true,
 			StepKeys: []string{StepMethodDESM1b}, EmbeddingsUsed: []string{"esm1b_methodd"},
-			EnvPaths: env("METHODD_MEDIA_PATH", "{media}", "METHODD_TOOLS_PATH", "{tools}"),
+			EnvPaths: builtinEnv("METHODD_MEDIA_PATH", "{media}", "METHODD_TOOLS_PATH", "{tools}"),
 		}, "D"),
-		biblio(&Descriptor{
+		builtinBiblio(&Descriptor{
 			Key: "E", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, MaxSeqLen: 2048,
 			// Method E's kcat model reads the ordered substrate list whole.
 			InputBehaviors: map[Target]string{Kcat: BehaviorNativeMulti},
-			ColToKwarg:     single, TargetKwargs: kt(Kcat, Km), Engine: EngineGeneric,
+			ColToKwarg:     single, TargetKwargs: builtinKineticsTypes(Kcat, Km), Engine: EngineGeneric,
 			Profile: ProfileMethodEEmbed, GPUEligible: true,
 			StepKeys:       []string{StepMethodEEmbedKcat, StepMethodEEmbedKm},
 			EmbeddingsUsed: []string{"methode_esm2"},
@@ -374,61 +387,61 @@ func builtin() []*Descriptor {
 			// CatPred refuses checkpoints outside CATPRED_TRUSTED_DESERIALIZATION_ROOTS
 			// (catpred/security/deserialization.py); the reference sets it to its
 			// checkpoint folder.
-			EnvPaths: env("METHODE_REPO_ROOT", "{model_dir}", "METHODE_CHECKPOINT_ROOT", "{methode_checkpoint_root}",
+			EnvPaths: builtinEnv("METHODE_REPO_ROOT", "{model_dir}", "METHODE_CHECKPOINT_ROOT", "{methode_checkpoint_root}",
 				"CATPRED_TRUSTED_DESERIALIZATION_ROOTS", "{methode_checkpoint_root}",
 				"METHODE_MEDIA_PATH", "{media}", "METHODE_TOOLS_PATH", "{tools}", "PROTEIN_EMBED_USE_CPU", "1"),
 		}, "E"),
-		biblio(&Descriptor{
+		builtinBiblio(&Descriptor{
 			Key: "F", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, MaxSeqLen: 1024,
-			ColToKwarg: single, TargetKwargs: kt(Kcat, Km), Engine: EngineBatchScript, FileContract: ContractSubstrateCSV,
+			ColToKwarg: single, TargetKwargs: builtinKineticsTypes(Kcat, Km), Engine: EngineBatchScript, FileContract: ContractSubstrateCSV,
 			Profile: ProfileMethodFESM1v, GPUEligible: true, StepKeys: []string{StepMethodFESM1v},
 			EmbeddingsUsed: []string{"esm1v"}, EphemeralFamilies: []string{"esm1v"},
-			EnvPaths: env("METHODF_MEDIA_PATH", "{media}", "METHODF_TOOLS_PATH", "{tools}",
+			EnvPaths: builtinEnv("METHODF_MEDIA_PATH", "{media}", "METHODF_TOOLS_PATH", "{tools}",
 				"METHODF_DELETE_EMBEDDINGS_AFTER_RUN", "{methodf_delete_embeddings}"),
 		}, "F"),
-		biblio(&Descriptor{
+		builtinBiblio(&Descriptor{
 			Key: "G", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, MaxSeqLen: 1000,
-			ColToKwarg: single, TargetKwargs: kt(Kcat, Km), Engine: EngineGeneric,
+			ColToKwarg: single, TargetKwargs: builtinKineticsTypes(Kcat, Km), Engine: EngineGeneric,
 			Profile: ProfileMethodGESM2, GPUEligible: true, StepKeys: []string{StepMethodGESM2},
 			EmbeddingsUsed: []string{"methodg_esm2"}, EphemeralFamilies: []string{"methodg_esm2"},
-			EnvPaths: env("METHODG_EMBED_CACHE_DIR", "{sequence_info}/methodg_esm2", "METHODG_CACHE_DIR", "{model_dir}",
+			EnvPaths: builtinEnv("METHODG_EMBED_CACHE_DIR", "{sequence_info}/methodg_esm2", "METHODG_CACHE_DIR", "{model_dir}",
 				"METHODG_ADDITIONAL_DATA", "{data_dir}"),
 		}, "G"),
 		// G-O2 is a second variant of method G (WIRE §13.4): method G's
 		// profile, step and ephemeral family, its own checkpoint (the
 		// operator's command.paths model_dir for this key).
-		biblio(&Descriptor{
+		builtinBiblio(&Descriptor{
 			Key: "G-O2", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, MaxSeqLen: 1000,
-			ColToKwarg: single, TargetKwargs: variant(kt(Kcat, Km), "o2denet"), Engine: EngineGeneric,
+			ColToKwarg: single, TargetKwargs: builtinVariant(builtinKineticsTypes(Kcat, Km), "o2denet"), Engine: EngineGeneric,
 			Profile: ProfileMethodGESM2, GPUEligible: true, StepKeys: []string{StepMethodGESM2},
 			EmbeddingsUsed: []string{"methodg_esm2"}, EphemeralFamilies: []string{"methodg_esm2"},
-			EnvPaths: env("METHODG_EMBED_CACHE_DIR", "{sequence_info}/methodg_esm2", "METHODG_CACHE_DIR", "{model_dir}",
+			EnvPaths: builtinEnv("METHODG_EMBED_CACHE_DIR", "{sequence_info}/methodg_esm2", "METHODG_CACHE_DIR", "{model_dir}",
 				"METHODG_ADDITIONAL_DATA", "{data_dir}"),
 		}, "G-O2"),
-		biblio(&Descriptor{
+		builtinBiblio(&Descriptor{
 			Key: "H", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, MaxSeqLen: 1022,
-			ColToKwarg: single, TargetKwargs: kt(Kcat, Km), Engine: EngineGeneric,
+			ColToKwarg: single, TargetKwargs: builtinKineticsTypes(Kcat, Km), Engine: EngineGeneric,
 			Profile: ProfileMethodHESM2LastMean, GPUEligible: true, StepKeys: []string{StepMethodHESM2LastMean},
 			EmbeddingsUsed: []string{"esm2_layer_last_mean"},
-			EnvPaths:       env("METHODH_DATA", "{model_dir}"),
+			EnvPaths:       builtinEnv("METHODH_DATA", "{model_dir}"),
 		}, "H"),
-		biblio(&Descriptor{
+		builtinBiblio(&Descriptor{
 			Key: "I", Supports: []Target{KcatKm}, InputFormat: InputSingle,
 			OutputCols: map[Target]string{KcatKm: ColumnKcatKm}, MaxSeqLen: 1000,
 			ColToKwarg: single, Engine: EngineGeneric,
 			Profile: ProfileMethodIProtT5Residues, GPUEligible: true, StepKeys: []string{StepMethodIProtT5Residues},
 			EmbeddingsUsed:    []string{"methodi_prot_t5_residues"},
 			EphemeralFamilies: []string{"methodi_prot_t5_residues"},
-			EnvPaths:          env("METHODI_DATA", "{data_dir}", "METHODI_EMBED_DIR", "{sequence_info}/methodi_prot_t5_residues"),
+			EnvPaths:          builtinEnv("METHODI_DATA", "{data_dir}", "METHODI_EMBED_DIR", "{sequence_info}/methodi_prot_t5_residues"),
 		}, "I"),
-		biblio(&Descriptor{
+		builtinBiblio(&Descriptor{
 			Key: "J", Supports: []Target{Km}, InputFormat: InputSingle,
 			OutputCols: map[Target]string{Km: ColumnKm}, MaxSeqLen: 500,
-			ColToKwarg: single, TargetKwargs: kt(Km), Engine: EngineGeneric,
+			ColToKwarg: single, TargetKwargs: builtinKineticsTypes(Km), Engine: EngineGeneric,
 			Profile: ProfileNone, GPUEligible: false,
 			// Method J's contact-map cache is method-local (SEED-SPEC §2.5);
 			// its location is passed so the method's code can find it.
-			EnvPaths: env("METHODJ_CACHE_DIR", "{methodj_cache_dir}"),
+			EnvPaths: builtinEnv("METHODJ_CACHE_DIR", "{methodj_cache_dir}"),
 		}, "J"),
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -161,47 +162,15 @@ func RunCommand(ctx context.Context, d *Descriptor, req CommandRequest) ([]*floa
 		return nil, nil, err
 	}
 
-	vars := map[string]string{
-		"python": d.Command.Python, "script": d.Command.Script, "input": run.in, "output": run.out,
-		"target": req.Target, "job_id": req.JobID,
-	}
-	for k, v := range req.Vars {
-		vars[k] = v
-	}
-	// kinflow's Cleanup deletes ephemeral artefacts once no running job
-	// needs them; a script deleting them itself could pull files from
-	// under another job.
-	vars["methodf_delete_embeddings"] = "0"
-	if kt := d.TargetKwargs[Target(req.Target)]["kinetics_type"]; kt != "" {
-		vars["kinetics_type"] = kt
-	}
-	for k, v := range run.vars {
-		vars[k] = v
-	}
-	for k, v := range d.Command.Paths {
-		vars[k] = v
-	}
+	vars := commandVars(d, req, run)
 	argv := d.Command.Render(d.FileContract, vars)
 	if len(argv) == 0 {
 		return nil, nil, &EngineError{Msg: d.DisplayName + " has an empty command"}
 	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = d.Command.WorkDir
-	cmd.Env = slices.Clone(req.Env)
 	var unset []string
-	for _, ev := range d.EnvPaths {
-		v := renderVars(ev.Value, vars)
-		if m := unfilledPlaceholder.FindString(v); m != "" {
-			// A path the operator did not configure: leave the variable
-			// unset rather than hand the program a literal "{model_dir}".
-			unset = append(unset, fmt.Sprintf("%s not set: %s has no value (set it in command.paths)", ev.Name, m))
-			continue
-		}
-		cmd.Env = append(cmd.Env, ev.Name+"="+v)
-	}
-	for k, v := range d.Command.ExtraEnv {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
+	cmd.Env, unset = commandEnv(d, req.Env, vars)
 	// Its own process group, so cancellation kills the whole tree.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
@@ -250,13 +219,7 @@ func RunCommand(ctx context.Context, d *Descriptor, req CommandRequest) ([]*floa
 		return nil, nil, ctx.Err()
 	}
 	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && (ws.Signal() == syscall.SIGKILL || ws.ExitStatus() == 137) {
-				return nil, nil, &EngineError{Msg: d.DisplayName + " prediction terminated due to insufficient memory.", Err: err}
-			}
-		}
-		return nil, nil, &EngineError{Msg: d.DisplayName + " prediction failed with an internal error (see the job's engine log).", Err: err}
+		return nil, nil, exitError(d, err)
 	}
 	vals, reasons, uncs, err := readEngineResult(run, len(req.Rows), d.DisplayName)
 	if err == nil && req.Uncertainty != nil {
@@ -267,6 +230,60 @@ func RunCommand(ctx context.Context, d *Descriptor, req CommandRequest) ([]*floa
 		}
 	}
 	return vals, reasons, err
+}
+
+// commandVars are the placeholders of the method's command: kinflow's
+// (python, script, input, output, target, job_id), the request's, the file
+// contract's and the operator's command.paths, later ones winning.
+func commandVars(d *Descriptor, req CommandRequest, run *engineRun) map[string]string {
+	vars := map[string]string{
+		"python": d.Command.Python, "script": d.Command.Script, "input": run.in, "output": run.out,
+		"target": req.Target, "job_id": req.JobID,
+	}
+	maps.Copy(vars, req.Vars)
+	// kinflow's Cleanup deletes ephemeral artefacts once no running job
+	// needs them; a script deleting them itself could pull files from
+	// under another job.
+	vars["methodf_delete_embeddings"] = "0"
+	if kt := d.TargetKwargs[Target(req.Target)]["kinetics_type"]; kt != "" {
+		vars["kinetics_type"] = kt
+	}
+	maps.Copy(vars, run.vars)
+	maps.Copy(vars, d.Command.Paths)
+	return vars
+}
+
+// commandEnv is the program's environment: base, the method's path
+// variables rendered (one with a placeholder left unfilled is left unset,
+// and said in unset) and its extra variables.
+func commandEnv(d *Descriptor, base []string, vars map[string]string) (env, unset []string) {
+	env = slices.Clone(base)
+	for _, ev := range d.EnvPaths {
+		v := renderVars(ev.Value, vars)
+		if m := unfilledPlaceholder.FindString(v); m != "" {
+			// A path the operator did not configure: leave the variable
+			// unset rather than hand the program a literal "{model_dir}".
+			unset = append(unset, fmt.Sprintf("%s not set: %s has no value (set it in command.paths)", ev.Name, m))
+			continue
+		}
+		env = append(env, ev.Name+"="+v)
+	}
+	for k, v := range d.Command.ExtraEnv {
+		env = append(env, k+"="+v)
+	}
+	return env, unset
+}
+
+// exitError is the error of a program that failed: out of memory when it
+// was killed (SIGKILL or status 137), else an internal error.
+func exitError(d *Descriptor, err error) error {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && (ws.Signal() == syscall.SIGKILL || ws.ExitStatus() == 137) {
+			return &EngineError{Msg: d.DisplayName + " prediction terminated due to insufficient memory.", Err: err}
+		}
+	}
+	return &EngineError{Msg: d.DisplayName + " prediction failed with an internal error (see the job's engine log).", Err: err}
 }
 
 // unfilledPlaceholder finds a {name} left in a rendered env value.

@@ -10,8 +10,8 @@ package methods
 
 import (
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 )
 
@@ -235,12 +235,7 @@ func (c *Command) Render(contract FileContract, vars map[string]string) []string
 		tmpl = contract.OrJSON().defaultArgv(in, out, c.ExtraArgs)
 	}
 	pairs := make([]string, 0, 2*len(vals))
-	keys := make([]string, 0, len(vals))
-	for k := range vals {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(vals)) {
 		pairs = append(pairs, "{"+k+"}", vals[k])
 	}
 	r := strings.NewReplacer(pairs...)

@@ -2,9 +2,9 @@ package methods
 
 import (
 	"context"
+	"maps"
 	"os/exec"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -34,12 +34,7 @@ func EngineFingerprint(d *Descriptor, hc *provenance.HashCache, extra ...string)
 	}
 	c := d.Command
 	pairs := []string{"{script}", c.Script}
-	keys := make([]string, 0, len(c.Paths))
-	for k := range c.Paths {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(c.Paths)) {
 		pairs = append(pairs, "{"+k+"}", c.Paths[k])
 	}
 	rep := strings.NewReplacer(pairs...)

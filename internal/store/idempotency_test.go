@@ -30,7 +30,7 @@ func TestIdempotencyKeyIsEnforcedByTheDatabase(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				id := fmt.Sprintf("job%02d", i)
-				j := &store.Job{ID: id, KeyID: 7, RequestedRows: 10, SubmittedAt: now, Targets: "[]", Methods: "{}"}
+				j := &store.Job{ID: id, KeyID: 7, RequestedRows: 10, SubmittedAt: now, Targets: []string{}, Methods: map[string]string{}}
 				res, err := s.ChargeAndCreateJobOnce(t.Context(), j, nil, day, 1000, idem, now)
 				mu.Lock()
 				defer mu.Unlock()
@@ -52,13 +52,13 @@ func TestIdempotencyKeyIsEnforcedByTheDatabase(t *testing.T) {
 			t.Fatalf("created %d, %d jobs, used %d, replays %v", created, jobs, used, replays)
 		}
 		// A different request with the key: Mismatch, nothing written.
-		j := &store.Job{ID: "other", KeyID: 7, RequestedRows: 10, SubmittedAt: now, Targets: "[]", Methods: "{}"}
+		j := &store.Job{ID: "other", KeyID: 7, RequestedRows: 10, SubmittedAt: now, Targets: []string{}, Methods: map[string]string{}}
 		res, err := s.ChargeAndCreateJobOnce(t.Context(), j, nil, day, 1000, store.Idempotency{KeyHash: idem.KeyHash, RequestHash: "other"}, now)
 		if err != nil || !res.Mismatch || res.Admitted {
 			t.Fatalf("mismatch: %+v %v", res, err)
 		}
 		// A refused charge leaves no claim behind.
-		j = &store.Job{ID: "big", KeyID: 7, RequestedRows: 5000, SubmittedAt: now, Targets: "[]", Methods: "{}"}
+		j = &store.Job{ID: "big", KeyID: 7, RequestedRows: 5000, SubmittedAt: now, Targets: []string{}, Methods: map[string]string{}}
 		res, err = s.ChargeAndCreateJobOnce(t.Context(), j, nil, day, 1000, store.Idempotency{KeyHash: store.HashKey("k2"), RequestHash: "r"}, now)
 		if err != nil || res.Admitted || res.Used != 10 {
 			t.Fatalf("over limit: %+v %v", res, err)

@@ -49,26 +49,30 @@ func (QuotaUsage) TableName() string { return "quota_usage" }
 
 // Job is one prediction job.
 type Job struct {
-	ID                       string    `gorm:"primaryKey;size:40"`
-	KeyID                    int64     `gorm:"not null;index"`
-	IPAddress                string    `gorm:"size:64;not null"`
-	Status                   string    `gorm:"size:16;not null;index"`
-	PredictionType           string    `gorm:"size:32;not null"`
-	Targets                  string    `gorm:"not null"` // JSON array, canonical order
-	Methods                  string    `gorm:"not null"` // JSON object as submitted
-	KcatMethod               string    `gorm:"size:64;not null"`
-	KmMethod                 string    `gorm:"size:64;not null"`
-	KcatKmMethod             string    `gorm:"size:64;not null"`
-	HandleLongSequences      string    `gorm:"size:16;not null"`
-	CanonicalizeSubstrates   bool      `gorm:"not null"`
-	IncludeSimilarityColumns bool      `gorm:"not null"`
-	UseExperimental          bool      `gorm:"not null"`
-	DisableGPUPrecompute     bool      `gorm:"not null"`
-	UsePredictionCache       bool      `gorm:"not null"`
-	RequestedRows            int       `gorm:"not null"`
-	RefundedRows             int       `gorm:"not null"`
-	ErrorMessage             string    `gorm:"not null"`
-	SubmittedAt              time.Time `gorm:"not null;index"`
+	ID             string `gorm:"primaryKey;size:40"`
+	KeyID          int64  `gorm:"not null;index"`
+	IPAddress      string `gorm:"size:64;not null"`
+	Status         string `gorm:"size:16;not null;index"`
+	PredictionType string `gorm:"size:32;not null"`
+	// Targets (canonical order) and Methods (target → method key, as
+	// submitted) are stored as JSON text (a JSON array and object, the
+	// columns unchanged since 0001) and decoded once, on read: a row that
+	// does not decode is an error of the read.
+	Targets                  []string          `gorm:"serializer:json;not null"`
+	Methods                  map[string]string `gorm:"serializer:json;not null"`
+	KcatMethod               string            `gorm:"size:64;not null"`
+	KmMethod                 string            `gorm:"size:64;not null"`
+	KcatKmMethod             string            `gorm:"size:64;not null"`
+	HandleLongSequences      string            `gorm:"size:16;not null"`
+	CanonicalizeSubstrates   bool              `gorm:"not null"`
+	IncludeSimilarityColumns bool              `gorm:"not null"`
+	UseExperimental          bool              `gorm:"not null"`
+	DisableGPUPrecompute     bool              `gorm:"not null"`
+	UsePredictionCache       bool              `gorm:"not null"`
+	RequestedRows            int               `gorm:"not null"`
+	RefundedRows             int               `gorm:"not null"`
+	ErrorMessage             string            `gorm:"not null"`
+	SubmittedAt              time.Time         `gorm:"not null;index"`
 	StartedAt                *time.Time
 	CompletedAt              *time.Time
 	TotalMolecules           int    `gorm:"not null"`

@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kinflow/kinflow/internal/store"
-	"github.com/kinflow/kinflow/internal/testenv"
+	"sync"
+
 	"gorm.io/gorm"
 	"gorm.io/gorm/schema"
-	"sync"
+
+	"github.com/kinflow/kinflow/internal/store"
+	"github.com/kinflow/kinflow/internal/testenv"
 )
 
 func TestMigrateIsIdempotent(t *testing.T) {

@@ -1,0 +1,84 @@
+// Package wire holds the JSON shapes the server (api) writes and the Go
+// client (internal/client) reads: GET /jobs/'s page and entries, and the
+// status's `overall`, `similarity` and `charge` objects. One definition, so
+// the two sides cannot drift; the client re-exports them under its names.
+package wire
+
+// JobsPage is GET /api/v1/jobs/'s answer: one page of the key's jobs.
+type JobsPage struct {
+	Jobs []Job `json:"jobs"`
+	// NextCursor, when not null, is passed as ?cursor= for the next page.
+	NextCursor *string `json:"nextCursor"`
+}
+
+// Job is one entry of GET /api/v1/jobs/.
+type Job struct {
+	JobID       string            `json:"jobId"`
+	Status      string            `json:"status"`
+	Targets     []string          `json:"targets"`
+	Methods     map[string]string `json:"methods"`
+	Rows        int               `json:"rows"`
+	SubmittedAt string            `json:"submittedAt"`
+	StartedAt   *string           `json:"startedAt"`
+	CompletedAt *string           `json:"completedAt"`
+	StatusURL   string            `json:"statusUrl"`
+	ResultURL   string            `json:"resultUrl,omitempty"`
+	Synthetic   bool              `json:"synthetic,omitempty"`
+	// Expired is set once the job's files and result were removed after
+	// KINFLOW_JOB_RETENTION_DAYS; it has no resultUrl then.
+	Expired bool `json:"expired,omitempty"`
+}
+
+// Overall is kinflow's `overall` object of /status/: the whole job in the
+// user's units (rows, sequences), one percentage, an ETA and one line of
+// text that the web page, the CLI and the Python client all show. The
+// §2.4 embedding objects (counted in files) stay as the detail.
+type Overall struct {
+	// Percent of the whole job, 0–100 with one decimal: the mean of the
+	// stages' fractions; a stage that embeds counts its embedding and its
+	// predictions half each, else its predictions only.
+	Percent float64 `json:"percent"`
+	// ETASeconds is the time left, extrapolated from the compute time so
+	// far and Percent; null while it cannot be estimated (queued, or early
+	// in the job), 0 when the job is finished.
+	ETASeconds *int64 `json:"etaSeconds"`
+	// Phase is queued, preparing, embedding, predicting, finishing,
+	// completed or failed.
+	Phase string `json:"phase"`
+	// Rows are the job's input rows.
+	Rows int `json:"rows"`
+	// Sequences are the distinct sequences of the active (else last)
+	// stage; null until its plan is made.
+	Sequences *int `json:"sequences"`
+	// Stage is the 1-based active stage; null before stages exist.
+	Stage  *int `json:"stage"`
+	Stages int  `json:"stages"`
+	// Text is the whole state as one line.
+	Text string `json:"text"`
+}
+
+// SimilarityNote is kinflow's `similarity` object of /status/ and the
+// source of the result's `columnNotes`: what the two similarity columns
+// hold, or why they are blank (WIRE-CONTRACT difference 18: reported,
+// never silently blank).
+type SimilarityNote struct {
+	// State is "done" (the columns are filled) or "not_configured" (the
+	// method has no dataset, or it is not installed: the columns are blank).
+	State   string   `json:"state"`
+	Method  string   `json:"method"`
+	Dataset string   `json:"dataset,omitempty"`
+	Unit    string   `json:"unit"`
+	Columns []string `json:"columns"`
+	// Message is one sentence for the user.
+	Message string `json:"message"`
+}
+
+// Charge is the status's `charge`: what a finished job cost its key —
+// rowsCharged at submit, rowsRefunded at the end (rows without a full
+// prediction, and rows whose every prediction came from the prediction
+// cache), cachedRowsRefunded of them for the cache.
+type Charge struct {
+	RowsCharged        int `json:"rowsCharged"`
+	RowsRefunded       int `json:"rowsRefunded"`
+	CachedRowsRefunded int `json:"cachedRowsRefunded"`
+}
