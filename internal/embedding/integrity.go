@@ -727,15 +727,7 @@ func errText(err error) string {
 // between the check and the read is caught before its numbers are used.
 // Files of unknown or ephemeral families (no record is kept) are skipped.
 func ChangedSinceCheck(paths []string) []string {
-	byDir := map[string][]string{}
-	var dirs []string
-	for _, p := range paths {
-		d := filepath.Dir(p)
-		if _, ok := byDir[d]; !ok {
-			dirs = append(dirs, d)
-		}
-		byDir[d] = append(byDir[d], p)
-	}
+	dirs, byDir := groupByDir(paths)
 	var out []string
 	for _, dir := range dirs {
 		f, ok := familyOfDir(dir)
@@ -754,6 +746,19 @@ func ChangedSinceCheck(paths []string) []string {
 	return out
 }
 
+// groupByDir groups paths by their folder, the folders in first-seen order.
+func groupByDir(paths []string) (dirs []string, byDir map[string][]string) {
+	byDir = map[string][]string{}
+	for _, p := range paths {
+		d := filepath.Dir(p)
+		if _, ok := byDir[d]; !ok {
+			dirs = append(dirs, d)
+		}
+		byDir[d] = append(byDir[d], p)
+	}
+	return dirs, byDir
+}
+
 // RecheckChanged runs the integrity check on files that ChangedSinceCheck
 // found (paths of persistent families): a file whose contents are still the
 // recorded ones is recorded with its new stat and kept; any other is set
@@ -762,15 +767,7 @@ func ChangedSinceCheck(paths []string) []string {
 func (l *Layout) RecheckChanged(paths []string) (map[string]bool, Integrity, error) {
 	var res Integrity
 	lost := map[string]bool{}
-	byDir := map[string][]string{}
-	var dirs []string
-	for _, p := range paths {
-		d := filepath.Dir(p)
-		if _, ok := byDir[d]; !ok {
-			dirs = append(dirs, d)
-		}
-		byDir[d] = append(byDir[d], p)
-	}
+	dirs, byDir := groupByDir(paths)
 	for _, dir := range dirs {
 		f, ok := familyOfDir(dir)
 		if !ok {

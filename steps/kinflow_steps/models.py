@@ -571,15 +571,18 @@ class ESMC:
         self.dtype = dtype
         self.num_layers = n
 
-    @torch.inference_mode()
-    def embed(self, seqs: list[str], layers: list[Any]) -> dict[Any, list[np.ndarray]]:
+    def _forward(self, seqs: list[str]) -> Any:
+        """ESMC's forward pass over seqs (autocast below fp32)."""
         _fake_oom(len(seqs))
         tokens = self.model._tokenize(seqs).to(self.device)
         if self.dtype == torch.float32:
-            out = self.model(sequence_tokens=tokens)
-        else:
-            with torch.autocast(device_type=self.device.type, dtype=self.dtype):
-                out = self.model(sequence_tokens=tokens)
+            return self.model(sequence_tokens=tokens)
+        with torch.autocast(device_type=self.device.type, dtype=self.dtype):
+            return self.model(sequence_tokens=tokens)
+
+    @torch.inference_mode()
+    def embed(self, seqs: list[str], layers: list[Any]) -> dict[Any, list[np.ndarray]]:
+        out = self._forward(seqs)
         result: dict[Any, list[np.ndarray]] = {}
         for layer in layers:
             i = self.num_layers - 1 if layer == LAST else int(layer)
@@ -590,12 +593,6 @@ class ESMC:
     @torch.inference_mode()
     def embed_device(self, seqs: list[str], layers: list[Any], max_tokens: int | None = None) -> DeviceReps:
         """embed()'s forward pass with the hidden states left on the device."""
-        _fake_oom(len(seqs))
-        tokens = self.model._tokenize(seqs).to(self.device)
-        if self.dtype == torch.float32:
-            out = self.model(sequence_tokens=tokens)
-        else:
-            with torch.autocast(device_type=self.device.type, dtype=self.dtype):
-                out = self.model(sequence_tokens=tokens)
+        out = self._forward(seqs)
         reps = {layer: out.hidden_states[self.num_layers - 1 if layer == LAST else int(layer)] for layer in layers}
         return DeviceReps.padded(reps, [len(s) for s in seqs], 1)
