@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
 import os
-import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -15,29 +13,20 @@ import httpx
 import pandas as pd
 
 from . import _constants as C
-from ._client import (
+from . import _core as core
+from ._core import (
     _OUTAGE_ERRORS,
-    _flags,
-    _job_path,
-    _jobs_page,
-    _long_poll,
-    _methods_from_json,
     _not_finished,
     _resolve_key,
     _resolve_outage,
     _resolve_url,
-    _status_answer,
-    _submit_form,
     _user_agent,
-    _validate_form,
-    _Waiter,
-    _warn_synthetic,
     _write_csv,
 )
-from ._errors import Conflict, InvalidInput
+from ._errors import Conflict
 from ._http import AsyncTransport, settings
 from ._models import JobStatus, JobSummary, MethodInfo, Quota, ValidationReport
-from ._results import InputData, input_csv, result_frame
+from ._results import InputData
 
 
 class AsyncClient:
@@ -105,21 +94,19 @@ class AsyncClient:
 
     async def health(self) -> dict[str, Any]:
         """Whether the server and what it depends on are up (see Client.health)."""
-        out: dict[str, Any] = (await self._t.get("/api/v1/health/", auth=False, ok=(200, 503))).json()
-        return out
+        return await self._t.send(core.health_call())
 
     async def methods(self) -> list[MethodInfo]:
         """The prediction methods the server offers, one entry per (target, method)."""
-        return _methods_from_json((await self._t.get("/api/v1/methods/", auth=False)).json())
+        return await self._t.send(core.methods_call())
 
     async def quota(self) -> Quota:
         """How many rows the key may still submit today, and when that resets."""
-        return Quota.from_json((await self._t.get("/api/v1/quota/")).json())
+        return await self._t.send(core.quota_call())
 
     async def generate_key(self) -> str:
         """Make the API key of this machine's address and use it from now on (see Client.generate_key)."""
-        resp = await self._t.post_unauthenticated("/api/api-key/generate/")
-        key = str(resp.json()["key"])
+        key = await self._t.send(core.generate_key_call())
         self._t.api_key = key
         return key
 
@@ -132,10 +119,7 @@ class AsyncClient:
         run_similarity: bool = False,
     ) -> ValidationReport:
         """Check input rows without submitting them (see Client.validate)."""
-        form = _validate_form(targets, methods, run_similarity)
-        name, body = input_csv(data)
-        resp = await self._t.post("/api/v1/validate/", data=form, files={"file": (name, body, "text/csv")})
-        return ValidationReport.from_json(resp.json())
+        return await self._t.send(core.validate_call(data, targets, methods, run_similarity))
 
     async def submit(
         self,
@@ -153,34 +137,20 @@ class AsyncClient:
         idempotency_key: str | None = None,
     ) -> AsyncJob:
         """Submit rows for prediction; returns the AsyncJob (see Client.submit)."""
-        form = _submit_form(
+        form = core.submit_form(
             targets,
             methods,
             handle_long_sequences,
-            _flags(
-                use_experimental,
-                include_similarity_columns,
-                canonicalize_substrates,
-                disable_gpu_precompute,
-                use_prediction_cache,
-            ),
+            use_experimental,
+            include_similarity_columns,
+            canonicalize_substrates,
+            disable_gpu_precompute,
+            use_prediction_cache,
         )
         if validate_first:
-            report = await self.validate(data, targets, methods)
-            if not report.ok:
-                raise InvalidInput(
-                    f"{report.problems} row problem(s); nothing was submitted:\n{report.summary()}", report=report
-                )
-        name, body = input_csv(data)
-        key = idempotency_key or str(uuid.uuid4())
-        resp = await self._t.post(
-            "/api/v1/submit/",
-            data=form,
-            files={"file": (name, body, "text/csv")},
-            headers={"Idempotency-Key": key},
-            idempotent=True,
-        )
-        out = resp.json()
+            core.refuse_flagged(await self.validate(data, targets, methods))
+        call, key = core.submit_call(data, form, idempotency_key)
+        out = await self._t.send(call)
         return AsyncJob(self, str(out["jobId"]), submitted=out, idempotency_key=key)
 
     async def job(self, job_id: str) -> AsyncJob:
@@ -195,12 +165,7 @@ class AsyncClient:
         """The key's own jobs, newest first, fetched page by page (``async for``)."""
         cursor: str | None = None
         while True:
-            params: dict[str, str] = {"limit": str(page_size)}
-            if status:
-                params["status"] = status
-            if cursor:
-                params["cursor"] = cursor
-            items, cursor = _jobs_page((await self._t.get("/api/v1/jobs/", params=params)).json())
+            items, cursor = await self._t.send(core.jobs_page_call(status, page_size, cursor))
             for it in items:
                 yield it
             if cursor is None:
@@ -209,31 +174,20 @@ class AsyncClient:
     async def jobs(self, *, status: str | None = None, limit: int | None = None) -> list[JobSummary]:
         """The key's own jobs, newest first (all of them, or the first ``limit``)."""
         out: list[JobSummary] = []
-        size = C.JOBS_PAGE_SIZE if limit is None else max(1, min(limit, C.JOBS_PAGE_SIZE))
-        async for j in self.iter_jobs(status=status, page_size=size):
+        async for j in self.iter_jobs(status=status, page_size=core.jobs_page_size(limit)):
             out.append(j)
             if limit is not None and len(out) >= limit:
                 break
         return out
 
     async def _status(self, job_id: str) -> JobStatus:
-        return JobStatus.from_json((await self._t.get(_job_path("status", job_id))).json())
-
-    async def _status_change(self, job_id: str, etag: str | None, wait: int) -> tuple[JobStatus | None, str | None]:
-        """See Client._status_change."""
-        params, headers = _long_poll(etag, wait)
-        resp = await self._t.get(
-            _job_path("status", job_id), params=params, headers=headers, ok=(200, 304), extra_time=wait
-        )
-        return _status_answer(resp, etag)
+        return await self._t.send(core.status_call(job_id))
 
     async def _result_json(self, job_id: str) -> dict[str, Any]:
-        resp = await self._t.get(_job_path("result", job_id), params={"format": "json"})
-        out: dict[str, Any] = json.loads(resp.content)
-        return out
+        return await self._t.send(core.result_json_call(job_id))
 
     async def _result_csv(self, job_id: str) -> bytes:
-        return (await self._t.get(_job_path("result", job_id))).content
+        return await self._t.send(core.result_csv_call(job_id))
 
 
 class AsyncJob:
@@ -276,36 +230,40 @@ class AsyncJob:
         A cancelled wait (the task cancelled, or Ctrl-C) prints the line that
         re-attaches; the job keeps running on the server.
         """
-        w = _Waiter(
+        w = core.new_waiter(
             self.id,
             progress=progress,
             timeout=timeout,
             file=file,
             poll_interval=poll_interval,
             max_poll_interval=max_poll_interval,
-            outage=self.client.wait_outage if outage is None else _resolve_outage(outage),
+            outage=outage,
+            default_outage=self.client.wait_outage,
         )
+        steps = core.wait_steps(w)
         try:
+            step = next(steps)
             while True:
+                if isinstance(step, core.Sleep):
+                    await asyncio.sleep(step.seconds)
+                    step = steps.send(None)
+                    continue
                 try:
-                    hold = w.hold()
-                    st, etag = await self.client._status_change(self.id, w.etag, hold)
+                    answer = await self.client._t.send(step)
                 except _OUTAGE_ERRORS as e:
-                    await asyncio.sleep(w.unreachable(e))
+                    step = steps.throw(e)
                     continue
-                if st is None:
-                    await asyncio.sleep(w.unchanged())
-                    continue
-                delay = w.seen(st, etag)
-                if delay is None:
-                    return st
-                await asyncio.sleep(delay)
+                step = steps.send(answer)
+        except StopIteration as done:
+            final: JobStatus = done.value
+            return final
         except KeyboardInterrupt:
             raise KeyboardInterrupt(w.interrupted()) from None
         except asyncio.CancelledError:
             w.interrupted()
             raise
         finally:
+            steps.close()
             w.close()
 
     async def result(self) -> pd.DataFrame:
@@ -314,9 +272,7 @@ class AsyncJob:
             payload = await self.client._result_json(self.id)
         except Conflict as e:
             raise _not_finished(self.id, e) from None
-        frame = result_frame(payload, base_url=self.client.base_url)
-        _warn_synthetic(self.id, frame)
-        return frame
+        return core.frame_of(self.id, payload, self.client.base_url)
 
     async def result_csv(self, path: str | os.PathLike[str]) -> Path:
         """Write the result CSV, byte for byte as the server sends it, to ``path`` (atomically)."""

@@ -11,7 +11,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 import tenacity
@@ -29,7 +29,12 @@ from ._errors import (
     Unauthorized,
 )
 
+if TYPE_CHECKING:
+    from ._core import Call
+
 log = logging.getLogger("kinflow_client")
+
+_T = TypeVar("_T")
 
 # Connection errors where the request certainly never reached the server:
 # retrying them can never create a second job.
@@ -288,6 +293,25 @@ class Transport(_Policy):
     def close(self) -> None:
         self.http.close()
 
+    def send(self, call: Call[_T]) -> _T:
+        """Send one Call of the core with its method's retry policy, and parse the answer."""
+        if call.method == "GET":
+            resp = self.get(
+                call.path,
+                auth=call.auth,
+                params=call.params,
+                ok=call.ok,
+                headers=call.headers,
+                extra_time=call.extra_time,
+            )
+        elif call.method == "POST":
+            resp = self.post(
+                call.path, data=call.data, files=call.files, headers=call.headers, idempotent=call.idempotent
+            )
+        else:
+            resp = self.post_unauthenticated(call.path)
+        return call.parse(resp)
+
     def _run(
         self,
         send: Callable[[], httpx.Response],
@@ -427,6 +451,25 @@ class AsyncTransport(_Policy):
 
     async def close(self) -> None:
         await self.http.aclose()
+
+    async def send(self, call: Call[_T]) -> _T:
+        """Send one Call of the core as Transport.send does, awaited."""
+        if call.method == "GET":
+            resp = await self.get(
+                call.path,
+                auth=call.auth,
+                params=call.params,
+                ok=call.ok,
+                headers=call.headers,
+                extra_time=call.extra_time,
+            )
+        elif call.method == "POST":
+            resp = await self.post(
+                call.path, data=call.data, files=call.files, headers=call.headers, idempotent=call.idempotent
+            )
+        else:
+            resp = await self.post_unauthenticated(call.path)
+        return call.parse(resp)
 
     async def _run(
         self,
