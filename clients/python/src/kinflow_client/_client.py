@@ -14,15 +14,6 @@ import pandas as pd
 
 from . import _constants as C
 from . import _core as core
-from ._core import (
-    _OUTAGE_ERRORS,
-    _not_finished,
-    _resolve_key,
-    _resolve_outage,
-    _resolve_url,
-    _user_agent,
-    _write_csv,
-)
 from ._errors import Conflict
 from ._http import Transport, settings
 from ._models import JobStatus, JobSummary, MethodInfo, Quota, ValidationReport
@@ -61,17 +52,17 @@ class Client:
         wait_outage: float | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self.base_url = _resolve_url(base_url)
+        self.base_url = core._resolve_url(base_url)
         t, n = settings(timeout, max_retries)
         #: How long Job.wait() keeps trying while the server cannot be reached, in seconds.
-        self.wait_outage = _resolve_outage(wait_outage)
+        self.wait_outage = core._resolve_outage(wait_outage)
         self._t = Transport(
             self.base_url,
-            _resolve_key(api_key),
+            core._resolve_key(api_key),
             timeout=t,
             max_retries=n,
             transport=transport,
-            user_agent=_user_agent(),
+            user_agent=core._user_agent(),
         )
 
     def __repr__(self) -> str:
@@ -105,7 +96,7 @@ class Client:
         out = copy.copy(self)
         out._t = self._t.copy(timeout=timeout, max_retries=max_retries)
         if wait_outage is not None:
-            out.wait_outage = _resolve_outage(wait_outage)
+            out.wait_outage = core._resolve_outage(wait_outage)
         return out
 
     def close(self) -> None:
@@ -304,7 +295,7 @@ class Job:
         Ctrl-C) the job keeps running on the server, and the message names
         the job and the line that re-attaches to it.
         """
-        w = core.new_waiter(
+        w = core._Waiter(
             self.id,
             progress=progress,
             timeout=timeout,
@@ -324,7 +315,7 @@ class Job:
                     continue
                 try:
                     answer = self.client._t.send(step)
-                except _OUTAGE_ERRORS as e:
+                except core._OUTAGE_ERRORS as e:
                     step = steps.throw(e)
                     continue
                 step = steps.send(answer)
@@ -349,7 +340,7 @@ class Job:
         try:
             payload = self.client._result_json(self.id)
         except Conflict as e:
-            raise _not_finished(self.id, e) from None
+            raise core._not_finished(self.id, e) from None
         return core.frame_of(self.id, payload, self.client.base_url)
 
     def result_csv(self, path: str | os.PathLike[str]) -> Path:
@@ -357,8 +348,8 @@ class Job:
         try:
             data = self.client._result_csv(self.id)
         except Conflict as e:
-            raise _not_finished(self.id, e) from None
-        return _write_csv(self.id, data, path)
+            raise core._not_finished(self.id, e) from None
+        return core._write_csv(self.id, data, path)
 
     def plot(self, **kwargs: Any) -> Figure:
         """The distribution of each predicted value of the result (see :func:`kinflow_client.plot_result`)."""

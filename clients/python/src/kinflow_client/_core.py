@@ -284,14 +284,16 @@ class _Waiter:
         file: IO[str] | None,
         poll_interval: float,
         max_poll_interval: float,
-        outage: float,
+        outage: float | None,
+        default_outage: float,
     ) -> None:
         self.job_id = job_id
         self.timeout = timeout
         self.deadline = None if timeout is None else time.monotonic() + timeout
         self.interval = poll_interval
         self.max_interval = max_poll_interval
-        self.outage = outage
+        #: Seconds in a row the server may stay unreachable: ``outage``, else the client's wait_outage.
+        self.outage = default_outage if outage is None else _resolve_outage(outage)
         self.file = file
         self.bar = ProgressBar(job_id, file) if progress else None
         self.down_since: float | None = None
@@ -392,6 +394,20 @@ class Call(Generic[T]):
     data: Mapping[str, str] | None = None
     files: Mapping[str, tuple[str, bytes, str]] | None = None
     idempotent: bool = False
+
+    def get_options(self) -> dict[str, Any]:
+        """The keyword arguments of the transports' ``get`` for this Call."""
+        return {
+            "auth": self.auth,
+            "params": self.params,
+            "ok": self.ok,
+            "headers": self.headers,
+            "extra_time": self.extra_time,
+        }
+
+    def post_options(self) -> dict[str, Any]:
+        """The keyword arguments of the transports' ``post`` for this Call."""
+        return {"data": self.data, "files": self.files, "headers": self.headers, "idempotent": self.idempotent}
 
 
 def _json_dict(resp: httpx.Response) -> dict[str, Any]:
@@ -568,28 +584,6 @@ def wait_steps(w: _Waiter) -> Generator[WaitStep, Any, JobStatus]:
         if delay is None:
             return st
         yield Sleep(delay)
-
-
-def new_waiter(
-    job_id: str,
-    *,
-    progress: bool,
-    timeout: float | None,
-    file: IO[str] | None,
-    poll_interval: float,
-    max_poll_interval: float,
-    outage: float | None,
-    default_outage: float,
-) -> _Waiter:
-    return _Waiter(
-        job_id,
-        progress=progress,
-        timeout=timeout,
-        file=file,
-        poll_interval=poll_interval,
-        max_poll_interval=max_poll_interval,
-        outage=default_outage if outage is None else _resolve_outage(outage),
-    )
 
 
 def frame_of(job_id: str, payload: dict[str, Any], base_url: str) -> pd.DataFrame:

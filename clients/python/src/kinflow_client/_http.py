@@ -185,8 +185,18 @@ class _Policy:
             out.max_retries = int(max_retries)
         return out
 
-    def _timeout(self) -> httpx.Timeout:
-        return httpx.Timeout(self.timeout, connect=min(self.timeout, C.DEFAULT_CONNECT_TIMEOUT))
+    def _timeout(self, extra_time: float = 0.0) -> httpx.Timeout:
+        """The request's timeout; ``extra_time`` lengthens the read of a request the server holds."""
+        return httpx.Timeout(self.timeout + max(0.0, extra_time), connect=min(self.timeout, C.DEFAULT_CONNECT_TIMEOUT))
+
+    def _client_options(self, user_agent: str) -> dict[str, Any]:
+        """The httpx client's settings, the same for the sync and the async client."""
+        return {
+            "base_url": self.base_url,
+            "timeout": self._timeout(),
+            "headers": {"User-Agent": user_agent, "Accept": "application/json"},
+            "follow_redirects": True,
+        }
 
     def _headers(self, auth: bool, extra: Mapping[str, str] | None) -> dict[str, str]:
         h: dict[str, str] = dict(extra or {})
@@ -280,13 +290,7 @@ class Transport(_Policy):
         user_agent: str,
     ) -> None:
         super().__init__(base_url, api_key, timeout=timeout, max_retries=max_retries)
-        self.http = httpx.Client(
-            base_url=self.base_url,
-            timeout=self._timeout(),
-            transport=transport,
-            headers={"User-Agent": user_agent, "Accept": "application/json"},
-            follow_redirects=True,
-        )
+        self.http = httpx.Client(transport=transport, **self._client_options(user_agent))
         # Replaced in tests to record the back-off without sleeping.
         self.sleep: Callable[[float], None] = time.sleep
 
@@ -296,18 +300,9 @@ class Transport(_Policy):
     def send(self, call: Call[_T]) -> _T:
         """Send one Call of the core with its method's retry policy, and parse the answer."""
         if call.method == "GET":
-            resp = self.get(
-                call.path,
-                auth=call.auth,
-                params=call.params,
-                ok=call.ok,
-                headers=call.headers,
-                extra_time=call.extra_time,
-            )
+            resp = self.get(call.path, **call.get_options())
         elif call.method == "POST":
-            resp = self.post(
-                call.path, data=call.data, files=call.files, headers=call.headers, idempotent=call.idempotent
-            )
+            resp = self.post(call.path, **call.post_options())
         else:
             resp = self.post_unauthenticated(call.path)
         return call.parse(resp)
@@ -354,9 +349,7 @@ class Transport(_Policy):
         ``extra_time`` lengthens the read timeout for a request the server holds (a long poll).
         """
         headers = self._headers(auth, headers)
-        timeout = self._timeout()
-        if extra_time > 0:
-            timeout = httpx.Timeout(self.timeout + extra_time, connect=min(self.timeout, C.DEFAULT_CONNECT_TIMEOUT))
+        timeout = self._timeout(extra_time)
 
         def send() -> httpx.Response:
             return self.http.get(path, headers=headers, params=params, timeout=timeout)
@@ -439,13 +432,7 @@ class AsyncTransport(_Policy):
         user_agent: str,
     ) -> None:
         super().__init__(base_url, api_key, timeout=timeout, max_retries=max_retries)
-        self.http = httpx.AsyncClient(
-            base_url=self.base_url,
-            timeout=self._timeout(),
-            transport=transport,
-            headers={"User-Agent": user_agent, "Accept": "application/json"},
-            follow_redirects=True,
-        )
+        self.http = httpx.AsyncClient(transport=transport, **self._client_options(user_agent))
         # Replaced in tests to record the back-off without sleeping.
         self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
@@ -455,18 +442,9 @@ class AsyncTransport(_Policy):
     async def send(self, call: Call[_T]) -> _T:
         """Send one Call of the core as Transport.send does, awaited."""
         if call.method == "GET":
-            resp = await self.get(
-                call.path,
-                auth=call.auth,
-                params=call.params,
-                ok=call.ok,
-                headers=call.headers,
-                extra_time=call.extra_time,
-            )
+            resp = await self.get(call.path, **call.get_options())
         elif call.method == "POST":
-            resp = await self.post(
-                call.path, data=call.data, files=call.files, headers=call.headers, idempotent=call.idempotent
-            )
+            resp = await self.post(call.path, **call.post_options())
         else:
             resp = await self.post_unauthenticated(call.path)
         return call.parse(resp)
@@ -516,9 +494,7 @@ class AsyncTransport(_Policy):
         ``extra_time`` lengthens the read timeout for a request the server holds (a long poll).
         """
         headers = self._headers(auth, headers)
-        timeout = self._timeout()
-        if extra_time > 0:
-            timeout = httpx.Timeout(self.timeout + extra_time, connect=min(self.timeout, C.DEFAULT_CONNECT_TIMEOUT))
+        timeout = self._timeout(extra_time)
 
         async def send() -> httpx.Response:
             return await self.http.get(path, headers=headers, params=params, timeout=timeout)
