@@ -54,9 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-    from kinflow_steps.errors import BatchError, ConfigError
-    from kinflow_steps.models import is_oom
-    from kinflow_steps.steps import STEPS, parse_manifest
+    from kinflow_steps.errors import ConfigError
+    from kinflow_steps.steps import STEPS
 
     factory = STEPS.get(args.step)
     if factory is None:
@@ -98,7 +97,29 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{args.step}: {exc}")
         return EX_CONFIG
 
-    def failed(batch, exc: BaseException) -> dict:
+    srv = _Server(pipe)
+    if args.manifest:
+        return srv.one_shot(args.manifest)
+    answer(
+        proto,
+        {"ready": True, "model": info.get("model", ""), "device": str(step.device), "fingerprint": fingerprint(step)},
+    )
+    srv.serve(proto, sys.stdin)
+    return 0
+
+
+class _Server:
+    """Answers batch manifests through a Pipeline: ``start`` runs a manifest's compute
+    stage (its forward passes), ``finish`` records and publishes its files and gives
+    its answer."""
+
+    def __init__(self, pipe) -> None:
+        self.pipe = pipe
+
+    def failed(self, batch, exc: BaseException) -> dict:
+        from kinflow_steps.errors import BatchError
+        from kinflow_steps.models import is_oom
+
         if isinstance(exc, BatchError):
             log(f"batch {batch}: error: {exc}")
             return {"batch": batch, "status": "error", "message": str(exc)}
@@ -109,83 +130,83 @@ def main(argv: list[str] | None = None) -> int:
         log(f"batch {batch}: error: {type(exc).__name__}: {exc}")
         return {"batch": batch, "status": "error", "message": f"{type(exc).__name__}: {exc}"}
 
-    def start(doc) -> tuple:
+    def start(self, doc) -> tuple:
         """The compute stage of one manifest: its forward passes (kinflow_steps.pipeline);
         what ``finish`` needs to answer it."""
+        from kinflow_steps.steps import parse_manifest
+
         batch = doc.get("batch", 0) if isinstance(doc, dict) else 0
         t = time.monotonic()
         try:
             b = parse_manifest(doc)
-            return (batch, b, pipe.submit(b), t)
+            return (batch, b, self.pipe.submit(b), t)
         except Exception as exc:
-            return (batch, None, failed(batch, exc), t)
+            return (batch, None, self.failed(batch, exc), t)
 
-    def finish(item: tuple) -> dict:
+    def finish(self, item: tuple) -> dict:
         """Record and publish one manifest's files and give its answer."""
         batch, b, ticket, t = item
         if b is None:
             return ticket
         try:
-            n = pipe.commit(ticket)
+            n = self.pipe.commit(ticket)
         except Exception as exc:
-            return failed(batch, exc)
+            return self.failed(batch, exc)
         log(f"batch {batch}: wrote {n} file(s) for {len(b.seqs)} sequence(s) in {time.monotonic() - t:.2f}s")
         return {"batch": batch, "status": "done"}
 
-    if args.manifest:
+    def one_shot(self, path: str) -> int:
+        """Run the manifest at path and exit (the per-batch compatibility mode)."""
         try:
-            with open(args.manifest, encoding="utf-8") as f:
+            with open(path, encoding="utf-8") as f:
                 doc = json.load(f)
         except (OSError, ValueError) as exc:
-            log(f"cannot read manifest {args.manifest}: {exc}")
+            log(f"cannot read manifest {path}: {exc}")
             return 1
-        res = finish(start(doc))
-        pipe.close()
+        res = self.finish(self.start(doc))
+        self.pipe.close()
         if res["status"] == "oom":
             print("KINFLOW_OOM", file=sys.stderr, flush=True)
             return EX_TEMPFAIL
         return 0 if res["status"] == "done" else 1
 
-    answer(
-        proto,
-        {"ready": True, "model": info.get("model", ""), "device": str(step.device), "fingerprint": fingerprint(step)},
-    )
-    # Manifests the host sends ahead are computed while earlier ones are written; the
-    # answering thread commits and answers them in the order they came.
-    started: queue.Queue = queue.Queue(maxsize=pipe.depth)
+    def serve(self, proto, lines) -> None:
+        """The resident server: one manifest per line of lines, one answer per line to
+        proto. Manifests the host sends ahead are computed while earlier ones are
+        written; the answering thread commits and answers them in the order they came."""
+        started: queue.Queue = queue.Queue(maxsize=self.pipe.depth)
 
-    def answering() -> None:
-        while True:
-            item = started.get()
-            if item is None:
-                return
-            try:
-                answer(proto, finish(item))
-            except BaseException as exc:  # the host closed stdout: nobody reads answers
-                log(f"cannot answer: {type(exc).__name__}: {exc}")
-                os._exit(1)
+        def answering() -> None:
+            while True:
+                item = started.get()
+                if item is None:
+                    return
+                try:
+                    answer(proto, self.finish(item))
+                except BaseException as exc:  # the host closed stdout: nobody reads answers
+                    log(f"cannot answer: {type(exc).__name__}: {exc}")
+                    os._exit(1)
 
-    answerer = threading.Thread(target=answering, name="kinflow-answer")
-    answerer.start()
-    try:
-        for line in sys.stdin:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                doc = json.loads(line)
-            except ValueError as exc:
-                log(f"unreadable manifest line: {exc}")
-                msg = {"batch": 0, "status": "error", "message": f"unreadable manifest line: {exc}"}
-                started.put((0, None, msg, time.monotonic()))
-                continue
-            started.put(start(doc))
-    finally:
-        started.put(None)
-        answerer.join()
-        pipe.close()
-        log(pipe.stats())
-    return 0
+        answerer = threading.Thread(target=answering, name="kinflow-answer")
+        answerer.start()
+        try:
+            for line in lines:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    doc = json.loads(line)
+                except ValueError as exc:
+                    log(f"unreadable manifest line: {exc}")
+                    msg = {"batch": 0, "status": "error", "message": f"unreadable manifest line: {exc}"}
+                    started.put((0, None, msg, time.monotonic()))
+                    continue
+                started.put(self.start(doc))
+        finally:
+            started.put(None)
+            answerer.join()
+            self.pipe.close()
+            log(self.pipe.stats())
 
 
 def free_cache() -> None:
