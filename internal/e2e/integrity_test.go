@@ -44,46 +44,9 @@ json.dump({"predictions": preds, "invalid_indices": [], "invalid_reasons": {}}, 
 // them computed again, says so in its events, and completes with the same
 // values as the first job for every row, intact rows included.
 func TestCorruptCachedFilesAreFoundRecomputedAndReported(t *testing.T) {
-	py := input.DefaultPython
-	if _, err := os.Stat(py); err != nil {
-		testenv.Unavailable(t, "the engine stand-in needs %s", py)
-	}
-	dir := t.TempDir()
-	script := filepath.Join(dir, "b.py")
-	if err := os.WriteFile(script, []byte(engineBReads), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	methodsFile := filepath.Join(dir, "methods.yaml")
-	if err := os.WriteFile(methodsFile, []byte(fmt.Sprintf("methods:\n  - key: B\n    command: {python: %s, script: %s}\n", py, script)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	media := filepath.Join(dir, "media")
-	s := newStack(t, map[string]string{"KINFLOW_MEDIA_ROOT": media, "KINFLOW_PREDICTION_ENGINE": "command", "KINFLOW_METHODS_FILE": methodsFile}, nil)
-	seqs := []string{"MKTAYIAKQRQISFVKSHFSRQ", "MSTNPKPQRKTKRNTNRRPQDVKFPGG", "MGSSHHHHHHSSGLVPRGSHM"}
-	rows := func(substrate string) string {
-		var b strings.Builder
-		b.WriteString("Protein Sequence,Substrate\n")
-		for _, q := range seqs {
-			b.WriteString(q + "," + substrate + "\n")
-		}
-		return b.String()
-	}
-	values := func(job string) []string {
-		t.Helper()
-		recs, err := csv.NewReader(strings.NewReader(s.resultCSV(job))).ReadAll()
-		if err != nil || len(recs) != len(seqs)+1 {
-			t.Fatalf("result of %s: %v %v", job, err, recs)
-		}
-		col := slices.Index(recs[0], "kcat (1/s)")
-		var out []string
-		for _, r := range recs[1:] {
-			if r[col] == "" {
-				t.Fatalf("result of %s has a blank value: %v", job, recs)
-			}
-			out = append(out, r[col])
-		}
-		return out
-	}
+	e := newEngineBJobs(t, engineBReads)
+	s, media, seqs, rows := e.stack, e.media, e.seqs, e.rows
+	values := func(job string) []string { t.Helper(); return e.values(t, job) }
 	job1 := s.submit(rows("CCO"), []string{"kcat"}, map[string]string{"kcat": "B"})
 	if st := s.waitDone(job1, 120*time.Second); st.Status != "Completed" {
 		t.Fatalf("first job: %+v", st)
@@ -199,43 +162,10 @@ if os.path.exists(marker):
 // predicted again after the file is computed anew, in the same job, whose
 // events say so, and every value is the right one.
 func TestFileChangedBetweenCheckAndReadIsRecomputed(t *testing.T) {
-	py := input.DefaultPython
-	if _, err := os.Stat(py); err != nil {
-		testenv.Unavailable(t, "the engine stand-in needs %s", py)
-	}
-	dir := t.TempDir()
-	script := filepath.Join(dir, "b.py")
-	if err := os.WriteFile(script, []byte(engineBOverwrites), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	methodsFile := filepath.Join(dir, "methods.yaml")
-	if err := os.WriteFile(methodsFile, []byte(fmt.Sprintf("methods:\n  - key: B\n    command: {python: %s, script: %s}\n", py, script)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	media := filepath.Join(dir, "media")
-	s := newStack(t, map[string]string{"KINFLOW_MEDIA_ROOT": media, "KINFLOW_PREDICTION_ENGINE": "command", "KINFLOW_METHODS_FILE": methodsFile}, nil)
-	seqs := []string{"MKTAYIAKQRQISFVKSHFSRQ", "MSTNPKPQRKTKRNTNRRPQDVKFPGG", "MGSSHHHHHHSSGLVPRGSHM"}
-	rows := func(substrate string) string {
-		var b strings.Builder
-		b.WriteString("Protein Sequence,Substrate\n")
-		for _, q := range seqs {
-			b.WriteString(q + "," + substrate + "\n")
-		}
-		return b.String()
-	}
-	values := func(job string) []string {
-		t.Helper()
-		recs, err := csv.NewReader(strings.NewReader(s.resultCSV(job))).ReadAll()
-		if err != nil || len(recs) != len(seqs)+1 {
-			t.Fatalf("result of %s: %v %v", job, err, recs)
-		}
-		col := slices.Index(recs[0], "kcat (1/s)")
-		var out []string
-		for _, r := range recs[1:] {
-			out = append(out, r[col])
-		}
-		return out
-	}
+	e := newEngineBJobs(t, engineBOverwrites)
+	s, media, seqs, rows := e.stack, e.media, e.seqs, e.rows
+	dir := filepath.Dir(media) // the engine reads <media>/../overwrite-once
+	values := func(job string) []string { t.Helper(); return e.values(t, job) }
 	job1 := s.submit(rows("CCO"), []string{"kcat"}, map[string]string{"kcat": "B"})
 	if st := s.waitDone(job1, 120*time.Second); st.Status != "Completed" {
 		t.Fatalf("first job: %+v", st)
@@ -267,4 +197,64 @@ func TestFileChangedBetweenCheckAndReadIsRecomputed(t *testing.T) {
 	}
 	// The second round (GetVersion "i34-recheck-after-read") replays.
 	s.replay("prediction:"+job2, "prediction_recheck_after_read")
+}
+
+// engineBJobs is a stack whose method B is a command engine (a Python
+// script) that reads the ProtT5 mean files of the shared cache, and the
+// three sequences the integrity tests submit with it.
+type engineBJobs struct {
+	*stack
+	media string
+	seqs  []string
+}
+
+func newEngineBJobs(t *testing.T, script string) *engineBJobs {
+	t.Helper()
+	py := input.DefaultPython
+	if _, err := os.Stat(py); err != nil {
+		testenv.Unavailable(t, "the engine stand-in needs %s", py)
+	}
+	dir := t.TempDir()
+	scriptPath := filepath.Join(dir, "b.py")
+	if err := os.WriteFile(scriptPath, []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	methodsFile := filepath.Join(dir, "methods.yaml")
+	if err := os.WriteFile(methodsFile, []byte(fmt.Sprintf("methods:\n  - key: B\n    command: {python: %s, script: %s}\n", py, scriptPath)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	media := filepath.Join(dir, "media")
+	return &engineBJobs{
+		stack: newStack(t, map[string]string{"KINFLOW_MEDIA_ROOT": media, "KINFLOW_PREDICTION_ENGINE": "command", "KINFLOW_METHODS_FILE": methodsFile}, nil),
+		media: media,
+		seqs:  []string{"MKTAYIAKQRQISFVKSHFSRQ", "MSTNPKPQRKTKRNTNRRPQDVKFPGG", "MGSSHHHHHHSSGLVPRGSHM"},
+	}
+}
+
+// rows is the input CSV of the three sequences with substrate.
+func (e *engineBJobs) rows(substrate string) string {
+	var b strings.Builder
+	b.WriteString("Protein Sequence,Substrate\n")
+	for _, q := range e.seqs {
+		b.WriteString(q + "," + substrate + "\n")
+	}
+	return b.String()
+}
+
+// values is job's kcat column, one non-blank value per sequence.
+func (e *engineBJobs) values(t *testing.T, job string) []string {
+	t.Helper()
+	recs, err := csv.NewReader(strings.NewReader(e.resultCSV(job))).ReadAll()
+	if err != nil || len(recs) != len(e.seqs)+1 {
+		t.Fatalf("result of %s: %v %v", job, err, recs)
+	}
+	col := slices.Index(recs[0], "kcat (1/s)")
+	var out []string
+	for _, r := range recs[1:] {
+		if r[col] == "" {
+			t.Fatalf("result of %s has a blank value: %v", job, recs)
+		}
+		out = append(out, r[col])
+	}
+	return out
 }
