@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -66,24 +65,6 @@ func (p *tcpProxy) Close() {
 	p.conns = nil
 }
 
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestNoConnectionDetailsDuringDatabaseOutage is issue 34's fifth finding:
 // during a database outage every user-facing answer names the failing part
 // ("the database was unreachable") and carries no connection string, host,
@@ -106,7 +87,7 @@ func TestNoConnectionDetailsDuringDatabaseOutage(t *testing.T) {
 	if err := st.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &lockedBuffer{}
 	h := newHarness(t, st, func(_ *config.Config, d *Deps) { d.Log = slog.New(slog.NewTextHandler(logs, nil)) })
 	const ip = "198.51.100.60"
 	key := h.newKey(ip)
