@@ -17,7 +17,7 @@ ESMC_PY        := .venv-esmc/bin/python
 
 .DEFAULT_GOAL := help
 
-.PHONY: help build run test test-deps bench bench-load lint fmt fuzz clean
+.PHONY: help build run test test-deps test-containers bench bench-load lint fmt fuzz clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_\/.-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -52,6 +52,11 @@ test: test-deps ## run every test, unit and integration, against real Temporal, 
 	$(ESMC_PY) -m pytest steps -q -m esmc
 	$(MAKE) build
 	cd clients/python && ../../$(CLIENT_PY) -m pytest -q
+	$(MAKE) test-containers
+
+test-containers: ## build the images from local base images and run the README's first job through docker compose, then tear it down (scripts/container-deps.sh installs and starts the Docker engine, docker-compose and debootstrap; needs root)
+	bash scripts/container-deps.sh || { [ "$${CI:-}" != true ] && echo "test-containers: no Docker engine here; the container test will skip"; }
+	$(GO) test -tags containers -count=1 -timeout 60m -v -run '^TestComposeUpFirstJob$$' ./docker
 
 bench: bin/temporal bin/temporal-server ## run the Go benchmarks and the step server's CPU overlap benchmark (figures go to docs/BENCHMARKS.md)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) ./...

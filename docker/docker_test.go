@@ -102,7 +102,7 @@ func TestComposeMatchesDockerfile(t *testing.T) {
 	}
 	for name, s := range c.Services {
 		if s.Build != nil {
-			if !targets[s.Build.Target] {
+			if !targets[composeDefault(s.Build.Target)] {
 				t.Errorf("service %s builds target %q, which the Dockerfile lacks", name, s.Build.Target)
 			}
 			if s.Build.Dockerfile != "docker/Dockerfile" || s.Build.Context != ".." {
@@ -131,8 +131,33 @@ func TestComposeMatchesDockerfile(t *testing.T) {
 	if _, ok := c.Volumes["media"]; !ok {
 		t.Error("no media volume declared")
 	}
+	if len(c.Services["gpu-worker"].Deploy.Resources.Reservations.Devices) != 0 {
+		t.Error("compose.yaml reserves a GPU: it must start on any machine (compose.gpu.yaml adds the GPU)")
+	}
+	gpu, err := os.ReadFile("compose.gpu.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Services = nil
+	if err := yaml.Unmarshal(gpu, &c); err != nil {
+		t.Fatalf("compose.gpu.yaml: %v", err)
+	}
 	devs := c.Services["gpu-worker"].Deploy.Resources.Reservations.Devices
 	if len(devs) == 0 || devs[0].Driver != "nvidia" {
-		t.Error("gpu-worker reserves no NVIDIA GPU")
+		t.Error("compose.gpu.yaml reserves no NVIDIA GPU for gpu-worker")
 	}
+	if gw := c.Services["gpu-worker"]; gw.Build != nil || gw.Image != "" || len(c.Services) != 1 {
+		t.Error("compose.gpu.yaml should only add the GPU to gpu-worker")
+	}
+}
+
+// composeDefault resolves a compose value "${VAR:-default}" to its default;
+// other values are returned as they are.
+func composeDefault(v string) string {
+	if strings.HasPrefix(v, "${") && strings.HasSuffix(v, "}") {
+		if _, def, ok := strings.Cut(v[2:len(v)-1], ":-"); ok {
+			return def
+		}
+	}
+	return v
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -26,12 +25,6 @@ func TestREADMEFirstJobOnKinflowDev(t *testing.T) {
 		}
 	}
 	root := testenv.RepoRoot()
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	block := codeBlockAfter(t, string(readme), "## A first job")
-
 	tmp := t.TempDir()
 	dev := exec.Command(kinflowBin, "dev", "--temporal-cli", filepath.Join(root, "bin", "temporal"), "--data-dir", filepath.Join(tmp, ".data"))
 	dev.Dir = root
@@ -54,18 +47,7 @@ func TestREADMEFirstJobOnKinflowDev(t *testing.T) {
 	}()
 	waitHTTP(t, "http://127.0.0.1:8000/api/v1/health/", 60*time.Second)
 
-	sh := exec.Command("bash", "-euo", "pipefail", "-c", block)
-	sh.Dir = root
-	out, err := sh.CombinedOutput()
-	if err != nil {
-		t.Fatalf("README commands: %v\n%s", err, out)
-	}
-	text := string(out)
-	for _, want := range []string{`"status":"ok"`, `"status":"Completed"`, "kcat (1/s),Source kcat,Extra Info kcat,KM (mM),Source Km,Extra Info Km,Protein Sequence", "Synthetic placeholder from Method B (not a prediction)", `"synthetic":true`} {
-		if !strings.Contains(text, want) {
-			t.Errorf("README commands' output lacks %q:\n%s", want, text)
-		}
-	}
+	testenv.RunFirstJob(t, "")
 	if resp, err := http.Get("http://127.0.0.1:8233/"); err != nil || resp.StatusCode != 200 {
 		t.Errorf("Temporal UI: %v", err)
 	} else {
@@ -85,23 +67,6 @@ func TestREADMEFirstJobOnKinflowDev(t *testing.T) {
 			t.Errorf("port %s still answers after Ctrl-C: a process was left behind", port)
 		}
 	}
-}
-
-// codeBlockAfter returns the first fenced code block after heading.
-func codeBlockAfter(t *testing.T, text, heading string) string {
-	t.Helper()
-	i := strings.Index(text, heading)
-	if i < 0 {
-		t.Fatalf("README has no %q", heading)
-	}
-	rest := text[i:]
-	start := strings.Index(rest, "```")
-	nl := strings.Index(rest[start:], "\n")
-	end := strings.Index(rest[start+nl:], "```")
-	if start < 0 || nl < 0 || end < 0 {
-		t.Fatalf("no code block after %q", heading)
-	}
-	return rest[start+nl+1 : start+nl+end]
 }
 
 func waitHTTP(t *testing.T, url string, timeout time.Duration) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,28 +20,7 @@ import (
 // search attribute through SQL visibility.
 func TestTopologyREADMEFirstJob(t *testing.T) {
 	tp := startTopology(t, TopologyOptions{NoKey: true})
-	root := testenv.RepoRoot()
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	block := codeBlockAfter(t, string(readme), "## A first job")
-	const base = "BASE=http://127.0.0.1:8000"
-	if !strings.Contains(block, base) {
-		t.Fatalf("the README's first job no longer sets %s", base)
-	}
-	block = strings.Replace(block, base, "BASE="+tp.APIURLs[0], 1)
-	sh := exec.Command("bash", "-euo", "pipefail", "-c", block)
-	sh.Dir = root
-	out, err := sh.CombinedOutput()
-	if err != nil {
-		t.Fatalf("README commands: %v\n%s", err, out)
-	}
-	for _, want := range []string{`"status":"ok"`, `"status":"Completed"`, "Synthetic placeholder from Method B (not a prediction)", `"synthetic":true`} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("README commands' output lacks %q:\n%s", want, out)
-		}
-	}
+	testenv.RunFirstJob(t, tp.APIURLs[0])
 	st, err := store.Open(t.Context(), tp.env["KINFLOW_DATABASE_URL"])
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +42,7 @@ func TestTopologyREADMEFirstJob(t *testing.T) {
 	// The operator step again, on a namespace in use: nothing changes.
 	ns := exec.Command(kinflowBin, "namespace")
 	ns.Env = tp.environ("")
-	out, err = ns.CombinedOutput()
+	out, err := ns.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "namespace default: exists") || strings.Contains(string(out), "registered") {
 		t.Fatalf("kinflow namespace, second run: %v\n%s", err, out)
 	}
