@@ -123,12 +123,12 @@ var HostKeys = []HostKey{
 	{Name: "KINFLOW_STEP_SERVER_START_SECONDS", Default: "600",
 		Meaning: "Seconds a step server may take to load its model (start to ready line); past it the server's batch fails.", Allowed: "want a positive integer",
 		set: func(h *Host, v string) error { return setSeconds(&h.StepServerStart, v) }},
-	// Two: the next batch waits in the server's stdin while it computes the
-	// current one, so the device never waits for the host's check of the
-	// batch before (stepserver.DefaultAhead says more). Capped so that a
-	// typing error cannot queue a whole job's manifests in memory.
-	{Name: "KINFLOW_STEP_SERVER_AHEAD", Default: "2",
-		Meaning: "Batches the GPU host keeps in flight to one resident step server (sent before the answers to earlier ones, which come in order): a pipelined server (`steps/`) computes the next while the host checks the files of the last. 1: one batch at a time. A server that dies fails its batches in flight; each gets one more try.", Allowed: "want a whole number from 1 to 16",
+	// Three: a pipelined step server's three stages (forward pass, copy,
+	// writes) each hold a batch, so the device never waits for the host's
+	// check of the batch before (stepserver.DefaultAhead says more). Capped
+	// so that a typing error cannot queue a whole job's manifests in memory.
+	{Name: "KINFLOW_STEP_SERVER_AHEAD", Default: "3",
+		Meaning: "Batches the GPU host keeps in flight to one resident step server (sent before the answers to earlier ones, which come in order): a pipelined server (`steps/`) computes one while it writes another and the host checks the files of the last. 1: one batch at a time. A server that dies fails its batches in flight; each gets one more try.", Allowed: "want a whole number from 1 to 16",
 		set: func(h *Host, v string) error {
 			if err := setIntMin(&h.StepServerAhead, v, 1); err != nil || h.StepServerAhead > 16 {
 				return errInvalid

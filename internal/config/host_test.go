@@ -13,7 +13,7 @@ func TestHostDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Host{ToksPerBatch: 4096, ErrorLogTailLines: 120, StepServersMax: 2,
-		StepServerIdle: 600 * time.Second, StepServerStart: 600 * time.Second, StepServerAhead: 2}
+		StepServerIdle: 600 * time.Second, StepServerStart: 600 * time.Second, StepServerAhead: 3}
 	if *h != want {
 		t.Errorf("defaults %+v, want %+v", *h, want)
 	}

@@ -36,7 +36,7 @@ type realHost struct {
 	models []string
 }
 
-func newRealHost(t *testing.T) *realHost {
+func newRealHost(t testing.TB) *realHost {
 	t.Helper()
 	py := testenv.StepsPython(t)
 	return &realHost{py: py, models: testenv.TinyModels(t, py)}
@@ -44,11 +44,11 @@ func newRealHost(t *testing.T) *realHost {
 
 // engine is an engine on media whose pool keeps ahead batches in flight to
 // the server; env is added to the server's environment.
-func (h *realHost) engine(t *testing.T, media string, ahead int, env ...string) *Engine {
+func (h *realHost) engine(t testing.TB, media string, ahead int, env ...string) *Engine {
 	t.Helper()
 	progEnv := append(append(os.Environ(), h.models...), "KINFLOW_STEPS_DEVICE=cpu", "OMP_NUM_THREADS=1")
 	st := &Settings{
-		Servers:           map[string][]string{realStep: {h.py, "-m", "kinflow_steps", "--step", realStep}},
+		Servers:           map[string][]string{realStep: {h.py, "-m", "kinflow_steps", "--step", realStep}, benchStep: {h.py, "-m", "kinflow_steps", "--step", benchStep}},
 		ToksPerBatch:      realBudget,
 		StepToksPerBatch:  map[string]int{},
 		MaxResidues:       map[string]int{},
@@ -65,9 +65,18 @@ func (h *realHost) engine(t *testing.T, media string, ahead int, env ...string) 
 
 // realItems are n random protein sequences of 20 to 60 residues with their
 // outputs under media.
-func realItems(t *testing.T, media string, n int) []SeqItem {
+func realItems(t testing.TB, media string, n int) []SeqItem {
 	t.Helper()
-	l := testLayout(t, media)
+	return realItemsOf(t, media, realStep, "r", n)
+}
+
+// realItemsOf is realItems for step, with ids prefix00, prefix01, ….
+func realItemsOf(t testing.TB, media, step, prefix string, n int) []SeqItem {
+	t.Helper()
+	l, err := embedding.NewLayout(media, "", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	rng := rand.New(rand.NewPCG(32, 7))
 	const amino = "ACDEFGHIKLMNPQRSTVWY"
 	var out []SeqItem
@@ -76,8 +85,8 @@ func realItems(t *testing.T, media string, n int) []SeqItem {
 		for j := range b {
 			b[j] = amino[rng.IntN(len(amino))]
 		}
-		id := fmt.Sprintf("r%02d", i)
-		paths, err := l.ExpectedPaths(realStep, id)
+		id := fmt.Sprintf("%s%02d", prefix, i)
+		paths, err := EmbeddingLayout{L: l}.ExpectedPaths(step, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +96,13 @@ func realItems(t *testing.T, media string, n int) []SeqItem {
 }
 
 // runReal runs the step for items; it returns the outcome and the job log.
-func runReal(t *testing.T, e *Engine, items []SeqItem) (StepOutcome, string) {
+func runReal(t testing.TB, e *Engine, items []SeqItem) (StepOutcome, string) {
+	t.Helper()
+	return runRealStep(t, e, realStep, items)
+}
+
+// runRealStep is runReal for step.
+func runRealStep(t testing.TB, e *Engine, step string, items []SeqItem) (StepOutcome, string) {
 	t.Helper()
 	logs := &JobLogs{Dir: e.Settings.JobLogDir}
 	job := strings.Repeat("c", 32)
@@ -97,7 +112,7 @@ func runReal(t *testing.T, e *Engine, items []SeqItem) (StepOutcome, string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	out, err := e.RunStep(ctx, StepRequest{JobID: job, StepKey: realStep, Seqs: items, Log: jl})
+	out, err := e.RunStep(ctx, StepRequest{JobID: job, StepKey: step, Seqs: items, Log: jl})
 	jl.Close()
 	if err != nil {
 		t.Fatalf("RunStep: %v", err)
@@ -291,4 +306,45 @@ func checkUsable(t *testing.T, media, ref string) int {
 		n++
 	}
 	return n
+}
+
+// benchStep writes method G's residue tensors ([L, D] per sequence), the
+// family with the most host work per token (bigger files to check, hash and
+// record), as steps/bench.py's CPU overlap figure does.
+const benchStep = "methodg_esm2"
+
+// BenchmarkRealServerAhead is the Go host's side of the CPU overlap figure
+// (make bench; docs/BENCHMARKS.md, issue 32): whole step runs of 300
+// sequences of 20 to 60 residues (budget 1,024 tokens: 14 batches) on the
+// real step server with the tiny ESM-2 on one CPU thread (OMP_NUM_THREADS=1,
+// the stand-in for the device), one batch at a time against
+// KINFLOW_STEP_SERVER_AHEAD batches in flight, in tokens per second. The
+// server is warm (loaded before the timer) and pipelined
+// (KINFLOW_STEPS_PIPELINE_DEPTH 3) in every case.
+func BenchmarkRealServerAhead(b *testing.B) {
+	h := newRealHost(b)
+	for _, ahead := range []int{1, 2, 3} {
+		b.Run(fmt.Sprintf("ahead=%d", ahead), func(b *testing.B) {
+			media := b.TempDir()
+			e := h.engine(b, media, ahead)
+			e.Settings.ToksPerBatch = 1024
+			// Load the model before the timer.
+			if out, _ := runRealStep(b, e, benchStep, realItemsOf(b, media, benchStep, "w", 2)); out.Failure != nil {
+				b.Fatal(out.Failure)
+			}
+			tokens := 0
+			b.ResetTimer()
+			for i := range b.N {
+				items := realItemsOf(b, media, benchStep, fmt.Sprintf("b%dn", i), 300)
+				for _, it := range items {
+					tokens += len(it.Sequence) + ExtraTokensPerSeq
+				}
+				out, _ := runRealStep(b, e, benchStep, items)
+				if out.Failure != nil || out.Written != len(items) {
+					b.Fatalf("%+v", out)
+				}
+			}
+			b.ReportMetric(float64(tokens)/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
 }

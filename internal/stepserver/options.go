@@ -41,14 +41,14 @@ const (
 	// the one-shot runner gives a cancelled program.
 	DefaultKillGrace = 20 * time.Second
 	// DefaultAhead is how many batches the host keeps in flight to one
-	// server: with two, the next batch is already in the server's stdin
-	// while it computes the current one, so a pipelined server (steps/,
-	// KINFLOW_STEPS_PIPELINE_DEPTH) starts its forward pass while the
-	// host is still checking the files of the batch before, and the device
-	// never waits for the host's round trip. More buys little (the server
-	// overlaps its own stages) and makes another job's batch wait behind
-	// more of this one's.
-	DefaultAhead = 2
+	// server. A pipelined server (steps/, KINFLOW_STEPS_PIPELINE_DEPTH 3)
+	// keeps three stages busy at once (a forward pass, a copy to the host,
+	// the writes); when a host batch is one pass, three batches in flight
+	// fill them, and the device never waits for the host's check of the
+	// batch before. The CPU figure (docs/BENCHMARKS.md) grew from 1 to 2
+	// to 3. More only makes another job's batch wait behind more of this
+	// one's.
+	DefaultAhead = 3
 )
 
 // Options configure a Pool. Zero fields take the defaults above.
