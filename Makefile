@@ -53,7 +53,7 @@ test: test-deps ## run every test, unit and integration, against real Temporal, 
 	$(MAKE) build
 	cd clients/python && ../../$(CLIENT_PY) -m pytest -q
 
-bench: bin/temporal bin/temporal-server ## run the Go benchmarks and the step server's CPU overlap benchmark (figures go to docs/BENCHMARKS.md)
+bench: bin/temporal bin/temporal-server ## run the Go benchmarks (BenchmarkRealServerAhead: the GPU host sending ahead to the real step server on the CPU) and the step server's CPU overlap benchmark (figures go to docs/BENCHMARKS.md)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) ./...
 	$(STEPS_PY) steps/bench.py --model esm2 --size tiny --esm2-step g --n 300 --min-len 20 --max-len 60 --toks-per-batch 1024 --set KINFLOW_STEPS_DEVICE=cpu --pipeline-compare
 
