@@ -58,7 +58,7 @@ test-containers: ## build the images from local base images and run the README's
 	bash scripts/container-deps.sh || { [ "$${CI:-}" != true ] && echo "test-containers: no Docker engine here; the container test will skip"; }
 	$(GO) test -tags containers -count=1 -timeout 60m -v -run '^TestComposeUpFirstJob$$' ./docker
 
-bench: bin/temporal bin/temporal-server ## run the Go benchmarks and the step server's CPU overlap benchmark (figures go to docs/BENCHMARKS.md)
+bench: bin/temporal bin/temporal-server ## run the Go benchmarks (BenchmarkRealServerAhead: the GPU host sending ahead to the real step server on the CPU) and the step server's CPU overlap benchmark (figures go to docs/BENCHMARKS.md)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) ./...
 	$(STEPS_PY) steps/bench.py --model esm2 --size tiny --esm2-step g --n 300 --min-len 20 --max-len 60 --toks-per-batch 1024 --set KINFLOW_STEPS_DEVICE=cpu --pipeline-compare
 

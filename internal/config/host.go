@@ -35,6 +35,8 @@ type Host struct {
 	StepServerIdle time.Duration
 	// StepServerStart bounds a step server's start (model load).
 	StepServerStart time.Duration
+	// StepServerAhead is the most batches in flight to one step server.
+	StepServerAhead int
 }
 
 // HostKey describes one key of the GPU host's table.
@@ -121,6 +123,18 @@ var HostKeys = []HostKey{
 	{Name: "KINFLOW_STEP_SERVER_START_SECONDS", Default: "600",
 		Meaning: "Seconds a step server may take to load its model (start to ready line); past it the server's batch fails.", Allowed: "want a positive integer",
 		set: func(h *Host, v string) error { return setSeconds(&h.StepServerStart, v) }},
+	// Three: a pipelined step server's three stages (forward pass, copy,
+	// writes) each hold a batch, so the device never waits for the host's
+	// check of the batch before (stepserver.DefaultAhead says more). Capped
+	// so that a typing error cannot queue a whole job's manifests in memory.
+	{Name: "KINFLOW_STEP_SERVER_AHEAD", Default: "3",
+		Meaning: "Batches the GPU host keeps in flight to one resident step server (sent before the answers to earlier ones, which come in order): a pipelined server (`steps/`) computes one while it writes another and the host checks the files of the last. 1: one batch at a time. A server that dies fails its batches in flight; each gets one more try.", Allowed: "want a whole number from 1 to 16",
+		set: func(h *Host, v string) error {
+			if err := setIntMin(&h.StepServerAhead, v, 1); err != nil || h.StepServerAhead > 16 {
+				return errInvalid
+			}
+			return nil
+		}},
 }
 
 // LoadHost reads the GPU host's keys through lookup (its env file under the

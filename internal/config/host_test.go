@@ -13,7 +13,7 @@ func TestHostDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Host{ToksPerBatch: 4096, ErrorLogTailLines: 120, StepServersMax: 2,
-		StepServerIdle: 600 * time.Second, StepServerStart: 600 * time.Second}
+		StepServerIdle: 600 * time.Second, StepServerStart: 600 * time.Second, StepServerAhead: 3}
 	if *h != want {
 		t.Errorf("defaults %+v, want %+v", *h, want)
 	}
@@ -29,13 +29,14 @@ func TestHostValuesParse(t *testing.T) {
 		"GPU_NAME":                         "test-gpu",
 		"KINFLOW_STEP_SERVERS_MAX":         "3",
 		"KINFLOW_STEP_SERVER_IDLE_SECONDS": "60",
+		"KINFLOW_STEP_SERVER_AHEAD":        "4",
 		// An empty value counts as unset.
 		"KINFLOW_STEP_SERVER_START_SECONDS": " ",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.ToksPerBatch != 2000 || h.MaxBatchSeqs != 8 || h.SyntheticDelay != 30*time.Millisecond || h.JobLogDir != "/logs" || h.GPUName != "test-gpu" {
+	if h.ToksPerBatch != 2000 || h.MaxBatchSeqs != 8 || h.SyntheticDelay != 30*time.Millisecond || h.JobLogDir != "/logs" || h.GPUName != "test-gpu" || h.StepServerAhead != 4 {
 		t.Errorf("values %+v", *h)
 	}
 	if h.ErrorLogTailLines != 20 {

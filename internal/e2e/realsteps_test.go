@@ -14,32 +14,11 @@ import (
 	"github.com/kinflow/kinflow/internal/testenv"
 )
 
-// stepsPython is the step programs' interpreter (.venv-steps, made by
-// scripts/steps-venv.sh from `make test`).
-func stepsPython(t *testing.T) string {
-	t.Helper()
-	py := filepath.Join(testenv.RepoRoot(), ".venv-steps", "bin", "python")
-	if _, err := os.Stat(py); err != nil {
-		testenv.Unavailable(t, "the step programs' venv is missing (%v): run scripts/steps-venv.sh", err)
-	}
-	return py
-}
+// stepsPython is testenv.StepsPython.
+func stepsPython(t *testing.T) string { t.Helper(); return testenv.StepsPython(t) }
 
-// tinyModels writes the tiny random-weight models of steps/ under a temp
-// folder and returns the env lines that point the step programs at them.
-func tinyModels(t *testing.T, py string) []string {
-	t.Helper()
-	envPath := filepath.Join(t.TempDir(), "models.env")
-	out, err := exec.Command(py, filepath.Join(testenv.RepoRoot(), "steps", "tests", "make_tiny_models.py"), filepath.Join(t.TempDir(), "models"), "--env-file", envPath).CombinedOutput()
-	if err != nil {
-		t.Fatalf("make_tiny_models: %v\n%s", err, out)
-	}
-	data, err := os.ReadFile(envPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Split(strings.TrimSpace(string(data)), "\n")
-}
+// tinyModels is testenv.TinyModels.
+func tinyModels(t *testing.T, py string) []string { t.Helper(); return testenv.TinyModels(t, py) }
 
 // TestRealStepServersThroughTheGPUHost runs kinflow's own step programs
 // (steps/, fair-esm and transformers) on tiny random-weight models as

@@ -62,6 +62,16 @@ func (r *CommandRunner) Name() string { return "command" }
 // Synthetic implements BatchRunner: a configured program is a real model.
 func (r *CommandRunner) Synthetic() bool { return false }
 
+// SendBatch implements batchSender: a batch for a resident server is sent
+// ahead of the answers to earlier ones; a one-shot program's runs to its end
+// first.
+func (r *CommandRunner) SendBatch(ctx context.Context, b BatchJob) (<-chan error, error) {
+	if tmpl, ok := r.Settings.Servers[b.StepKey]; ok && r.Pool != nil {
+		return r.sendResident(ctx, b, tmpl)
+	}
+	return settled(r.RunBatch(ctx, b)), nil
+}
+
 // RunBatch implements BatchRunner.
 func (r *CommandRunner) RunBatch(ctx context.Context, b BatchJob) error {
 	if tmpl, ok := r.Settings.Servers[b.StepKey]; ok && r.Pool != nil {

@@ -9,9 +9,13 @@ import (
 // Device is a GPU host's turn-taking for its device. Every batch a step
 // activity sends to its step program passes through Run:
 //
-//   - At most Places batches run at once (KINFLOW_GPU_SLOTS), first come
-//     first served: a small job's batch waits for the batches already on the
-//     device, never for a large job's remaining ones.
+//   - At most Places batches are handed over at once (KINFLOW_GPU_SLOTS),
+//     first come first served: a small job's batch waits for the batches
+//     already on the device, never for a large job's remaining ones. A
+//     batch for a resident server is handed over once it is in the server's
+//     line (Send); the server's window (KINFLOW_STEP_SERVER_AHEAD) bounds
+//     what waits there, so a small job's batch waits behind at most that
+//     many of a large job's.
 //   - Batches of one step key that are waiting when a place frees run as one
 //     batch, as far as the step's token budget and sequence cap allow. A
 //     public service sees many small jobs at once; on a GPU a batch of three
@@ -46,22 +50,62 @@ func NewDevice(places int) *Device {
 	return &Device{places: make(chan struct{}, max(places, 1)), waiting: map[string][]*devBatch{}}
 }
 
+// sendFunc hands a batch to its step program and returns the channel that
+// receives the batch's outcome once (the runner's SendBatch), or an error
+// when the batch was not handed over.
+type sendFunc func(context.Context, BatchJob) (<-chan error, error)
+
 // Run runs job through run when its turn comes, with the batches of the
 // same step that wait beside it (budget and maxSeqs bound the joined
-// batch, as PackBatches does). A nil Device runs job at once.
+// batch, as PackBatches does): Send with a run that holds the device place
+// until the batch is done. A nil Device runs job at once.
 func (d *Device) Run(ctx context.Context, job BatchJob, budget, maxSeqs int, run func(context.Context, BatchJob) error) error {
+	done, err := d.Send(ctx, job, budget, maxSeqs, func(ctx context.Context, b BatchJob) (<-chan error, error) {
+		return settled(run(ctx, b)), nil
+	})
+	if err != nil {
+		return err
+	}
+	return <-done
+}
+
+// Send hands job to send when its turn comes, joined with the batches of
+// the same step that wait beside it, and returns the channel of its
+// outcome. The place on the device is held until send returns: a resident
+// server's send returns once the batch is in the server's line (up to
+// KINFLOW_STEP_SERVER_AHEAD batches), so the next batch's turn comes while
+// this one computes; a one-shot program's send returns when it is done. A
+// batch that rode with another caller's returns once that batch is done. A
+// nil Device sends job at once.
+func (d *Device) Send(ctx context.Context, job BatchJob, budget, maxSeqs int, send sendFunc) (<-chan error, error) {
 	if d == nil {
-		return run(ctx, job)
+		return send(ctx, job)
 	}
 	for {
-		err := d.runOnce(ctx, job, budget, maxSeqs, run)
+		done, err := d.sendOnce(ctx, job, budget, maxSeqs, send)
 		if !errors.Is(err, errRunAlone) || ctx.Err() != nil {
-			return err
+			return done, err
 		}
 	}
 }
 
-func (d *Device) runOnce(ctx context.Context, job BatchJob, budget, maxSeqs int, run func(context.Context, BatchJob) error) error {
+// settled is a channel that holds err.
+func settled(err error) <-chan error {
+	c := make(chan error, 1)
+	c <- err
+	return c
+}
+
+// rode is the outcome of a batch that another caller ran with its own: a
+// rider sends its batch again itself when that caller was cancelled.
+func rode(err error) (<-chan error, error) {
+	if errors.Is(err, errRunAlone) {
+		return nil, err
+	}
+	return settled(err), nil
+}
+
+func (d *Device) sendOnce(ctx context.Context, job BatchJob, budget, maxSeqs int, send sendFunc) (<-chan error, error) {
 	me := &devBatch{job: job, done: make(chan error, 1)}
 	d.mu.Lock()
 	d.waiting[job.StepKey] = append(d.waiting[job.StepKey], me)
@@ -71,7 +115,7 @@ func (d *Device) runOnce(ctx context.Context, job BatchJob, budget, maxSeqs int,
 	case d.places <- struct{}{}:
 	case err := <-me.done:
 		// Another caller ran this batch with its own.
-		return err
+		return rode(err)
 	case <-ctx.Done():
 		d.mu.Lock()
 		taken := me.taken
@@ -81,49 +125,69 @@ func (d *Device) runOnce(ctx context.Context, job BatchJob, budget, maxSeqs int,
 		d.mu.Unlock()
 		if taken {
 			// The batch is running on our behalf: its files are ours.
-			return <-me.done
+			return rode(<-me.done)
 		}
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 	d.mu.Lock()
 	if me.taken {
 		// A leader took this batch between our turn and the lock.
 		d.mu.Unlock()
 		<-d.places
-		return <-me.done
+		return rode(<-me.done)
 	}
 	d.remove(me)
 	riders := d.gather(me, budget, maxSeqs)
 	d.mu.Unlock()
-	defer func() { <-d.places }()
 
-	joined := me.job
-	if len(riders) > 0 {
-		joined.Items = append([]SeqItem(nil), me.job.Items...)
-		seen := map[string]bool{}
-		for _, it := range joined.Items {
-			seen[it.SeqID] = true
-		}
+	done, err := send(ctx, joinRiders(job, riders))
+	<-d.places
+	if err != nil {
+		done = settled(err)
+	}
+	if len(riders) == 0 {
+		return done, err
+	}
+	out := make(chan error, 1)
+	go func() {
+		err := <-done
 		for _, r := range riders {
-			for _, it := range r.job.Items {
-				if !seen[it.SeqID] {
-					seen[it.SeqID] = true
-					joined.Items = append(joined.Items, it)
-				}
+			if ctx.Err() != nil {
+				r.done <- errRunAlone
+			} else {
+				r.done <- err
 			}
-			r.job.Log.Printf("BATCH_JOINED job_id=%s step=%s batch=%d with_job=%s with_batch=%d", r.job.JobID, r.job.StepKey, r.job.Index, job.JobID, job.Index)
 		}
-		job.Log.Printf("BATCH_JOIN job_id=%s step=%s batch=%d riders=%d seq_count=%d", job.JobID, job.StepKey, job.Index, len(riders), len(joined.Items))
+		out <- err
+	}()
+	if err != nil {
+		return nil, err
 	}
-	err := run(ctx, joined)
+	return out, nil
+}
+
+// joinRiders is job with the sequences of the batches riding with it.
+func joinRiders(job BatchJob, riders []*devBatch) BatchJob {
+	if len(riders) == 0 {
+		return job
+	}
+	joined := job
+	joined.Items = append([]SeqItem(nil), job.Items...)
+	seen := map[string]bool{}
+	for _, it := range joined.Items {
+		seen[it.SeqID] = true
+	}
 	for _, r := range riders {
-		if ctx.Err() != nil {
-			r.done <- errRunAlone
-		} else {
-			r.done <- err
+		for _, it := range r.job.Items {
+			if !seen[it.SeqID] {
+				seen[it.SeqID] = true
+				joined.Items = append(joined.Items, it)
+			}
 		}
+		r.job.Log.Printf("BATCH_JOINED job_id=%s step=%s batch=%d with_job=%s with_batch=%d", r.job.JobID, r.job.StepKey, r.job.Index, job.JobID, job.Index)
 	}
-	return err
+	job.Log.Printf("BATCH_JOIN job_id=%s step=%s batch=%d riders=%d seq_count=%d", job.JobID, job.StepKey, job.Index, len(riders), len(joined.Items))
+	return joined
 }
 
 // remove drops b from the waiting list; d.mu is held.

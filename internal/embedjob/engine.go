@@ -9,6 +9,7 @@ import (
 
 	"github.com/kinflow/kinflow/internal/embedding"
 	"github.com/kinflow/kinflow/internal/lease"
+	"github.com/kinflow/kinflow/internal/stepserver"
 )
 
 // BatchJob is one batch of one step handed to a BatchRunner.
@@ -81,6 +82,35 @@ type Engine struct {
 	// share the device batch by batch). nil: every batch runs at once (the
 	// CPU worker's local steps, bounded by its activity slots).
 	Device *Device
+}
+
+// batchSender is a BatchRunner that can send a batch ahead of the outcomes
+// of earlier ones (a resident server's line, KINFLOW_STEP_SERVER_AHEAD):
+// SendBatch returns once the batch is handed over, and the channel receives
+// its outcome once (what RunBatch would return).
+type batchSender interface {
+	SendBatch(ctx context.Context, b BatchJob) (<-chan error, error)
+}
+
+// send is the runner's way to hand a batch over: SendBatch, or RunBatch to
+// its end.
+func (e *Engine) send(ctx context.Context, b BatchJob) (<-chan error, error) {
+	if s, ok := e.Runner.(batchSender); ok {
+		return s.SendBatch(ctx, b)
+	}
+	return settled(e.Runner.RunBatch(ctx, b)), nil
+}
+
+// ahead is how many batches one step run keeps in flight: the resident
+// servers' window for a runner that sends ahead, else 1.
+func (e *Engine) ahead() int {
+	if _, ok := e.Runner.(batchSender); !ok {
+		return 1
+	}
+	if e.Settings == nil || e.Settings.Pool.Ahead <= 0 {
+		return stepserver.DefaultAhead
+	}
+	return e.Settings.Pool.Ahead
 }
 
 // batchLimiter is a BatchRunner whose batches are not bound by GPU memory

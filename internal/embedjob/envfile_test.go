@@ -177,7 +177,7 @@ func TestLoadSettingsDefaults(t *testing.T) {
 	if s.ToksPerBatch != DefaultToksPerBatch || s.MaxBatchSeqs != 0 || s.ErrorLogTailLines != 120 || s.SyntheticDelay != 0 {
 		t.Errorf("batch defaults %+v", s)
 	}
-	want := stepserver.Options{Max: stepserver.DefaultMax, Idle: stepserver.DefaultIdle, StartTimeout: stepserver.DefaultStartTimeout, KillGrace: stepserver.DefaultKillGrace}
+	want := stepserver.Options{Max: stepserver.DefaultMax, Idle: stepserver.DefaultIdle, StartTimeout: stepserver.DefaultStartTimeout, KillGrace: stepserver.DefaultKillGrace, Ahead: stepserver.DefaultAhead}
 	if s.Pool != want {
 		t.Errorf("pool %+v, want %+v", s.Pool, want)
 	}
@@ -188,6 +188,16 @@ func TestLoadSettingsDefaults(t *testing.T) {
 	var ke *config.KeyError
 	if _, err := LoadSettings(LayeredLookup(file), file, "/m"); !errors.As(err, &ke) || ke.Key != stepserver.EnvStartSeconds {
 		t.Errorf("bad %s: %v, want a *config.KeyError naming it", stepserver.EnvStartSeconds, err)
+	}
+	for _, v := range []string{"0", "17", "two"} {
+		file := map[string]string{stepserver.EnvAhead: v}
+		if _, err := LoadSettings(LayeredLookup(file), file, "/m"); !errors.As(err, &ke) || ke.Key != stepserver.EnvAhead {
+			t.Errorf("%s=%s: %v, want a *config.KeyError naming it", stepserver.EnvAhead, v, err)
+		}
+	}
+	file = map[string]string{stepserver.EnvAhead: "1"}
+	if s, err := LoadSettings(LayeredLookup(file), file, "/m"); err != nil || s.Pool.Ahead != 1 {
+		t.Errorf("%s=1: %+v %v", stepserver.EnvAhead, s.Pool, err)
 	}
 }
 

@@ -91,6 +91,7 @@ func fakeStepServer(opts []string) int {
 //	oom-above=N     a batch of more than N sequences: stderr KINFLOW_OOM, exit 1
 //	oom-exit-above=N  the same, reported by exit code 75
 //	oom-seq=SID     any batch holding SID runs out of memory (exit 75)
+//	crash-seq=SID   any batch holding SID crashes (exit 3) before writing
 //	malformed=SID   write SID's files as garbage
 //	record=FILE     append "id:len,id:len…" per batch to FILE
 //	cuda-oom-above=N  PyTorch's "CUDA out of memory" message, exit 1
@@ -160,6 +161,10 @@ func fakeStepProgram(args []string) int {
 	for _, s := range m.Seqs {
 		if s.SeqID == opts["oom-seq"] {
 			return ExitOutOfMemory
+		}
+		if s.SeqID == opts["crash-seq"] {
+			fmt.Fprintln(os.Stderr, "Traceback (most recent call last): segfault")
+			return 3
 		}
 	}
 	fmt.Printf("embedding %d sequences for %s\n", len(m.Seqs), m.StepKey)

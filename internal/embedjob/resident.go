@@ -23,14 +23,38 @@ import (
 // GPU_EMBED_STEP_SERVER_* template): the pool starts the server at its first
 // batch and keeps it across batches, steps and jobs (docs/gpu-host.md).
 func (r *CommandRunner) runResident(ctx context.Context, b BatchJob, tmpl []string) error {
+	done, err := r.sendResident(ctx, b, tmpl)
+	if err != nil {
+		return err
+	}
+	return <-done
+}
+
+// sendResident hands one batch to the step's resident server and returns
+// once it is in the server's line (at most KINFLOW_STEP_SERVER_AHEAD
+// batches in flight); the channel receives its outcome.
+func (r *CommandRunner) sendResident(ctx context.Context, b BatchJob, tmpl []string) (<-chan error, error) {
 	line, err := json.Marshal(Manifest{Version: 1, JobID: b.JobID, StepKey: b.StepKey, Batch: b.Index, MediaRoot: r.MediaRoot, Seqs: b.Items})
 	if err != nil {
-		return fmt.Errorf("encode batch: %w", err)
+		return nil, fmt.Errorf("encode batch: %w", err)
 	}
 	spec := r.serverSpec(b.StepKey, tmpl)
-	ans, err := r.Pool.Do(ctx, spec, b.Index, line, func(l string) { b.Log.Printf("%s", l) })
+	w, err := r.Pool.Send(ctx, spec, b.Index, line, func(l string) { b.Log.Printf("%s", l) })
 	if err != nil {
-		return r.serverErr(ctx, b.StepKey, err)
+		return nil, r.serverErr(ctx, b.StepKey, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		ans, err := w.Wait(ctx)
+		done <- r.answerErr(ctx, b.StepKey, ans, err)
+	}()
+	return done, nil
+}
+
+// answerErr is the runner's outcome of a server's answer (or failure).
+func (r *CommandRunner) answerErr(ctx context.Context, step string, ans stepserver.Answer, err error) error {
+	if err != nil {
+		return r.serverErr(ctx, step, err)
 	}
 	switch ans.Status {
 	case stepserver.StatusDone:

@@ -99,6 +99,36 @@ func TestResidentCrashFailsTheBatchAndRestarts(t *testing.T) {
 	}
 }
 
+// TestResidentSendAheadCrashRetriesBystanders: with three batches in
+// flight, a server that dies of one of them fails all three; each gets one
+// more try (the server cannot tell which killed it), the culprit fails on
+// its second and is reported missing, every other sequence is written, and
+// the step runs on through fresh servers.
+func TestResidentSendAheadCrashRetriesBystanders(t *testing.T) {
+	// Each batch sleeps first, so the next two are sent before it answers.
+	f, e, _ := residentFixture(t, 40, "crash-seq=s01", "sleep=150ms")
+	e.Settings.Pool.Ahead = 3
+	e.Runner.(*CommandRunner).Pool = stepserver.NewPool(stepserver.Options{Max: 1, Ahead: 3})
+	t.Cleanup(e.Runner.(*CommandRunner).Pool.Close)
+	out, err := e.RunStep(context.Background(), StepRequest{JobID: jobA, StepKey: testStep, Seqs: f.items(t, 30, 30, 30, 30, 30, 30)})
+	if err != nil || out.Failure == nil || out.Written != 5 || !slices.Equal(missingIDs(out.Missing), []string{"s01"}) {
+		t.Fatalf("%+v %v", out, err)
+	}
+	var se *stepserver.ServerError
+	if !errors.As(out.Failure, &se) || se.Interrupted {
+		t.Fatalf("failure %v: want the culprit's second, lone crash", out.Failure)
+	}
+	tries := 0
+	for _, b := range f.batches(t) {
+		if len(b) == 1 && strings.HasPrefix(b[0], "s01:") {
+			tries++
+		}
+	}
+	if tries != 2 {
+		t.Fatalf("s01 ran %d times, want 2 (one retry): %v", tries, f.batches(t))
+	}
+}
+
 // TestResidentMissingProgramIsAConfigError: a server that cannot start at
 // all is the host's configuration, not worth a retry.
 func TestResidentMissingProgramIsAConfigError(t *testing.T) {

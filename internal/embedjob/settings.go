@@ -128,7 +128,7 @@ func LoadSettings(look Lookup, file map[string]string, mediaRoot string) (*Setti
 		ErrorLogTailLines: h.ErrorLogTailLines,
 		GPUName:           h.GPUName,
 		SyntheticDelay:    h.SyntheticDelay,
-		Pool:              stepserver.Options{Max: h.StepServersMax, Idle: h.StepServerIdle, StartTimeout: h.StepServerStart, KillGrace: stepserver.DefaultKillGrace},
+		Pool:              stepserver.Options{Max: h.StepServersMax, Idle: h.StepServerIdle, StartTimeout: h.StepServerStart, KillGrace: stepserver.DefaultKillGrace, Ahead: h.StepServerAhead},
 	}
 	get := func(k string) string { v, _ := look(k); return strings.TrimSpace(v) }
 	if err := s.loadStepKeys(file, get); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kinflow/kinflow/internal/embedding"
 	"github.com/kinflow/kinflow/internal/provenance"
+	"github.com/kinflow/kinflow/internal/stepserver"
 )
 
 // stepRun is one run of Engine.RunStep. Its methods are the run's stages in
@@ -128,24 +129,88 @@ func (r *stepRun) computeAll() error {
 	}, r.compute)
 }
 
-// compute packs items into batches under the token budget and runs them.
+// compute packs items into batches under the token budget and runs them,
+// keeping up to the engine's ahead batches in flight (a resident server
+// computes the next batch while this host checks the files of the one
+// before) and settling them in the order they were sent.
 func (r *stepRun) compute(items []SeqItem) error {
 	budget, maxSeqs := r.e.limits(r.req.StepKey)
+	ahead := r.e.ahead()
+	var inFlight []*sentBatch
+	var stop error
 	for _, b := range PackBatches(items, budget, maxSeqs) {
-		if err := r.ctx.Err(); err != nil {
-			return err
+		if stop = r.ctx.Err(); stop != nil {
+			break
 		}
-		if err := r.runBatch(b); err != nil {
-			return err
+		if sb := r.send(b, false); sb != nil {
+			inFlight = append(inFlight, sb)
+		}
+		// Settle what is full or already answered, oldest first.
+		for stop == nil && len(inFlight) > 0 && (len(inFlight) >= ahead || inFlight[0].answered()) {
+			stop = r.finish(inFlight[0])
+			inFlight = inFlight[1:]
+		}
+		if stop != nil {
+			break
 		}
 	}
-	return nil
+	// Every batch sent is waited for and its files checked, also when the
+	// run stops (the pool ends the batches of a cancelled run at once).
+	for _, sb := range inFlight {
+		if err := r.finish(sb); stop == nil {
+			stop = err
+		}
+	}
+	return stop
 }
 
-// runBatch runs one batch of the items still missing an output, verifies
-// what it wrote and settles the rest (splitting it on out of memory). It
-// returns an error only when the run must stop (ctx done).
-func (r *stepRun) runBatch(b []SeqItem) error {
+// sentBatch is a batch handed to the runner whose outcome is still to be
+// settled.
+type sentBatch struct {
+	job   BatchJob
+	items []SeqItem
+	done  <-chan error
+	// retried marks a second try of an interrupted batch.
+	retried bool
+	got     bool
+	err     error
+}
+
+// answered reports, without waiting, whether the outcome has come.
+func (sb *sentBatch) answered() bool {
+	if sb.got {
+		return true
+	}
+	select {
+	case sb.err = <-sb.done:
+		sb.got = true
+	default:
+	}
+	return sb.got
+}
+
+// outcome waits for the outcome.
+func (sb *sentBatch) outcome() error {
+	if !sb.got {
+		sb.err, sb.got = <-sb.done, true
+	}
+	return sb.err
+}
+
+// runBatch runs one batch to its end (send, then finish): a split half, or
+// the second try of an interrupted batch.
+func (r *stepRun) runBatch(b []SeqItem, retried bool) error {
+	sb := r.send(b, retried)
+	if sb == nil {
+		return nil
+	}
+	return r.finish(sb)
+}
+
+// send hands the items of b still missing an output to the runner, through
+// the device's turn-taking. It returns nil when nothing is left to do or
+// the batch was settled at once (its writer check failed).
+func (r *stepRun) send(b []SeqItem, retried bool) *sentBatch {
 	req := r.req
 	// Recheck: after a split, or a retry, some items may be complete.
 	var items []SeqItem
@@ -163,7 +228,7 @@ func (r *stepRun) runBatch(b []SeqItem) error {
 	req.Log.Printf("BATCH_START job_id=%s step=%s batch=%d seq_count=%d tokens=%d", req.JobID, req.StepKey, job.Index, len(items), BatchCost(items))
 	if err := r.e.recheck(r.ctx, req, r.admitted, items); err != nil {
 		if r.ctx.Err() != nil {
-			return r.ctx.Err()
+			return &sentBatch{job: job, items: items, done: settled(r.ctx.Err())}
 		}
 		for _, it := range items {
 			for _, p := range it.MissingOutputs {
@@ -176,10 +241,21 @@ func (r *stepRun) runBatch(b []SeqItem) error {
 		return nil
 	}
 	budget, maxSeqs := r.e.limits(req.StepKey)
-	err := r.e.Device.Run(r.ctx, job, budget, maxSeqs, r.e.Runner.RunBatch)
-	absent := r.verify(job, items)
+	done, err := r.e.Device.Send(r.ctx, job, budget, maxSeqs, r.e.send)
+	if err != nil {
+		done = settled(err)
+	}
+	return &sentBatch{job: job, items: items, done: done, retried: retried}
+}
+
+// finish waits for a sent batch's outcome, verifies what it wrote and
+// settles the rest (splitting it on out of memory). It returns an error
+// only when the run must stop (ctx done).
+func (r *stepRun) finish(sb *sentBatch) error {
+	err := sb.outcome()
+	absent := r.verify(sb.job, sb.items)
 	r.report()
-	return r.settleBatch(job, items, err, absent)
+	return r.settleBatch(sb, err, absent)
 }
 
 // verify checks every file the batch was to write, whatever its exit (a
@@ -232,8 +308,9 @@ func (r *stepRun) verify(job BatchJob, items []SeqItem) []MissingFile {
 // files missing means: done, split in halves and run again (out of memory
 // on several sequences), given up on (out of memory on one, or a failed
 // program, which a retry may cure), or stopped (ctx done).
-func (r *stepRun) settleBatch(job BatchJob, items []SeqItem, err error, absent []MissingFile) error {
-	req := r.req
+func (r *stepRun) settleBatch(sb *sentBatch, err error, absent []MissingFile) error {
+	req, job, items := r.req, sb.job, sb.items
+	var se *stepserver.ServerError
 	switch {
 	case err == nil || len(absent) == 0:
 		for _, m := range absent {
@@ -248,10 +325,10 @@ func (r *stepRun) settleBatch(job BatchJob, items []SeqItem, err error, absent [
 		// long sequences and the second the short ones.
 		h := len(items) / 2
 		req.Log.Printf("BATCH_OOM job_id=%s step=%s batch=%d seq_count=%d: split into %d + %d", req.JobID, req.StepKey, job.Index, len(items), h, len(items)-h)
-		if err := r.runBatch(items[:h]); err != nil {
+		if err := r.runBatch(items[:h], false); err != nil {
 			return err
 		}
-		return r.runBatch(items[h:])
+		return r.runBatch(items[h:], false)
 	case errors.Is(err, ErrOutOfMemory):
 		req.Log.Printf("BATCH_OOM job_id=%s step=%s batch=%d seq_id=%s: a single sequence does not fit, not retried", req.JobID, req.StepKey, job.Index, items[0].SeqID)
 		for _, m := range absent {
@@ -259,6 +336,11 @@ func (r *stepRun) settleBatch(job BatchJob, items []SeqItem, err error, absent [
 			r.missing[m.Path] = m
 		}
 		return nil
+	case errors.As(err, &se) && se.Interrupted && !sb.retried:
+		// The server ended with other batches in flight beside this one:
+		// it may have died of another, so this one gets one more try.
+		req.Log.Printf("BATCH_RETRY job_id=%s step=%s batch=%d error=%v", req.JobID, req.StepKey, job.Index, err)
+		return r.runBatch(items, true)
 	default:
 		req.Log.Printf("BATCH_FAILED job_id=%s step=%s batch=%d error=%v", req.JobID, req.StepKey, job.Index, err)
 		for _, m := range absent {

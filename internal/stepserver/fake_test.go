@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -44,7 +45,9 @@ func TestMain(m *testing.M) {
 // FAKE_CHILD=1 (start a `sleep` that stays in its group), FAKE_IGNORE_TERM=1,
 // FAKE_IGNORE_EOF=1. Each batch line's "act" chooses the answer: done, oom,
 // error, longerror, crash, garbage, wrongbatch, hang, wait (for the file named by
-// "file").
+// "file"; any act with a "file" waits for it first), waitcrash (wait, then crash), next (answer only once the next line
+// has been read). Lines are read as they come, each logged on stderr as
+// "received batch N" (a pipelined server reads ahead too).
 func fakeServer() {
 	if os.Getenv("FAKE_IGNORE_TERM") == "1" {
 		signal.Ignore(syscall.SIGTERM)
@@ -76,17 +79,42 @@ func fakeServer() {
 		out.Flush()
 	}
 	say(map[string]any{"ready": true, "model": "fake-650M", "device": "cpu", "pid": os.Getpid(), "child_pid": childPID})
-	in := bufio.NewScanner(os.Stdin)
-	in.Buffer(make([]byte, 1<<20), 64<<20)
-	for in.Scan() {
-		var m struct {
-			Batch int    `json:"batch"`
-			Act   string `json:"act"`
-			File  string `json:"file"`
+	type line struct {
+		Batch int    `json:"batch"`
+		Act   string `json:"act"`
+		File  string `json:"file"`
+	}
+	lines := make(chan line, 64)
+	var received atomic.Int64
+	go func() {
+		in := bufio.NewScanner(os.Stdin)
+		in.Buffer(make([]byte, 1<<20), 64<<20)
+		for in.Scan() {
+			var m line
+			if err := json.Unmarshal(in.Bytes(), &m); err != nil {
+				fmt.Fprintln(os.Stderr, "bad line:", err)
+				os.Exit(2)
+			}
+			fmt.Fprintf(os.Stderr, "received batch %d\n", m.Batch)
+			received.Add(1)
+			lines <- m
 		}
-		if err := json.Unmarshal(in.Bytes(), &m); err != nil {
-			fmt.Fprintln(os.Stderr, "bad line:", err)
-			os.Exit(2)
+		close(lines)
+	}()
+	waitFile := func(f string) {
+		for {
+			if _, err := os.Stat(f); err == nil {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	var handled int64
+	for m := range lines {
+		handled++
+		if m.File != "" && m.Act != "waitcrash" {
+			// Any act waits for its file first, if it names one.
+			waitFile(m.File)
 		}
 		fmt.Fprintf(os.Stderr, "batch %d: %s\n", m.Batch, m.Act)
 		switch m.Act {
@@ -113,11 +141,15 @@ func fakeServer() {
 		case "hang":
 			blockForever()
 		case "wait":
-			for {
-				if _, err := os.Stat(m.File); err == nil {
-					break
-				}
-				time.Sleep(5 * time.Millisecond)
+			waitFile(m.File)
+			say(map[string]any{"batch": m.Batch, "status": "done"})
+		case "waitcrash":
+			waitFile(m.File)
+			fmt.Fprintln(os.Stderr, "RuntimeError: boom")
+			os.Exit(1)
+		case "next":
+			for received.Load() <= handled {
+				time.Sleep(time.Millisecond)
 			}
 			say(map[string]any{"batch": m.Batch, "status": "done"})
 		default:

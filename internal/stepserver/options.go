@@ -11,6 +11,7 @@ const (
 	EnvServersMax   = "KINFLOW_STEP_SERVERS_MAX"
 	EnvIdleSeconds  = "KINFLOW_STEP_SERVER_IDLE_SECONDS"
 	EnvStartSeconds = "KINFLOW_STEP_SERVER_START_SECONDS"
+	EnvAhead        = "KINFLOW_STEP_SERVER_AHEAD"
 )
 
 // Defaults of Options.
@@ -39,6 +40,15 @@ const (
 	// and again after SIGTERM, to commit the file it is writing: the same 20 s
 	// the one-shot runner gives a cancelled program.
 	DefaultKillGrace = 20 * time.Second
+	// DefaultAhead is how many batches the host keeps in flight to one
+	// server. A pipelined server (steps/, KINFLOW_STEPS_PIPELINE_DEPTH 3)
+	// keeps three stages busy at once (a forward pass, a copy to the host,
+	// the writes); when a host batch is one pass, three batches in flight
+	// fill them, and the device never waits for the host's check of the
+	// batch before. The CPU figure (docs/BENCHMARKS.md) grew from 1 to 2
+	// to 3. More only makes another job's batch wait behind more of this
+	// one's.
+	DefaultAhead = 3
 )
 
 // Options configure a Pool. Zero fields take the defaults above.
@@ -53,6 +63,10 @@ type Options struct {
 	StartTimeout time.Duration
 	// KillGrace is the time given after closing stdin and after SIGTERM.
 	KillGrace time.Duration
+	// Ahead is the most batches in flight to one server at once (sent and
+	// not yet answered), from any callers: Send waits while a server has
+	// this many. 1 sends a batch only once the one before is answered.
+	Ahead int
 	// Log receives the pool's own events and the output servers write
 	// between batches (nil: slog.Default()).
 	Log *slog.Logger
@@ -70,6 +84,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.KillGrace <= 0 {
 		o.KillGrace = DefaultKillGrace
+	}
+	if o.Ahead <= 0 {
+		o.Ahead = DefaultAhead
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()

@@ -1,9 +1,10 @@
 // Package stepserver keeps GPU step programs resident: a step's server
 // loads its model once and then answers batch after batch over JSON Lines on
 // its stdin and stdout (docs/gpu-host.md, "Resident step servers"). A Pool starts servers
-// on demand, serializes the batches of each, stops idle and least recently
-// used ones, restarts dead ones, and makes sure none outlives the process
-// that started it.
+// on demand, keeps up to Options.Ahead batches in flight to each (sent ahead
+// of the answers, which come in order), stops idle and least recently used
+// ones, restarts dead ones, and makes sure none outlives the process that
+// started it.
 package stepserver
 
 import (
@@ -55,6 +56,12 @@ type ServerError struct {
 	// Op is "start" (before the ready line) or "batch".
 	Op     string
 	Reason string
+	// Interrupted says the batch may have had no part in the failure: the
+	// server was stopped for another batch in flight beside it (cancelled,
+	// or it broke the protocol), or it died with other batches in flight
+	// (which of them it died of cannot be told). Sending it again alone is
+	// worth a try.
+	Interrupted bool
 	// StderrTail is the last lines the server wrote to stderr.
 	StderrTail []string
 	// Err is the underlying error, if any (a program that cannot be
@@ -85,7 +92,7 @@ var ErrClosed = errors.New("step server pool closed")
 const (
 	StateStarting = "starting" // loading, not ready yet
 	StateReady    = "ready"    // resident, idle
-	StateBusy     = "busy"     // a batch is in flight
+	StateBusy     = "busy"     // batches are in flight
 	StateWaiting  = "waiting"  // a batch waits for room (Max servers busy)
 	StateStopping = "stopping"
 	StateStopped  = "stopped" // not running; starts at the next batch
@@ -122,9 +129,13 @@ type Pool struct {
 // entry is one step key's slot; mu guards every field.
 type entry struct {
 	key string
-	// held is set while one caller (a Do, an eviction, the idle stop) uses
-	// the entry: batches of one server run one at a time.
+	// held is set while one caller (a Send starting the server and queuing
+	// its batch, a Ready, an eviction, the idle stop) uses the entry.
 	held bool
+	// inflight counts the batches sent and not yet waited for (at most
+	// Options.Ahead): a server with batches in flight is never evicted,
+	// expired or restarted for a changed command.
+	inflight int
 	// reserved counts a server being started against Max.
 	reserved bool
 	state    string
@@ -139,44 +150,91 @@ func NewPool(o Options) *Pool {
 	return &Pool{o: o.withDefaults(), entries: map[string]*entry{}, changed: make(chan struct{})}
 }
 
-// Do sends one batch to the server for spec.Key and waits for its answer,
-// starting the server first if none runs (or the one that ran died). line is
-// the batch's JSON object (the manifest); batch its number, which the answer
-// must carry. Output lines that are not the answer go to logLine (prefixed
-// "[stdout] " or "[stderr] "), as do the pool's notes about the server.
-//
-// A server that exits or breaks the protocol fails the batch with a
-// *ServerError and is restarted at the next Do. When ctx ends while the
-// batch runs the server is killed (its state is unknown) and Do returns
-// ctx.Err() once it is gone.
+// Do sends one batch to the server for spec.Key and waits for its answer:
+// Send, then Wait. line is the batch's JSON object (the manifest); batch
+// its number, which the answer must carry. Output lines that are not
+// answers go to logLine (prefixed "[stdout] " or "[stderr] ") while the
+// batch is the oldest in flight, as do the pool's notes about the server.
 func (p *Pool) Do(ctx context.Context, spec Spec, batch int, line []byte, logLine func(string)) (Answer, error) {
+	w, err := p.Send(ctx, spec, batch, line, logLine)
+	if err != nil {
+		return Answer{}, err
+	}
+	return w.Wait(ctx)
+}
+
+// Pending is a batch sent to a server (Send) whose answer is still to be
+// waited for.
+type Pending struct {
+	p    *Pool
+	e    *entry
+	pr   *proc
+	s    *sent
+	once sync.Once
+}
+
+// Send hands one batch to the server for spec.Key, starting the server
+// first if none runs (or the one that ran died), and returns once the batch
+// has its place in the server's line: at most Options.Ahead batches are in
+// flight to one server, from any callers, and Send waits while it has that
+// many. The server gets the batches, and answers them, in the order Send
+// returned them. Every Pending must be waited for: until its Wait returns
+// it holds its place.
+func (p *Pool) Send(ctx context.Context, spec Spec, batch int, line []byte, logLine func(string)) (*Pending, error) {
 	if spec.Key == "" {
-		return Answer{}, errors.New("step server spec without a key")
+		return nil, errors.New("step server spec without a key")
 	}
 	msg, err := oneLine(line)
 	if err != nil {
-		return Answer{}, err
+		return nil, err
 	}
 	if logLine == nil {
 		logLine = func(string) {}
 	}
 	if err := ctx.Err(); err != nil {
-		return Answer{}, err
+		return nil, err
 	}
-	e, err := p.acquire(ctx, spec.Key)
+	e, err := p.acquire(ctx, spec, true)
 	if err != nil {
-		return Answer{}, err
+		return nil, err
 	}
-	defer p.release(e)
 	pr, err := p.ensure(ctx, e, spec, logLine)
 	if err != nil {
-		return Answer{}, err
+		p.release(e)
+		return nil, err
 	}
-	defer pr.setLog(nil)
-	return p.run(ctx, e, pr, batch, msg, logLine)
+	s := &sent{batch: batch, line: msg, logLine: logLine, answer: make(chan answer, 1), wrote: make(chan error, 1)}
+	pr.enqueue(s)
+	pr.setLog(nil)
+	p.mu.Lock()
+	e.inflight++
+	p.mu.Unlock()
+	p.release(e)
+	return &Pending{p: p, e: e, pr: pr, s: s}, nil
 }
 
-// Ready starts the server for spec.Key if none runs (as Do would) and
+// Wait waits for the batch's answer. A server that exits or breaks the
+// protocol fails the batch with a *ServerError and is restarted at the next
+// Send. When ctx ends while the batch is in flight the server is killed
+// (its state is unknown; the other batches in flight on it fail as
+// Interrupted) and Wait returns ctx.Err() once it is gone. Wait is meant to
+// be called once; later calls return an error.
+func (w *Pending) Wait(ctx context.Context) (Answer, error) {
+	first := false
+	w.once.Do(func() { first = true })
+	if !first {
+		return Answer{}, errors.New("step server: Wait called twice for one batch")
+	}
+	defer func() {
+		w.p.mu.Lock()
+		w.e.inflight--
+		w.p.settleLocked(w.e)
+		w.p.mu.Unlock()
+	}()
+	return w.p.wait(ctx, w.e, w.pr, w.s)
+}
+
+// Ready starts the server for spec.Key if none runs (as Send would) and
 // returns the extra fields of its ready line ("model", "device",
 // "fingerprint", …), so that a caller can check what the server will write
 // before sending it a batch.
@@ -190,7 +248,7 @@ func (p *Pool) Ready(ctx context.Context, spec Spec, logLine func(string)) (map[
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	e, err := p.acquire(ctx, spec.Key)
+	e, err := p.acquire(ctx, spec, false)
 	if err != nil {
 		return nil, err
 	}
@@ -203,20 +261,26 @@ func (p *Pool) Ready(ctx context.Context, spec Spec, logLine func(string)) (map[
 	return pr.readyFields(), nil
 }
 
-// acquire holds key's entry, waiting while another caller holds it.
-func (p *Pool) acquire(ctx context.Context, key string) (*entry, error) {
+// acquire holds the entry of spec.Key, waiting while another caller holds
+// it, while its server runs another command with batches in flight, and,
+// for a batch (slot), while Options.Ahead batches are in flight.
+func (p *Pool) acquire(ctx context.Context, spec Spec, slot bool) (*entry, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for {
 		if p.closed {
 			return nil, ErrClosed
 		}
-		e := p.entries[key]
+		e := p.entries[spec.Key]
 		if e == nil {
-			e = &entry{key: key, state: StateStopped}
-			p.entries[key] = e
+			e = &entry{key: spec.Key, state: StateStopped}
+			p.entries[spec.Key] = e
 		}
-		if !e.held {
+		free := !e.held && (!slot || e.inflight < p.o.Ahead)
+		// A changed command restarts the server: only once its batches
+		// are answered.
+		sameCmd := e.inflight == 0 || e.proc == nil || reflect.DeepEqual(e.proc.spec, spec)
+		if free && sameCmd {
 			e.held = true
 			if e.idle != nil {
 				e.idle.Stop()
@@ -229,17 +293,29 @@ func (p *Pool) acquire(ctx context.Context, key string) (*entry, error) {
 	}
 }
 
-// release lets go of e and arms its idle timer.
+// release lets go of e (held by the caller).
 func (p *Pool) release(e *entry) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	e.held = false
+	p.settleLocked(e)
+}
+
+// settleLocked sets e's state after its holder let go or a batch was
+// answered: busy while batches are in flight, else ready with its idle
+// timer armed (or stopped, without a server); p.mu is held.
+func (p *Pool) settleLocked(e *entry) {
 	e.lastUsed = time.Now()
-	if e.proc != nil && !p.closed {
+	switch {
+	case e.held:
+		// The holder sets the state.
+	case e.inflight > 0:
+		e.state = StateBusy
+	case e.proc != nil && !p.closed:
 		e.state = StateReady
 		pr := e.proc
 		e.idle = time.AfterFunc(p.o.Idle, func() { p.expire(e, pr) })
-	} else {
+	default:
 		e.proc = nil
 		e.state = StateStopped
 	}
@@ -287,7 +363,7 @@ func (p *Pool) ensure(ctx context.Context, e *entry, spec Spec, logLine func(str
 		var why string
 		switch {
 		case pr.hasExited():
-			why = "the server " + pr.exitReason() + " while idle"
+			why = "the server " + pr.exitReason()
 		case pr.isBroken() != "":
 			why = "the server broke the protocol: " + pr.isBroken()
 		case !reflect.DeepEqual(pr.spec, spec):
@@ -308,7 +384,7 @@ func (p *Pool) ensure(ctx context.Context, e *entry, spec Spec, logLine func(str
 
 	p.note(e.key, logLine, "starting the step server", "argv", procio.QuoteArgv(spec.Argv))
 	started := time.Now()
-	pr, err := spawn(spec, p.o.KillGrace, logLine, func(stream, line string) {
+	pr, err := spawn(spec, p.o.KillGrace, p.o.Ahead, logLine, func(stream, line string) {
 		p.o.Log.Info("step server output", "step", spec.Key, "stream", stream, "line", line)
 	})
 	p.mu.Lock()
@@ -376,7 +452,7 @@ func (p *Pool) makeRoom(ctx context.Context, e *entry, logLine func(string)) err
 				continue
 			}
 			n++
-			if !o.held && o.proc != nil && (victim == nil || o.lastUsed.Before(victim.lastUsed)) {
+			if !o.held && o.inflight == 0 && o.proc != nil && (victim == nil || o.lastUsed.Before(victim.lastUsed)) {
 				victim = o
 			}
 		}
@@ -411,78 +487,83 @@ func (p *Pool) makeRoom(ctx context.Context, e *entry, logLine func(string)) err
 	}
 }
 
-// run sends one batch to pr and waits for the answer.
-func (p *Pool) run(ctx context.Context, e *entry, pr *proc, batch int, msg []byte, logLine func(string)) (Answer, error) {
-	pr.mu.Lock()
-	pr.waiting, pr.expect = true, batch
-	pr.mu.Unlock()
-	p.setState(e, StateBusy)
-	wr := make(chan error, 1)
-	go func() {
-		_, err := pr.stdin.Write(msg)
-		wr <- err
-	}()
-	served := func(a Answer) (Answer, error) {
-		pr.mu.Lock()
-		pr.batches++
-		pr.mu.Unlock()
-		if a.Status == StatusError {
-			p.mu.Lock()
-			e.lastErr = fmt.Sprintf("batch %d: %s", a.Batch, a.Message)
-			p.mu.Unlock()
-		}
-		return a, nil
-	}
+// wait waits for s's answer from pr (Pending.Wait).
+func (p *Pool) wait(ctx context.Context, e *entry, pr *proc, s *sent) (Answer, error) {
+	wrote := s.wrote
 	for {
 		select {
-		case a := <-pr.answers:
+		case a := <-s.answer:
 			if a.err != nil {
+				pr.stopFor(fmt.Sprintf("batch %d broke the protocol", s.batch))
 				pr.kill(p.o.KillGrace)
 				p.forget(e, pr, "")
-				return Answer{}, p.fail(e, &ServerError{Key: e.key, Op: "batch", Reason: "broke the protocol: " + a.err.Error(), StderrTail: pr.stderrTail()}, logLine)
+				return Answer{}, p.fail(e, &ServerError{Key: e.key, Op: "batch", Reason: "broke the protocol: " + a.err.Error(), StderrTail: pr.stderrTail()}, s.logLine)
 			}
-			return served(a.a)
-		case err := <-wr:
+			return p.served(e, pr, a.a), nil
+		case err := <-wrote:
 			if err == nil {
-				wr = nil
+				wrote = nil
 				continue
 			}
 			// The server closed its stdin or died: wait briefly for its
 			// exit status, which says more than the write error.
 			pr.kill(p.o.KillGrace)
 			p.forget(e, pr, "")
-			return Answer{}, p.fail(e, &ServerError{Key: e.key, Op: "batch", Reason: fmt.Sprintf("could not take batch %d (the server %s)", batch, pr.exitReason()), StderrTail: pr.stderrTail(), Err: err}, logLine)
+			return Answer{}, p.fail(e, p.ended(e, pr, fmt.Sprintf("could not take batch %d (the server %s)", s.batch, pr.exitReason()), err), s.logLine)
 		case <-pr.exited:
 			// An answer written just before the exit still counts: exited
 			// is closed only after all of stdout has been read.
 			select {
-			case a := <-pr.answers:
+			case a := <-s.answer:
 				if a.err == nil {
 					pr.stop(p.o.KillGrace)
 					p.forget(e, pr, "the server "+pr.exitReason()+" after answering")
-					return served(a.a)
+					return p.served(e, pr, a.a), nil
 				}
 			default:
 			}
 			pr.stop(p.o.KillGrace)
 			p.forget(e, pr, "")
-			return Answer{}, p.fail(e, &ServerError{Key: e.key, Op: "batch", Reason: fmt.Sprintf("the server %s during batch %d", pr.exitReason(), batch), StderrTail: pr.stderrTail()}, logLine)
+			return Answer{}, p.fail(e, p.ended(e, pr, fmt.Sprintf("the server %s during batch %d", pr.exitReason(), s.batch), nil), s.logLine)
 		case <-ctx.Done():
 			select {
-			case a := <-pr.answers:
+			case a := <-s.answer:
 				// The answer came in time: the server is in a known state.
 				if a.err == nil {
-					return served(a.a)
+					return p.served(e, pr, a.a), nil
 				}
 			default:
 			}
 			p.setState(e, StateStopping)
-			p.note(e.key, logLine, "cancelled during a batch: stopping the step server", "pid", pr.pid, "batch", batch)
+			p.note(e.key, s.logLine, "cancelled during a batch: stopping the step server", "pid", pr.pid, "batch", s.batch)
+			pr.stopFor(fmt.Sprintf("batch %d was cancelled", s.batch))
 			pr.kill(p.o.KillGrace)
 			p.forget(e, pr, "")
 			return Answer{}, ctx.Err()
 		}
 	}
+}
+
+// served counts an answered batch.
+func (p *Pool) served(e *entry, pr *proc, a Answer) Answer {
+	pr.mu.Lock()
+	pr.batches++
+	pr.mu.Unlock()
+	if a.Status == StatusError {
+		p.mu.Lock()
+		e.lastErr = fmt.Sprintf("batch %d: %s", a.Batch, a.Message)
+		p.mu.Unlock()
+	}
+	return a
+}
+
+// ended is the error of a batch whose server ended before answering it.
+func (p *Pool) ended(e *entry, pr *proc, reason string, err error) *ServerError {
+	by, why := pr.bystander()
+	if by {
+		reason += " (" + why + ")"
+	}
+	return &ServerError{Key: e.key, Op: "batch", Reason: reason, StderrTail: pr.stderrTail(), Err: err, Interrupted: by}
 }
 
 // fail records err as e's last error, notes it and returns it.
@@ -498,7 +579,7 @@ func (p *Pool) fail(e *entry, err error, logLine func(string)) error {
 // expire stops pr when it has been idle for Options.Idle.
 func (p *Pool) expire(e *entry, pr *proc) {
 	p.mu.Lock()
-	if e.held || e.proc != pr || p.closed || time.Since(e.lastUsed) < p.o.Idle {
+	if e.held || e.inflight > 0 || e.proc != pr || p.closed || time.Since(e.lastUsed) < p.o.Idle {
 		p.mu.Unlock()
 		return
 	}
@@ -553,7 +634,7 @@ func (p *Pool) Status() []ServerStatus {
 				}
 			}
 			pr.mu.Unlock()
-			if !e.held && pr.hasExited() {
+			if !e.held && e.inflight == 0 && pr.hasExited() {
 				s.State = StateExited
 			}
 		}
@@ -564,8 +645,9 @@ func (p *Pool) Status() []ServerStatus {
 }
 
 // Close stops every server (stdin closed, then SIGTERM and SIGKILL after
-// the grace period) and returns when all are gone and no Do is still using
-// one. Do fails with ErrClosed afterwards.
+// the grace period) and returns when all are gone and no caller is still
+// using one (the batches in flight fail). Send and Do fail with ErrClosed
+// afterwards.
 func (p *Pool) Close() {
 	p.mu.Lock()
 	if p.closed {
@@ -600,7 +682,7 @@ func (p *Pool) Close() {
 	for {
 		busy := false
 		for _, e := range p.entries {
-			if e.held {
+			if e.held || e.inflight > 0 {
 				busy = true
 			} else {
 				e.proc = nil

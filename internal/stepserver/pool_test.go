@@ -198,7 +198,7 @@ func TestProtocolViolationRestarts(t *testing.T) {
 	p := newPool(t, Options{})
 	spec := fakeSpec("k")
 	_, _, err := do(t, p, spec, 4, "wrongbatch")
-	if err == nil || !strings.Contains(err.Error(), "answer for batch 5 while batch 4 was in flight") {
+	if err == nil || !strings.Contains(err.Error(), "answer for batch 5 while batch 4 was the oldest in flight") {
 		t.Fatalf("Do = %v", err)
 	}
 	if s := statusOf(p, "k"); s.PID != 0 {
@@ -382,7 +382,9 @@ func TestDifferentKeysRunConcurrently(t *testing.T) {
 	}
 }
 
-func TestSameKeyOneBatchAtATime(t *testing.T) {
+// TestSameKeyManyCallers: eight callers share one server (batches sent ahead
+// up to Options.Ahead); each gets the answer to its own batch.
+func TestSameKeyManyCallers(t *testing.T) {
 	p := newPool(t, Options{})
 	spec := fakeSpec("k")
 	var wg sync.WaitGroup

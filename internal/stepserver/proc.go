@@ -39,6 +39,22 @@ type answer struct {
 	err error
 }
 
+// sent is one batch line handed to a server. A server answers its lines in
+// the order it got them, so the oldest sent batch is the one an answer is
+// for.
+type sent struct {
+	batch int
+	// line is the batch's line, until the writer has written it.
+	line []byte
+	// logLine receives the server's output while this batch is the oldest
+	// in flight.
+	logLine func(string)
+	// answer receives the batch's answer (or the protocol violation it
+	// was); wrote the outcome of writing its line.
+	answer chan answer
+	wrote  chan error
+}
+
 // proc is one running server process and its end of the protocol.
 type proc struct {
 	spec  Spec
@@ -59,15 +75,20 @@ type proc struct {
 
 	stdout, stderr *procio.LineWriter
 	readyCh        chan struct{}
-	answers        chan answer
+	// writes feeds writeLines, which writes the lines to stdin in order:
+	// a write blocks while the server has not read the lines before it,
+	// and no caller should wait for that (at most Options.Ahead queued).
+	writes chan *sent
 
 	mu        sync.Mutex
 	ready     bool
 	readyInfo map[string]any
-	// waiting is set while a batch is in flight; expect is its number.
-	waiting bool
-	expect  int
-	// logLine receives output while a Do is using the process.
+	// queue holds the batches sent and not yet answered, oldest first.
+	queue []*sent
+	// stopWhy says which batch the pool stopped the server for (cancelled,
+	// or broke the protocol): the other batches in flight were bystanders.
+	stopWhy string
+	// logLine receives output while the server starts (Send, Ready).
 	logLine func(string)
 	idleLog func(stream, line string)
 	tail    []string
@@ -76,8 +97,9 @@ type proc struct {
 	batches int
 }
 
-// spawn starts spec's program with its watchdog.
-func spawn(spec Spec, grace time.Duration, logLine func(string), idleLog func(stream, line string)) (*proc, error) {
+// spawn starts spec's program with its watchdog; ahead bounds the lines
+// queued for writing.
+func spawn(spec Spec, grace time.Duration, ahead int, logLine func(string), idleLog func(stream, line string)) (*proc, error) {
 	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
 		return nil, errors.New("empty command")
 	}
@@ -85,7 +107,7 @@ func spawn(spec Spec, grace time.Duration, logLine func(string), idleLog func(st
 		spec:    spec,
 		exited:  make(chan struct{}),
 		readyCh: make(chan struct{}),
-		answers: make(chan answer, 1),
+		writes:  make(chan *sent, max(ahead, 1)),
 		logLine: logLine,
 		idleLog: idleLog,
 	}
@@ -147,11 +169,65 @@ func spawn(spec Spec, grace time.Duration, logLine func(string), idleLog func(st
 	}
 	pr.watchdog = wd
 	pr.wdExited = make(chan struct{})
+	go pr.writeLines()
 	go func() {
 		_ = wd.Wait()
 		close(pr.wdExited)
 	}()
 	return pr, nil
+}
+
+// writeLines writes each sent line to the server's stdin, in order, until
+// the server has exited. After a failed write every later line fails too
+// (the server closed its stdin or died).
+func (pr *proc) writeLines() {
+	var failed error
+	for {
+		select {
+		case s := <-pr.writes:
+			if failed == nil {
+				_, failed = pr.stdin.Write(s.line)
+			}
+			s.line = nil
+			s.wrote <- failed
+		case <-pr.exited:
+			return
+		}
+	}
+}
+
+// enqueue sends s: it joins the batches in flight and its line is written
+// after theirs.
+func (pr *proc) enqueue(s *sent) {
+	pr.mu.Lock()
+	pr.queue = append(pr.queue, s)
+	pr.mu.Unlock()
+	pr.writes <- s
+}
+
+// stopFor records that the pool stops the server because of one batch.
+func (pr *proc) stopFor(why string) {
+	pr.mu.Lock()
+	if pr.stopWhy == "" {
+		pr.stopWhy = why
+	}
+	pr.mu.Unlock()
+}
+
+// bystander says, once the server has ended, whether an unanswered batch
+// may have had no part in the end: the pool stopped the server for another
+// batch, or other batches were in flight beside it (a crash cannot be
+// pinned on one of them). why describes it for the error.
+func (pr *proc) bystander() (yes bool, why string) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	switch {
+	case pr.stopWhy != "":
+		return true, "stopped because " + pr.stopWhy
+	case len(pr.queue) > 1:
+		return true, fmt.Sprintf("%d batches were in flight", len(pr.queue))
+	}
+	return false, ""
 }
 
 func (pr *proc) wait() {
@@ -244,14 +320,20 @@ func (pr *proc) setLog(f func(string)) {
 	pr.mu.Unlock()
 }
 
-// logLocked passes one output line on; pr.mu is held so that no line reaches
-// a Do's logLine after that Do has returned.
+// logLocked passes one output line on, to the oldest batch in flight (its
+// answer comes next), else to whoever starts the server, else to the pool's
+// log; pr.mu is held so that no line reaches a batch's logLine after its
+// answer.
 func (pr *proc) logLocked(stream, line string) {
 	if len(line) > procio.MaxLine {
 		line = line[:procio.MaxLine] + "…"
 	}
-	if pr.logLine != nil {
-		pr.logLine("[" + stream + "] " + line)
+	f := pr.logLine
+	if len(pr.queue) > 0 {
+		f = pr.queue[0].logLine
+	}
+	if f != nil {
+		f("[" + stream + "] " + line)
 		return
 	}
 	if pr.idleLog != nil {
@@ -326,15 +408,17 @@ func (pr *proc) onStdout(line string) {
 			a.Message = string(raw)
 		}
 	}
-	if !pr.waiting {
+	if len(pr.queue) == 0 {
 		pr.broken = fmt.Sprintf("answer %s while no batch was in flight", truncate(trimmed))
 		return
 	}
-	pr.waiting = false
-	if err == nil && a.Batch != pr.expect {
-		err = fmt.Errorf("answer for batch %d while batch %d was in flight", a.Batch, pr.expect)
+	s := pr.queue[0]
+	pr.queue[0] = nil
+	pr.queue = pr.queue[1:]
+	if err == nil && a.Batch != s.batch {
+		err = fmt.Errorf("answer for batch %d while batch %d was the oldest in flight", a.Batch, s.batch)
 	}
-	pr.answers <- answer{a: a, err: err}
+	s.answer <- answer{a: a, err: err}
 }
 
 func truncate(s string) string {

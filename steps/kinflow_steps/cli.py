@@ -136,6 +136,9 @@ class _Server:
         from kinflow_steps.steps import parse_manifest
 
         batch = doc.get("batch", 0) if isinstance(doc, dict) else 0
+        # The host may send manifests ahead (KINFLOW_STEP_SERVER_AHEAD): this line, before
+        # the previous batch's "wrote", shows that it did.
+        log(f"batch {batch}: received")
         t = time.monotonic()
         try:
             b = parse_manifest(doc)
