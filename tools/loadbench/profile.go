@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -143,6 +142,11 @@ func (p *profiler) reports(base string, sum *strings.Builder, temporalMS, kinflo
 		_ = os.WriteFile(base+"-kinflow-cum.txt", cum, 0o644)
 	}
 	writeParts(sum, "kinflow (kinflow dev: api, worker, GPU host)", kin, kinflowMS)
+	if tr, err := exec.Command("go", "tool", "pprof", "-traces", base+"-kinflow.pprof").Output(); err == nil {
+		st := parsePprofTraces(tr)
+		writeTable(sum, "kinflow: by caller (first frame outside the Go runtime and standard library)", byCaller(st), kinflowMS, nil)
+		writeTable(sum, "kinflow: cumulative, samples with a frame containing", cumulative(st, kinflowMarkers), kinflowMS, kinflowMarkers)
+	}
 	if p.perf == "" {
 		return nil
 	}
@@ -156,6 +160,11 @@ func (p *profiler) reports(base string, sum *strings.Builder, temporalMS, kinflo
 		_ = os.WriteFile(base+"-temporal-cum.txt", cum, 0o644)
 	}
 	writeParts(sum, "Temporal dev server (temporal server start-dev)", parsePerfReport(self), temporalMS)
+	if sc, err := exec.Command(p.perf, "script", "-i", data, "-F", "ip,sym").Output(); err == nil {
+		st := parsePerfScript(sc)
+		writeTable(sum, "Temporal dev server: by caller (first frame outside the Go runtime, standard library and kernel)", byCaller(st), temporalMS, nil)
+		writeTable(sum, "Temporal dev server: cumulative, samples with a frame containing", cumulative(st, temporalMarkers), temporalMS, temporalMarkers)
+	}
 	return nil
 }
 
@@ -228,28 +237,22 @@ var parts = []struct{ name, prefixes string }{
 	{"kinflow", "github.com/kinflow/"},
 }
 
+// partOf names the part a function belongs to ("other" for none).
+func partOf(sym string) string {
+	for _, p := range parts {
+		if slices.ContainsFunc(strings.Fields(p.prefixes), func(pre string) bool { return strings.HasPrefix(sym, pre) }) {
+			return p.name
+		}
+	}
+	return "other"
+}
+
 // writeParts adds lines of self time by part to sum: % of the profile and
 // ms per job (of cpuMS, the process's CPU per job over the burst).
 func writeParts(sum *strings.Builder, title string, syms []symPct, cpuMS float64) {
 	byPart := map[string]float64{}
 	for _, s := range syms {
-		name := "other"
-		for _, p := range parts {
-			if slices.ContainsFunc(strings.Fields(p.prefixes), func(pre string) bool { return strings.HasPrefix(s.sym, pre) }) {
-				name = p.name
-				break
-			}
-		}
-		byPart[name] += s.pct
+		byPart[partOf(s.sym)] += s.pct
 	}
-	names := make([]string, 0, len(byPart))
-	for n := range byPart {
-		names = append(names, n)
-	}
-	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(byPart[b], byPart[a]) })
-	fmt.Fprintf(sum, "%s: self time by part (%.1f ms CPU per job)\n", title, cpuMS)
-	for _, n := range names {
-		fmt.Fprintf(sum, "  %5.1f %%  %5.1f ms/job  %s\n", byPart[n], byPart[n]*cpuMS/100, n)
-	}
-	fmt.Fprintln(sum)
+	writeTable(sum, title+": self time by part", byPart, cpuMS, nil)
 }

@@ -40,3 +40,27 @@ func TestPersistenceOpsPerJob(t *testing.T) {
 		t.Fatalf("%q", by.String())
 	}
 }
+
+func TestStacksByCallerAndCumulative(t *testing.T) {
+	perf := []byte("\t ffff runtime.mallocgc\n\t ffff google.golang.org/protobuf/proto.Unmarshal\n\t ffff go.temporal.io/server/service/history.(*h).X\n\n" +
+		"\t ffff finish_task_switch\n\t ffff runtime.gcBgMarkWorker\n\n")
+	st := parsePerfScript(perf)
+	if len(st) != 2 || len(st[0].frames) != 3 {
+		t.Fatalf("perf stacks %+v", st)
+	}
+	by := byCaller(st)
+	if by["protobuf"] != 50 || by["Go runtime on its own (GC workers, scheduler) and kernel"] != 50 {
+		t.Fatalf("by caller %v", by)
+	}
+	if c := cumulative(st, []string{"service/history.", "gcBgMarkWorker"}); c["service/history."] != 50 || c["gcBgMarkWorker"] != 50 {
+		t.Fatalf("cumulative %v", c)
+	}
+	traces := []byte("File: kinflow\n-----------+-------\n      30ms   runtime.memmove\n             database/sql.(*DB).conn\n             gorm.io/gorm.(*DB).Find\n-----------+-------\n      10ms   github.com/kinflow/kinflow/api.f\n")
+	pt := parsePprofTraces(traces)
+	if len(pt) != 2 || pt[0].weight != 30 || pt[0].frames[2] != "gorm.io/gorm.(*DB).Find" {
+		t.Fatalf("pprof stacks %+v", pt)
+	}
+	if by := byCaller(pt); by["SQLite driver and GORM (kinflow's database)"] != 75 || by["kinflow"] != 25 {
+		t.Fatalf("by caller %v", by)
+	}
+}
