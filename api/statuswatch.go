@@ -124,13 +124,21 @@ func (h *statusHub) changed(id string) {
 	}
 }
 
-// pokeLocked asks e's watcher, if any, to read the job again (after
-// statusRecheckDelay: the write may not have committed yet).
+// pokeLocked asks e's watcher, if any, to read the job now and again after
+// statusRecheckDelay (the first read may precede the writer's commit).
 func (h *statusHub) pokeLocked(e *statusEntry) {
 	select {
 	case e.poke <- struct{}{}:
 	default:
 	}
+	time.AfterFunc(statusRecheckDelay+time.Millisecond, func() {
+		h.mu.Lock()
+		select {
+		case e.poke <- struct{}{}:
+		default:
+		}
+		h.mu.Unlock()
+	})
 }
 
 // get returns job id's snapshot: from memory while fresh, else read once
@@ -211,19 +219,14 @@ func (h *statusHub) wait(ctx context.Context, id, etag string, deadline time.Tim
 }
 
 // watch is job id's watcher: while anyone waits on it, it re-reads the job
-// statusRecheckDelay after a change notice or when its snapshot's
-// time-to-live passes without one, and wakes the waiters when the ETag
-// changed. The delay lets the write commit and gathers the burst of writes a
-// job's step makes (a stage mark, an event, a counter: about 18 notices in a
-// small job's half second) into one read: reading at each notice and again
-// after the delay cost ~28 reads of 3–4 queries per small job, a third of
-// kinflow's CPU in a 200-job burst (docs/BENCHMARKS.md, "The profile").
+// when poked or when its snapshot's time-to-live passes, and wakes the
+// waiters when the ETag changed.
 func (h *statusHub) watch(id string, e *statusEntry) {
 	tick := h.ttl
 	if tick <= 0 {
 		tick = statusWatchMinTick
 	}
-	t := time.NewTimer(tick)
+	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {
 		h.mu.Lock()
@@ -235,9 +238,6 @@ func (h *statusHub) watch(id string, e *statusEntry) {
 		h.mu.Unlock()
 		select {
 		case <-e.poke:
-			// Past the delay, the read counts as fresh (freshLocked); a
-			// notice during it is read at the next turn.
-			time.Sleep(statusRecheckDelay + time.Millisecond)
 		case <-t.C:
 		}
 		// A read bounded like a request's: a stuck database must not hold
@@ -245,7 +245,6 @@ func (h *statusHub) watch(id string, e *statusEntry) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		sn, err := h.get(ctx, id)
 		cancel()
-		t.Reset(tick)
 		if err != nil {
 			continue
 		}
