@@ -71,6 +71,10 @@ type prediction struct {
 	// KINFLOW_OUTAGE_RIDE_OUT_SECONDS, and a Finalize that still fails
 	// records the job as Failed (failureFinalize).
 	rideOut bool
+	// quiet is set for a small job since quietStagesVersion: the Stage
+	// search attribute is upserted only where the job waits on work
+	// outside its own workflow task (quietStages).
+	quiet bool
 }
 
 func (w *prediction) setup(ctx workflow.Context) error {
@@ -160,6 +164,7 @@ func (w *prediction) run(ctx workflow.Context) (PredictionResult, error) {
 	}
 	if n := w.prep.Policy.SmallJobRows; n > 0 && w.prep.Rows <= n {
 		w.small = workflow.GetVersion(ctx, smallJobLocalVersion, workflow.DefaultVersion, 1) >= 1
+		w.quiet = w.small && workflow.GetVersion(ctx, quietStagesVersion, workflow.DefaultVersion, 1) >= 1
 	}
 	keys := make([]string, 0, len(w.prep.Stages))
 	for _, st := range w.prep.Stages {
@@ -595,9 +600,13 @@ func (w *prediction) heartbeat() time.Duration {
 }
 
 // setStage records the job's current step for the status query and the
-// Temporal UI's Stage search attribute.
+// Temporal UI's Stage search attribute (for a quiet job, only the steps of
+// quietStages).
 func (w *prediction) setStage(ctx workflow.Context, index int, stage string) {
 	w.status.StageIndex, w.status.Stage = index, stage
+	if w.quiet && !quietStages[stage] {
+		return
+	}
 	label := stage
 	if index < len(w.prep.Stages) && stage != "prepare" {
 		s := w.prep.Stages[index]
@@ -637,6 +646,19 @@ const maxRecheckRounds = 3
 // smallJobLocalVersion names the change that runs a small job's Predict and
 // annotations as local activities (prediction.heavy).
 const smallJobLocalVersion = "small-job-local"
+
+// quietStagesVersion names the change (issue 35) that upserts a small job's
+// Stage search attribute only at the steps in quietStages. Every other step
+// of a small job runs inside one workflow task (local activities), so its
+// Stage value was never seen by anyone while it lasted, yet each upsert cost
+// the Temporal server a command, an event, a search-attribute validation and
+// a visibility write: 13 of a small job's 17 upserts (docs/BENCHMARKS.md,
+// "The profile"). The status query still names every step.
+const quietStagesVersion = "i35-quiet-stages"
+
+// quietStages are the steps whose Stage a quiet job upserts: where it waits
+// for a child workflow or regular activities, and its end.
+var quietStages = map[string]bool{"gpu": true, "embed-local": true, "completed": true, "failed": true}
 
 // gpuHealthLocalVersion names the change that reads the GPU service's
 // health as a local activity (one cached HTTP GET): one Temporal round trip

@@ -30,7 +30,10 @@ func TestReplayRecordedHistories(t *testing.T) {
 		// A stage's second embedding phase and Predict after cached files
 		// changed while the method read them (GetVersion
 		// "i34-recheck-after-read"): TestFileChangedBetweenCheckAndReadIsRecomputed.
-		"prediction_recheck_after_read.json": false}
+		"prediction_recheck_after_read.json": false,
+		// A small job before and after its Stage went quiet (GetVersion
+		// "i35-quiet-stages"): TestReplayManyUsersShapes.
+		"prediction_small_job_local.json": false, "prediction_small_job_quiet_stages.json": false}
 	for _, f := range files {
 		want[filepath.Base(f)] = true
 		t.Run(filepath.Base(f), func(t *testing.T) {
@@ -44,7 +47,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 	}
 	for name, found := range want {
 		if !found {
-			t.Errorf("testdata/%s is missing: record it with KINFLOW_RECORD_HISTORIES=1 go test ./internal/e2e -run 'TestRemoteDone|TestJobSimilarity|TestGPUWorkerKilledMidStep|TestWaitingOnChangeAgainstStack'", name)
+			t.Errorf("testdata/%s is missing: record it with KINFLOW_RECORD_HISTORIES=1 go test ./internal/e2e -run 'TestRemoteDone|TestJobSimilarity|TestGPUWorkerKilledMidStep|TestWaitingOnChangeAgainstStack|TestReplayManyUsersShapes'", name)
 		}
 	}
 }

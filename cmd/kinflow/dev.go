@@ -197,6 +197,15 @@ func startTemporalDevServer(ctx context.Context, cli, address, dataDir string, u
 		// a burst of small jobs is bound by the server's CPU, not the disk.
 		"--sqlite-pragma", "journal_mode=wal",
 		"--sqlite-pragma", "synchronous=normal",
+		// The CLI turns this on so that search attributes added while the
+		// server runs are seen at once; it makes every search-attribute
+		// read (each start, upsert and visibility write) re-read the
+		// cluster metadata from SQLite under one global lock: 5–6 % of the
+		// dev server's CPU in a burst of small jobs (docs/BENCHMARKS.md,
+		// "The profile"). kinflow's search attributes are created with the
+		// namespace (--search-attribute, written before the server starts)
+		// and never added later, so the ordinary cache is exact.
+		"--dynamic-config-value", "system.forceSearchAttributesCacheRefreshOnRead=false",
 		"--search-attribute", "JobId=Keyword",
 		"--search-attribute", "Method=Keyword",
 		"--search-attribute", "Stage=Keyword",

@@ -164,8 +164,10 @@ func TestLoadBurstOnProductionTopology(t *testing.T) {
 // TestReplayManyUsersShapes runs the workflow shapes of issue 25 on a real
 // stack and replays their histories (recorded into workflows/testdata with
 // KINFLOW_RECORD_HISTORIES=1): a small job (Predict and annotations local,
-// GPU health local, its step on the GPU small lane) and a larger one (a
-// tracker on its own queue, the step on the main GPU queue).
+// GPU health local, its step on the GPU small lane, its Stage upserted only
+// where it waits: issue 35's "i35-quiet-stages"; the shape before it is
+// prediction_small_job_local) and a larger one (a tracker on its own queue,
+// the step on the main GPU queue).
 func TestReplayManyUsersShapes(t *testing.T) {
 	s := newStack(t, nil, nil)
 	small := s.submit(csvRows(randSeed(), 3, 150), []string{"kcat"}, map[string]string{"kcat": "B"})
@@ -175,7 +177,7 @@ func TestReplayManyUsersShapes(t *testing.T) {
 			t.Fatalf("job %s: %s %s", j, st.Status, st.Error)
 		}
 	}
-	s.replay("prediction:"+small, "prediction_small_job_local")
+	s.replay("prediction:"+small, "prediction_small_job_quiet_stages")
 	s.replay("prediction:"+large, "prediction_tracker_own_queue")
 	s.replayEmbedJobs("embedjob_small_or_main_lane")
 }

@@ -24,6 +24,9 @@ type DevOptions struct {
 	Workers int
 	// Env is extra KEY=VALUE environment for every process.
 	Env []string
+	// DevEnv is extra KEY=VALUE environment for `kinflow dev` alone, after
+	// Env (a profiler's address, which a second process could not bind).
+	DevEnv []string
 	// Dir holds the deployment's database, media root and logs; empty: a
 	// temporary folder removed by Stop.
 	Dir string
@@ -71,13 +74,13 @@ func StartDev(ctx context.Context, o DevOptions) (*Dev, error) {
 		"LOG_LEVEL=warn",
 	)
 	env = append(env, o.Env...)
-	start := func(name string, args ...string) error {
+	start := func(name string, extra []string, args ...string) error {
 		f, err := os.Create(filepath.Join(dir, name+".log"))
 		if err != nil {
 			return err
 		}
 		cmd := exec.Command(kinflow, args...)
-		cmd.Env, cmd.Stdout, cmd.Stderr = env, f, f
+		cmd.Env, cmd.Stdout, cmd.Stderr = append(env[:len(env):len(env)], extra...), f, f
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			return fmt.Errorf("start %s: %w", name, err)
@@ -85,7 +88,7 @@ func StartDev(ctx context.Context, o DevOptions) (*Dev, error) {
 		d.procs = append(d.procs, cmd)
 		return nil
 	}
-	if err := start("dev", "dev", "--temporal-cli", temporal, "--data-dir", filepath.Join(dir, "temporal"), "--temporal-ui-port", strconv.Itoa(ports[3])); err != nil {
+	if err := start("dev", o.DevEnv, "dev", "--temporal-cli", temporal, "--data-dir", filepath.Join(dir, "temporal"), "--temporal-ui-port", strconv.Itoa(ports[3])); err != nil {
 		d.Stop()
 		return nil, err
 	}
@@ -94,7 +97,7 @@ func StartDev(ctx context.Context, o DevOptions) (*Dev, error) {
 		return nil, err
 	}
 	for i := 1; i < workers; i++ {
-		if err := start(fmt.Sprintf("worker%d", i+1), "worker"); err != nil {
+		if err := start(fmt.Sprintf("worker%d", i+1), nil, "worker"); err != nil {
 			d.Stop()
 			return nil, err
 		}

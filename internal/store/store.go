@@ -97,7 +97,14 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 	if dialect == SQLite {
 		// One SQLite file has one writer at a time; a small pool keeps
 		// readers concurrent without piling writers onto the busy lock.
+		// Every connection stays open: with database/sql's default of two
+		// idle ones, a burst closed and reopened the other six again and
+		// again, and each opening re-ran the pragmas, re-read the schema
+		// and re-prepared GORM's cached statements (with the parsing of
+		// statements, 13–18 % of kinflow's CPU in a burst of small jobs:
+		// docs/BENCHMARKS.md, "The profile").
 		sqlDB.SetMaxOpenConns(8)
+		sqlDB.SetMaxIdleConns(8)
 	} else {
 		// A pool of about four connections per core: more only makes the
 		// server's backends contend for the same cores (on 2 cores, 32

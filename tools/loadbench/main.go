@@ -3,8 +3,11 @@
 // SQLite, synthetic backends) on loopback ports, optionally with more
 // `kinflow worker` processes on the same queues, and drives bursts of
 // concurrent small jobs through the public API with internal/loadgen. It
-// prints jobs/s, p50/p99 submit→Completed latency and /status/'s req/s for
-// each burst size. `make bench-load` runs it; docs/BENCHMARKS.md holds the
+// prints jobs/s, p50/p99 submit→Completed latency, the CPU each burst cost
+// the Temporal dev server and kinflow per job, and /status/'s req/s for
+// each burst size. With -profile DIR it also profiles one more burst of
+// each size: kinflow with Go's profiler, the dev server with perf
+// (profile.go). `make bench-load` runs it; docs/BENCHMARKS.md holds the
 // figures.
 //
 // Traffic goes to 127.0.0.1 only; every burst is bounded in jobs and time.
@@ -31,20 +34,34 @@ func main() {
 	}
 }
 
+// bench holds the flags of one loadbench run.
+type bench struct {
+	kinflow, temporal string
+	alone, rows, big  int
+	mixed             []int
+	lead, timeout     time.Duration
+	poll              time.Duration
+	statusClients     int
+	env               []string
+	prof              *profiler // nil without -profile
+}
+
 func run() error {
-	kinflow := flag.String("kinflow", "bin/kinflow", "the kinflow binary")
-	temporal := flag.String("temporal-cli", "bin/temporal", "the Temporal CLI (dev server)")
+	var b bench
+	flag.StringVar(&b.kinflow, "kinflow", "bin/kinflow", "the kinflow binary")
+	flag.StringVar(&b.temporal, "temporal-cli", "bin/temporal", "the Temporal CLI (dev server)")
 	workers := flag.String("workers", "1,2", "CPU worker processes to measure with, comma-separated (1: kinflow dev alone; each more is a `kinflow worker`)")
 	bursts := flag.String("bursts", "1,50,200", "burst sizes (concurrent jobs), comma-separated; 1 runs -alone jobs one after another")
-	alone := flag.Int("alone", 10, "jobs run one at a time for the burst size 1")
-	rows := flag.Int("rows", 3, "rows per small job")
-	big := flag.Int("big", 0, "also measure a burst of -mixed small jobs while a job of this many rows runs (0: skip)")
+	flag.IntVar(&b.alone, "alone", 10, "jobs run one at a time for the burst size 1")
+	flag.IntVar(&b.rows, "rows", 3, "rows per small job")
+	flag.IntVar(&b.big, "big", 0, "also measure a burst of -mixed small jobs while a job of this many rows runs (0: skip)")
 	mixed := flag.String("mixed", "1,100", "small jobs beside the large one, comma-separated burst sizes")
-	lead := flag.Duration("big-lead", 5*time.Second, "time between the large job's submit and the small ones'")
-	statusClients := flag.Int("status-clients", 8, "clients reading /status/ in a closed loop during each burst")
-	timeout := flag.Duration("timeout", 10*time.Minute, "bound of each burst")
-	poll := flag.Duration("poll", 250*time.Millisecond, "how often each job of a burst reads its status (latencies are quantised by it)")
+	flag.DurationVar(&b.lead, "big-lead", 5*time.Second, "time between the large job's submit and the small ones'")
+	flag.IntVar(&b.statusClients, "status-clients", 8, "clients reading /status/ in a closed loop during each burst")
+	flag.DurationVar(&b.timeout, "timeout", 10*time.Minute, "bound of each burst")
+	flag.DurationVar(&b.poll, "poll", 250*time.Millisecond, "how often each job of a burst reads its status (latencies are quantised by it)")
 	env := flag.String("env", "", "extra environment for every process, KEY=VALUE,KEY=VALUE")
+	profile := flag.String("profile", "", "write CPU profiles of one more burst of each size (2 jobs or more) into this folder: kinflow's (Go pprof) and the Temporal dev server's (perf), with summaries")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -57,98 +74,180 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("-bursts: %w", err)
 	}
-	fmt.Printf("%-8s %-7s %6s %9s %9s %9s %10s %s\n", "workers", "jobs", "jobs/s", "p50 s", "p99 s", "max s", "status/s", "note")
-	for _, nw := range ws {
-		var extra []string
-		if *env != "" {
-			extra = strings.Split(*env, ",")
-		}
-		d, err := loadgen.StartDev(ctx, loadgen.DevOptions{Kinflow: *kinflow, TemporalCLI: *temporal, Workers: nw, Env: extra})
-		if err != nil {
+	if b.mixed, err = ints(*mixed); err != nil {
+		return fmt.Errorf("-mixed: %w", err)
+	}
+	if *env != "" {
+		b.env = strings.Split(*env, ",")
+	}
+	if *profile != "" {
+		if b.prof, err = newProfiler(*profile); err != nil {
 			return err
 		}
-		err = func() error {
-			defer d.Stop()
-			key, err := loadgen.GenerateKey(ctx, d.BaseURL)
-			if err != nil {
-				return err
-			}
-			for _, n := range bs {
-				// Jobs/s and latency are measured without extra readers;
-				// /status/'s req/s in a second, identical burst read by
-				// -status-clients clients in a closed loop.
-				o := loadgen.Options{BaseURL: d.BaseURL, Key: key, Rows: *rows, Timeout: *timeout, Poll: *poll}
-				if n == 1 {
-					// One at a time: the rate of a lone user.
-					var total time.Duration
-					var lat []time.Duration
-					for range *alone {
-						// A lone user's job, polled every 20 ms.
-						o.Jobs, o.Poll = 1, 20*time.Millisecond
-						r, err := loadgen.Run(ctx, o)
-						if err != nil {
-							return err
-						}
-						if err := r.Check(); err != nil {
-							return err
-						}
-						total += r.Wall
-						lat = append(lat, r.Jobs[0].Latency)
-					}
-					fmt.Printf("%-8d %-7s %6.1f %9.2f %9.2f %9.2f %10s %s\n", nw, "1×"+strconv.Itoa(*alone),
-						float64(*alone)/total.Seconds(), loadgen.Percentile(lat, 50).Seconds(), loadgen.Percentile(lat, 99).Seconds(),
-						loadgen.Percentile(lat, 100).Seconds(), "-", "one job at a time")
-					continue
-				}
-				o.Jobs = n
-				r, err := loadgen.Run(ctx, o)
-				if err != nil {
-					return err
-				}
-				note := ""
-				if err := r.Check(); err != nil {
-					note = err.Error()
-				}
-				statusRate := 0.0
-				if *statusClients > 0 {
-					o.StatusClients = *statusClients
-					rs, err := loadgen.Run(ctx, o)
-					if err != nil {
-						return err
-					}
-					statusRate = rs.StatusPerSec
-					note += fmt.Sprintf("status p99 %.0f ms; with the readers %.1f jobs/s", float64(rs.StatusP99.Microseconds())/1000, rs.JobsPerSec)
-				}
-				fmt.Printf("%-8d %-7d %6.1f %9.2f %9.2f %9.2f %10.0f %s\n", nw, n, r.JobsPerSec, r.P50.Seconds(), r.P99.Seconds(), r.Max.Seconds(), statusRate, note)
-			}
-			if *big > 0 {
-				ms, err := ints(*mixed)
-				if err != nil {
-					return fmt.Errorf("-mixed: %w", err)
-				}
-				for _, m := range ms {
-					o := loadgen.Options{BaseURL: d.BaseURL, Key: key, Rows: *rows, Jobs: m, BigRows: *big, BigLead: *lead, Timeout: *timeout, Poll: *poll}
-					if m == 1 {
-						o.Poll = 20 * time.Millisecond
-					}
-					r, err := loadgen.Run(ctx, o)
-					if err != nil {
-						return err
-					}
-					note := fmt.Sprintf("submitted %v after one %d-row job (%s in %.1f s)", *lead, *big, r.Big.Status, r.Big.Latency.Seconds())
-					if err := r.Check(); err != nil {
-						note += "; " + err.Error()
-					}
-					fmt.Printf("%-8d %-7d %6.1f %9.2f %9.2f %9.2f %10s %s\n", nw, m, r.JobsPerSec, r.P50.Seconds(), r.P99.Seconds(), r.Max.Seconds(), "-", note)
-				}
-			}
-			return nil
-		}()
-		if err != nil {
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Printf("load average at start: %s", load)
+	fmt.Printf("%-8s %-7s %6s %9s %9s %9s %9s %9s %10s %s\n", "workers", "jobs", "jobs/s", "p50 s", "p99 s", "max s", "tmprl ms", "kflow ms", "status/s", "note")
+	for _, nw := range ws {
+		if err := b.deployment(ctx, nw, bs); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// deployment measures every burst size on one fresh deployment with nw CPU
+// workers.
+func (b *bench) deployment(ctx context.Context, nw int, bs []int) error {
+	o := loadgen.DevOptions{Kinflow: b.kinflow, TemporalCLI: b.temporal, Workers: nw, Env: b.env}
+	if b.prof != nil {
+		o.DevEnv = []string{"KINFLOW_PPROF_LISTEN=" + b.prof.pprofAddr}
+	}
+	d, err := loadgen.StartDev(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer d.Stop()
+	key, err := loadgen.GenerateKey(ctx, d.BaseURL)
+	if err != nil {
+		return err
+	}
+	for _, n := range bs {
+		if n == 1 {
+			err = b.lone(ctx, d, key, nw)
+		} else {
+			err = b.burst(ctx, d, key, nw, n)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if b.big > 0 {
+		return b.beside(ctx, d, key, nw)
+	}
+	return nil
+}
+
+// lone runs -alone jobs one at a time: the rate of a lone user.
+func (b *bench) lone(ctx context.Context, d *loadgen.Dev, key string, nw int) error {
+	var total time.Duration
+	var lat []time.Duration
+	cpu := startCPU(d)
+	for range b.alone {
+		// A lone user's job, polled every 20 ms.
+		o := loadgen.Options{BaseURL: d.BaseURL, Key: key, Rows: b.rows, Timeout: b.timeout, Jobs: 1, Poll: 20 * time.Millisecond}
+		r, err := loadgen.Run(ctx, o)
+		if err != nil {
+			return err
+		}
+		if err := r.Check(); err != nil {
+			return err
+		}
+		total += r.Wall
+		lat = append(lat, r.Jobs[0].Latency)
+	}
+	tm, km := cpu.perJob(b.alone)
+	ops, _ := cpu.opsPerJob(b.alone)
+	fmt.Printf("%-8d %-7s %6.1f %9.2f %9.2f %9.2f %9.1f %9.1f %10s %s\n", nw, "1×"+strconv.Itoa(b.alone),
+		float64(b.alone)/total.Seconds(), loadgen.Percentile(lat, 50).Seconds(), loadgen.Percentile(lat, 99).Seconds(),
+		loadgen.Percentile(lat, 100).Seconds(), tm, km, "-", fmt.Sprintf("one job at a time; %.1f Temporal persistence requests per job", ops))
+	return nil
+}
+
+// burst runs n jobs at once: jobs/s, latency and CPU per job from a burst
+// without extra readers; /status/'s req/s from a second, identical burst
+// read by -status-clients clients in a closed loop; with -profile, a third
+// one profiled.
+func (b *bench) burst(ctx context.Context, d *loadgen.Dev, key string, nw, n int) error {
+	o := loadgen.Options{BaseURL: d.BaseURL, Key: key, Rows: b.rows, Timeout: b.timeout, Poll: b.poll, Jobs: n}
+	cpu := startCPU(d)
+	r, err := loadgen.Run(ctx, o)
+	if err != nil {
+		return err
+	}
+	tm, km := cpu.perJob(n)
+	ops, _ := cpu.opsPerJob(n)
+	note := fmt.Sprintf("%.1f Temporal persistence requests per job; ", ops)
+	if err := r.Check(); err != nil {
+		note = err.Error()
+	}
+	statusRate := 0.0
+	if b.statusClients > 0 {
+		o.StatusClients = b.statusClients
+		rs, err := loadgen.Run(ctx, o)
+		if err != nil {
+			return err
+		}
+		statusRate = rs.StatusPerSec
+		note += fmt.Sprintf("status p99 %.0f ms; with the readers %.1f jobs/s", float64(rs.StatusP99.Microseconds())/1000, rs.JobsPerSec)
+		o.StatusClients = 0
+	}
+	fmt.Printf("%-8d %-7d %6.1f %9.2f %9.2f %9.2f %9.1f %9.1f %10.0f %s\n", nw, n, r.JobsPerSec, r.P50.Seconds(), r.P99.Seconds(), r.Max.Seconds(), tm, km, statusRate, note)
+	if b.prof == nil {
+		return nil
+	}
+	return b.prof.burst(ctx, d, o, fmt.Sprintf("w%d-%d", nw, n), r.Wall)
+}
+
+// beside runs bursts of small jobs submitted -big-lead after one large job.
+func (b *bench) beside(ctx context.Context, d *loadgen.Dev, key string, nw int) error {
+	for _, m := range b.mixed {
+		o := loadgen.Options{BaseURL: d.BaseURL, Key: key, Rows: b.rows, Jobs: m, BigRows: b.big, BigLead: b.lead, Timeout: b.timeout, Poll: b.poll}
+		if m == 1 {
+			o.Poll = 20 * time.Millisecond
+		}
+		r, err := loadgen.Run(ctx, o)
+		if err != nil {
+			return err
+		}
+		note := fmt.Sprintf("submitted %v after one %d-row job (%s in %.1f s)", b.lead, b.big, r.Big.Status, r.Big.Latency.Seconds())
+		if err := r.Check(); err != nil {
+			note += "; " + err.Error()
+		}
+		fmt.Printf("%-8d %-7d %6.1f %9.2f %9.2f %9.2f %9s %9s %10s %s\n", nw, m, r.JobsPerSec, r.P50.Seconds(), r.P99.Seconds(), r.Max.Seconds(), "-", "-", "-", note)
+	}
+	return nil
+}
+
+// cpuMark is the CPU time of a deployment's processes at a moment.
+type cpuMark struct {
+	procs map[string]int
+	at    map[string]time.Duration
+	// ops are the dev server's persistence requests (ops.go).
+	metrics string
+	ops     persistenceOps
+}
+
+func startCPU(d *loadgen.Dev) cpuMark {
+	m := cpuMark{procs: d.Procs(), at: map[string]time.Duration{}, metrics: d.TemporalMetrics()}
+	m.ops = scrapeOps(m.metrics)
+	for name, pid := range m.procs {
+		m.at[name], _ = loadgen.CPUTime(pid)
+	}
+	return m
+}
+
+// opsPerJob is the dev server's persistence requests per job since m.
+func (m cpuMark) opsPerJob(jobs int) (float64, persistenceOps) {
+	return scrapeOps(m.metrics).perJob(m.ops, jobs)
+}
+
+// perJob is the CPU ms per job since m of the Temporal dev server and of
+// the kinflow processes together.
+func (m cpuMark) perJob(jobs int) (temporal, kinflow float64) {
+	for name, pid := range m.procs {
+		now, err := loadgen.CPUTime(pid)
+		if err != nil {
+			continue
+		}
+		ms := float64((now - m.at[name]).Microseconds()) / 1000 / float64(jobs)
+		if name == "temporal" {
+			temporal += ms
+		} else {
+			kinflow += ms
+		}
+	}
+	return temporal, kinflow
 }
 
 func ints(s string) ([]int, error) {

@@ -1,0 +1,26 @@
+package loadgen
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+func TestCPUTimeOfThisProcess(t *testing.T) {
+	before, err := CPUTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(50 * time.Millisecond); time.Now().Before(end); {
+	}
+	after, err := CPUTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after < before || after == 0 {
+		t.Fatalf("CPU time %v then %v", before, after)
+	}
+	if _, err := statFields([]byte("12 (a) b) S 1 2 3 4 5 6 7 8 9 10 11 12 13")); err != nil {
+		t.Fatal(err)
+	}
+}
