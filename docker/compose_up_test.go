@@ -173,10 +173,11 @@ func (c *composeRun) logs(t *testing.T) {
 	t.Logf("compose logs:\n%s", tailString(string(out), 20000))
 }
 
-// down removes the stack's containers, network and volumes (the images stay,
-// so a second run builds from cache).
+// down removes the stack's containers, network, volumes and the images it
+// built under its one-off project name (the builder's cache stays, so a
+// second run builds from cache).
 func (c *composeRun) down(t *testing.T) {
-	out, err := c.cmd("down", "-v", "--remove-orphans", "-t", "20").CombinedOutput()
+	out, err := c.cmd("down", "-v", "--rmi", "local", "--remove-orphans", "-t", "20").CombinedOutput()
 	if err != nil {
 		t.Errorf("compose down: %v\n%s", err, out)
 	}
