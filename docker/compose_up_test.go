@@ -5,10 +5,7 @@ package docker
 import (
 	"bufio"
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -111,11 +108,11 @@ func newComposeRun(t *testing.T) *composeRun {
 	if err := os.Symlink(mustLook(t, engine), filepath.Join(bin, "docker")); err != nil {
 		t.Fatal(err)
 	}
-	c := &composeRun{root: root, project: "kinflowtest" + randHex(4), apiPort: freePort(t), engine: engine, tool: tool}
+	c := &composeRun{root: root, project: "kinflowtest" + testenv.RandHex(4), apiPort: freePort(t), engine: engine, tool: tool}
 	c.env = append(os.Environ(),
 		"PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"DOCKER_BUILDKIT=1", "COMPOSE_DOCKER_CLI_BUILD=1",
-		"POSTGRES_PASSWORD="+randHex(12),
+		"POSTGRES_PASSWORD="+testenv.RandHex(12),
 		"KINFLOW_STEP_EXECUTOR=synthetic", "KINFLOW_PREDICTION_ENGINE=synthetic",
 		"KINFLOW_GPU_WORKER_TARGET=gpu-worker-synthetic",
 		"KINFLOW_API_PORT="+c.apiPort)
@@ -231,18 +228,11 @@ func waitOK(url string, limit time.Duration) error {
 
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testenv.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+	return fmt.Sprint(port)
 }
 
 func mustLook(t *testing.T, prog string) string {

@@ -27,7 +27,7 @@ func TestEagerWorkflowStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	queue := "eager-" + randHex(4)
+	queue := "eager-" + testenv.RandHex(4)
 	w := worker.New(c, queue, worker.Options{Identity: "kinflow-cpu-worker"})
 	// A stand-in for the prediction workflow: only its first task matters.
 	w.RegisterWorkflowWithOptions(func(ctx workflow.Context, _ workflows.PredictionInput) (workflows.PredictionResult, error) {
@@ -42,7 +42,7 @@ func TestEagerWorkflowStart(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		job := "eager" + randHex(8)
+		job := "eager" + testenv.RandHex(8)
 		if err := (workflows.Starter{Client: c, TaskQueue: queue, Eager: eager}).StartJob(ctx, job); err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kinflow/kinflow/internal/store"
+	"github.com/kinflow/kinflow/internal/testenv"
 )
 
 // submitWithKey posts a kcat/B submit of csv with an Idempotency-Key and
@@ -64,7 +65,7 @@ func TestRetriedSubmitAfterKillGetsTheOriginalJob(t *testing.T) {
 			s.start("api")
 			s.waitHealthy()
 			csv := csvRows(randSeed(), rows, 60)
-			idem := "retry-" + point + "-" + randHex(4)
+			idem := "retry-" + point + "-" + testenv.RandHex(4)
 			if code, _, err := s.submitWithKey(csv, idem); err == nil {
 				t.Fatalf("submit answered %d; the api should have died at %s", code, point)
 			}
@@ -121,7 +122,7 @@ func TestRandomKillsWithRetriesMakeOneJobEach(t *testing.T) {
 	const tries = 8
 	ids := map[string]bool{}
 	for try := range tries {
-		idem := fmt.Sprintf("random-kill-%d-%s", try, randHex(4))
+		idem := fmt.Sprintf("random-kill-%d-%s", try, testenv.RandHex(4))
 		res := make(chan error, 1)
 		go func() { _, _, err := s.submitWithKey(csv, idem); res <- err }()
 		time.Sleep(time.Duration(mrand.IntN(80)) * time.Millisecond)

@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -76,7 +75,7 @@ func newStack(t testing.TB, env map[string]string, roleEnv map[string]map[string
 	t.Helper()
 	tmp := t.TempDir()
 	tmpl := testenv.MustTemporal(t)
-	suffix := randHex(4)
+	suffix := testenv.RandHex(4)
 	s := &stack{
 		t: t, roles: roleEnv, procs: map[string]*exec.Cmd{}, logs: map[string]string{}, exited: map[string]chan struct{}{},
 		media: filepath.Join(tmp, "media"), tc: tmpl.Client,
@@ -413,12 +412,6 @@ func freeAddr(t testing.TB) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 func randSeed() uint64 {

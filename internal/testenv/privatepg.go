@@ -61,7 +61,7 @@ func StartPrivatePostgres(tb testing.TB) *PrivatePostgres {
 			tb.Fatal(err)
 		}
 	}
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		tb.Fatal(err)
 	}

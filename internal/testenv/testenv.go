@@ -65,9 +65,7 @@ func CreatePostgresDB(prefix string) (string, func(), error) {
 		return "", nil, fmt.Errorf("connect to Postgres at %s: %w", admin, err)
 	}
 	defer conn.Close(context.Background())
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := fmt.Sprintf("kinflow_%s_%s", sanitize(prefix), hex.EncodeToString(b[:]))
+	name := fmt.Sprintf("kinflow_%s_%s", sanitize(prefix), RandHex(6))
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
 		return "", nil, fmt.Errorf("create database %s: %w", name, err)
 	}
@@ -156,7 +154,7 @@ func StartTemporal() (*Temporal, error) {
 			temporalErr = fmt.Errorf("Temporal CLI not built at %s (run `make bin/temporal`): %w", path, err)
 			return
 		}
-		port, err := freePort()
+		port, err := FreePort()
 		if err != nil {
 			temporalErr = err
 			return
@@ -196,11 +194,19 @@ func StopTemporal() {
 	}
 }
 
-func freePort() (int, error) {
+// FreePort is a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// RandHex is n random bytes in hex: unique names for databases, projects, keys.
+func RandHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

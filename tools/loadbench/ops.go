@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -78,22 +80,22 @@ func (o persistenceOps) perJob(before persistenceOps, jobs int) (float64, persis
 
 // String lists the operations, most frequent first.
 func (o persistenceOps) String() string {
-	keys := make([]string, 0, len(o))
-	for k := range o {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b string) int {
-		if o[a] != o[b] {
-			if o[a] > o[b] {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a, b)
-	})
+	keys := largestFirst(o)
 	var b strings.Builder
 	for _, k := range keys {
 		fmt.Fprintf(&b, "  %6.2f  %s\n", o[k], k)
 	}
 	return b.String()
+}
+
+// largestFirst returns m's keys by value, largest first, ties by name.
+func largestFirst(m map[string]float64) []string {
+	keys := slices.Collect(maps.Keys(m))
+	slices.SortFunc(keys, func(a, b string) int {
+		if c := cmp.Compare(m[b], m[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	return keys
 }

@@ -153,18 +153,7 @@ func cumulative(stacks []stack, markers []string) map[string]float64 {
 func writeTable(sum *strings.Builder, title string, shares map[string]float64, cpuMS float64, order []string) {
 	names := order
 	if names == nil {
-		for n := range shares {
-			names = append(names, n)
-		}
-		slices.SortFunc(names, func(a, b string) int {
-			if shares[a] != shares[b] {
-				if shares[a] > shares[b] {
-					return -1
-				}
-				return 1
-			}
-			return strings.Compare(a, b)
-		})
+		names = largestFirst(shares)
 	}
 	fmt.Fprintf(sum, "%s (%.1f ms CPU per job)\n", title, cpuMS)
 	for _, n := range names {
