@@ -117,8 +117,10 @@ func New(d Deps) *Server {
 	}
 	s.openapi = openAPIJSON()
 	s.statuses = newStatusHub(statusCacheTTL(d.Config), s.loadStatusSnap)
+	s.statuses.requeue = s.requeueStatusSnap
 	if d.Store != nil {
 		d.Store.OnJobChange(s.statuses.changed)
+		s.statuses.complete = d.Store.SeesAllWrites
 	}
 	s.statusRate = newKeyRate(statusReadsPerSecond(d.Config))
 	s.waitRate = newKeyRate(statusReadsPerSecond(d.Config))

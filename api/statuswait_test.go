@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -137,11 +138,20 @@ func TestStatusLongPoll(t *testing.T) {
 		if tag2 == tag {
 			t.Fatal("same tag after a change")
 		}
-		// A change the store's callbacks do not see (as one written by a
-		// separate worker process) is noticed within the cache's TTL.
+		// A change written by another store on the database (as by a
+		// separate worker process), which this one's callbacks do not see,
+		// is noticed within the cache's TTL.
+		other, err := st.OpenAnother(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		if st.SeesAllWrites() {
+			t.Fatal("another store is open: this one still counts itself alone")
+		}
 		go func() {
 			time.Sleep(300 * time.Millisecond)
-			_ = st.DB.Exec("UPDATE jobs SET molecules_processed = 2 WHERE id = ?", id).Error
+			_ = other.UpdateJob(context.Background(), id, map[string]any{"molecules_processed": 2})
 		}()
 		resp, body, took = getStatus(t, srv.URL, path+"?waitSeconds=20", key, "If-None-Match", tag2)
 		if resp.StatusCode != 200 || took > 3*time.Second || !strings.Contains(string(body), `"moleculesProcessed":2`) {
@@ -205,6 +215,90 @@ func TestStatusServedFromMemory(t *testing.T) {
 
 // jobTables lists the tables a status is read from (for counting).
 var jobTables = map[string]bool{"jobs": true, "job_stages": true, "job_events": true}
+
+// TestStatusWatchersReadOnlyWhatMoves: while the store hears of every write
+// (SQLite alone on its file; Postgres with its listener), a job that waits
+// unchanged is not read again at each time-to-live, and a Pending job's
+// watcher reads only its queue position, which other jobs move.
+func TestStatusWatchersReadOnlyWhatMoves(t *testing.T) {
+	testenv.EachDialect(t, func(t *testing.T, st *store.Store) {
+		h := newHarness(t, st, func(c *config.Config, _ *Deps) {
+			c.StatusWaitMax = 5 * time.Second
+			c.StatusCacheTTL = 200 * time.Millisecond
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go h.srv.RunStatusListener(ctx)
+		for deadline := time.Now().Add(10 * time.Second); !st.SeesAllWrites(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the store does not hear of every write")
+			}
+		}
+		srv := httptest.NewServer(h.srv)
+		defer srv.Close()
+		const ip = "203.0.113.64"
+		key := h.newKey(ip)
+		first := h.submitted(ip, key)
+		second := h.submitted(ip, key)
+		var reads sync.Map // table → *atomic.Int64
+		count := func(table string) int64 {
+			v, _ := reads.LoadOrStore(table, new(atomic.Int64))
+			return v.(*atomic.Int64).Load()
+		}
+		if err := st.DB.Callback().Query().After("gorm:query").Register("test:count_job_reads", func(tx *gorm.DB) {
+			v, _ := reads.LoadOrStore(tx.Statement.Table, new(atomic.Int64))
+			v.(*atomic.Int64).Add(1)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer st.DB.Callback().Query().Remove("test:count_job_reads")
+
+		// A Processing job held unchanged for 1.5 s (7 time-to-lives).
+		if err := st.UpdateJob(ctx, first, map[string]any{"status": store.JobProcessing, "started_at": t0}); err != nil {
+			t.Fatal(err)
+		}
+		// On Postgres the trigger's notice of that write follows it: let it
+		// come (and its re-read pass) before counting.
+		time.Sleep(300 * time.Millisecond)
+		path := "/api/v1/status/" + first + "/"
+		resp, _, _ := getStatus(t, srv.URL, path, key)
+		time.Sleep(100 * time.Millisecond)
+		stagesBefore := count("job_stages")
+		resp, _, took := getStatus(t, srv.URL, path+"?waitSeconds=1.5", key, "If-None-Match", resp.Header.Get("ETag"))
+		if resp.StatusCode != 304 || took < 1400*time.Millisecond {
+			t.Fatalf("unchanged job: %d after %v", resp.StatusCode, took)
+		}
+		if n := count("job_stages") - stagesBefore; n != 0 {
+			t.Fatalf("an unchanged job was read %d times while it waited", n)
+		}
+
+		// The second job is Pending behind a third that goes first.
+		third := h.submitted(ip, key)
+		if err := st.UpdateJob(ctx, third, map[string]any{"status": store.JobPending, "submitted_at": t0.Add(-time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		path = "/api/v1/status/" + second + "/"
+		resp, body, _ := getStatus(t, srv.URL, path, key)
+		if !strings.Contains(string(body), `"queuePosition":2`) {
+			t.Fatalf("second job: %s", body)
+		}
+		stagesBefore, jobsBefore := count("job_stages"), count("jobs")
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			_ = st.UpdateJob(context.Background(), third, map[string]any{"status": store.JobProcessing, "started_at": t0})
+		}()
+		resp, body, took = getStatus(t, srv.URL, path+"?waitSeconds=5", key, "If-None-Match", resp.Header.Get("ETag"))
+		if resp.StatusCode != 200 || took > 2*time.Second || !strings.Contains(string(body), `"queuePosition":1`) {
+			t.Fatalf("queue position: %d after %v: %s", resp.StatusCode, took, body)
+		}
+		if n := count("job_stages") - stagesBefore; n != 0 {
+			t.Fatalf("the Pending job's watcher read its stages %d times; only its queue position moved", n)
+		}
+		if n := count("jobs") - jobsBefore; n == 0 || n > 4 {
+			t.Fatalf("%d reads of the jobs table for one moved queue position", n)
+		}
+	})
+}
 
 func TestStatusReadsRateLimited(t *testing.T) {
 	testenv.EachDialect(t, func(t *testing.T, st *store.Store) {

@@ -11,9 +11,17 @@ import (
 // This file keeps jobs' statuses in memory so that reading one costs no
 // database round trip when nothing changed, and lets requests wait for a
 // change: one watcher per watched job re-reads it when a change is announced
-// (store.OnJobChange: this process's writes) or its time-to-live passes
-// (writes of another process), and wakes every request waiting on that job.
-// A waiting request reads nothing itself.
+// (store.OnJobChange: this process's writes, and on Postgres every process's)
+// or its time-to-live passes (writes of another process), and wakes every
+// request waiting on that job. A waiting request reads nothing itself.
+//
+// While the store hears of every write (store.SeesAllWrites: Postgres with
+// its listener connected, SQLite with no other process on the file, as in
+// `kinflow dev` alone), a snapshot stays good until a change names its job,
+// up to statusCompleteFeedTTL; a Pending job's queue position, which moves
+// with other jobs, is then read again alone (one count) after any change.
+// In a burst of 200 jobs the watchers' once-a-second re-read of four tables
+// per waiting job was a quarter of kinflow's CPU (docs/BENCHMARKS.md).
 
 // statusRecheckDelay is when a job is read again after a change notice: a
 // write inside a transaction is announced before its commit, so the read at
@@ -26,10 +34,21 @@ const statusRecheckDelay = 50 * time.Millisecond
 // change written by another process.
 const statusWatchMinTick = time.Second
 
+// statusCompleteFeedTTL is the longest a snapshot is served while the store
+// hears of every write: a bound on what a notice the feed cannot carry would
+// leave stale (a Postgres listener whose connection died silently, a row
+// deleted by another process).
+const statusCompleteFeedTTL = 30 * time.Second
+
 // statusHub is the status cache and the per-job watchers of one Server.
 type statusHub struct {
 	load func(ctx context.Context, id string) (*statusSnap, error)
-	ttl  time.Duration
+	// requeue is sn with its queue position read again (nil: load).
+	requeue func(ctx context.Context, sn *statusSnap) (*statusSnap, error)
+	// complete reports whether the store hears of every write now (nil:
+	// never).
+	complete func() bool
+	ttl      time.Duration
 
 	mu sync.Mutex
 	// all is bumped by a change that names no job (every entry is stale),
@@ -68,6 +87,15 @@ func newStatusHub(ttl time.Duration, load func(context.Context, string) (*status
 	return &statusHub{load: load, ttl: ttl, entries: map[string]*statusEntry{}, sweepAt: 1024}
 }
 
+// staleness says what a cached snapshot needs before it may be served.
+type staleness int
+
+const (
+	snapFresh    staleness = iota // served as it is
+	snapQueuePos                  // its queue position read again
+	snapStale                     // read again whole
+)
+
 // entryLocked returns id's entry, creating it.
 func (h *statusHub) entryLocked(id string) *statusEntry {
 	e := h.entries[id]
@@ -93,15 +121,38 @@ func (h *statusHub) sweepLocked() {
 
 // freshLocked reports whether e's snapshot may be served without a read.
 func (h *statusHub) freshLocked(e *statusEntry) bool {
-	if e.snap == nil || e.snapGen != e.gen || e.snapAll != h.all || time.Since(e.loadedFrom) >= h.ttl {
-		return false
+	return h.stalenessLocked(e) == snapFresh
+}
+
+// stalenessLocked says whether e's snapshot may be served, needs its queue
+// position read again, or needs a whole read.
+func (h *statusHub) stalenessLocked(e *statusEntry) staleness {
+	if e.snap == nil || e.snapGen != e.gen || e.snapAll != h.all || h.ttl <= 0 {
+		return snapStale
 	}
 	// A read that began within statusRecheckDelay of a change notice may
 	// have missed the write's commit: it is not served again.
 	if !e.loadedFrom.After(e.changedAt.Add(statusRecheckDelay)) || !e.loadedFrom.After(h.allAt.Add(statusRecheckDelay)) {
-		return false
+		return snapStale
 	}
-	return e.snapA == h.any || e.snap.job.Status != store.JobPending && e.snap.job.Status != store.JobSubmitting
+	pending := e.snap.job.Status == store.JobPending || e.snap.job.Status == store.JobSubmitting
+	age := time.Since(e.loadedFrom)
+	if h.complete != nil && h.complete() && age < statusCompleteFeedTTL {
+		// Every write is announced: a Pending job's queue position, which
+		// moves with other jobs' writes, is all that can have changed
+		// without its own; it is read again alone.
+		if pending && e.snapA != h.any {
+			return snapQueuePos
+		}
+		return snapFresh
+	}
+	if age >= h.ttl {
+		return snapStale
+	}
+	if e.snapA == h.any || !pending {
+		return snapFresh
+	}
+	return snapStale
 }
 
 // changed is the store's change notice for job id ("" for any job).
@@ -146,8 +197,9 @@ func (h *statusHub) pokeLocked(e *statusEntry) {
 func (h *statusHub) get(ctx context.Context, id string) (*statusSnap, error) {
 	h.mu.Lock()
 	e := h.entryLocked(id)
+	var need staleness
 	for {
-		if h.freshLocked(e) {
+		if need = h.stalenessLocked(e); need == snapFresh {
 			sn := e.snap
 			h.mu.Unlock()
 			return sn, nil
@@ -166,10 +218,19 @@ func (h *statusHub) get(ctx context.Context, id string) (*statusSnap, error) {
 	}
 	ch := make(chan struct{})
 	e.loading = ch
-	g, all, any, from := e.gen, h.all, h.any, time.Now()
+	g, all, any, from, old := e.gen, h.all, h.any, time.Now(), e.snap
 	h.mu.Unlock()
 
-	sn, err := h.load(ctx, id)
+	var (
+		sn  *statusSnap
+		err error
+	)
+	if need == snapQueuePos && h.requeue != nil {
+		sn, err = h.requeue(ctx, old)
+	} else {
+		need = snapStale
+		sn, err = h.load(ctx, id)
+	}
 
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -177,6 +238,12 @@ func (h *statusHub) get(ctx context.Context, id string) (*statusSnap, error) {
 	close(ch)
 	if err != nil {
 		return nil, err
+	}
+	if need == snapQueuePos {
+		// The rest of the snapshot is as good as it was: its job's
+		// generation and read time stay.
+		e.snap, e.snapA = sn, any
+		return sn, nil
 	}
 	e.snap, e.snapGen, e.snapAll, e.snapA, e.loadedFrom = sn, g, all, any, from
 	return sn, nil

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,6 +25,8 @@ import (
 type changeFeed struct {
 	mu  sync.RWMutex
 	fns []func(jobID string)
+	// listening counts ListenJobChanges connections that are listening.
+	listening atomic.Int32
 }
 
 func (f *changeFeed) publish(jobID string) {
@@ -48,6 +51,23 @@ func (s *Store) OnJobChange(fn func(jobID string)) {
 	s.changes.mu.Lock()
 	s.changes.fns = append(append([]func(string){}, s.changes.fns...), fn)
 	s.changes.mu.Unlock()
+}
+
+// SeesAllWrites reports whether OnJobChange's listeners hear, now, of every
+// write to jobs, stages and events, whichever process makes it: on Postgres
+// while ListenJobChanges is connected (the triggers' notices cover every
+// process; a reconnection announces "" for what it missed); on SQLite while
+// no other process, and no other Store of this one, has the database open
+// (writers_unix.go). Otherwise a listener must re-read what it caches now
+// and then to see other processes' writes.
+func (s *Store) SeesAllWrites() bool {
+	if s.changes == nil {
+		return false
+	}
+	if s.Dialect == Postgres {
+		return s.changes.listening.Load() > 0
+	}
+	return s.procs.alone()
 }
 
 // jobTables are the tables whose writes change what /status/ shows, with the
@@ -182,7 +202,11 @@ func (s *Store) listenOnce(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+jobChangeChannel); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	// "" first: whatever changed while nobody listened; only then is the
+	// feed complete.
 	s.changes.publish("")
+	s.changes.listening.Add(1)
+	defer s.changes.listening.Add(-1)
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {

@@ -34,8 +34,12 @@ type Store struct {
 	// changes announces this process's writes to jobs (OnJobChange); nil
 	// on a Store made around a transaction.
 	changes *changeFeed
-	// url is the Postgres URL, for ListenJobChanges' own connection.
+	// url is the database URL: ListenJobChanges' own connection on
+	// Postgres, and OpenAnother's.
 	url string
+	// procs marks this process as having the SQLite file open
+	// (writers_unix.go); nil on Postgres.
+	procs *procsMark
 }
 
 // sqliteBusyTimeout is SQLite's busy_timeout and the write gate's wait.
@@ -57,6 +61,7 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 		db      *gorm.DB
 		err     error
 		dialect Dialect
+		procs   *procsMark
 	)
 	switch {
 	case strings.HasPrefix(databaseURL, "sqlite:"):
@@ -66,6 +71,7 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 				return nil, fmt.Errorf("create database folder: %w", err)
 			}
+			procs = markOpen(path)
 		}
 		// WAL lets readers run beside the one writer; busy_timeout makes a
 		// second writer wait for the lock instead of failing at once (60 s:
@@ -88,10 +94,12 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 		return nil, fmt.Errorf("unsupported database URL %q: want sqlite:PATH or postgres://…", redact(databaseURL))
 	}
 	if err != nil {
+		procs.close()
 		return nil, fmt.Errorf("open %s database: %w", dialect, err)
 	}
 	sqlDB, err := db.DB()
 	if err != nil {
+		procs.close()
 		return nil, fmt.Errorf("open %s database: %w", dialect, err)
 	}
 	if dialect == SQLite {
@@ -116,10 +124,8 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 		sqlDB.SetMaxIdleConns(n)
 	}
 	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
-	s := &Store{DB: db, Dialect: dialect, changes: &changeFeed{}}
-	if dialect == Postgres {
-		s.url = databaseURL
-	}
+	s := &Store{DB: db, Dialect: dialect, changes: &changeFeed{}, procs: procs}
+	s.url = databaseURL
 	if err := registerChangeCallbacks(db, s.changes); err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("open %s database: %w", dialect, err)
@@ -131,6 +137,15 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// OpenAnother opens a second Store on the same database, as another
+// process would (tests: writes this Store's change feed does not hear of).
+func (s *Store) OpenAnother(ctx context.Context) (*Store, error) {
+	if s.url == "" {
+		return nil, errors.New("open another store: this store has no URL")
+	}
+	return Open(ctx, s.url)
 }
 
 // Ping checks that the database answers.
@@ -164,6 +179,8 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Close releases the connection pool.
 func (s *Store) Close() error {
+	s.procs.close()
+	s.procs = nil
 	sqlDB, err := s.DB.DB()
 	if err != nil {
 		return err
