@@ -266,3 +266,70 @@ func diskCreateFilesPerSec(tb testing.TB, dir string, size int) float64 {
 	}
 	return n / time.Since(start).Seconds()
 }
+
+// timeline is a workflow's history as one line per event, each with its
+// time since the workflow started, and the same for a child workflow the
+// history starts (a straggler's explanation: where did its time go?).
+func (s *stack) timeline(workflowID string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var b strings.Builder
+	var t0 time.Time
+	var children []string
+	iter := s.tc.GetWorkflowHistory(ctx, workflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for iter.HasNext() {
+		ev, err := iter.Next()
+		if err != nil {
+			return fmt.Sprintf("%s: %v", workflowID, err)
+		}
+		at := ev.EventTime.AsTime()
+		if t0.IsZero() {
+			t0 = at
+			fmt.Fprintf(&b, "%s (started %s)\n", workflowID, at.Format(time.RFC3339Nano))
+		}
+		fmt.Fprintf(&b, "  %7.3f s  %s", at.Sub(t0).Seconds(), strings.TrimPrefix(ev.EventType.String(), "EVENT_TYPE_"))
+		if a := ev.GetWorkflowTaskStartedEventAttributes(); a != nil {
+			fmt.Fprintf(&b, " by %s", a.GetIdentity())
+		}
+		if a := ev.GetActivityTaskStartedEventAttributes(); a != nil {
+			fmt.Fprintf(&b, " by %s", a.GetIdentity())
+		}
+		if a := ev.GetStartChildWorkflowExecutionInitiatedEventAttributes(); a != nil {
+			children = append(children, a.GetWorkflowId())
+		}
+		b.WriteByte('\n')
+	}
+	for _, c := range children {
+		b.WriteString(s.timeline(c))
+	}
+	return b.String()
+}
+
+// problems are the last n warning and error lines of each process's log.
+func (s *stack) problems(n int) string {
+	var b strings.Builder
+	names := make([]string, 0, len(s.logs))
+	for name := range s.logs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		data, err := os.ReadFile(s.logs[name])
+		if err != nil {
+			continue
+		}
+		var lines []string
+		for _, l := range strings.Split(string(data), "\n") {
+			if (strings.Contains(l, "WARN") || strings.Contains(l, "ERROR")) && !strings.Contains(l, "similarity.not_configured") {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) > n {
+			lines = lines[len(lines)-n:]
+		}
+		for _, l := range lines {
+			fmt.Fprintf(&b, "  %s: %s\n", name, l)
+		}
+	}
+	return b.String()
+}

@@ -1,15 +1,19 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"net/http"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/kinflow/kinflow/internal/loadgen"
 	"github.com/kinflow/kinflow/internal/testenv"
+	"github.com/kinflow/kinflow/workflows"
 )
 
 // Load tests: many users at once is the normal case (DESIGN §9). Each test
@@ -154,6 +158,14 @@ func TestLoadBurstOnProductionTopology(t *testing.T) {
 		t.Logf("api-%d: %s", i+1, r.Summary())
 		if err := r.Check(); err != nil {
 			t.Fatalf("api-%d: %v", i+1, err)
+		}
+		// The slowest job, explained: its workflow's events and their times
+		// (the client saw it end at its latency after its submit).
+		slow := slices.MaxFunc(r.Jobs, func(a, b loadgen.Job) int { return cmp.Compare(a.Latency, b.Latency) })
+		tl := tp.timeline(workflows.PredictionWorkflowID(slow.ID))
+		t.Logf("api-%d: slowest job %s, seen ended %.2f s after its submit:\n%s", i+1, slow.ID, slow.Latency.Seconds(), tl)
+		if strings.Contains(tl, "TimedOut") || strings.Contains(tl, "Failed") {
+			t.Logf("the processes' warnings and errors:\n%s", tp.problems(40))
 		}
 	}
 	if got := quotaUsed(t, tp.APIURLs[0], tp.key); got != 600 {
