@@ -353,14 +353,25 @@ func (w *prediction) remote(ctx workflow.Context, st activities.StageInfo, plan 
 	}
 	w.setStage(ctx, st.Index, "gpu")
 	cctx, cancel := workflow.WithCancel(ctx)
-	cctx = workflow.WithChildOptions(cctx, workflow.ChildWorkflowOptions{
-		WorkflowID:        embedjob.WorkflowID(gpuJobID),
-		TaskQueue:         pol.GPUTaskQueue,
-		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
-		// A remote job that outlives our wait is cancelled, never left running.
-		WaitForCancellation: false,
-	})
-	child := workflow.ExecuteChildWorkflow(cctx, embedjob.WorkflowName, in)
+	var child workflow.Future
+	if w.small && embedjob.SmallLaneOnly(in) && workflow.GetVersion(ctx, smallJobInlineGPUVersion, workflow.DefaultVersion, 1) >= 1 {
+		// A small job's small steps run in this workflow: the same
+		// activities on the same queues, without a child of their own.
+		f, set := workflow.NewFuture(cctx)
+		workflow.Go(cctx, func(gctx workflow.Context) {
+			set.Set(embedjob.RunInline(gctx, in))
+		})
+		child = f
+	} else {
+		cctx = workflow.WithChildOptions(cctx, workflow.ChildWorkflowOptions{
+			WorkflowID:        embedjob.WorkflowID(gpuJobID),
+			TaskQueue:         pol.GPUTaskQueue,
+			ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
+			// A remote job that outlives our wait is cancelled, never left running.
+			WaitForCancellation: false,
+		})
+		child = workflow.ExecuteChildWorkflow(cctx, embedjob.WorkflowName, in)
+	}
 	timeout := time.Duration(pol.JobTimeoutSeconds) * time.Second
 	timer := workflow.NewTimer(cctx, timeout)
 
@@ -646,6 +657,14 @@ const maxRecheckRounds = 3
 // smallJobLocalVersion names the change that runs a small job's Predict and
 // annotations as local activities (prediction.heavy).
 const smallJobLocalVersion = "small-job-local"
+
+// smallJobInlineGPUVersion names the change (issue 35) that runs a small
+// job's GPU steps inside PredictionWorkflow (embedjob.RunInline) when every
+// one of them fits the GPU hosts' small lane whole, instead of in an EmbedJob
+// child: the child cost the Temporal server about half its work for such a
+// job (docs/BENCHMARKS.md). Histories from before it start the child, and
+// replay the same way.
+const smallJobInlineGPUVersion = "small-job-inline-gpu"
 
 // quietStagesVersion names the change (issue 35) that upserts a small job's
 // Stage search attribute only at the steps in quietStages. Every other step

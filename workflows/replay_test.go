@@ -33,7 +33,8 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"prediction_recheck_after_read.json": false,
 		// A small job before and after its Stage went quiet (GetVersion
 		// "i35-quiet-stages"): TestReplayManyUsersShapes.
-		"prediction_small_job_local.json": false, "prediction_small_job_quiet_stages.json": false}
+		"prediction_small_job_local.json": false, "prediction_small_job_quiet_stages.json": false,
+		"prediction_small_job_inline_gpu.json": false}
 	for _, f := range files {
 		want[filepath.Base(f)] = true
 		t.Run(filepath.Base(f), func(t *testing.T) {

@@ -333,3 +333,22 @@ func (s *stack) problems(n int) string {
 	}
 	return b.String()
 }
+
+// childWorkflows are the ids of the child workflows a workflow started.
+func (s *stack) childWorkflows(workflowID string) []string {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var ids []string
+	iter := s.tc.GetWorkflowHistory(ctx, workflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for iter.HasNext() {
+		ev, err := iter.Next()
+		if err != nil {
+			s.t.Fatalf("history of %s: %v", workflowID, err)
+		}
+		if a := ev.GetStartChildWorkflowExecutionInitiatedEventAttributes(); a != nil {
+			ids = append(ids, a.GetWorkflowId())
+		}
+	}
+	return ids
+}

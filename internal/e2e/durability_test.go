@@ -113,23 +113,34 @@ func TestGPUWorkerKilledMidStepFailsOpen(t *testing.T) {
 }
 
 // TestRemoteDoneWithMissingFilesIsCaughtByThePostCheck runs a GPU host whose
-// step program exits 0 without writing anything.
+// step program exits 0 without writing anything, under a small job (its step
+// run inside its own workflow) and a larger one (an EmbedJob child).
 func TestRemoteDoneWithMissingFilesIsCaughtByThePostCheck(t *testing.T) {
 	lazy := envFile(t, "GPU_EMBED_STEP_CMD_PROT_T5_MEAN=/bin/true")
 	s := newStack(t, nil, map[string]map[string]string{"gpu-worker": {"KINFLOW_GPU_ENV_FILE": lazy, "KINFLOW_STEP_EXECUTOR": "command"}})
-	job := s.submit(csvRows(randSeed(), 4, 100), []string{"kcat"}, map[string]string{"kcat": "B"})
-	st := s.waitDone(job, 90*time.Second)
-	if st.Status != "Completed" {
-		t.Fatalf("job: %s %s", st.Status, st.Error)
+	// 4 rows: a small job; 40: above KINFLOW_GPU_SMALL_STEP_SEQS (32).
+	small := s.submit(csvRows(randSeed(), 4, 100), []string{"kcat"}, map[string]string{"kcat": "B"})
+	larger := s.submit(csvRows(randSeed(), 40, 100), []string{"kcat"}, map[string]string{"kcat": "B"})
+	for job, n := range map[string]int{small: 4, larger: 40} {
+		st := s.waitDone(job, 90*time.Second)
+		if st.Status != "Completed" {
+			t.Fatalf("job of %d rows: %s %s", n, st.Status, st.Error)
+		}
+		want := []string{"submitted", fmt.Sprintf("incomplete_remote_outputs:%d", n), "fallback_local", "computed_locally"}
+		if got := st.reasons(); strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Fatalf("job of %d rows: events %v, want %v", n, got, want)
+		}
+		checkSyntheticResult(t, s.resultCSV(job), n)
 	}
-	want := []string{"submitted", "incomplete_remote_outputs:4", "fallback_local", "computed_locally"}
-	if got := st.reasons(); strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Fatalf("events %v, want %v", got, want)
+	if got := s.childWorkflows("prediction:" + small); len(got) != 0 {
+		t.Fatalf("the small job started child workflows %v; its step runs inside it", got)
 	}
-	checkSyntheticResult(t, s.resultCSV(job), 4)
-	// This job took the longest road (GPU, post-check, local fallback): its
-	// history is the one the replay test keeps.
-	s.replay("prediction:"+job, "prediction_gpu_postcheck_fallback")
+	if got := s.childWorkflows("prediction:" + larger); len(got) != 1 {
+		t.Fatalf("the larger job started child workflows %v, want one EmbedJob", got)
+	}
+	// These jobs took the longest road (GPU, post-check, local fallback):
+	// their histories are the ones the replay test keeps.
+	s.replay("prediction:"+small, "prediction_gpu_postcheck_fallback")
 	s.replayEmbedJobs("embedjob_missing_outputs")
 }
 

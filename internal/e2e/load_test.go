@@ -176,10 +176,12 @@ func TestLoadBurstOnProductionTopology(t *testing.T) {
 // TestReplayManyUsersShapes runs the workflow shapes of issue 25 on a real
 // stack and replays their histories (recorded into workflows/testdata with
 // KINFLOW_RECORD_HISTORIES=1): a small job (Predict and annotations local,
-// GPU health local, its step on the GPU small lane, its Stage upserted only
-// where it waits: issue 35's "i35-quiet-stages"; the shape before it is
-// prediction_small_job_local) and a larger one (a tracker on its own queue,
-// the step on the main GPU queue).
+// GPU health local, its step on the GPU small lane run inside its own
+// workflow, its Stage upserted only where it waits: issue 35's
+// "i35-quiet-stages" and "small-job-inline-gpu"; the shapes before them are
+// prediction_small_job_local and prediction_small_job_quiet_stages) and a
+// larger one (a tracker on its own queue, the step on the main GPU queue in
+// an EmbedJob child).
 func TestReplayManyUsersShapes(t *testing.T) {
 	s := newStack(t, nil, nil)
 	small := s.submit(csvRows(randSeed(), 3, 150), []string{"kcat"}, map[string]string{"kcat": "B"})
@@ -189,7 +191,10 @@ func TestReplayManyUsersShapes(t *testing.T) {
 			t.Fatalf("job %s: %s %s", j, st.Status, st.Error)
 		}
 	}
-	s.replay("prediction:"+small, "prediction_small_job_quiet_stages")
+	if got := s.childWorkflows("prediction:" + small); len(got) != 0 {
+		t.Fatalf("the small job started child workflows %v; its step runs inside it", got)
+	}
+	s.replay("prediction:"+small, "prediction_small_job_inline_gpu")
 	s.replay("prediction:"+large, "prediction_tracker_own_queue")
 	s.replayEmbedJobs("embedjob_small_or_main_lane")
 }

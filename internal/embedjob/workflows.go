@@ -12,17 +12,37 @@ import (
 
 // EmbedJob is one GPU embedding job: the steps of its work, in order, each an
 // activity whose type is the step key, on the GPU task queue. The backend
-// starts it as a child of PredictionWorkflow; the GPU service's POST
-// /embed/jobs starts the very same workflow. Its status query serves GET
-// /embed/jobs/{job_id}.
+// starts it as a child of PredictionWorkflow for every job but a small one
+// (RunInline); the GPU service's POST /embed/jobs starts the very same
+// workflow. Its status query serves GET /embed/jobs/{job_id}.
 func EmbedJob(ctx workflow.Context, in Input) (Status, error) {
-	st := Status{State: "queued", Steps: map[string]int{}, StepTotals: map[string]int{}, Written: map[string]int{}}
+	st := newStatus(in)
+	if err := workflow.SetQueryHandler(ctx, StatusQuery, func() (Status, error) { return *st, nil }); err != nil {
+		return *st, err
+	}
+	return runJob(ctx, in, st)
+}
+
+// RunInline runs a GPU job's steps inside the calling workflow: the same
+// activities, options and queues as EmbedJob, without an execution of its
+// own. PredictionWorkflow runs a small job's steps so (issue 35): a child
+// workflow per 3-row job was half of the Temporal server's work for it
+// (its start, two workflow tasks, three visibility records and its close,
+// and a workflow task of the parent for each of its start and end).
+func RunInline(ctx workflow.Context, in Input) (Status, error) {
+	return runJob(ctx, in, newStatus(in))
+}
+
+func newStatus(in Input) *Status {
+	st := &Status{State: "queued", Steps: map[string]int{}, StepTotals: map[string]int{}, Written: map[string]int{}}
 	for _, s := range in.Steps {
 		st.StepTotals[s] = in.StepCounts[s]
 	}
-	if err := workflow.SetQueryHandler(ctx, StatusQuery, func() (Status, error) { return st, nil }); err != nil {
-		return st, err
-	}
+	return st
+}
+
+// runJob runs in's steps, keeping st up to date.
+func runJob(ctx workflow.Context, in Input, st *Status) (Status, error) {
 	started := workflow.Now(ctx)
 	st.State, st.StartedAt = "running", &started
 
@@ -59,11 +79,25 @@ func EmbedJob(ctx workflow.Context, in Input) (Status, error) {
 	if err != nil {
 		finished := workflow.Now(ctx)
 		st.State, st.FinishedAt, st.Error = "failed", &finished, err.Error()
-		return st, temporal.NewApplicationError(st.Error, ErrTypeEmbedStepFailed)
+		return *st, temporal.NewApplicationError(st.Error, ErrTypeEmbedStepFailed)
 	}
 	finished := workflow.Now(ctx)
 	st.State, st.FinishedAt = "done", &finished
-	return st, nil
+	return *st, nil
+}
+
+// SmallLaneOnly says whether every step of in runs whole (one shard) on the
+// GPU hosts' small lane.
+func SmallLaneOnly(in Input) bool {
+	if in.SmallStepSeqs <= 0 || in.GPUTaskQueue == "" || len(in.Steps) == 0 {
+		return false
+	}
+	for _, s := range in.Steps {
+		if n := in.StepCounts[s]; n > in.SmallStepSeqs || ShardCount(n, in.ShardSeqs) > 1 {
+			return false
+		}
+	}
+	return true
 }
 
 // ShardsVersion names the workflow change that cut large steps into shards
