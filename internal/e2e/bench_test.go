@@ -314,6 +314,11 @@ func (s *stack) problems(n int) string {
 	}
 	sort.Strings(names)
 	for _, name := range names {
+		if p := s.procs[name]; p != nil && p.Process != nil {
+			fmt.Fprintf(&b, "  %s is process %d\n", name, p.Process.Pid)
+		}
+	}
+	for _, name := range names {
 		data, err := os.ReadFile(s.logs[name])
 		if err != nil {
 			continue
