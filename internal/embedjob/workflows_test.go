@@ -82,3 +82,28 @@ func TestShardOfCoversEveryIDOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestSmallLaneOnly: a job runs inline only when every step fits the small
+// lane whole.
+func TestSmallLaneOnly(t *testing.T) {
+	base := Input{GPUTaskQueue: "gpu", SmallStepSeqs: 32, Steps: []string{"a", "b"}, StepCounts: map[string]int{"a": 3, "b": 32}}
+	cases := []struct {
+		name string
+		edit func(*Input)
+		want bool
+	}{
+		{"every step small", func(*Input) {}, true},
+		{"one step above the lane's size", func(in *Input) { in.StepCounts = map[string]int{"a": 3, "b": 33} }, false},
+		{"a step of several shards", func(in *Input) { in.ShardSeqs = 16 }, false},
+		{"the lane off", func(in *Input) { in.SmallStepSeqs = 0 }, false},
+		{"no GPU queue", func(in *Input) { in.GPUTaskQueue = "" }, false},
+		{"no steps", func(in *Input) { in.Steps = nil }, false},
+	}
+	for _, c := range cases {
+		in := base
+		c.edit(&in)
+		if got := SmallLaneOnly(in); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
