@@ -681,18 +681,25 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), temporalCallTimeout)
 	defer cancel()
+	known := true
 	if _, err := s.client.DescribeWorkflowExecution(ctx, embedjob.WorkflowID(id), ""); err != nil {
 		var nf *serviceerror.NotFound
-		if errors.As(err, &nf) {
-			writeDetail(w, http.StatusNotFound, "job not found")
+		if !errors.As(err, &nf) {
+			writeDetail(w, http.StatusServiceUnavailable, "job status unavailable: "+err.Error())
 			return
 		}
-		writeDetail(w, http.StatusServiceUnavailable, "job status unavailable: "+err.Error())
-		return
+		// No EmbedJob of that id: a small job's steps, run inside its
+		// PredictionWorkflow (embedjob.RunInline), still log under the
+		// GPU job id, and that log is the job's trace here.
+		known = false
 	}
 	lines, err := s.logs.Tail(id, n)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
+			if !known {
+				writeDetail(w, http.StatusNotFound, "job not found")
+				return
+			}
 			writeDetail(w, http.StatusNotFound, "worker log not found")
 			return
 		}

@@ -24,9 +24,10 @@ import (
 const testToken = "s3cret-token"
 
 type testHost struct {
-	url   string
-	media string
-	host  *Host
+	url    string
+	media  string
+	logDir string
+	host   *Host
 }
 
 // startHost runs a real GPU host (worker with the real EmbedJob workflow on
@@ -74,7 +75,7 @@ func startHost(t *testing.T, token string, runner func(*embedjob.Settings, strin
 	t.Cleanup(h.StopWorkers)
 	srv := httptest.NewServer(h.Server)
 	t.Cleanup(srv.Close)
-	return &testHost{url: srv.URL, media: cfg.MediaRoot, host: h}
+	return &testHost{url: srv.URL, media: cfg.MediaRoot, logDir: file[embedjob.EnvJobLogDir], host: h}
 }
 
 func do(t *testing.T, method, url, auth string, body any) (int, map[string]any) {
@@ -312,6 +313,18 @@ func TestJobNotFoundAndBadTail(t *testing.T) {
 		if code, body := do(t, "GET", h.url+u, "", nil); code != 404 || body["detail"] != "job not found" {
 			t.Errorf("%s: %d %v", u, code, body)
 		}
+	}
+	// A GPU job without an EmbedJob (a small job's steps run inside its
+	// PredictionWorkflow) is found by its step log.
+	inline := strings.Repeat("b", 32)
+	if err := os.MkdirAll(h.logDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(h.logDir, inline+".log"), []byte("JOB_START job_id="+inline+"\nSTEP_DONE step=prot_t5_mean\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := do(t, "GET", h.url+"/embed/jobs/"+inline+"/logs?tail=1", "", nil); code != 200 || !strings.Contains(fmt.Sprint(body["log_tail"]), "STEP_DONE") || strings.Contains(fmt.Sprint(body["log_tail"]), "JOB_START") {
+		t.Errorf("an inline job's log: %d %v", code, body)
 	}
 	for _, q := range []string{"0", "5001", "x"} {
 		if code, _ := do(t, "GET", h.url+"/embed/jobs/"+strings.Repeat("a", 32)+"/logs?tail="+q, "", nil); code != 422 {
