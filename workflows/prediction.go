@@ -353,7 +353,7 @@ func (w *prediction) remote(ctx workflow.Context, st activities.StageInfo, plan 
 	}
 	w.setStage(ctx, st.Index, "gpu")
 	cctx, cancel := workflow.WithCancel(ctx)
-	var child workflow.Future
+	var remoteJob workflow.Future // the GPU job: inline steps or an EmbedJob child
 	if w.small && embedjob.SmallLaneOnly(in) && workflow.GetVersion(ctx, smallJobInlineGPUVersion, workflow.DefaultVersion, 1) >= 1 {
 		// A small job's small steps run in this workflow: the same
 		// activities on the same queues, without a child of their own.
@@ -361,7 +361,7 @@ func (w *prediction) remote(ctx workflow.Context, st activities.StageInfo, plan 
 		workflow.Go(cctx, func(gctx workflow.Context) {
 			set.Set(embedjob.RunInline(gctx, in))
 		})
-		child = f
+		remoteJob = f
 	} else {
 		cctx = workflow.WithChildOptions(cctx, workflow.ChildWorkflowOptions{
 			WorkflowID:        embedjob.WorkflowID(gpuJobID),
@@ -370,18 +370,18 @@ func (w *prediction) remote(ctx workflow.Context, st activities.StageInfo, plan 
 			// A remote job that outlives our wait is cancelled, never left running.
 			WaitForCancellation: false,
 		})
-		child = workflow.ExecuteChildWorkflow(cctx, embedjob.WorkflowName, in)
+		remoteJob = workflow.ExecuteChildWorkflow(cctx, embedjob.WorkflowName, in)
 	}
 	timeout := time.Duration(pol.JobTimeoutSeconds) * time.Second
 	timer := workflow.NewTimer(cctx, timeout)
 
 	var (
-		childErr error
-		timedOut bool
-		status   embedjob.Status
+		remoteErr error
+		timedOut  bool
+		status    embedjob.Status
 	)
 	sel := workflow.NewSelector(ctx)
-	sel.AddFuture(child, func(f workflow.Future) { childErr = f.Get(ctx, &status) })
+	sel.AddFuture(remoteJob, func(f workflow.Future) { remoteErr = f.Get(ctx, &status) })
 	sel.AddFuture(timer, func(workflow.Future) { timedOut = true })
 	sel.Select(ctx)
 	cancel()
@@ -402,10 +402,10 @@ func (w *prediction) remote(ctx workflow.Context, st activities.StageInfo, plan 
 			}
 		}
 		return failOrFallback(true, true, fmt.Sprintf("gpu_request_failed: remote job did not finish within GPU_EMBED_JOB_TIMEOUT_SECONDS=%d", pol.JobTimeoutSeconds))
-	case childErr != nil:
+	case remoteErr != nil:
 		// The reason is WIRE §2.5's exact word; what failed goes in the
 		// event's message.
-		return failOrFallback(true, true, "failed", "GPU job failed: "+shortReason(userMessage(childErr)))
+		return failOrFallback(true, true, "failed", "GPU job failed: "+shortReason(userMessage(remoteErr)))
 	}
 
 	// Post-check (rule 9): trust files, not the remote job's word.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kinflow/kinflow/internal/store"
@@ -267,21 +268,54 @@ func diskCreateFilesPerSec(tb testing.TB, dir string, size int) float64 {
 	return n / time.Since(start).Seconds()
 }
 
-// timeline is a workflow's history as one line per event, each with its
-// time since the workflow started, and the same for a child workflow the
-// history starts (a straggler's explanation: where did its time go?).
-func (s *stack) timeline(workflowID string) string {
+// events is a workflow's whole history.
+func (s *stack) events(workflowID string) ([]*historypb.HistoryEvent, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var b strings.Builder
-	var t0 time.Time
-	var children []string
+	var evs []*historypb.HistoryEvent
 	iter := s.tc.GetWorkflowHistory(ctx, workflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for iter.HasNext() {
 		ev, err := iter.Next()
 		if err != nil {
-			return fmt.Sprintf("%s: %v", workflowID, err)
+			return nil, fmt.Errorf("history of %s: %w", workflowID, err)
 		}
+		evs = append(evs, ev)
+	}
+	return evs, nil
+}
+
+// childIDs are the ids of the child workflows a history starts.
+func childIDs(evs []*historypb.HistoryEvent) []string {
+	var ids []string
+	for _, ev := range evs {
+		if a := ev.GetStartChildWorkflowExecutionInitiatedEventAttributes(); a != nil {
+			ids = append(ids, a.GetWorkflowId())
+		}
+	}
+	return ids
+}
+
+// childWorkflows are the ids of the child workflows a workflow started.
+func (s *stack) childWorkflows(workflowID string) []string {
+	s.t.Helper()
+	evs, err := s.events(workflowID)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return childIDs(evs)
+}
+
+// timeline is a workflow's history as one line per event, each with its
+// time since the workflow started, and the same for a child workflow the
+// history starts (a straggler's explanation: where did its time go?).
+func (s *stack) timeline(workflowID string) string {
+	evs, err := s.events(workflowID)
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	var t0 time.Time
+	for _, ev := range evs {
 		at := ev.EventTime.AsTime()
 		if t0.IsZero() {
 			t0 = at
@@ -294,12 +328,9 @@ func (s *stack) timeline(workflowID string) string {
 		if a := ev.GetActivityTaskStartedEventAttributes(); a != nil {
 			fmt.Fprintf(&b, " by %s", a.GetIdentity())
 		}
-		if a := ev.GetStartChildWorkflowExecutionInitiatedEventAttributes(); a != nil {
-			children = append(children, a.GetWorkflowId())
-		}
 		b.WriteByte('\n')
 	}
-	for _, c := range children {
+	for _, c := range childIDs(evs) {
 		b.WriteString(s.timeline(c))
 	}
 	return b.String()
@@ -337,23 +368,4 @@ func (s *stack) problems(n int) string {
 		}
 	}
 	return b.String()
-}
-
-// childWorkflows are the ids of the child workflows a workflow started.
-func (s *stack) childWorkflows(workflowID string) []string {
-	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var ids []string
-	iter := s.tc.GetWorkflowHistory(ctx, workflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for iter.HasNext() {
-		ev, err := iter.Next()
-		if err != nil {
-			s.t.Fatalf("history of %s: %v", workflowID, err)
-		}
-		if a := ev.GetStartChildWorkflowExecutionInitiatedEventAttributes(); a != nil {
-			ids = append(ids, a.GetWorkflowId())
-		}
-	}
-	return ids
 }
