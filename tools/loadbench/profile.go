@@ -217,8 +217,8 @@ func parsePerfReport(out []byte) []symPct {
 
 // parts group functions by what they do, first match wins.
 var parts = []struct{ name, prefixes string }{
+	{"SQLite driver and GORM (kinflow's database)", "gorm.io/ github.com/libtnb/ modernc.org/sqlite.( database/sql"},
 	{"SQLite (modernc.org, C translated to Go)", "modernc.org/"},
-	{"SQLite driver and GORM (kinflow's database)", "gorm.io/ github.com/glebarez/ database/sql"},
 	{"Temporal persistence (SQL stores, serialisation)", "go.temporal.io/server/common/persistence"},
 	{"Temporal history service", "go.temporal.io/server/service/history"},
 	{"Temporal matching service", "go.temporal.io/server/service/matching"},

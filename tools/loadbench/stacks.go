@@ -177,6 +177,6 @@ var kinflowMarkers = []string{
 	"activities.(*Activities).PrepareInput", "activities.(*Activities).BuildPlan", "activities.(*Activities).MarkStage",
 	"activities.(*Activities).RecordEvent", "activities.(*Activities).Predict", "activities.(*Activities).Finalize",
 	"activities.(*Activities).Cleanup", "activities.(*Activities).TrainingSimilarity", "activities.(*Activities).LookupExperimental",
-	"embedjob.", "go-sqlite.(*Driver).Open", "sqlite3Prepare", "fsutil.", "Sync", "workflowTaskHandler", "gcBgMarkWorker",
+	"embedjob.", "sqlite.(*Driver).Open", "sqlite3Prepare", "fsutil.", "Sync", "workflowTaskHandler", "gcBgMarkWorker",
 	"google.golang.org/grpc",
 }
