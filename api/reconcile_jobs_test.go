@@ -81,6 +81,16 @@ func TestJobReconcilerFailsJobsWhoseWorkflowClosed(t *testing.T) {
 		if err := tc.TerminateWorkflow(ctx, workflows.PredictionWorkflowID(ids[1]), "", "operator stop"); err != nil {
 			t.Fatal(err)
 		}
+		// A job younger than JobReconcileMinAge is not asked about yet.
+		if n, err := h.srv.ReconcileJobs(ctx, JobReconcileBatch); err != nil || n != 0 {
+			t.Fatalf("pass over young jobs: %d %v", n, err)
+		}
+		if j, _ := st.Job(ctx, ids[1]); j.Status != store.JobPending {
+			t.Fatalf("a job submitted a moment ago was reconciled: %s", j.Status)
+		}
+		later := h.clock.Now().Add(JobReconcileMinAge)
+		h.clock.Set(later)
+		other.clock.Set(later)
 		// Batches of one walk the running jobs in turn: within three
 		// passes each has been looked at. Two servers run them at once.
 		var wg sync.WaitGroup

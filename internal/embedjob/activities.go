@@ -25,6 +25,11 @@ type StepProgress struct {
 	FilesTotal int `json:"files_total"`
 }
 
+// heartbeatGrace is how long a step runs before its batches' progress is
+// sent as heartbeats. The ticker (heartbeat.Interval, a third of the
+// heartbeat timeout at most) keeps a live step alive whatever the grace.
+const heartbeatGrace = time.Second
+
 // Activities are the GPU step activities and their dependencies. One method,
 // RunStep, is registered once per active step key, under the key's name.
 type Activities struct {
@@ -115,10 +120,14 @@ func (a *Activities) RunStep(ctx context.Context, in StepInput) (StepResult, err
 	jl.Printf("STEP_START job_id=%s step=%s seq_count=%d executor=%s", in.GPUJobID, step, len(seqs), a.Engine.Runner.Name())
 	log.Info("step started", "seq_count", len(seqs))
 
-	// Heartbeat on every batch and on a ticker in between.
+	// Heartbeat on every batch and on a ticker in between, but not in the
+	// step's first heartbeatGrace: a small step ends before then, and its
+	// one heartbeat (the SDK sends the first at once) was a Temporal
+	// round trip and a workflow update per job for nothing.
 	progress := make(chan StepProgress, 1)
 	hbCtx, stopHB := context.WithCancel(ctx)
 	hbDone := make(chan struct{})
+	began := time.Now()
 	go func() {
 		defer close(hbDone)
 		t := time.NewTicker(heartbeat.Interval(info.HeartbeatTimeout))
@@ -130,7 +139,9 @@ func (a *Activities) RunStep(ctx context.Context, in StepInput) (StepResult, err
 				return
 			case p := <-progress:
 				last = p
-				activity.RecordHeartbeat(ctx, last)
+				if time.Since(began) >= heartbeatGrace {
+					activity.RecordHeartbeat(ctx, last)
+				}
 			case <-t.C:
 				activity.RecordHeartbeat(ctx, last)
 			}

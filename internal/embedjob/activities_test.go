@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
@@ -224,4 +227,49 @@ func TestRunStepRunsOnlyItsShard(t *testing.T) {
 	if _, err := env.ExecuteActivity(testStep, StepInput{GPUJobID: jobA, WorkFile: wf, Shard: 2, Shards: 2}); err == nil {
 		t.Fatal("shard 2 of 2 accepted")
 	}
+}
+
+// TestRunStepHeartbeatsOnlyPastTheGrace: a step that ends within
+// heartbeatGrace sends no heartbeat (each was a Temporal round trip and a
+// workflow update per small job); a longer one sends its batches' progress
+// once past the grace.
+func TestRunStepHeartbeatsOnlyPastTheGrace(t *testing.T) {
+	run := func(t *testing.T, fakeArgs []string, budget int, lengths map[string]int) (beats []StepProgress) {
+		f := newFixture(t, budget, fakeArgs...)
+		env, _ := activityEnv(t, f, nil)
+		var mu sync.Mutex
+		env.SetOnActivityHeartbeatListener(func(_ *activity.Info, d converter.EncodedValues) {
+			var p StepProgress
+			if d.HasValues() {
+				_ = d.Get(&p)
+			}
+			mu.Lock()
+			beats = append(beats, p)
+			mu.Unlock()
+		})
+		ids := slices.Sorted(maps.Keys(lengths))
+		wf := f.workFile(t, map[string][]string{testStep: ids}, lengths)
+		if _, err := env.ExecuteActivity(testStep, StepInput{GPUJobID: jobA, StepKey: testStep, WorkFile: wf}); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(beats)
+	}
+	t.Run("small", func(t *testing.T) {
+		if beats := run(t, nil, 100000, map[string]int{"s00": 30, "s01": 40}); len(beats) != 0 {
+			t.Fatalf("a step of a few milliseconds sent %d heartbeats: %+v", len(beats), beats)
+		}
+	})
+	t.Run("long", func(t *testing.T) {
+		// One sequence a batch, each batch 700 ms: reports at 0, 0.7, 1.4
+		// and 2.1 s; the last two are past the grace.
+		beats := run(t, []string{"sleep=700ms"}, 40, map[string]int{"s00": 30, "s01": 31, "s02": 32})
+		if len(beats) == 0 {
+			t.Fatal("a step of two seconds sent no heartbeat")
+		}
+		if first := beats[0]; first.FilesDone < 2 || first.FilesTotal != 3 {
+			t.Fatalf("first heartbeat %+v: want the progress after the grace (2 or 3 of 3 files)", first)
+		}
+	})
 }

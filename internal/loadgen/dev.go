@@ -36,6 +36,8 @@ type DevOptions struct {
 type Dev struct {
 	// BaseURL is the API's root.
 	BaseURL string
+	// TemporalAddress is the Temporal dev server's frontend (host:port).
+	TemporalAddress string
 	// Dir holds the database, media root (Dir/media) and the logs.
 	Dir   string
 	procs []*exec.Cmd
@@ -63,13 +65,14 @@ func StartDev(ctx context.Context, o DevOptions) (*Dev, error) {
 	api := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	gpu := fmt.Sprintf("127.0.0.1:%d", ports[1])
 	d.BaseURL = "http://" + api
+	d.TemporalAddress = fmt.Sprintf("127.0.0.1:%d", ports[2])
 	env := append(os.Environ(),
 		"KINFLOW_DATABASE_URL=sqlite:"+filepath.Join(dir, "kinflow.db"),
 		"KINFLOW_MEDIA_ROOT="+filepath.Join(dir, "media"),
 		"KINFLOW_API_LISTEN="+api,
 		"KINFLOW_GPU_LISTEN="+gpu,
 		"GPU_EMBED_SERVICE_URL=http://"+gpu,
-		fmt.Sprintf("KINFLOW_TEMPORAL_ADDRESS=127.0.0.1:%d", ports[2]),
+		"KINFLOW_TEMPORAL_ADDRESS="+d.TemporalAddress,
 		"KINFLOW_DEFAULT_DAILY_QUOTA=1000000",
 		"LOG_LEVEL=warn",
 	)

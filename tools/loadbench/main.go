@@ -44,6 +44,8 @@ type bench struct {
 	statusClients     int
 	env               []string
 	prof              *profiler // nil without -profile
+	// withFloor runs the floor (floor.go) after each burst.
+	withFloor bool
 }
 
 func run() error {
@@ -62,6 +64,7 @@ func run() error {
 	flag.DurationVar(&b.poll, "poll", 250*time.Millisecond, "how often each job of a burst reads its status (latencies are quantised by it)")
 	env := flag.String("env", "", "extra environment for every process, KEY=VALUE,KEY=VALUE")
 	profile := flag.String("profile", "", "write CPU profiles of one more burst of each size (2 jobs or more) into this folder: kinflow's (Go pprof) and the Temporal dev server's (perf), with summaries")
+	flag.BoolVar(&b.withFloor, "floor", false, "after each burst, a burst of as many no-op workflows in the shape of one of its jobs' history, on the same Temporal dev server: the jobs/s Temporal allows on this machine when the jobs do nothing (floor.go)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -166,7 +169,7 @@ func (b *bench) burst(ctx context.Context, d *loadgen.Dev, key string, nw, n int
 		return err
 	}
 	tm, km := cpu.perJob(n)
-	ops, _ := cpu.opsPerJob(n)
+	ops, byOp := cpu.opsPerJob(n)
 	note := fmt.Sprintf("%.1f Temporal persistence requests per job; ", ops)
 	if err := r.Check(); err != nil {
 		note = err.Error()
@@ -183,6 +186,11 @@ func (b *bench) burst(ctx context.Context, d *loadgen.Dev, key string, nw, n int
 		o.StatusClients = 0
 	}
 	fmt.Printf("%-8d %-7d %6.1f %9.2f %9.2f %9.2f %9.1f %9.1f %10.0f %s\n", nw, n, r.JobsPerSec, r.P50.Seconds(), r.P99.Seconds(), r.Max.Seconds(), tm, km, statusRate, note)
+	if b.withFloor && len(r.Jobs) > 0 {
+		if err := b.floor(ctx, d, nw, n, r.Jobs[0].ID, byOp); err != nil {
+			return err
+		}
+	}
 	if b.prof == nil {
 		return nil
 	}
