@@ -501,7 +501,29 @@ func presentWithOrigin(dir, suffix string, index map[string]int, present []bool,
 // listPresent marks present[i] for every regular file `<sid><suffix>` in dir
 // whose sid is index's key i. Hidden names (temp files, locks) and
 // manifest.json never match. A missing folder has nothing present.
+//
+// Up to statPresentMax sids are looked up one by one (an lstat each);
+// more list the folder once. A cache folder holds every sequence ever
+// embedded: listing 100,000 names for a 3-row job cost more than the job,
+// and under a burst of small jobs the listing grew with every job.
 func listPresent(dir, suffix string, index map[string]int, present []bool) error {
+	if len(index) <= statPresentMax {
+		for sid, i := range index {
+			name := sid + suffix
+			if len(name) <= len(suffix) || isTempName(name) || strings.ContainsRune(name, os.PathSeparator) {
+				continue
+			}
+			fi, err := os.Lstat(filepath.Join(dir, name))
+			switch {
+			case err == nil:
+				present[i] = fi.Mode().IsRegular()
+			case errors.Is(err, os.ErrNotExist):
+			default:
+				return fmt.Errorf("look up %s in the cache: %w", name, err)
+			}
+		}
+		return nil
+	}
 	f, err := os.Open(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -530,6 +552,9 @@ func listPresent(dir, suffix string, index map[string]int, present []bool) error
 		}
 	}
 }
+
+// statPresentMax is the most sids listPresent looks up one by one.
+const statPresentMax = 64
 
 // SeqIDMapper maps sequences to seq ids, one per input, in order
 // (implemented by *store.Store).
