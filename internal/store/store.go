@@ -53,10 +53,11 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 		SkipDefaultTransaction: true,
 		// Prepared statements save a parse (and on Postgres a plan) per
 		// query: the status route runs four per request. On SQLite this
-		// needs a driver that keeps a statement compiled between uses
-		// (modernc.org/sqlite v1.62 does; libtnb/sqlite is its GORM dialect); the
-		// glebarez driver used before compiled every statement again on
-		// each use, 11 % of kinflow's CPU under a burst of small jobs.
+		// needs a driver that keeps a statement compiled between uses:
+		// modernc.org/sqlite v1.62 does (libtnb/sqlite is its GORM
+		// dialect); the glebarez driver used before compiled every
+		// statement again on each use, 11 % of kinflow's CPU under a burst
+		// of small jobs (docs/BENCHMARKS.md).
 		PrepareStmt:    true,
 		NowFunc:        func() time.Time { return time.Now().UTC() },
 		TranslateError: true,
