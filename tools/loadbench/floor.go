@@ -207,7 +207,21 @@ func (b *bench) floor(ctx context.Context, d *loadgen.Dev, nw, n int, jobID stri
 		}
 		defer wk.Stop()
 	}
-	time.Sleep(time.Second) // the pollers reach the server
+	// The floor starts on a quiet server: every workflow of the burst
+	// closed (a job is Completed in kinflow's database a moment before its
+	// workflow closes) and a moment for the server's queues to drain, which
+	// also lets the pollers reach it.
+	for quiet := time.Now().Add(time.Minute); ; {
+		r, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: "ExecutionStatus = 'Running'"})
+		if err != nil {
+			return fmt.Errorf("floor: count running workflows: %w", err)
+		}
+		if r.GetCount() == 0 || time.Now().After(quiet) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second)
 
 	cpu := startCPU(d)
 	self := selfCPU()
