@@ -8,9 +8,10 @@ package main
 // task) and runs a burst of as many workflows that follow the script with
 // no-op steps, started the way kinflow starts a job (eager start, the same
 // memo and search attributes, the same task timeout), from a worker in the
-// loadbench process. Their jobs/s is the ceiling kinflow's jobs/s can
-// reach on the same deployment: what is left between the two is kinflow's
-// own work.
+// loadbench process, once the server is quiet. Their jobs/s is about the
+// most kinflow's jobs can reach on the same deployment (one run is a rough
+// bound: docs/BENCHMARKS.md); what is left between the two is kinflow's own
+// work.
 
 import (
 	"context"
