@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from kinflow_steps.device import DeviceReps
+from kinflow_steps.device import DeviceReps, to_device
 from kinflow_steps.errors import ConfigError
 
 LAST = "last"
@@ -271,18 +271,22 @@ class UnpaddedESM2:
         asked, the fp32 [sum of n_tokens, D] representations, sequences end to end."""
         m, dev = self.model, self.device
         lens = [int(t.numel()) for t in tokens]
-        flat = torch.cat(tokens).to(dev)
-        cu = torch.tensor([0, *np.cumsum(lens).tolist()], dtype=torch.int32, device=dev)
-        pos = torch.cat([torch.arange(n) for n in lens]).to(dev, torch.float32)
+        # Every input crosses through pinned memory without waiting (device.to_device): a
+        # copy from pageable memory would hold this thread until the pass queued before is
+        # done, so the next pass could not be queued behind it.
+        flat = to_device(torch.cat(tokens), dev)
+        cu = to_device(torch.tensor([0, *np.cumsum(lens).tolist()], dtype=torch.int32), dev)
+        pos = to_device(torch.cat([torch.arange(n, dtype=torch.float32) for n in lens]), dev)
+        n_tok = to_device(torch.tensor(lens), dev)
 
         x = m.embed_scale * m.embed_tokens(flat)
         if m.token_dropout:
             masked = flat == m.mask_idx
             x.masked_fill_(masked.unsqueeze(-1), 0.0)
             mask_ratio_train = 0.15 * 0.8
-            seg = torch.repeat_interleave(torch.arange(len(lens), device=dev), torch.tensor(lens, device=dev))
+            seg = torch.repeat_interleave(torch.arange(len(lens), device=dev), n_tok, output_size=len(flat))
             counts = torch.zeros(len(lens), device=dev).index_add_(0, seg, masked.float())
-            observed = (counts / torch.tensor(lens, device=dev, dtype=torch.float32)).to(x.dtype)
+            observed = (counts / n_tok.float()).to(x.dtype)
             x = x * (1 - mask_ratio_train) / (1 - observed)[seg][:, None]
         freqs = torch.outer(pos, self.inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
@@ -421,7 +425,7 @@ class FairESM:
         if max_tokens is not None and tokens.shape[1] > max_tokens:
             tokens = tokens[:, :max_tokens]
         keep = tokens.shape[1] - 1
-        out = self.model(tokens.to(self.device), repr_layers=sorted(set(idx.values())), return_contacts=False)
+        out = self.model(to_device(tokens, self.device), repr_layers=sorted(set(idx.values())), return_contacts=False)
         reps = out["representations"]
         return DeviceReps.padded({layer: reps[i] for layer, i in idx.items()}, [min(len(s), keep) for s in seqs], 1)
 
@@ -519,8 +523,8 @@ class ProtT5:
         for n, s in zip(lens, seqs, strict=True):
             if int(n) != len(s):
                 raise ValueError(f"ProtT5 tokenised a sequence of {len(s)} residues into {int(n)} tokens")
-        ids = enc["input_ids"].to(self.device)
-        mask = enc["attention_mask"].to(self.device)
+        ids = to_device(enc["input_ids"], self.device)
+        mask = to_device(enc["attention_mask"], self.device)
         need_hidden = any(layer != LAST for layer in layers)
         out = self.model(input_ids=ids, attention_mask=mask, output_hidden_states=need_hidden)
         reps = {}
