@@ -156,6 +156,13 @@ def main() -> int:
     ap.add_argument("--ahead", type=int, default=0, help="manifests outstanding at once (default 1)")
     ap.add_argument("--pipeline-compare", action="store_true", help="the same batches with the pipeline off, then on")
     ap.add_argument("--repeat", type=int, default=3, help="--pipeline-compare: runs of each, the fastest counts")
+    ap.add_argument(
+        "--allow-unproven",
+        default="",
+        metavar="PRECISION",
+        help="benchmark only: let the server run this precision for the model's family on its device before "
+        "kinflow_steps.precision.PROVEN lists it (name it with --set KINFLOW_STEPS_PRECISION_ESM2=...)",
+    )
     a = ap.parse_args()
 
     work = a.workdir or tempfile.mkdtemp(prefix="kinflow-bench-")
@@ -212,7 +219,7 @@ def main() -> int:
     results: dict[str, dict] = {}
     for k, (name, ahead, extra) in enumerate(runs):
         run_media = os.path.join(media, f"{name}{k}") if name else media
-        r = serve(dict(full_env, **extra), step, fam, run_media, seqs, batches, ahead, rng)
+        r = serve(dict(full_env, **extra), step, fam, run_media, seqs, batches, ahead, rng, a.allow_unproven)
         if r is None:
             return 1
         ready, load_s, wall, stages = r
@@ -261,12 +268,28 @@ def main() -> int:
     return 0
 
 
-def serve(env: dict, step: str, fam: str, media: str, seqs: dict, batches: list, ahead: int, rng):
+def server_cmd(step: str, unproven: str) -> list[str]:
+    """python -m kinflow_steps --step STEP; with unproven, the same server with that
+    precision added to every family's proven list first (a benchmark of a path whose
+    proof is still to be recorded: never how kinflow runs it)."""
+    if not unproven:
+        return [sys.executable, "-m", "kinflow_steps", "--step", step]
+    code = (
+        "import runpy\nfrom kinflow_steps import precision as p\n"
+        "for t in p.PROVEN.values():\n"
+        "    for d in t:\n"
+        f"        t[d] += ({unproven!r},)\n"
+        "runpy.run_module('kinflow_steps', run_name='__main__', alter_sys=True)"
+    )
+    return [sys.executable, "-c", code, "--step", step]
+
+
+def serve(env: dict, step: str, fam: str, media: str, seqs: dict, batches: list, ahead: int, rng, unproven: str = ""):
     """Start the server, send the warm-up batch, then every batch with up to ahead
     outstanding; (ready line, load seconds, wall seconds, the server's stage timings)."""
     err = tempfile.TemporaryFile(mode="w+")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kinflow_steps", "--step", step],
+        server_cmd(step, unproven),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=err,

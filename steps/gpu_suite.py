@@ -26,8 +26,14 @@ DIR/gpu_suite.jsonl and a table at the end:
   forward pass, for fp32 padded and fp16 unpadded ESM-2;
 * ``bench-pipeline`` (issue 32): steps/bench.py's resident server over 10,000
   enzyme-like lengths with the pipeline off and on (``--pipeline-compare``), on the
-  fp16 unpadded compiled path and the production fp32 padded path; the forward pass
-  alone is esm2fast's "forward only" row.
+  fp16 unpadded compiled path, the production fp32 padded path and that path with TF32
+  products (run before its proof with bench.py's ``--allow-unproven``: a benchmark, not
+  a default); ``--repeat`` runs of each;
+* ``fwd``: the fp16 unpadded forward pass alone, eager and compiled, on one
+  16,384-token batch (esm2fast's "forward only" rows without its equivalence rows): the
+  rate the resident server's share is taken of.
+
+``--only a,b`` runs just those parts (models written in parallel while ``env`` runs).
 
 Throughput runs stop at their time cap and report the rate over the batches done (batch
 order shuffled, so the rate is not that of the longest sequences). The roofline is 2 ×
@@ -248,6 +254,18 @@ def part_write(a) -> None:
         model = T5EncoderModel(cfg)
         mtm.sharpen(model, mtm.EQ_QK_SCALE)
         model.half().save_pretrained(path)  # as Rostlab ships ProtT5-XL's encoder: half the bytes
+    elif kind.startswith("esm2s"):  # another seed of ESM-2 (part tf32, --tf32-seeds)
+        dim, heads = SHAPES[a.size]["esm2"]
+        seed = int(kind[5:])
+        path = mtm.write_esm2(a.work, dim, heads, mtm.EQ_QK_SCALE, name=f"esm2_t33_suite_s{seed}", seed=seed)
+    elif kind.startswith("esm1bs"):
+        dim, heads = SHAPES[a.size]["esm2"]
+        seed = int(kind[6:])
+        path = mtm.write_esm1(a.work, f"esm1b_t33_suite_s{seed}.pt", 100 + seed, True, dim, heads, mtm.EQ_QK_SCALE)
+    elif kind in ("esm1b", "esm1v"):
+        dim, heads = SHAPES[a.size]["esm2"]
+        seed, regression = (5, True) if kind == "esm1b" else (6, False)
+        path = mtm.write_esm1(a.work, f"{kind}_t33_suite.pt", seed, regression, dim, heads, mtm.EQ_QK_SCALE)
     else:
         path = mtm.write_esmc(a.work, SHAPES[a.size]["esmc"], name="esmc_suite", qk_ln_scale=2.0)
     emit(a.out, {"part": a.part, "path": path, "seconds": round(time.monotonic() - t, 1)})
@@ -409,6 +427,32 @@ def part_esm2fast(a) -> None:
     os.environ["KINFLOW_STEPS_COMPILE"] = ""
 
 
+def part_fwd(a) -> None:
+    """The forward pass alone, fp16 unpadded compiled (the rate the resident server's
+    share is taken of), without esm2fast's equivalence rows: one 16,384-token batch."""
+    import torch
+    from test_fair_esm import fair_load
+
+    from kinflow_steps import models
+
+    path = os.path.join(a.work, "esm2_t33_suite.pt")
+    base, alphabet = fair_load(path)
+    base.eval()
+    params = sum(p.numel() for p in base.parameters())
+    models.fair_esm_load = lambda _p: (copy.deepcopy(base), alphabet)
+    group, total = first_batch(enzyme_lengths(a.n))
+    for compiled in (False, True):
+        name = f"unpadded fp16{' compiled' if compiled else ''}"
+        os.environ["KINFLOW_STEPS_COMPILE"] = "1" if compiled else ""
+        try:
+            fm = models.FairESM(path, device(), torch.float16)
+            emit(a.out, forward_only("fwd", name, fm, group, total, params, a.peak_tflops))
+            del fm
+        except Exception as exc:  # noqa: BLE001
+            emit(a.out, {"part": "fwd", "case": name, "error": f"{type(exc).__name__}: {exc}"[:800]})
+    os.environ["KINFLOW_STEPS_COMPILE"] = ""
+
+
 def part_bench_esm2(a) -> None:
     """steps/bench.py: the resident server (python -m kinflow_steps) of method H on the
     fp16 unpadded path, compiled, over 10,000 enzyme-like lengths, files written."""
@@ -565,7 +609,7 @@ def part_tf32(a) -> None:
 
     dev = device()
     dim, heads = SHAPES[a.size]["esm2"]
-    lens = [1, 50, 700, 1022, 1500]
+    lens = [1, 20, 50, 100, 300, 700, 1022, 1500]
     probe = [rand_seq(n, 500 + n) for n in lens]
     paths = {"esm2": os.path.join(a.work, "esm2_t33_suite.pt")}
     for name, seed, reg in (("esm1b", 5, True), ("esm1v", 6, False)):
@@ -573,7 +617,11 @@ def part_tf32(a) -> None:
         if not os.path.exists(p):
             mtm.write_esm1(a.work, os.path.basename(p), seed, reg, dim, heads, mtm.EQ_QK_SCALE)
         paths[name] = p
-    for fam, path in paths.items():
+    for seed in tf32_seeds(a):  # the same families with other random weights
+        paths[f"esm2 seed {seed}"] = os.path.join(a.work, f"esm2_t33_suite_s{seed}.pt")
+        paths[f"esm1b seed {seed}"] = os.path.join(a.work, f"esm1b_t33_suite_s{seed}.pt")
+    for label, path in paths.items():
+        fam = label.split()[0]
         base, alphabet = fair_load(path)
         base.eval()
         models.fair_esm_load = lambda _p, base=base, alphabet=alphabet: (copy.deepcopy(base), alphabet)
@@ -589,7 +637,7 @@ def part_tf32(a) -> None:
         del ref_model
         cases = [("padded", "")] + ([("unpadded", "1")] if fam == "esm2" else [])
         for case, unp in cases:
-            name = f"{fam} fp32 + TF32 products, {case}"
+            name = f"{label} fp32 + TF32 products, {case}"
             try:
                 os.environ["KINFLOW_STEPS_UNPADDED"] = unp
                 fm = models.FairESM(path, dev, torch.float32)
@@ -600,7 +648,7 @@ def part_tf32(a) -> None:
                     for layer in layers:
                         emit(a.out, {"part": "tf32", "case": name, "len": len(s), "layer": layer,
                                      **cmp_rows(got[layer][i], wants[i][layer])})  # fmt: skip
-                if fam == "esm2" and case == "padded":
+                if label == "esm2" and case == "padded" and a.cap_s > 0:
                     params = sum(p.numel() for p in base.parameters())
                     rate = throughput(lambda g, fm=fm: fm.embed(g, ["last"]), enzyme_lengths(a.n), 4096, a.cap_s, 2)
                     row = {"part": "tf32", "case": f"throughput {name}, 4,096-token batches", "params": params, **rate}
@@ -612,6 +660,10 @@ def part_tf32(a) -> None:
                 torch.backends.cuda.matmul.allow_tf32 = False
                 torch.backends.cudnn.allow_tf32 = False
                 os.environ["KINFLOW_STEPS_UNPADDED"] = ""
+
+
+def tf32_seeds(a) -> list[int]:
+    return [int(x) for x in a.tf32_seeds.split(",") if x]
 
 
 def part_reduce(a) -> None:
@@ -654,12 +706,19 @@ def part_bench_pipeline(a) -> None:
         (
             ("fp16 unpadded compiled", ["KINFLOW_STEPS_PRECISION_ESM2=fp16", "KINFLOW_STEPS_COMPILE=1"], 16384),
             ("production fp32 padded", [], 4096),
+            # TF32 before its proof is recorded (part tf32): bench.py lets the server run it
+            ("fp32 padded + TF32 products (unproven, benchmark)", ["KINFLOW_STEPS_PRECISION_ESM2=tf32"], 4096),
         )
     ):
+        if a.pipeline_cases and str(i) not in a.pipeline_cases.split(","):
+            continue
         work = os.path.join(a.work, f"bench-pipe{i}")
         cmd = [sys.executable, os.path.join(HERE, "bench.py"), "--model", "esm2", "--model-path", path, "--n",
                str(a.n), "--lengths", "lognormal", "--toks-per-batch", str(budget), "--peak-tflops",
-               str(a.peak_tflops or 776), "--workdir", work, "--pipeline-compare"]  # fmt: skip
+               str(a.peak_tflops or 776), "--workdir", work, "--pipeline-compare",
+               "--repeat", str(a.repeat)]  # fmt: skip
+        if "tf32" in name.lower():
+            cmd += ["--allow-unproven", "tf32"]
         for kv in sets:
             cmd += ["--set", kv]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=max(a.cap_s * 8, 120))
@@ -677,7 +736,8 @@ def part_bench_pipeline(a) -> None:
 
 def run_part(a, part: str, limit: float, env: dict[str, str] | None = None, wait: bool = True):
     cmd = [sys.executable, os.path.abspath(__file__), "--part", part, "--out", a.out, "--work", a.work,
-           "--size", a.size, "--n", str(a.n), "--cap-s", str(a.cap_s), "--peak-tflops", str(a.peak_tflops)]  # fmt: skip
+           "--size", a.size, "--n", str(a.n), "--cap-s", str(a.cap_s), "--peak-tflops", str(a.peak_tflops),
+           "--repeat", str(a.repeat), "--tf32-seeds", a.tf32_seeds, "--pipeline-cases", a.pipeline_cases]  # fmt: skip
     full_env = dict(os.environ, **(env or {}))
     log = open(os.path.join(a.out, f"{part}.log"), "w")
     proc = subprocess.Popen(cmd, env=full_env, stdout=log, stderr=subprocess.STDOUT)
@@ -706,6 +766,12 @@ def summary(out: str) -> None:
             print("env", {k: v for k, v in r.items() if k != "part"})
         elif "error" in r:
             print(f"{r['part']}: {r.get('case')}: ERROR {r['error'][:300]}")
+        elif r.get("pipeline_compare"):
+            print(f"{r['part']}: {r['case']}: pipeline off {r['wall_off_s']} s, on {r['wall_on_s']} s "
+                  f"(speedup {r['speedup']}, host work hidden {r['host_hidden_share']})")  # fmt: skip
+        elif "max_rel_diff" in r:
+            print(f"{r['part']}: {r['case']}, {r['len']} residues: max relative difference {r['max_rel_diff']:.2e}, "
+                  f"pooled cos {r['pooled_cos']:.12f}, {'within' if r['ok'] else 'OUTSIDE'}")  # fmt: skip
         elif "failed" in r:
             print(f"{r['part']}: FAILED rc={r['failed']}: {r['log_tail'][-400:]}")
         elif "tokens_per_s" in r and "achieved_tflops" not in r:
@@ -738,6 +804,10 @@ def main() -> int:
     ap.add_argument("--peak-tflops", type=float, default=0.0)
     ap.add_argument("--esmc-site", default="", help="a folder with EvolutionaryScale's esm and its packages")
     ap.add_argument("--skip", default="", help="comma-separated parts to leave out")
+    ap.add_argument("--only", default="", help="comma-separated parts to run (in the suite's order), the rest left out")
+    ap.add_argument("--repeat", type=int, default=3, help="bench-pipeline: runs of each of off and on")
+    ap.add_argument("--pipeline-cases", default="", help="bench-pipeline: only these cases (0 fp16, 1 fp32, 2 tf32)")
+    ap.add_argument("--tf32-seeds", default="", help="tf32: ESM-2 and ESM-1b also with these seeds (2,3: two more)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     a.work = a.work or tempfile.mkdtemp(prefix="kinflow-gpu-suite-")
@@ -745,32 +815,31 @@ def main() -> int:
     if a.part:
         parts = {"env": part_env, "esm2": part_esm2, "esm2fast": part_esm2fast, "bench-esm2": part_bench_esm2}
         parts.update(t5=part_t5, esmc=part_esmc, tf32=part_tf32, reduce=part_reduce)
-        parts["bench-pipeline"] = part_bench_pipeline
+        parts.update({"bench-pipeline": part_bench_pipeline, "fwd": part_fwd})
         parts.get(a.part, part_write)(a)
         return 0
+    limits = {"esm2": 240, "esm2fast": 250, "fwd": 120, "bench-esm2": 150, "t5": 110, "esmc": 90, "reduce": 60,
+              "tf32": 240, "bench-pipeline": 400}  # fmt: skip
+    #: the models each part reads (written first, in parallel, while env measures the card)
+    needs = {"t5": ["t5"], "esmc": ["esmc"], "tf32": ["esm2", "esm1b", "esm1v"]}
+    needs["tf32"] += [f"{m}s{seed}" for seed in tf32_seeds(a) for m in ("esm2", "esm1b")]
     skip = set(filter(None, a.skip.split(",")))
+    if a.only:
+        skip |= set(limits) - set(a.only.split(","))
+    todo = [p for p in limits if p not in skip]
     t0 = time.monotonic()
     esmc_env = {"PYTHONPATH": os.pathsep.join([a.esmc_site, HERE])} if a.esmc_site else {}
-    writers = [run_part(a, "write-esm2", 0, wait=False)]
-    if "t5" not in skip:
-        writers.append(run_part(a, "write-t5", 0, wait=False))
-    if "esmc" not in skip:
-        writers.append(run_part(a, "write-esmc", 0, env=esmc_env, wait=False))
+    models = sorted({m for p in todo for m in needs.get(p, ["esm2"])})
+    writers = {m: run_part(a, f"write-{m}", 0, env=esmc_env if m == "esmc" else None, wait=False) for m in models}
     run_part(a, "env", 60)
     if not a.peak_tflops:
         for line in open(os.path.join(a.out, "gpu_suite.jsonl")):
             r = json.loads(line)
             a.peak_tflops = float(r.get("bf16_matmul_tflops") or 0.0)
-    ok = {}
-    for (proc, _), part in zip(writers, ["write-esm2", "write-t5", "write-esmc"][: len(writers)], strict=False):
-        ok[part] = finish(a, part, proc, 240) == 0
+    ok = {m: finish(a, f"write-{m}", proc, 240) == 0 for m, (proc, _) in writers.items()}
     print(f"suite: models written at {time.monotonic() - t0:.0f}s", flush=True)
-    limits = {"esm2": 240, "esm2fast": 250, "bench-esm2": 150, "t5": 110, "esmc": 90, "tf32": 240, "reduce": 60,
-              "bench-pipeline": 400}  # fmt: skip
-    model_of = {"esm2": "esm2", "esm2fast": "esm2", "bench-esm2": "esm2", "t5": "t5", "esmc": "esmc", "tf32": "esm2",
-                "reduce": "esm2", "bench-pipeline": "esm2"}  # fmt: skip
-    for part in limits:
-        if part in skip or not ok.get(f"write-{model_of[part]}", False):
+    for part in todo:
+        if not all(ok.get(m, False) for m in needs.get(part, ["esm2"])):
             continue
         run_part(a, part, limits[part], env=esmc_env if part == "esmc" else None)
         print(f"suite: {part} done at {time.monotonic() - t0:.0f}s", flush=True)

@@ -57,12 +57,14 @@ def sharpen(model, qk_scale: float) -> None:
                     lin.weight.mul_(qk_scale)
 
 
-def write_esm2(out: str, dim: int = 32, heads: int = 2, qk_scale: float = 1, name: str = "esm2_t33_tiny") -> str:
+def write_esm2(
+    out: str, dim: int = 32, heads: int = 2, qk_scale: float = 1, name: str = "esm2_t33_tiny", seed: int = 1
+) -> str:
     """ESM-2 (33 layers) in fair-esm's checkpoint format; the name must start with
     ``esm2`` (fair-esm picks the architecture from it)."""
     import esm
 
-    torch.manual_seed(1)
+    torch.manual_seed(seed)
     alphabet = esm.Alphabet.from_architecture("ESM-1b")
     model = esm.model.esm2.ESM2(num_layers=33, embed_dim=dim, attention_heads=heads, alphabet=alphabet)
     sharpen(model, qk_scale)

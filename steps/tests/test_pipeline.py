@@ -300,10 +300,11 @@ def test_kill_at_every_point_of_the_write_protocol(tiny, tmp_path):
     assert kills == 4 * 3 + 2
 
 
-def test_tf32_is_named_and_refused_until_proven(tiny, monkeypatch):
-    """tf32 is a precision an operator can name, refused (as bf16 is) while no family
-    lists it; where a family would list it, the fingerprint's precision names it, so
-    its files never pass for strict fp32 ones, and TF32 products are switched on."""
+def test_tf32_where_its_cuda_rows_hold(tiny, monkeypatch):
+    """tf32 runs where gpu_suite's CUDA rows held the bound: ESM-2's CUDA default,
+    ESM-1b's opt-in; refused for ESM-1v (its rows missed) and on the CPU. The
+    fingerprint's precision names it, so its files never pass for strict fp32 ones, and
+    TF32 products are switched on; strict fp32 switches them off again."""
     import torch
 
     from kinflow_steps import precision
@@ -311,21 +312,45 @@ def test_tf32_is_named_and_refused_until_proven(tiny, monkeypatch):
     from kinflow_steps.fingerprint import fingerprint
     from kinflow_steps.steps import STEPS
 
-    use_tiny(tiny, monkeypatch, KINFLOW_STEPS_DEVICE="cpu", KINFLOW_STEPS_PRECISION_ESM2="tf32")
-    for fam in ("esm2", "esm1b", "esm1v"):
+    use_tiny(tiny, monkeypatch, KINFLOW_STEPS_DEVICE="cpu")
+    cuda = torch.device("cuda")
+    assert precision.precision_for("esm2", cuda) == precision.TF32
+    for fam, ok in (("esm2", True), ("esm1b", True), ("esm1v", False)):
         monkeypatch.setenv(f"KINFLOW_STEPS_PRECISION_{fam.upper()}", "tf32")
-        assert precision.TF32 not in precision.PROVEN[fam]["cuda"]
-        with pytest.raises(ConfigError, match="no equivalence proof"):
-            precision.precision_for(fam, torch.device("cuda"))
+        if ok:
+            assert precision.precision_for(fam, cuda) == precision.TF32
+        else:
+            with pytest.raises(ConfigError, match="tf32 has no equivalence proof for esm1v on cuda"):
+                precision.precision_for(fam, cuda)
     with pytest.raises(ConfigError, match="tf32 has no equivalence proof for esm2 on cpu"):
         STEPS["methodh_esm2_last_mean"]()
     monkeypatch.delenv("KINFLOW_STEPS_PRECISION_ESM1B")
     strict = fingerprint(STEPS["methodd_esm1b"]())["precision"]
     assert strict == "float32" and torch.backends.cuda.matmul.allow_tf32 is False
-    monkeypatch.setitem(precision.PROVEN, "esm2", {"cpu": (precision.FP32, precision.TF32), "cuda": (precision.FP32,)})
+    monkeypatch.setitem(precision.PROVEN, "esm2", {"cpu": (precision.TF32, precision.FP32), "cuda": (precision.FP32,)})
+    monkeypatch.delenv("KINFLOW_STEPS_PRECISION_ESM2")
     try:
-        fp = fingerprint(STEPS["methodh_esm2_last_mean"]())
+        fp = fingerprint(STEPS["methodh_esm2_last_mean"]())  # as on CUDA: tf32 the default
         assert fp["precision"] == "float32, tf32 matrix products"
         assert torch.backends.cuda.matmul.allow_tf32 is True
+        monkeypatch.setenv("KINFLOW_STEPS_PRECISION_ESM2", "fp32")
+        assert fingerprint(STEPS["methodh_esm2_last_mean"]())["precision"] == "float32"
+        assert torch.backends.cuda.matmul.allow_tf32 is False
     finally:
         precision.apply(precision.FP32)
+
+
+def test_bench_runs_an_unproven_precision_only_when_told(tmp_path):
+    """steps/bench.py's --allow-unproven (gpu_suite's TF32 server row before its proof):
+    the server refuses the unproven precision without it and runs it with it; kinflow's
+    own servers are never started that way."""
+    cmd = [sys.executable, os.path.join(STEPS_ROOT, "bench.py"), "--model", "esm2", "--size", "tiny", "--n", "6",
+           "--min-len", "5", "--max-len", "20", "--workdir", str(tmp_path), "--set", "KINFLOW_STEPS_DEVICE=cpu",
+           "--set", "KINFLOW_STEPS_PRECISION_ESM2=tf32"]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    refused = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
+    assert refused.returncode == 1 and "tf32 has no equivalence proof for esm2 on cpu" in refused.stderr
+    ran = subprocess.run(cmd + ["--allow-unproven", "tf32"], capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
+    assert ran.returncode == 0, ran.stderr[-800:]
+    row = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert row["sequences"] == 6 and row["tokens_per_s"] > 0
