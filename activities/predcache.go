@@ -4,12 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
-	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/jobfiles"
 	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/predcache"
@@ -139,10 +137,10 @@ func fixedArgs(d *methods.Descriptor, t methods.Target, checkpointRoot string) s
 	return string(b)
 }
 
-// recordCacheUse adds the stage's use of the prediction cache to its
-// provenance.json (the JSON result's provenance): the number of units
-// served from the cache and which rows they belong to.
-func (a *Activities) recordCacheUse(ref StageRef, prov provenance.Stage, sr jobfiles.StageRows, results []units.Result) error {
+// withCacheUse adds the stage's use of the prediction cache to its
+// provenance (the JSON result's provenance): the number of units served
+// from the cache and which rows they belong to.
+func withCacheUse(prov provenance.Stage, sr jobfiles.StageRows, results []units.Result) provenance.Stage {
 	byRow := map[int]*provenance.CachedRow{}
 	first := map[int]time.Time{}
 	n := 0
@@ -169,9 +167,5 @@ func (a *Activities) recordCacheUse(ref StageRef, prov provenance.Stage, sr jobf
 		prov.CachedRows = append(prov.CachedRows, provenance.CachedRow{Row: row, Units: c.Units, FirstComputedAt: first[row].UTC().Format(time.RFC3339Nano)})
 	}
 	sort.Slice(prov.CachedRows, func(i, j int) bool { return prov.CachedRows[i].Row < prov.CachedRows[j].Row })
-	dir, err := a.stageDir(ref.JobID, ref.StageIndex)
-	if err != nil {
-		return err
-	}
-	return fsutil.WriteJSONAtomic(filepath.Join(dir, provenanceFile), prov)
+	return prov
 }

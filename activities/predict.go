@@ -104,6 +104,8 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 		eng, err := a.runEngine(ctx, ref, job, d, sr, toSend, dir)
 		if err != nil {
 			log.Warn("prediction failed", "error", err)
+			// The job's provenance still names what the failed stage ran.
+			_ = fsutil.WriteJSONAtomic(filepath.Join(dir, provenanceFile), prov)
 			return PredictResult{}, err
 		}
 		// The method has read its files: any that changed since the plan's
@@ -133,9 +135,12 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 			return PredictResult{Recheck: changed}, nil
 		}
 		cached = len(send) - len(toSend)
-		if err := a.recordCacheUse(ref, prov, sr, out.Results); err != nil {
-			return PredictResult{}, err
-		}
+		prov = withCacheUse(prov, sr, out.Results)
+	}
+	// One write of the stage's provenance, before its predictions: the
+	// predictions file is what marks the stage done, and finalize reads both.
+	if err := fsutil.WriteJSONAtomic(filepath.Join(dir, provenanceFile), prov); err != nil {
+		return PredictResult{}, err
 	}
 	if err := fsutil.WriteJSONAtomic(predFile, out); err != nil {
 		return PredictResult{}, err

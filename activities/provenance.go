@@ -64,8 +64,9 @@ func (a *Activities) planRealOnly(ctx context.Context, postCheck bool) bool {
 	return a.realOnly(ctx)
 }
 
-// stageProvenance computes and stores (stage folder, provenance.json) the
-// provenance of a stage before its prediction: method and model version,
+// stageProvenance computes the provenance of a stage before its
+// prediction (predict stores it, with the cache's use, in the stage
+// folder's provenance.json once the predictions are made): method and model version,
 // the engine's fingerprint, and the recorded fingerprint of every family
 // the stage's plan reads, with the families of unknown origin and whether
 // any artefact read is synthetic (per file: the family's record, and its
@@ -130,9 +131,6 @@ func (a *Activities) stageProvenance(ref StageRef, d *methods.Descriptor) (prove
 		}
 	}
 	st.Synthetic = st.Synthetic || st.SyntheticArtefacts
-	if err := fsutil.WriteJSONAtomic(filepath.Join(dir, provenanceFile), st); err != nil {
-		return st, err
-	}
 	return st, nil
 }
 
