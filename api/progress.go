@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kinflow/kinflow/internal/wire"
@@ -35,9 +36,49 @@ const (
 )
 
 // readStageCounts reads a stage's counts; ok is false before its plan.
+// Counts once read are kept (the plan writes the same counts on a retry),
+// so a polled status costs no file read per stage.
 func (s *Server) readStageCounts(jobID string, index int) (jobfiles.StageCounts, bool) {
+	if c, ok := s.stageCounts.get(jobID, index); ok {
+		return c, true
+	}
 	c, err := jobfiles.ReadStageCounts(s.mediaRoot(), jobID, index)
-	return c, err == nil
+	if err != nil {
+		return c, false
+	}
+	s.stageCounts.put(jobID, index, c)
+	return c, true
+}
+
+// stageCountsCacheMax bounds the stage counts kept; past it the cache starts
+// again empty (a read then costs one file open, as before the cache).
+const stageCountsCacheMax = 8192
+
+type stageCountsKey struct {
+	job   string
+	stage int
+}
+
+// stageCountsCache is the counts of stages whose plan wrote them.
+type stageCountsCache struct {
+	mu sync.Mutex
+	m  map[stageCountsKey]jobfiles.StageCounts
+}
+
+func (c *stageCountsCache) get(job string, stage int) (jobfiles.StageCounts, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[stageCountsKey{job, stage}]
+	return v, ok
+}
+
+func (c *stageCountsCache) put(job string, stage int, v jobfiles.StageCounts) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= stageCountsCacheMax {
+		c.m = make(map[stageCountsKey]jobfiles.StageCounts)
+	}
+	c.m[stageCountsKey{job, stage}] = v
 }
 
 // stageUserUnits are the additions to a stage object: the stage in the

@@ -132,6 +132,17 @@ func TestStatusOverallProgress(t *testing.T) {
 		t.Fatalf("stage 1: %+v", s0)
 	}
 
+	// Counts once read are kept: a polled status opens no file per stage
+	// (issue 35), so they are still given with the files gone.
+	for _, stage := range []string{"stage-0", "stage-1"} {
+		if err := os.Remove(filepath.Join(work, stage, "counts.json")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := get(); s.Overall.Sequences == nil || *s.Overall.Sequences != 20 || *s.ProgressStages[0].Sequences != 1 {
+		t.Fatalf("counts after the files went: %+v", s.Overall)
+	}
+
 	// Predicting, with cached units.
 	st.DB.Model(&store.JobStage{}).Where("job_id = ? AND stage_index = 1", id).Updates(map[string]any{"embedding_state": "done",
 		"embedding_computed": 10, "predictions_made": 1, "predictions_cached": 1})
@@ -227,4 +238,48 @@ func BenchmarkStatusUserUnits(b *testing.B) {
 		}
 	}
 	b.Run("counts-and-10k-similarity", run)
+}
+
+// TestStatusOfAnEndedJobReadsItsFilesOnce: an ended job's provenance and
+// similarity note are read once per status snapshot (issue 35: a polled
+// status costs no file reads when nothing changed); a later write makes a
+// new snapshot, which reads them again.
+func TestStatusOfAnEndedJobReadsItsFilesOnce(t *testing.T) {
+	st := testenv.OpenStore(t, store.SQLite)
+	h := newHarness(t, st, func(c *config.Config, _ *Deps) { c.StatusCacheTTL = time.Minute })
+	const ip = "203.0.113.81"
+	key := h.newKey(ip)
+	id := h.submitted(ip, key)
+	get := func() statusOverall {
+		t.Helper()
+		r := h.do("GET", "/api/v1/status/"+id+"/", ip, key, nil)
+		wantStatus(t, r, 200)
+		var s statusOverall
+		if err := json.Unmarshal(r.Body.Bytes(), &s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	sim := filepath.Join(h.cfg.MediaRoot, "jobs", id, "similarity.json")
+	writeFile(t, sim, `{"state":"not_configured","message":"Method B has no similarity dataset.","method":"B"}`)
+	done := t0.Add(time.Minute)
+	st.DB.Model(&store.Job{}).Where("id = ?", id).Updates(map[string]any{"status": "Completed", "completed_at": done,
+		"include_similarity_columns": true})
+	time.Sleep(2 * statusRecheckDelay) // past a change notice's recheck window
+	first := get()
+	if first.Similarity == nil || first.Overall.Phase != "completed" {
+		t.Fatalf("completed job's status: %+v", first)
+	}
+	if err := os.Remove(sim); err != nil {
+		t.Fatal(err)
+	}
+	if again := get(); again.Similarity == nil || again.Similarity.Message != first.Similarity.Message {
+		t.Fatalf("the ended job's similarity file was read again: %+v", again.Similarity)
+	}
+	// A write makes a new snapshot: the files are read again (gone now).
+	st.DB.Model(&store.Job{}).Where("id = ?", id).Updates(map[string]any{"completed_at": done.Add(time.Second)})
+	time.Sleep(2 * statusRecheckDelay)
+	if later := get(); later.Similarity != nil {
+		t.Fatalf("a new snapshot kept the old note: %+v", later.Similarity)
+	}
 }

@@ -92,6 +92,10 @@ type Server struct {
 	// validateSlots bounds one key's concurrent /validate/ calls
 	// (validate_limit.go); nil: no bound.
 	validateSlots *keySlots
+	// stageCounts keeps the stage counts already read (progress.go): a
+	// stage's counts never change once its plan wrote them, so a status
+	// read opens the file once per stage, not once per request.
+	stageCounts stageCountsCache
 }
 
 // New builds the router with every route and middleware.

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kinflow/kinflow/internal/wire"
@@ -313,6 +314,19 @@ type statusSnap struct {
 	evs      []store.JobEvent
 	queuePos *int
 	etag     string
+	// files are the files beside the job that its status shows, read once
+	// per snapshot when the job has ended (finishedFiles).
+	files *snapFiles
+}
+
+// snapFiles are a finished job's provenance and similarity note: final once
+// it ended (written before its last database write), so each snapshot of an
+// ended job reads them once, not once per status read.
+type snapFiles struct {
+	once     sync.Once
+	prov     jobProvenance
+	haveProv bool
+	sim      *wire.SimilarityNote
 }
 
 // finished reports whether the snapshot's job has ended.
@@ -334,7 +348,7 @@ func (s *Server) loadStatusSnap(ctx context.Context, id string) (*statusSnap, er
 	if err != nil {
 		return nil, err
 	}
-	sn := &statusSnap{job: *j, stages: stages, evs: evs}
+	sn := &statusSnap{job: *j, stages: stages, evs: evs, files: &snapFiles{}}
 	if jobStatusOnWire(j.Status) == store.JobPending {
 		pos, err := s.deps.Store.QueuePosition(ctx, j.SubmittedAt)
 		if err != nil {
@@ -463,6 +477,22 @@ func etagMatches(header, etag string) bool {
 	return false
 }
 
+// jobFiles are the job's provenance and similarity note: read once per
+// snapshot of an ended job, at each call before (the similarity file is
+// written while the job runs, with no database write of its own).
+func (s *Server) jobFiles(sn *statusSnap) (jobProvenance, bool, *wire.SimilarityNote) {
+	read := func() (jobProvenance, bool, *wire.SimilarityNote) {
+		p, ok := s.readProvenance(&sn.job)
+		return p, ok, s.similarityNote(&sn.job)
+	}
+	f := sn.files
+	if f == nil || !sn.finished() {
+		return read()
+	}
+	f.once.Do(func() { f.prov, f.haveProv, f.sim = read() })
+	return f.prov, f.haveProv, f.sim
+}
+
 // statusBodyOf renders a snapshot as §1.8's body at now (the clock fields,
 // and the files beside the job: stage counts, provenance, similarity).
 func (s *Server) statusBodyOf(sn *statusSnap, now time.Time) statusBody {
@@ -490,7 +520,11 @@ func (s *Server) statusBodyOf(sn *statusSnap, now time.Time) statusBody {
 	units := make([]stageUserUnits, len(stages))
 	for i, st := range stages {
 		sb := toStageBody(st)
-		c, ok := s.readStageCounts(j.ID, st.Index)
+		var c jobfiles.StageCounts
+		ok := false
+		if st.Status != "pending" && st.Status != "" { // a stage's plan writes its counts once it runs
+			c, ok = s.readStageCounts(j.ID, st.Index)
+		}
 		units[i] = stageUnits(st, c, ok, now)
 		sb.stageUserUnits = units[i]
 		b.ProgressStages = append(b.ProgressStages, sb)
@@ -514,11 +548,12 @@ func (s *Server) statusBodyOf(sn *statusSnap, now time.Time) statusBody {
 	}
 	b.GPUPrecompute = aggregateGPU(evs)
 	b.Synthetic = j.Synthetic
-	if p, ok := s.readProvenance(j); ok {
+	p, haveProv, sim := s.jobFiles(sn)
+	if haveProv {
 		b.Provenance, b.Notice = p.Stages, p.Notice
 	}
 	b.Overall = overall(j, b.Status, b.QueuePosition, stages, units, now)
-	b.Similarity = s.similarityNote(j)
+	b.Similarity = sim
 	b.Charge = jobCharge(j)
 	switch j.Status {
 	case store.JobCompleted:
