@@ -315,7 +315,7 @@ type statusSnap struct {
 	queuePos *int
 	etag     string
 	// files are the files beside the job that its status shows, read once
-	// per snapshot when the job has ended (finishedFiles).
+	// per snapshot when the job has ended (jobFiles).
 	files *snapFiles
 }
 

@@ -270,8 +270,8 @@ def main() -> int:
 
 def server_cmd(step: str, unproven: str) -> list[str]:
     """python -m kinflow_steps --step STEP; with unproven, the same server with that
-    precision added to every family's proven list first (a benchmark of a path whose
-    proof is still to be recorded: never how kinflow runs it)."""
+    precision appended to every family's proven list (a benchmark of a path whose proof
+    is still to be recorded: never how kinflow runs it)."""
     if not unproven:
         return [sys.executable, "-m", "kinflow_steps", "--step", step]
     code = (
