@@ -19,8 +19,9 @@ DIR/gpu_suite.jsonl and a table at the end:
   ``ESMC.logits`` (bf16 autocast) and in fp32; tokens/s;
 * ``tf32`` (issue 32): TF32 matrix products on the fp32 paths at full width — ESM-2
   padded and unpadded, ESM-1b and ESM-1v padded (both written here, sharpened) — against
-  each sequence alone through fair-esm in fp32 with TF32 off; the padded ESM-2 rate.
-  kinflow_steps.precision refuses ``tf32`` until these rows hold the bound;
+  each sequence alone through fair-esm in fp32 with TF32 off (``--tf32-seeds 2,3``: ESM-2
+  and ESM-1b with more random weights too); the padded ESM-2 rate.
+  kinflow_steps.precision lists ``tf32`` only where these rows held the bound;
 * ``reduce`` (issue 32): the device reductions (kinflow_steps.device: float64 sums on
   the device, [D] vectors to the host) against the float64 host mean of the same
   forward pass, for fp32 padded and fp16 unpadded ESM-2;
@@ -428,8 +429,9 @@ def part_esm2fast(a) -> None:
 
 
 def part_fwd(a) -> None:
-    """The forward pass alone, fp16 unpadded compiled (the rate the resident server's
-    share is taken of), without esm2fast's equivalence rows: one 16,384-token batch."""
+    """The forward pass alone, fp16 unpadded, eager and compiled (the compiled rate is the
+    one the resident server's share is taken of), without esm2fast's equivalence rows:
+    one 16,384-token batch."""
     import torch
     from test_fair_esm import fair_load
 
