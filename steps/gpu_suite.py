@@ -27,9 +27,8 @@ DIR/gpu_suite.jsonl and a table at the end:
   forward pass, for fp32 padded and fp16 unpadded ESM-2;
 * ``bench-pipeline`` (issue 32): steps/bench.py's resident server over 10,000
   enzyme-like lengths with the pipeline off and on (``--pipeline-compare``), on the
-  fp16 unpadded compiled path, the production fp32 padded path and that path with TF32
-  products (run before its proof with bench.py's ``--allow-unproven``: a benchmark, not
-  a default); ``--repeat`` runs of each;
+  fp16 unpadded compiled path (also with 8 writer threads), strict fp32 padded and the
+  production default (fp32 padded with TF32 products on CUDA); ``--repeat`` runs of each;
 * ``fwd``: the fp16 unpadded forward pass alone, eager and compiled, on one
   16,384-token batch (esm2fast's "forward only" rows without its equivalence rows): the
   rate the resident server's share is taken of.
@@ -702,14 +701,20 @@ def part_reduce(a) -> None:
 
 def part_bench_pipeline(a) -> None:
     """steps/bench.py --pipeline-compare: the resident server with the pipeline off and
-    on, fp16 unpadded compiled and the production fp32 padded path."""
+    on: fp16 unpadded compiled, strict fp32 padded (the default before TF32's proof),
+    the production default (fp32 padded with TF32 products on CUDA), and the fp16 path
+    with 8 writer threads instead of 2 (fsyncs of small files in parallel)."""
     path = os.path.join(a.work, "esm2_t33_suite.pt")
     for i, (name, sets, budget) in enumerate(
         (
             ("fp16 unpadded compiled", ["KINFLOW_STEPS_PRECISION_ESM2=fp16", "KINFLOW_STEPS_COMPILE=1"], 16384),
-            ("production fp32 padded", [], 4096),
-            # TF32 before its proof is recorded (part tf32): bench.py lets the server run it
-            ("fp32 padded + TF32 products (unproven, benchmark)", ["KINFLOW_STEPS_PRECISION_ESM2=tf32"], 4096),
+            ("strict fp32 padded", ["KINFLOW_STEPS_PRECISION_ESM2=fp32"], 4096),
+            ("production default (TF32 products on CUDA)", [], 4096),
+            (
+                "fp16 unpadded compiled, 8 writers",
+                ["KINFLOW_STEPS_PRECISION_ESM2=fp16", "KINFLOW_STEPS_COMPILE=1", "KINFLOW_STEPS_WRITERS=8"],
+                16384,
+            ),
         )
     ):
         if a.pipeline_cases and str(i) not in a.pipeline_cases.split(","):
@@ -719,8 +724,6 @@ def part_bench_pipeline(a) -> None:
                str(a.n), "--lengths", "lognormal", "--toks-per-batch", str(budget), "--peak-tflops",
                str(a.peak_tflops or 776), "--workdir", work, "--pipeline-compare",
                "--repeat", str(a.repeat)]  # fmt: skip
-        if "tf32" in name.lower():
-            cmd += ["--allow-unproven", "tf32"]
         for kv in sets:
             cmd += ["--set", kv]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=max(a.cap_s * 8, 120))
@@ -808,7 +811,9 @@ def main() -> int:
     ap.add_argument("--skip", default="", help="comma-separated parts to leave out")
     ap.add_argument("--only", default="", help="comma-separated parts to run (in the suite's order), the rest left out")
     ap.add_argument("--repeat", type=int, default=3, help="bench-pipeline: runs of each of off and on")
-    ap.add_argument("--pipeline-cases", default="", help="bench-pipeline: only these cases (0 fp16, 1 fp32, 2 tf32)")
+    ap.add_argument(
+        "--pipeline-cases", default="", help="bench-pipeline cases to run (0 fp16, 1 fp32, 2 default, 3 fp16 8 writers)"
+    )
     ap.add_argument("--tf32-seeds", default="", help="tf32: ESM-2 and ESM-1b also with these seeds (2,3: two more)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
