@@ -271,3 +271,74 @@ func BenchmarkPlanMethodA10000Mixed(b *testing.B) {
 	b.ReportMetric(float64(ts.Milliseconds())/float64(b.N), "stat-ms/op")
 	b.ReportMetric(float64(tp)/float64(ts), "plan/stat")
 }
+
+// BenchmarkPlanSmallJobOnLargeCache plans a 3-sequence method H job whose
+// files are all cached, in a family of 100,000 recorded files: what one
+// small job's plan costs once the cache is large (the family's manifest is
+// read for the 3 records).
+func BenchmarkPlanSmallJobOnLargeCache(b *testing.B) {
+	l := newLayoutB(b)
+	ids, m := benchSeqs(100000)
+	h, _ := methods.Default().Get("H")
+	steps, err := l.ProfileSteps(h.Profile, methods.Kcat)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte{0})
+	for _, s := range steps {
+		for _, f := range s.Families {
+			if err := os.MkdirAll(l.FamilyDir(f), 0o755); err != nil {
+				b.Fatal(err)
+			}
+			fp := provenance.Fingerprint{Model: f.Model, Weights: map[string]string{"weights.pt": "00"}}
+			if _, err := provenance.Admit(l.FamilyDir(f), f.Name, fp); err != nil {
+				b.Fatal(err)
+			}
+			commits := make([]Commit, 0, len(ids))
+			for k, sid := range ids {
+				c := Commit{SeqID: sid, Suffix: f.Suffix(), Bytes: 1, SHA256: hex.EncodeToString(sum[:]), MtimeNs: int64(k) + 1, CtimeNs: int64(k) + 1, Ino: uint64(k) + 1}
+				if k < 3 { // the job's files exist, recorded as written
+					p, _ := l.Path(f, sid)
+					if err := os.WriteFile(p, []byte{0}, 0o644); err != nil {
+						b.Fatal(err)
+					}
+					st, err := StatFile(p)
+					if err != nil {
+						b.Fatal(err)
+					}
+					c.MtimeNs, c.CtimeNs, c.Ino = st.MtimeNs, st.CtimeNs, st.Ino
+				}
+				commits = append(commits, c)
+			}
+			if err := MergeManifest(l.FamilyDir(f), commits, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	req := PlanRequest{MethodKey: h.Key, Target: methods.Kcat, Profile: h.Profile, SeqIDs: ids[:3], SeqIDToSeq: m}
+	var paths []string
+	for _, s := range steps {
+		for _, f := range s.Families {
+			for _, sid := range ids[:3] {
+				p, _ := l.Path(f, sid)
+				paths = append(paths, p)
+			}
+		}
+	}
+	b.Run("plan", func(b *testing.B) {
+		for b.Loop() {
+			p, err := l.BuildPlan(context.Background(), req)
+			if err != nil || p.NeedComputation != 0 || p.CachedAlready != 3 {
+				b.Fatalf("plan: %v %+v", err, p)
+			}
+		}
+	})
+	// Predict's check after the method read the files (recheckAfterRead).
+	b.Run("changed-since-check", func(b *testing.B) {
+		for b.Loop() {
+			if ch := ChangedSinceCheck(paths); len(ch) != 0 {
+				b.Fatalf("changed: %v", ch)
+			}
+		}
+	})
+}

@@ -210,6 +210,34 @@ func readSlots(dir string, index map[string]int, n int) []slotRecord {
 	return slots
 }
 
+// slotsFor reads dir's manifest records of sids, in their order (an id given
+// twice gets the same record), with readSlots' scan: the few records a small
+// job needs from a family of 100,000 files cost one pass over the manifest,
+// not a map of every record.
+func slotsFor(dir string, sids []string) []slotRecord {
+	index := make(map[string]int, len(sids))
+	for _, sid := range sids {
+		if _, ok := index[sid]; !ok {
+			index[sid] = len(index)
+		}
+	}
+	slots := readSlots(dir, index, len(index))
+	out := make([]slotRecord, len(sids))
+	for i, sid := range sids {
+		out[i] = slots[index[sid]]
+	}
+	return out
+}
+
+// sidsOf are the seq ids of paths, files of family f.
+func sidsOf(f Family, paths []string) []string {
+	sids := make([]string, len(paths))
+	for i, p := range paths {
+		sids[i] = strings.TrimSuffix(filepath.Base(p), f.Suffix())
+	}
+	return sids
+}
+
 func (l *Layout) checkFamily(f Family, sids []string, index map[string]int, present []bool, seqLen func(i int) int, o CheckOptions) (Integrity, error) {
 	dir := l.FamilyDir(f)
 	if !slices.Contains(present, true) {
@@ -647,17 +675,17 @@ func RecordWritten(paths []string) (map[string]string, error) {
 		if !ok {
 			continue
 		}
-		recs := ReadFileRecords(dir)
+		sids := sidsOf(f, ps)
+		recs := slotsFor(dir, sids)
 		var updates []Commit
-		for _, p := range ps {
-			sid := strings.TrimSuffix(filepath.Base(p), f.Suffix())
+		for i, p := range ps {
+			sid := sids[i]
 			fst, err := StatFile(p)
 			if err != nil {
 				bad[p] = "unreadable: " + errText(err)
 				continue
 			}
-			r := recs[sid]
-			if r.Matches(fst) {
+			if recs[i].matches(fst) {
 				continue
 			}
 			data, err := os.ReadFile(p)
@@ -722,7 +750,7 @@ func errText(err error) string {
 // ChangedSinceCheck returns the paths among paths, cached files of
 // persistent families, whose stat no longer matches their integrity record
 // (rewritten, touched, replaced or gone since the plan's check recorded
-// them). It costs one stat per file and one manifest read per folder: it
+// them). It costs one stat per file and one manifest scan per folder: it
 // runs after a method has read a stage's files, so that a file changed
 // between the check and the read is caught before its numbers are used.
 // Files of unknown or ephemeral families (no record is kept) are skipped.
@@ -734,11 +762,11 @@ func ChangedSinceCheck(paths []string) []string {
 		if !ok || !f.Persistent {
 			continue
 		}
-		recs := ReadFileRecords(dir)
-		for _, p := range byDir[dir] {
-			sid := strings.TrimSuffix(filepath.Base(p), f.Suffix())
+		ps := byDir[dir]
+		recs := slotsFor(dir, sidsOf(f, ps))
+		for i, p := range ps {
 			st, err := StatFile(p)
-			if err != nil || !recs[sid].Matches(st) {
+			if err != nil || !recs[i].matches(st) {
 				out = append(out, p)
 			}
 		}
