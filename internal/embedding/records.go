@@ -192,11 +192,11 @@ func (s *jscan) token() (string, bool) {
 	return string(s.b[start:s.i]), s.i > start
 }
 
-// skip skips one value.
+// skip skips one value (without copying what it skips).
 func (s *jscan) skip() bool {
 	switch s.peek() {
 	case '"':
-		_, ok := s.str()
+		_, ok := s.strRaw()
 		return ok
 	case '{':
 		s.i++
@@ -204,7 +204,7 @@ func (s *jscan) skip() bool {
 			return true
 		}
 		for {
-			if _, ok := s.str(); !ok || !s.eat(':') || !s.skip() {
+			if _, ok := s.strRaw(); !ok || !s.eat(':') || !s.skip() {
 				return false
 			}
 			if s.eat(',') {
@@ -229,7 +229,7 @@ func (s *jscan) skip() bool {
 	case 0:
 		return false
 	}
-	_, ok := s.token()
+	_, ok := s.tokenRaw()
 	return ok
 }
 
