@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -102,36 +104,55 @@ func StartTemporalServer(tb testing.TB) *TemporalServer {
 	if out, err := setup.CombinedOutput(); err != nil {
 		tb.Fatalf("%s: %v\n%s", TemporalSchemaScript(), err, out)
 	}
-	ports := map[string]string{}
-	for _, k := range []string{"FRONTEND_GRPC_PORT", "FRONTEND_HTTP_PORT", "HISTORY_GRPC_PORT", "MATCHING_GRPC_PORT", "WORKER_GRPC_PORT",
-		"FRONTEND_MEMBERSHIP_PORT", "HISTORY_MEMBERSHIP_PORT", "MATCHING_MEMBERSHIP_PORT", "WORKER_MEMBERSHIP_PORT"} {
-		p, err := freeLowPort()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		ports[k] = strconv.Itoa(p)
-	}
-	s := &TemporalServer{
-		Address: "127.0.0.1:" + ports["FRONTEND_GRPC_PORT"],
-		tb:      tb,
-		logPath: filepath.Join(tb.TempDir(), "temporal-server.log"),
-		env:     append(append(os.Environ(), dbEnv...), "BIND_ON_IP=127.0.0.1", "LOG_LEVEL=warn"),
-	}
-	for k, v := range ports {
-		s.env = append(s.env, k+"="+v)
-	}
+	s := &TemporalServer{tb: tb, logPath: filepath.Join(tb.TempDir(), "temporal-server.log")}
 	tb.Cleanup(s.Stop)
-	s.Start()
-	return s
+	// The ports are free when picked and bound by the server a moment later:
+	// another package's server (go test runs packages at once) can take one
+	// in between. A start that dies on a taken port tries fresh ports.
+	for attempt := 1; ; attempt++ {
+		ports := map[string]string{}
+		for _, k := range []string{"FRONTEND_GRPC_PORT", "FRONTEND_HTTP_PORT", "HISTORY_GRPC_PORT", "MATCHING_GRPC_PORT", "WORKER_GRPC_PORT",
+			"FRONTEND_MEMBERSHIP_PORT", "HISTORY_MEMBERSHIP_PORT", "MATCHING_MEMBERSHIP_PORT", "WORKER_MEMBERSHIP_PORT"} {
+			p, err := freeLowPort()
+			if err != nil {
+				tb.Fatal(err)
+			}
+			ports[k] = strconv.Itoa(p)
+		}
+		s.Address = "127.0.0.1:" + ports["FRONTEND_GRPC_PORT"]
+		s.env = append(append(os.Environ(), dbEnv...), "BIND_ON_IP=127.0.0.1", "LOG_LEVEL=warn")
+		for k, v := range ports {
+			s.env = append(s.env, k+"="+v)
+		}
+		err := s.start()
+		if err == nil {
+			return s
+		}
+		if attempt < 3 && errors.Is(err, errExitedAtStart) && strings.Contains(s.LogTail(1<<20), "address already in use") {
+			tb.Logf("Temporal server: a port was taken at start, trying other ports (attempt %d)", attempt)
+			continue
+		}
+		tb.Fatalf("Temporal server: %v\n%s", err, s.LogTail(4000))
+	}
 }
+
+// errExitedAtStart is start's error when the process ended before its
+// frontend answered.
+var errExitedAtStart = errors.New("exited at start")
 
 // Start starts the server process (again, after Kill9) and waits until its
 // frontend answers a health check.
 func (s *TemporalServer) Start() {
 	s.tb.Helper()
+	if err := s.start(); err != nil {
+		s.tb.Fatalf("Temporal server: %v\n%s", err, s.LogTail(4000))
+	}
+}
+
+func (s *TemporalServer) start() error {
 	f, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		s.tb.Fatal(err)
+		return err
 	}
 	cmd := exec.Command(TemporalServerPath(), "--config-file", TemporalServerConfig(), "--allow-no-auth", "start")
 	cmd.Env = s.env
@@ -139,14 +160,12 @@ func (s *TemporalServer) Start() {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
-		s.tb.Fatalf("start Temporal server: %v", err)
+		return fmt.Errorf("start: %w", err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
 	s.cmd, s.exited = cmd, done
-	if err := s.waitHealthy(90 * time.Second); err != nil {
-		s.tb.Fatalf("Temporal server: %v\n%s", err, s.LogTail(4000))
-	}
+	return s.waitHealthy(90 * time.Second)
 }
 
 func (s *TemporalServer) waitHealthy(timeout time.Duration) error {
@@ -155,7 +174,7 @@ func (s *TemporalServer) waitHealthy(timeout time.Duration) error {
 	for time.Now().Before(deadline) {
 		select {
 		case <-s.exited:
-			return fmt.Errorf("exited at start")
+			return errExitedAtStart
 		default:
 		}
 		if c, err := net.DialTimeout("tcp", s.Address, 200*time.Millisecond); err == nil {
