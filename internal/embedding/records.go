@@ -178,20 +178,6 @@ func (s *jscan) tokenRaw() ([]byte, bool) {
 	return s.b[start:s.i], s.i > start
 }
 
-// token reads a number or literal.
-func (s *jscan) token() (string, bool) {
-	s.ws()
-	start := s.i
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ',', '}', ']', ' ', '\t', '\n', '\r':
-			return string(s.b[start:s.i]), s.i > start
-		}
-		s.i++
-	}
-	return string(s.b[start:s.i]), s.i > start
-}
-
 // skip skips one value (without copying what it skips).
 func (s *jscan) skip() bool {
 	switch s.peek() {
