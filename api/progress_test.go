@@ -43,6 +43,18 @@ type statusOverall struct {
 	} `json:"similarity"`
 }
 
+// statusOverall reads job id's /status/ as the key's owner.
+func (h *harness) statusOverall(t *testing.T, id, ip, key string) statusOverall {
+	t.Helper()
+	r := h.do("GET", "/api/v1/status/"+id+"/", ip, key, nil)
+	wantStatus(t, r, 200)
+	var s statusOverall
+	if err := json.Unmarshal(r.Body.Bytes(), &s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func writeFile(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -63,16 +75,7 @@ func TestStatusOverallProgress(t *testing.T) {
 	const ip = "203.0.113.80"
 	key := h.newKey(ip)
 	id := h.submitted(ip, key) // 2 rows; kcat B, Km E
-	get := func() statusOverall {
-		t.Helper()
-		r := h.do("GET", "/api/v1/status/"+id+"/", ip, key, nil)
-		wantStatus(t, r, 200)
-		var s statusOverall
-		if err := json.Unmarshal(r.Body.Bytes(), &s); err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	get := func() statusOverall { t.Helper(); return h.statusOverall(t, id, ip, key) }
 
 	q := get().Overall
 	if q.Phase != "queued" || q.Percent != 0 || q.ETASeconds != nil || q.Rows != 2 || q.Stages != 2 || q.Text != "Queued, position 1: 2 rows." {
@@ -250,16 +253,7 @@ func TestStatusOfAnEndedJobReadsItsFilesOnce(t *testing.T) {
 	const ip = "203.0.113.81"
 	key := h.newKey(ip)
 	id := h.submitted(ip, key)
-	get := func() statusOverall {
-		t.Helper()
-		r := h.do("GET", "/api/v1/status/"+id+"/", ip, key, nil)
-		wantStatus(t, r, 200)
-		var s statusOverall
-		if err := json.Unmarshal(r.Body.Bytes(), &s); err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	get := func() statusOverall { t.Helper(); return h.statusOverall(t, id, ip, key) }
 	sim := filepath.Join(h.cfg.MediaRoot, "jobs", id, "similarity.json")
 	writeFile(t, sim, `{"state":"not_configured","message":"Method B has no similarity dataset.","method":"B"}`)
 	done := t0.Add(time.Minute)

@@ -37,6 +37,19 @@ func benchSeqs(n int) ([]string, map[string]string) {
 	return ids, m
 }
 
+// admitFamily makes family f's folder and records it as a real writer's,
+// as in production: the plan reads the record (DESIGN.md §8).
+func admitFamily(b *testing.B, l *Layout, f Family) {
+	b.Helper()
+	if err := os.MkdirAll(l.FamilyDir(f), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	fp := provenance.Fingerprint{Model: f.Model, Weights: map[string]string{"weights.pt": "00"}}
+	if _, err := provenance.Admit(l.FamilyDir(f), f.Name, fp); err != nil {
+		b.Fatal(err)
+	}
+}
+
 // warmMethodACache writes the 12 method A files (tiny, presence is what is
 // measured) and a binding-site row per id, and returns every path.
 func warmMethodACache(b *testing.B, l *Layout, ids []string, m map[string]string) []string {
@@ -48,15 +61,7 @@ func warmMethodACache(b *testing.B, l *Layout, ids []string, m map[string]string
 	var paths []string
 	for _, s := range steps {
 		for _, f := range s.Families {
-			if err := os.MkdirAll(l.FamilyDir(f), 0o755); err != nil {
-				b.Fatal(err)
-			}
-			// Each family recorded by a real writer, as in production: the
-			// plan reads the record (DESIGN.md §8).
-			fp := provenance.Fingerprint{Model: f.Model, Weights: map[string]string{"weights.pt": "00"}}
-			if _, err := provenance.Admit(l.FamilyDir(f), f.Name, fp); err != nil {
-				b.Fatal(err)
-			}
+			admitFamily(b, l, f)
 			// Each file with its integrity record, as every writer leaves
 			// it (integrity.go): the verified plan's fast path.
 			sum := sha256.Sum256([]byte{0})
@@ -287,13 +292,7 @@ func BenchmarkPlanSmallJobOnLargeCache(b *testing.B) {
 	sum := sha256.Sum256([]byte{0})
 	for _, s := range steps {
 		for _, f := range s.Families {
-			if err := os.MkdirAll(l.FamilyDir(f), 0o755); err != nil {
-				b.Fatal(err)
-			}
-			fp := provenance.Fingerprint{Model: f.Model, Weights: map[string]string{"weights.pt": "00"}}
-			if _, err := provenance.Admit(l.FamilyDir(f), f.Name, fp); err != nil {
-				b.Fatal(err)
-			}
+			admitFamily(b, l, f)
 			commits := make([]Commit, 0, len(ids))
 			for k, sid := range ids {
 				c := Commit{SeqID: sid, Suffix: f.Suffix(), Bytes: 1, SHA256: hex.EncodeToString(sum[:]), MtimeNs: int64(k) + 1, CtimeNs: int64(k) + 1, Ino: uint64(k) + 1}
