@@ -165,7 +165,8 @@ func TestLoadBurstOnProductionTopology(t *testing.T) {
 		tl := tp.timeline(workflows.PredictionWorkflowID(slow.ID))
 		t.Logf("api-%d: slowest job %s, seen ended %.2f s after its submit:\n%s", i+1, slow.ID, slow.Latency.Seconds(), tl)
 		if strings.Contains(tl, "TimedOut") || strings.Contains(tl, "Failed") {
-			t.Logf("the processes' warnings and errors:\n%s\nthe Temporal server's log (end):\n%s", tp.problems(40), tp.Server.LogTail(4000))
+			t.Logf("the processes' warnings and errors:\n%s\nthe Temporal server's log on the workflow:\n%s\nthe Temporal server's log (end):\n%s",
+				tp.problems(40), tp.Server.LogLines(slow.ID, 20), tp.Server.LogTail(4000))
 		}
 	}
 	if got := quotaUsed(t, tp.APIURLs[0], tp.key); got != 600 {

@@ -232,6 +232,23 @@ func (s *TemporalServer) LogTail(n int) string {
 	return string(data)
 }
 
+// LogLines returns the lines of the server's log that contain substr, at
+// most max of them (the first ones): what the server said about one
+// workflow, where LogTail's end holds only the newest lines.
+func (s *TemporalServer) LogLines(substr string, max int) string {
+	data, _ := os.ReadFile(s.logPath)
+	var out []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+			if len(out) == max {
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 // freeLowPort is a free TCP port below 32768: Temporal stores membership
 // ports in a smallint column, and the kernel's ephemeral ports lie above.
 func freeLowPort() (int, error) {
