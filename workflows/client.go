@@ -63,12 +63,8 @@ func (s Starter) StartJob(ctx context.Context, jobID string) error {
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		TypedSearchAttributes:    temporal.NewSearchAttributes(SearchAttrJobID.ValueSet(jobID), SearchAttrStage.ValueSet("queued")),
-		// Local activities (bookkeeping, a small job's Predict) run inside
-		// workflow tasks; the SDK heartbeats a long task, but on a starved
-		// 2-core host under a burst the default 10 s expired and the task's
-		// local activities ran again (an event recorded twice).
-		WorkflowTaskTimeout: workflowTaskTimeout,
-		EnableEagerStart:    s.Eager,
+		WorkflowTaskTimeout:      WorkflowTaskTimeout,
+		EnableEagerStart:         s.Eager,
 	}, PredictionWorkflowName, PredictionInput{JobID: jobID})
 	if err != nil {
 		return fmt.Errorf("start workflow for job %s: %w", jobID, err)
@@ -81,8 +77,21 @@ func RegisterCPU(r worker.WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(PredictionWorkflow, workflow.RegisterOptions{Name: PredictionWorkflowName})
 }
 
-// workflowTaskTimeout bounds one workflow task of a prediction job.
-const workflowTaskTimeout = 30 * time.Second
+// WorkflowTaskTimeout bounds one workflow task of a prediction job, and so
+// how long a task the Temporal server loses keeps its job waiting. Under a
+// burst on a starved host the server loses one now and then: its matching
+// service gives history's RecordWorkflowTaskStarted 1 s for a task matched
+// at once to a waiting poller (recordTaskStartedSyncMatchTimeout, not
+// configurable in server v1.30); a write that commits after that leaves the
+// task recorded as started by a worker that never receives it, and only
+// this timeout frees it (docs/BENCHMARKS.md, "Issue 35, sixth pass"). It was
+// 30 s while a stopped tracker's answer could land in a job's last task
+// (its local activities then ran twice); since the tracker's stop is
+// bounded (trackerStopWait) a task lasts well under a second even at a
+// burst's busiest (0.5 s in the production topology's test), and the SDK
+// heartbeats a task whose local activities run longer (at 80 % of this).
+// Temporal's own default.
+const WorkflowTaskTimeout = 10 * time.Second
 
 // Workflow states as JobWorkflowState reports them.
 const (

@@ -228,7 +228,7 @@ func (b *bench) floor(ctx context.Context, d *loadgen.Dev, nw, n int, jobID stri
 			_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 				ID: id, TaskQueue: floorQueue, Memo: memo,
 				TypedSearchAttributes: temporal.NewSearchAttributes(workflows.SearchAttrJobID.ValueSet(id), workflows.SearchAttrStage.ValueSet("queued")),
-				WorkflowTaskTimeout:   30 * time.Second,
+				WorkflowTaskTimeout:   workflows.WorkflowTaskTimeout,
 				EnableEagerStart:      true,
 			}, floorWorkflowName, script)
 			errs <- err
