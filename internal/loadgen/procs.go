@@ -71,8 +71,35 @@ func (d *Dev) Procs() map[string]int {
 	return out
 }
 
+// StepServers are the resident step servers the deployment's GPU host has
+// started so far (`kinflow step-server`: children of a kinflow process
+// running its own executable, so with its command name): the synthetic
+// executor's stand-in for the models, whose CPU the processes' own figures
+// leave out. A step server starts with the first job that needs its step,
+// so a burst may see new ones appear.
+func (d *Dev) StepServers() []int {
+	var out []int
+	for _, p := range d.procs {
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p.Process.Pid))
+		if err != nil {
+			continue
+		}
+		out = append(out, childrenNamed(p.Process.Pid, strings.TrimSpace(string(comm)))...)
+	}
+	return out
+}
+
 // childNamed finds a child of parent whose command is name (0: none).
 func childNamed(parent int, name string) int {
+	if pids := childrenNamed(parent, name); len(pids) > 0 {
+		return pids[0]
+	}
+	return 0
+}
+
+// childrenNamed finds the children of parent whose command is name.
+func childrenNamed(parent int, name string) []int {
+	var out []int
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, dir := range dirs {
 		data, err := os.ReadFile(filepath.Join(dir, "stat"))
@@ -86,10 +113,10 @@ func childNamed(parent int, name string) int {
 		comm, _ := os.ReadFile(filepath.Join(dir, "comm"))
 		if strings.TrimSpace(string(comm)) == name {
 			pid, _ := strconv.Atoi(filepath.Base(dir))
-			return pid
+			out = append(out, pid)
 		}
 	}
-	return 0
+	return out
 }
 
 // TemporalMetrics is the Temporal dev server's Prometheus endpoint, read

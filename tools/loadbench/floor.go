@@ -250,10 +250,10 @@ func (b *bench) floor(ctx context.Context, d *loadgen.Dev, nw, n int, jobID stri
 	if got < int64(n) {
 		return fmt.Errorf("floor: %d of %d workflows completed within %v", got, n, b.timeout)
 	}
-	tm, _ := cpu.perJob(n)
+	tm, _, _ := cpu.perJob(n)
 	ops, floorOps := cpu.opsPerJob(n)
 	wms := float64((selfCPU() - self).Microseconds()) / 1000 / float64(n)
-	fmt.Printf("%-8d %-7s %6.1f %9s %9s %9.2f %9.1f %9s %10s %s\n", nw, "floor", float64(n)/wall.Seconds(), "-", "-", wall.Seconds(), tm, "-",
+	fmt.Printf("%-8d %-7s %6.1f %9s %9s %9.2f %9.1f %9s %9s %10s %s\n", nw, "floor", float64(n)/wall.Seconds(), "-", "-", wall.Seconds(), tm, "-", "-",
 		"-", fmt.Sprintf("%d no-op workflows in the shape of job %s (%d events, %d steps); the floor's own worker %.1f ms/job (loadbench process, incl. its client); %.1f persistence requests per job",
 			n, jobID, script.Events, len(script.Ops), wms, ops))
 	if diff := opsDiff(jobOps, floorOps); diff != "" {

@@ -4,7 +4,8 @@
 // `kinflow worker` processes on the same queues, and drives bursts of
 // concurrent small jobs through the public API with internal/loadgen. It
 // prints jobs/s, p50/p99 submit→Completed latency, the CPU each burst cost
-// the Temporal dev server and kinflow per job, and /status/'s req/s for
+// per job the Temporal dev server, kinflow and the synthetic step servers
+// kinflow started (the models' stand-in), and /status/'s req/s for
 // each burst size. With -profile DIR it also profiles one more burst of
 // each size: kinflow with Go's profiler, the dev server with perf
 // (profile.go). `make bench-load` runs it; docs/BENCHMARKS.md holds the
@@ -90,7 +91,7 @@ func run() error {
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Printf("load average at start: %s", load)
-	fmt.Printf("%-8s %-7s %6s %9s %9s %9s %9s %9s %10s %s\n", "workers", "jobs", "jobs/s", "p50 s", "p99 s", "max s", "tmprl ms", "kflow ms", "status/s", "note")
+	fmt.Printf("%-8s %-7s %6s %9s %9s %9s %9s %9s %9s %10s %s\n", "workers", "jobs", "jobs/s", "p50 s", "p99 s", "max s", "tmprl ms", "kflow ms", "steps ms", "status/s", "note")
 	for _, nw := range ws {
 		if err := b.deployment(ctx, nw, bs); err != nil {
 			return err
@@ -149,11 +150,11 @@ func (b *bench) lone(ctx context.Context, d *loadgen.Dev, key string, nw int) er
 		total += r.Wall
 		lat = append(lat, r.Jobs[0].Latency)
 	}
-	tm, km := cpu.perJob(b.alone)
+	tm, km, sm := cpu.perJob(b.alone)
 	ops, _ := cpu.opsPerJob(b.alone)
-	fmt.Printf("%-8d %-7s %6.1f %9.2f %9.2f %9.2f %9.1f %9.1f %10s %s\n", nw, "1×"+strconv.Itoa(b.alone),
+	fmt.Printf("%-8d %-7s %6.1f %9.2f %9.2f %9.2f %9.1f %9.1f %9.1f %10s %s\n", nw, "1×"+strconv.Itoa(b.alone),
 		float64(b.alone)/total.Seconds(), loadgen.Percentile(lat, 50).Seconds(), loadgen.Percentile(lat, 99).Seconds(),
-		loadgen.Percentile(lat, 100).Seconds(), tm, km, "-", fmt.Sprintf("one job at a time; %.1f Temporal persistence requests per job", ops))
+		loadgen.Percentile(lat, 100).Seconds(), tm, km, sm, "-", fmt.Sprintf("one job at a time; %.1f Temporal persistence requests per job", ops))
 	return nil
 }
 
@@ -168,7 +169,7 @@ func (b *bench) burst(ctx context.Context, d *loadgen.Dev, key string, nw, n int
 	if err != nil {
 		return err
 	}
-	tm, km := cpu.perJob(n)
+	tm, km, sm := cpu.perJob(n)
 	ops, byOp := cpu.opsPerJob(n)
 	note := fmt.Sprintf("%.1f Temporal persistence requests per job; ", ops)
 	if err := r.Check(); err != nil {
@@ -185,7 +186,7 @@ func (b *bench) burst(ctx context.Context, d *loadgen.Dev, key string, nw, n int
 		note += fmt.Sprintf("status p99 %.0f ms; with the readers %.1f jobs/s", float64(rs.StatusP99.Microseconds())/1000, rs.JobsPerSec)
 		o.StatusClients = 0
 	}
-	fmt.Printf("%-8d %-7d %6.1f %9.2f %9.2f %9.2f %9.1f %9.1f %10.0f %s\n", nw, n, r.JobsPerSec, r.P50.Seconds(), r.P99.Seconds(), r.Max.Seconds(), tm, km, statusRate, note)
+	fmt.Printf("%-8d %-7d %6.1f %9.2f %9.2f %9.2f %9.1f %9.1f %9.1f %10.0f %s\n", nw, n, r.JobsPerSec, r.P50.Seconds(), r.P99.Seconds(), r.Max.Seconds(), tm, km, sm, statusRate, note)
 	if b.withFloor && len(r.Jobs) > 0 {
 		if err := b.floor(ctx, d, nw, n, r.Jobs[0].ID, byOp); err != nil {
 			return err
@@ -212,25 +213,32 @@ func (b *bench) beside(ctx context.Context, d *loadgen.Dev, key string, nw int) 
 		if err := r.Check(); err != nil {
 			note += "; " + err.Error()
 		}
-		fmt.Printf("%-8d %-7d %6.1f %9.2f %9.2f %9.2f %9s %9s %10s %s\n", nw, m, r.JobsPerSec, r.P50.Seconds(), r.P99.Seconds(), r.Max.Seconds(), "-", "-", "-", note)
+		fmt.Printf("%-8d %-7d %6.1f %9.2f %9.2f %9.2f %9s %9s %9s %10s %s\n", nw, m, r.JobsPerSec, r.P50.Seconds(), r.P99.Seconds(), r.Max.Seconds(), "-", "-", "-", "-", note)
 	}
 	return nil
 }
 
 // cpuMark is the CPU time of a deployment's processes at a moment.
 type cpuMark struct {
+	d     *loadgen.Dev
 	procs map[string]int
 	at    map[string]time.Duration
+	// steps are the step servers' CPU times by pid (a server started
+	// during the burst counts from zero).
+	steps map[int]time.Duration
 	// ops are the dev server's persistence requests (ops.go).
 	metrics string
 	ops     persistenceOps
 }
 
 func startCPU(d *loadgen.Dev) cpuMark {
-	m := cpuMark{procs: d.Procs(), at: map[string]time.Duration{}, metrics: d.TemporalMetrics()}
+	m := cpuMark{d: d, procs: d.Procs(), at: map[string]time.Duration{}, steps: map[int]time.Duration{}, metrics: d.TemporalMetrics()}
 	m.ops = scrapeOps(m.metrics)
 	for name, pid := range m.procs {
 		m.at[name], _ = loadgen.CPUTime(pid)
+	}
+	for _, pid := range d.StepServers() {
+		m.steps[pid], _ = loadgen.CPUTime(pid)
 	}
 	return m
 }
@@ -240,22 +248,29 @@ func (m cpuMark) opsPerJob(jobs int) (float64, persistenceOps) {
 	return scrapeOps(m.metrics).perJob(m.ops, jobs)
 }
 
-// perJob is the CPU ms per job since m of the Temporal dev server and of
-// the kinflow processes together.
-func (m cpuMark) perJob(jobs int) (temporal, kinflow float64) {
+// perJob is the CPU ms per job since m of the Temporal dev server, of the
+// kinflow processes together, and of the synthetic step servers they
+// started (the models' stand-in: CPU taken from the same cores, that the
+// kinflow figure leaves out).
+func (m cpuMark) perJob(jobs int) (temporal, kinflow, steps float64) {
+	perJob := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(jobs) }
 	for name, pid := range m.procs {
 		now, err := loadgen.CPUTime(pid)
 		if err != nil {
 			continue
 		}
-		ms := float64((now - m.at[name]).Microseconds()) / 1000 / float64(jobs)
 		if name == "temporal" {
-			temporal += ms
+			temporal += perJob(now - m.at[name])
 		} else {
-			kinflow += ms
+			kinflow += perJob(now - m.at[name])
 		}
 	}
-	return temporal, kinflow
+	for _, pid := range m.d.StepServers() {
+		if now, err := loadgen.CPUTime(pid); err == nil {
+			steps += perJob(now - m.steps[pid])
+		}
+	}
+	return temporal, kinflow, steps
 }
 
 func ints(s string) ([]int, error) {

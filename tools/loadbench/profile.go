@@ -68,7 +68,7 @@ func (p *profiler) burst(ctx context.Context, d *loadgen.Dev, o loadgen.Options,
 	}()
 	cpu := startCPU(d)
 	r, err := loadgen.Run(ctx, o)
-	tm, km := cpu.perJob(o.Jobs)
+	tm, km, sm := cpu.perJob(o.Jobs)
 	opsTotal, ops := cpu.opsPerJob(o.Jobs)
 	wg.Wait()
 	if err != nil {
@@ -79,7 +79,7 @@ func (p *profiler) burst(ctx context.Context, d *loadgen.Dev, o loadgen.Options,
 	}
 	var sum strings.Builder
 	fmt.Fprintf(&sum, "burst of %d jobs (profiled run): %.1f jobs/s, wall %.1f s, profile window %d s\n", o.Jobs, r.JobsPerSec, r.Wall.Seconds(), secs)
-	fmt.Fprintf(&sum, "CPU per job over the burst: Temporal dev server %.1f ms, kinflow %.1f ms\n\n", tm, km)
+	fmt.Fprintf(&sum, "CPU per job over the burst: Temporal dev server %.1f ms, kinflow %.1f ms, the synthetic step servers %.1f ms\n\n", tm, km, sm)
 	fmt.Fprintf(&sum, "Temporal persistence requests per job: %.1f, by operation:\n%s\n", opsTotal, ops)
 	if err := p.reports(base, &sum, tm, km); err != nil {
 		return err
