@@ -318,3 +318,105 @@ func TestBindingSiteHelperProcess(t *testing.T) {
 		}
 	}
 }
+
+// TestMergeManifestKeepsWhatItDoesNotChange: a merge decodes only the
+// entries it changes; every other value (other writers' keys, entries of any
+// shape, keys with escapes, pretty-printed input) comes back as it was, and
+// a document that is not valid JSON is started afresh.
+func TestMergeManifestKeepsWhatItDoesNotChange(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, ManifestName)
+	in := `{
+  "count": 4,
+  "entries": {
+    "aaa": {"bytes": 10, "extra": ["kept", 1.50], "filename": "aaa.npy", "ready": true},
+    "bad": 5,
+    "ccc": {"bytes": 1, "filename": "ccc.npy", "keep": {"x": null}, "ready": false, "sha256": "00"},
+    "q\"\u00e9": {"bytes": 2}
+  },
+  "updated_at": 1.5,
+  "version": 1,
+  "writer": "python <3>"
+}
+`
+	if err := os.WriteFile(path, []byte(in), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := MergeManifest(dir, []Commit{{SeqID: "ccc", Suffix: ".npy", Bytes: 4224}, {SeqID: "ddd", Suffix: ".npy", Bytes: 7, Synthetic: true}}, []string{"zzz"}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	var got map[string]any
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.UseNumber()
+	if err := dec.Decode(&got); err != nil {
+		t.Fatalf("merged manifest is not JSON: %v\n%s", err, b)
+	}
+	entries := got["entries"].(map[string]any)
+	if got["count"] != json.Number("5") || len(entries) != 5 || got["writer"] != "python <3>" || got["version"] != json.Number("1") {
+		t.Errorf("top level: %s", b)
+	}
+	if !strings.Contains(string(b), `"aaa": {"bytes": 10, "extra": ["kept", 1.50], "filename": "aaa.npy", "ready": true}`) &&
+		!strings.Contains(string(b), `"aaa":{"bytes": 10, "extra": ["kept", 1.50], "filename": "aaa.npy", "ready": true}`) {
+		t.Errorf("an unchanged entry was rewritten: %s", b)
+	}
+	if entries["bad"] != json.Number("5") || entries["q\"é"] == nil {
+		t.Errorf("odd entries: %s", b)
+	}
+	ccc := entries["ccc"].(map[string]any)
+	if ccc["bytes"] != json.Number("4224") || ccc["ready"] != true || ccc["keep"] == nil || ccc["sha256"] != nil {
+		t.Errorf("changed entry ccc: %v", ccc)
+	}
+	if ddd := entries["ddd"].(map[string]any); ddd["synthetic"] != true || ddd["filename"] != "ddd.npy" {
+		t.Errorf("new entry ddd: %v", ddd)
+	}
+	// Keys come out sorted, as encoding/json writes a map.
+	if i, j := strings.Index(string(b), `"ccc"`), strings.Index(string(b), `"ddd"`); i < 0 || j < i {
+		t.Errorf("entries not sorted: %s", b)
+	}
+
+	for _, bad := range []string{`{"entries": {"aaa": {}`, `{"entries": {}} trailing`, `[1, 2]`, `{"entries": "no"}`, ``} {
+		if err := os.WriteFile(path, []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := MergeManifest(dir, []Commit{{SeqID: "eee", Suffix: ".npy", Bytes: 1}}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if m := ReadManifest(dir); len(m) != 1 || !m["eee"].Ready {
+			b, _ := os.ReadFile(path)
+			t.Errorf("after %q: %s", bad, b)
+		}
+	}
+}
+
+// FuzzMergeManifest: whatever the manifest holds, a merge writes valid JSON
+// whose entries list the merged file (ReadManifest, stricter, may still
+// refuse what other writers put beside it).
+func FuzzMergeManifest(f *testing.F) {
+	f.Add([]byte(`{"count":1,"entries":{"aaa":{"bytes":10,"filename":"aaa.npy","ready":true}},"updated_at":1.5,"version":1}`))
+	f.Add([]byte(`{"entries":{"a\u0000b":[],"x":{"y":"\"}"}},"z":{"entries":1}}`))
+	f.Add([]byte(`{"entries":5}`))
+	f.Add([]byte(`not json`))
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, ManifestName), doc, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := MergeManifest(dir, []Commit{{SeqID: "fff", Suffix: ".npy", Bytes: 3}}, nil); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, ManifestName))
+		if err != nil || !json.Valid(b) {
+			t.Fatalf("merged manifest is not JSON: %v\n%s", err, b)
+		}
+		var got struct {
+			Entries map[string]json.RawMessage `json:"entries"`
+		}
+		var fff struct {
+			Ready bool `json:"ready"`
+		}
+		if json.Unmarshal(b, &got) != nil || json.Unmarshal(got.Entries["fff"], &fff) != nil || !fff.Ready {
+			t.Fatalf("merged file not listed: %s", b)
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"runtime"
 	"strings"
@@ -340,4 +341,35 @@ func BenchmarkPlanSmallJobOnLargeCache(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkMergeSmallBatch merges one small step's batch (3 new files, as
+// the GPU host and the synthetic writer do after every batch) into a
+// family's manifest of n recorded files: what the one-file manifest (WIRE
+// §9.7) costs a small job's step as the cache grows.
+func BenchmarkMergeSmallBatch(b *testing.B) {
+	for _, n := range []int{1000, 100000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			dir := b.TempDir()
+			ids, _ := benchSeqs(n + 3)
+			sum := sha256.Sum256([]byte{0})
+			commit := func(k int) Commit {
+				return Commit{SeqID: ids[k], Suffix: ".npy", Bytes: 4224, Synthetic: true, SHA256: hex.EncodeToString(sum[:]),
+					MtimeNs: int64(k) + 1, CtimeNs: int64(k) + 1, Ino: uint64(k) + 1}
+			}
+			all := make([]Commit, n)
+			for k := range all {
+				all[k] = commit(k)
+			}
+			if err := MergeManifest(dir, all, nil); err != nil {
+				b.Fatal(err)
+			}
+			batch := []Commit{commit(n), commit(n + 1), commit(n + 2)}
+			for b.Loop() {
+				if err := MergeManifest(dir, batch, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
