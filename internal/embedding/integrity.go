@@ -170,6 +170,16 @@ func (r *slotRecord) matches(s FileStat) bool {
 		r.bytes == s.Bytes && r.mtime == s.MtimeNs && r.ctime == s.CtimeNs && r.ino == s.Ino
 }
 
+// rawSlot is a scanned record as a slot.
+func rawSlot(r rawRecord) slotRecord {
+	s := slotRecord{bytes: r.Bytes, mtime: r.MtimeNs, ctime: r.CtimeNs, ino: r.Ino, listed: true}
+	if len(r.SHA256) == 2*sha256.Size {
+		_, err := hex.Decode(s.sha[:], r.SHA256)
+		s.hashed = err == nil
+	}
+	return s
+}
+
 func toSlot(r FileRecord, listed bool) slotRecord {
 	s := slotRecord{bytes: r.Bytes, mtime: r.MtimeNs, ctime: r.CtimeNs, ino: r.Ino, listed: listed}
 	if len(r.SHA256) == 2*sha256.Size {
@@ -183,21 +193,20 @@ func toSlot(r FileRecord, listed bool) slotRecord {
 // by index, without an allocation per entry on the common path.
 func readSlots(dir string, index map[string]int, n int) []slotRecord {
 	slots := make([]slotRecord, n)
-	b, err := os.ReadFile(filepath.Join(dir, ManifestName))
+	path := filepath.Join(dir, ManifestName)
+	if cachedSlots(path, dir, index, slots) {
+		return slots
+	}
+	b, key, quiet, err := readManifestForSlots(path)
 	if err != nil {
 		return slots
 	}
+	entries := 0
 	ok := scanRecords(b, func(sid []byte, r rawRecord) {
-		i, ok := index[string(sid)]
-		if !ok {
-			return
+		entries++
+		if i, ok := index[string(sid)]; ok {
+			slots[i] = rawSlot(r)
 		}
-		s := slotRecord{bytes: r.Bytes, mtime: r.MtimeNs, ctime: r.CtimeNs, ino: r.Ino, listed: true}
-		if len(r.SHA256) == 2*sha256.Size {
-			_, err := hex.Decode(s.sha[:], r.SHA256)
-			s.hashed = err == nil
-		}
-		slots[i] = s
 	})
 	if !ok {
 		clear(slots)
@@ -206,6 +215,13 @@ func readSlots(dir string, index map[string]int, n int) []slotRecord {
 				slots[i] = toSlot(r, true)
 			}
 		}
+		return slots
+	}
+	if quiet && entries <= slotCacheMaxRecords {
+		// Quiet: every record is kept for the next reads (slotcache.go).
+		recs := make(map[string]slotRecord, entries)
+		scanRecords(b, func(sid []byte, r rawRecord) { recs[string(sid)] = rawSlot(r) })
+		slotCache.keep(dir, key, recs)
 	}
 	return slots
 }
