@@ -86,7 +86,7 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 		// _txlock=immediate takes the write lock at BEGIN, so two
 		// read-then-write transactions cannot deadlock on the upgrade.
 		dsn := path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(60000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
-		db, err = gorm.Open(sqlite.Open(dsn), cfg)
+		db, err = openSQLite(ctx, dsn, cfg)
 		if err == nil {
 			// One writer of this process at a time, in line (gate.go).
 			g := newWriteGate(db.ConnPool, sqliteBusyTimeout)
@@ -142,6 +142,36 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// openSQLite opens the SQLite database of dsn. Roles started together on a
+// new file (kinflow's roles on one host, the e2e stacks) all switch it to
+// WAL at once, and that switch can answer SQLITE_BUSY at once rather than
+// wait out busy_timeout: six processes opening a new file together, 60
+// times over, lost one open so in the 22nd round (TestOpenFreshSQLiteAtOnce;
+// a CI run lost an api this way). A busy open is tried again, for up to
+// sqliteBusyTimeout.
+func openSQLite(ctx context.Context, dsn string, cfg *gorm.Config) (*gorm.DB, error) {
+	deadline := time.Now().Add(sqliteBusyTimeout)
+	wait := 10 * time.Millisecond
+	for {
+		db, err := gorm.Open(sqlite.Open(dsn), cfg)
+		if err == nil || !isSQLiteBusy(err) || time.Now().After(deadline) {
+			return db, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+	}
+}
+
+// isSQLiteBusy reports whether err is SQLite's "database is locked"
+// (SQLITE_BUSY, as the driver words it).
+func isSQLiteBusy(err error) bool {
+	return strings.Contains(err.Error(), "SQLITE_BUSY") || strings.Contains(err.Error(), "database is locked")
 }
 
 // OpenAnother opens a second Store on the same database, as another
