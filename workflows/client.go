@@ -87,8 +87,8 @@ func RegisterCPU(r worker.WorkflowRegistry) {
 // this timeout frees it (docs/BENCHMARKS.md, "Issue 35, sixth pass"). It was
 // 30 s while a stopped tracker's answer could land in a job's last task
 // (its local activities then ran twice); since the tracker's stop is
-// bounded (trackerStopWait) a task lasts well under a second even at a
-// burst's busiest (0.5 s in the production topology's test), and the SDK
+// bounded (trackerStopWait) a task took about a second at most even at a
+// burst's busiest (0.4–1.0 s in the production topology's test), and the SDK
 // heartbeats a task whose local activities run longer (at 80 % of this).
 // Temporal's own default.
 const WorkflowTaskTimeout = 10 * time.Second
