@@ -256,11 +256,9 @@ func mergeManifestLocked(dir string, commits []Commit, remove []string) error {
 	}
 	out := make([]byte, 0, size+1024)
 	out = append(out, '{')
-	keys := slices.Sorted(maps.Keys(top))
-	if _, ok := top["entries"]; !ok {
-		keys = append(keys, "entries")
-		slices.Sort(keys)
-	}
+	// top holds every key but "entries" (splitManifest).
+	keys := append(slices.Collect(maps.Keys(top)), "entries")
+	slices.Sort(keys)
 	for i, k := range keys {
 		if i > 0 {
 			out = append(out, ',')

@@ -201,11 +201,24 @@ func readSlots(dir string, index map[string]int, n int) []slotRecord {
 	if err != nil {
 		return slots
 	}
-	entries := 0
+	// A quiet manifest's records are all kept for the next reads
+	// (slotcache.go), gathered in the same pass unless there are more than
+	// the cache holds.
+	var recs map[string]slotRecord
+	if quiet {
+		recs = map[string]slotRecord{}
+	}
 	ok := scanRecords(b, func(sid []byte, r rawRecord) {
-		entries++
+		s := rawSlot(r)
 		if i, ok := index[string(sid)]; ok {
-			slots[i] = rawSlot(r)
+			slots[i] = s
+		}
+		if recs != nil {
+			if len(recs) == slotCacheMaxRecords {
+				recs = nil
+				return
+			}
+			recs[string(sid)] = s
 		}
 	})
 	if !ok {
@@ -217,10 +230,7 @@ func readSlots(dir string, index map[string]int, n int) []slotRecord {
 		}
 		return slots
 	}
-	if quiet && entries <= slotCacheMaxRecords {
-		// Quiet: every record is kept for the next reads (slotcache.go).
-		recs := make(map[string]slotRecord, entries)
-		scanRecords(b, func(sid []byte, r rawRecord) { recs[string(sid)] = rawSlot(r) })
+	if recs != nil {
 		slotCache.keep(dir, key, recs)
 	}
 	return slots

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	sqlitedriver "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -169,9 +171,10 @@ func openSQLite(ctx context.Context, dsn string, cfg *gorm.Config) (*gorm.DB, er
 }
 
 // isSQLiteBusy reports whether err is SQLite's "database is locked"
-// (SQLITE_BUSY, as the driver words it).
+// (SQLITE_BUSY, or one of its extended codes).
 func isSQLiteBusy(err error) bool {
-	return strings.Contains(err.Error(), "SQLITE_BUSY") || strings.Contains(err.Error(), "database is locked")
+	var se *sqlitedriver.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
 // OpenAnother opens a second Store on the same database, as another
