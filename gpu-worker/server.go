@@ -460,7 +460,7 @@ func (s *Server) Submit(ctx context.Context, id string, work *embedjob.Work, ord
 	in := &embedjob.Input{
 		GPUJobID: id, MethodKey: work.MethodKey, Target: work.Target, Profile: work.Profile,
 		Steps: order, StepCounts: map[string]int{}, WorkFile: abs, GPUTaskQueue: s.gpuQueue, ShardSeqs: s.shardSeqs,
-		SmallStepSeqs: s.smallStepSeqs,
+		SmallStepSeqs: s.smallStepSeqs, Rev: embedjob.Rev,
 	}
 	for _, k := range order {
 		in.StepCounts[k] = len(work.StepWork[k])

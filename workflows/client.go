@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
@@ -51,9 +52,20 @@ type JobSummary struct {
 // call can never run a job twice.
 func (s Starter) StartJob(ctx context.Context, jobID string) error {
 	var memo map[string]any
+	in := PredictionInput{JobID: jobID, Rev: Rev}
+	attrs := []temporal.SearchAttributeUpdate{SearchAttrJobID.ValueSet(jobID), SearchAttrStage.ValueSet("queued")}
 	if s.Summary != nil {
 		if sum, err := s.Summary(ctx, jobID); err == nil {
 			memo = map[string]any{MemoSummary: sum}
+			// The methods in stage order, as the workflow would upsert
+			// them after PrepareInput (it leaves out an upsert of the
+			// value the run already has).
+			var keys []string
+			for _, t := range strings.Split(sum.Targets, "+") {
+				keys = append(keys, sum.Methods[t])
+			}
+			in.Method = strings.Join(keys, ",")
+			attrs = append(attrs, SearchAttrMethod.ValueSet(in.Method))
 		}
 	}
 	_, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
@@ -62,10 +74,10 @@ func (s Starter) StartJob(ctx context.Context, jobID string) error {
 		TaskQueue:                s.TaskQueue,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-		TypedSearchAttributes:    temporal.NewSearchAttributes(SearchAttrJobID.ValueSet(jobID), SearchAttrStage.ValueSet("queued")),
+		TypedSearchAttributes:    temporal.NewSearchAttributes(attrs...),
 		WorkflowTaskTimeout:      WorkflowTaskTimeout,
 		EnableEagerStart:         s.Eager,
-	}, PredictionWorkflowName, PredictionInput{JobID: jobID})
+	}, PredictionWorkflowName, in)
 	if err != nil {
 		return fmt.Errorf("start workflow for job %s: %w", jobID, err)
 	}

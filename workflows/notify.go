@@ -36,7 +36,7 @@ func (w *prediction) notify(ctx workflow.Context) {
 	if prepared && !w.prep.Notify {
 		return
 	}
-	if workflow.GetVersion(ctx, notifyVersion, workflow.DefaultVersion, 1) < 1 {
+	if w.version(ctx, notifyVersion) < 1 {
 		return
 	}
 	// Sent even when the workflow was cancelled after Finalize.

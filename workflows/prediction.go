@@ -20,6 +20,29 @@ import (
 // the database and the job's folder, read by PrepareInput.
 type PredictionInput struct {
 	JobID string `json:"job_id"`
+	// Rev is the workflow revision the job was started under: Rev at
+	// StartJob, 0 for every job started before revisions. It decides
+	// whether the run asks GetVersion for the changes revision 1 covers
+	// (embedjob.ChangeVersion, docs/workflows.md).
+	Rev int `json:"rev,omitempty"`
+	// Method is the Method search attribute the start set ("": none); the
+	// run upserts Method only when its stages' methods differ. (The run's
+	// search attributes cannot tell: in replay they already hold the
+	// values of upserts later in the same workflow task.)
+	Method string `json:"method,omitempty"`
+}
+
+// Rev is the workflow revision new jobs start under (embedjob.Rev): a job
+// started at revision 1 takes every change of docs/workflows.md's table up
+// to i35-notify-job at version 1 without a version marker. A later change
+// is made behind GetVersion as before (or, with replay tests of both, by
+// raising embedjob.Rev and testing the input's Rev).
+const Rev = embedjob.Rev
+
+// version is GetVersion(ctx, change, DefaultVersion, 1) for this run's
+// revision (embedjob.ChangeVersion).
+func (w *prediction) version(ctx workflow.Context, change string) workflow.Version {
+	return embedjob.ChangeVersion(ctx, w.in.Rev, change)
 }
 
 // PredictionResult is the workflow's result.
@@ -154,7 +177,7 @@ func (w *prediction) rideOutOptions(o workflow.LocalActivityOptions) workflow.Lo
 const DefaultOutageRideOut = 10 * time.Minute
 
 func (w *prediction) run(ctx workflow.Context) (PredictionResult, error) {
-	w.rideOut = workflow.GetVersion(ctx, rideOutVersion, workflow.DefaultVersion, 1) >= 1
+	w.rideOut = w.version(ctx, rideOutVersion) >= 1
 	w.setStage(ctx, 0, "prepare")
 	if err := workflow.ExecuteLocalActivity(w.shortOptions(ctx), a.PrepareInput, activities.JobRef{JobID: w.in.JobID}).Get(ctx, &w.prep); err != nil {
 		return w.finalize(ctx, err)
@@ -163,14 +186,18 @@ func (w *prediction) run(ctx workflow.Context) (PredictionResult, error) {
 		return PredictionResult{Status: "AlreadyDone"}, nil
 	}
 	if n := w.prep.Policy.SmallJobRows; n > 0 && w.prep.Rows <= n {
-		w.small = workflow.GetVersion(ctx, smallJobLocalVersion, workflow.DefaultVersion, 1) >= 1
-		w.quiet = w.small && workflow.GetVersion(ctx, quietStagesVersion, workflow.DefaultVersion, 1) >= 1
+		w.small = w.version(ctx, smallJobLocalVersion) >= 1
+		w.quiet = w.small && w.version(ctx, quietStagesVersion) >= 1
 	}
 	keys := make([]string, 0, len(w.prep.Stages))
 	for _, st := range w.prep.Stages {
 		keys = append(keys, st.MethodKey)
 	}
-	_ = workflow.UpsertTypedSearchAttributes(ctx, SearchAttrMethod.ValueSet(strings.Join(keys, ",")))
+	// StartJob sets Method at the start where it can: an upsert of the
+	// same value would only add an event.
+	if methods := strings.Join(keys, ","); methods != w.in.Method {
+		_ = workflow.UpsertTypedSearchAttributes(ctx, SearchAttrMethod.ValueSet(methods))
+	}
 
 	for _, st := range w.prep.Stages {
 		if err := w.stage(ctx, st); err != nil {
@@ -178,7 +205,7 @@ func (w *prediction) run(ctx workflow.Context) (PredictionResult, error) {
 		}
 	}
 	// Histories recorded before the annotation step replay without it.
-	if workflow.GetVersion(ctx, annotateChange, workflow.DefaultVersion, 1) == 1 {
+	if w.version(ctx, annotateChange) == 1 {
 		w.annotate(ctx)
 	}
 	return w.finalize(ctx, nil)
@@ -221,7 +248,7 @@ func (w *prediction) stage(ctx workflow.Context, st activities.StageInfo) error 
 	// their units again. An older history never has Recheck set, so the
 	// version marker is only met on this road.
 	for round := 0; pr.Recheck > 0; round++ {
-		if workflow.GetVersion(ctx, recheckAfterReadVersion, workflow.DefaultVersion, 1) < 1 {
+		if w.version(ctx, recheckAfterReadVersion) < 1 {
 			break
 		}
 		if round == maxRecheckRounds {
@@ -243,7 +270,7 @@ func (w *prediction) stage(ctx workflow.Context, st activities.StageInfo) error 
 	}
 	w.setStage(ctx, st.Index, "cleanup")
 	if err := workflow.ExecuteLocalActivity(w.shortOptions(ctx), a.Cleanup, ref).Get(ctx, nil); err != nil {
-		if workflow.GetVersion(ctx, cleanupMarkVersion, workflow.DefaultVersion, 1) >= 1 {
+		if w.version(ctx, cleanupMarkVersion) >= 1 {
 			_ = w.mark(ctx, activities.StageMark{JobID: w.in.JobID, StageIndex: st.Index, Status: "failed", Message: userMessage(err)})
 		}
 		return err
@@ -314,7 +341,7 @@ func (w *prediction) remote(ctx workflow.Context, st activities.StageInfo, plan 
 	w.setStage(ctx, st.Index, "gpu-health")
 	var h activities.Health
 	var hf workflow.Future
-	if workflow.GetVersion(ctx, gpuHealthLocalVersion, workflow.DefaultVersion, 1) >= 1 {
+	if w.version(ctx, gpuHealthLocalVersion) >= 1 {
 		hf = workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 			// One HTTP GET with a 5 s client timeout, retried a little.
 			StartToCloseTimeout: 30 * time.Second,
@@ -342,7 +369,7 @@ func (w *prediction) remote(ctx workflow.Context, st activities.StageInfo, plan 
 		HeartbeatSeconds: pol.HeartbeatSeconds,
 		GPUJobID:         gpuJobID, MethodKey: st.MethodKey, Target: st.Target, Profile: plan.Profile,
 		WorkFile: plan.WorkFile, GPUTaskQueue: pol.GPUTaskQueue, StepCounts: map[string]int{},
-		ShardSeqs: pol.ShardSeqs, SmallStepSeqs: pol.GPUSmallStepSeqs,
+		ShardSeqs: pol.ShardSeqs, SmallStepSeqs: pol.GPUSmallStepSeqs, Rev: w.in.Rev,
 	}
 	for _, s := range plan.Steps {
 		in.Steps = append(in.Steps, s.StepKey)
@@ -354,7 +381,7 @@ func (w *prediction) remote(ctx workflow.Context, st activities.StageInfo, plan 
 	w.setStage(ctx, st.Index, "gpu")
 	cctx, cancel := workflow.WithCancel(ctx)
 	var remoteJob workflow.Future // the GPU job: inline steps or an EmbedJob child
-	if w.small && embedjob.SmallLaneOnly(in) && workflow.GetVersion(ctx, smallJobInlineGPUVersion, workflow.DefaultVersion, 1) >= 1 {
+	if w.small && embedjob.SmallLaneOnly(in) && w.version(ctx, smallJobInlineGPUVersion) >= 1 {
 		// A small job's small steps run in this workflow: the same
 		// activities on the same queues, without a child of their own.
 		f, set := workflow.NewFuture(cctx)
@@ -388,7 +415,7 @@ func (w *prediction) remote(ctx workflow.Context, st activities.StageInfo, plan 
 	w.status.GPUJobID = ""
 	switch {
 	case timedOut:
-		if workflow.GetVersion(ctx, pollTimeoutPostCheckVersion, workflow.DefaultVersion, 1) >= 1 {
+		if w.version(ctx, pollTimeoutPostCheckVersion) >= 1 {
 			// At the deadline the files decide (WIRE §13.5): a remote job
 			// that wrote everything but did not report in time is done.
 			w.setStage(ctx, st.Index, "post-check")
@@ -440,7 +467,7 @@ func (w *prediction) local(ctx workflow.Context, st activities.StageInfo, plan a
 		HeartbeatTimeout:    w.heartbeat(),
 		RetryPolicy:         longRetry,
 	})
-	run := embedjob.StepsRun{JobID: "local-" + w.in.JobID, WorkFile: plan.WorkFile, Counts: map[string]int{}, ShardSeqs: w.prep.Policy.ShardSeqs}
+	run := embedjob.StepsRun{JobID: "local-" + w.in.JobID, WorkFile: plan.WorkFile, Counts: map[string]int{}, ShardSeqs: w.prep.Policy.ShardSeqs, Rev: w.in.Rev}
 	for _, s := range plan.Steps {
 		run.Steps = append(run.Steps, s.StepKey)
 		run.Counts[s.StepKey] = s.Count
@@ -491,7 +518,7 @@ func (w *prediction) heavy(ctx workflow.Context, ao workflow.ActivityOptions, fn
 // trackers whose own jobs then waited for a slot, for ever.
 func (w *prediction) startTracker(ctx workflow.Context, st activities.StageInfo, plan activities.PlanSummary) func() {
 	pol := w.prep.Policy
-	own := workflow.GetVersion(ctx, trackerQueueVersion, workflow.DefaultVersion, 1) >= 1
+	own := w.version(ctx, trackerQueueVersion) >= 1
 	if own && plan.Need < pol.TrackMinFiles {
 		return func() {}
 	}

@@ -34,7 +34,10 @@ func TestReplayRecordedHistories(t *testing.T) {
 		// A small job before and after its Stage went quiet (GetVersion
 		// "i35-quiet-stages"): TestReplayManyUsersShapes.
 		"prediction_small_job_local.json": false, "prediction_small_job_quiet_stages.json": false,
-		"prediction_small_job_inline_gpu.json": false}
+		"prediction_small_job_inline_gpu.json": false,
+		// The same small job, a larger one and its EmbedJob started at
+		// revision 1 (no version markers): TestReplayManyUsersShapes.
+		"prediction_small_job_rev1.json": false, "prediction_large_job_rev1.json": false, "embedjob_rev1.json": false}
 	for _, f := range files {
 		want[filepath.Base(f)] = true
 		t.Run(filepath.Base(f), func(t *testing.T) {

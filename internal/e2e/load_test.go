@@ -180,9 +180,13 @@ func TestLoadBurstOnProductionTopology(t *testing.T) {
 // GPU health local, its step on the GPU small lane run inside its own
 // workflow, its Stage upserted only where it waits: issue 35's
 // "i35-quiet-stages" and "small-job-inline-gpu"; the shapes before them are
-// prediction_small_job_local and prediction_small_job_quiet_stages) and a
-// larger one (a tracker on its own queue, the step on the main GPU queue in
-// an EmbedJob child).
+// prediction_small_job_local, prediction_small_job_quiet_stages and, before
+// revision 1, prediction_small_job_inline_gpu) and a larger one (a tracker
+// on its own queue, the step on the main GPU queue in an EmbedJob child;
+// before revision 1, prediction_tracker_own_queue and
+// embedjob_small_or_main_lane). Started at revision 1, neither records a
+// version marker or an upsert of TemporalChangeVersion, and neither upserts
+// Method (their start set it).
 func TestReplayManyUsersShapes(t *testing.T) {
 	s := newStack(t, nil, nil)
 	small := s.submit(csvRows(randSeed(), 3, 150), []string{"kcat"}, map[string]string{"kcat": "B"})
@@ -195,7 +199,25 @@ func TestReplayManyUsersShapes(t *testing.T) {
 	if got := s.childWorkflows("prediction:" + small); len(got) != 0 {
 		t.Fatalf("the small job started child workflows %v; its step runs inside it", got)
 	}
-	s.replay("prediction:"+small, "prediction_small_job_inline_gpu")
-	s.replay("prediction:"+large, "prediction_tracker_own_queue")
-	s.replayEmbedJobs("embedjob_small_or_main_lane")
+	for _, j := range []string{small, large} {
+		evs, err := s.events("prediction:" + j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			if m := ev.GetMarkerRecordedEventAttributes(); m != nil && m.GetMarkerName() == "Version" {
+				t.Errorf("job %s: version marker at event %d; a run at revision 1 asks no GetVersion", j, ev.EventId)
+			}
+			if u := ev.GetUpsertWorkflowSearchAttributesEventAttributes(); u != nil {
+				for k := range u.GetSearchAttributes().GetIndexedFields() {
+					if k == "TemporalChangeVersion" || k == "Method" {
+						t.Errorf("job %s: upsert of %s at event %d", j, k, ev.EventId)
+					}
+				}
+			}
+		}
+	}
+	s.replay("prediction:"+small, "prediction_small_job_rev1")
+	s.replay("prediction:"+large, "prediction_large_job_rev1")
+	s.replayEmbedJobs("embedjob_rev1")
 }

@@ -77,6 +77,11 @@ type Input struct {
 	// many sequences runs on config.SmallTaskQueue(GPUTaskQueue); 0 (and every
 	// input from before the small lane) means none does.
 	SmallStepSeqs int `json:"small_step_seqs,omitempty"`
+	// Rev is the workflow revision the job was started under
+	// (workflows.Rev): a run with Rev >= 1 takes every change of
+	// docs/workflows.md's table at version 1 without asking GetVersion.
+	// 0 (every input from before revisions) asks, as before.
+	Rev int `json:"rev,omitempty"`
 }
 
 // DefaultShardSeqs is the shard size when none is given (config's
