@@ -57,15 +57,14 @@ func (s Starter) StartJob(ctx context.Context, jobID string) error {
 	if s.Summary != nil {
 		if sum, err := s.Summary(ctx, jobID); err == nil {
 			memo = map[string]any{MemoSummary: sum}
-			// The methods in stage order, as the workflow would upsert
-			// them after PrepareInput (it leaves out an upsert of the
-			// value the run already has).
+			// The methods in stage order, as the workflow upserts them
+			// after PrepareInput: an operator sees them while the job
+			// waits in the queue.
 			var keys []string
 			for _, t := range strings.Split(sum.Targets, "+") {
 				keys = append(keys, sum.Methods[t])
 			}
-			in.Method = strings.Join(keys, ",")
-			attrs = append(attrs, SearchAttrMethod.ValueSet(in.Method))
+			attrs = append(attrs, SearchAttrMethod.ValueSet(strings.Join(keys, ",")))
 		}
 	}
 	_, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{

@@ -25,11 +25,6 @@ type PredictionInput struct {
 	// whether the run asks GetVersion for the changes revision 1 covers
 	// (embedjob.ChangeVersion, docs/workflows.md).
 	Rev int `json:"rev,omitempty"`
-	// Method is the Method search attribute the start set ("": none); the
-	// run upserts Method only when its stages' methods differ. (The run's
-	// search attributes cannot tell: in replay they already hold the
-	// values of upserts later in the same workflow task.)
-	Method string `json:"method,omitempty"`
 }
 
 // Rev is the workflow revision new jobs start under (embedjob.Rev): a job
@@ -193,11 +188,10 @@ func (w *prediction) run(ctx workflow.Context) (PredictionResult, error) {
 	for _, st := range w.prep.Stages {
 		keys = append(keys, st.MethodKey)
 	}
-	// StartJob sets Method at the start where it can: an upsert of the
-	// same value would only add an event.
-	if methods := strings.Join(keys, ","); methods != w.in.Method {
-		_ = workflow.UpsertTypedSearchAttributes(ctx, SearchAttrMethod.ValueSet(methods))
-	}
+	// StartJob sets Method at the start where it can, and the upsert stays:
+	// a run that an older worker began upserted it, and the upsert is a
+	// command that replay checks.
+	_ = workflow.UpsertTypedSearchAttributes(ctx, SearchAttrMethod.ValueSet(strings.Join(keys, ",")))
 
 	for _, st := range w.prep.Stages {
 		if err := w.stage(ctx, st); err != nil {

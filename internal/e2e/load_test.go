@@ -185,8 +185,7 @@ func TestLoadBurstOnProductionTopology(t *testing.T) {
 // on its own queue, the step on the main GPU queue in an EmbedJob child;
 // before revision 1, prediction_tracker_own_queue and
 // embedjob_small_or_main_lane). Started at revision 1, neither records a
-// version marker or an upsert of TemporalChangeVersion, and neither upserts
-// Method (their start set it).
+// version marker or an upsert of TemporalChangeVersion.
 func TestReplayManyUsersShapes(t *testing.T) {
 	s := newStack(t, nil, nil)
 	small := s.submit(csvRows(randSeed(), 3, 150), []string{"kcat"}, map[string]string{"kcat": "B"})
@@ -210,7 +209,7 @@ func TestReplayManyUsersShapes(t *testing.T) {
 			}
 			if u := ev.GetUpsertWorkflowSearchAttributesEventAttributes(); u != nil {
 				for k := range u.GetSearchAttributes().GetIndexedFields() {
-					if k == "TemporalChangeVersion" || k == "Method" {
+					if k == "TemporalChangeVersion" {
 						t.Errorf("job %s: upsert of %s at event %d", j, k, ev.EventId)
 					}
 				}
