@@ -78,7 +78,7 @@ type Input struct {
 	// input from before the small lane) means none does.
 	SmallStepSeqs int `json:"small_step_seqs,omitempty"`
 	// Rev is the workflow revision the job was started under
-	// (workflows.Rev): a run with Rev >= 1 takes every change of
+	// (embedjob.Rev): a run with Rev >= 1 takes every change of
 	// docs/workflows.md's table at version 1 without asking GetVersion.
 	// 0 (every input from before revisions) asks, as before.
 	Rev int `json:"rev,omitempty"`

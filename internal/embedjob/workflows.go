@@ -137,7 +137,7 @@ const Rev = 1
 // change that revision 1 covers (docs/workflows.md) at version 1 without
 // asking, so its history records no version marker and no
 // TemporalChangeVersion upsert for it (the SDK upserts one per GetVersion:
-// 9 markers and 9 upserts were 18 of a small job's 49 events). A run at
+// 9 markers and 9 upserts were 18 of a small job's 48 events). A run at
 // revision 0 was started before revisions and asks, as it always did; the
 // SDK skips a version marker that no GetVersion asks for in replay, so
 // either road replays.
