@@ -48,8 +48,10 @@ type bench struct {
 	prof              *profiler // nil without -profile
 	// withFloor runs the floor (floor.go) after each burst.
 	withFloor bool
-	// dir holds every deployment's folder until the run ends.
-	dir string
+	// dir holds every deployment's folder until the run ends; deployments
+	// counts them (a -workers list may name a count twice).
+	dir         string
+	deployments int
 }
 
 func run() error {
@@ -119,7 +121,8 @@ func run() error {
 // workers.
 func (b *bench) deployment(ctx context.Context, nw int, bs []int) error {
 	o := loadgen.DevOptions{Kinflow: b.kinflow, TemporalCLI: b.temporal, Workers: nw, Env: b.env,
-		Dir: filepath.Join(b.dir, fmt.Sprintf("workers-%d", nw))}
+		Dir: filepath.Join(b.dir, fmt.Sprintf("%d-workers-%d", b.deployments, nw))}
+	b.deployments++
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return err
 	}
