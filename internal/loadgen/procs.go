@@ -17,6 +17,19 @@ const clockTicks = 100
 // /proc/<pid>/stat: the figure docs/BENCHMARKS.md divides by the jobs of a
 // burst for "CPU per small job".
 func CPUTime(pid int) (time.Duration, error) {
+	// Fields 14 and 15 (utime, stime); statFields starts at field 3.
+	return cpuTicks(pid, 11, 13)
+}
+
+// SystemTime is the part of CPUTime spent in the kernel (stime): on a
+// file system where creating a file is dear, most of what a burst adds.
+func SystemTime(pid int) (time.Duration, error) {
+	return cpuTicks(pid, 12, 13)
+}
+
+// cpuTicks sums the fields [from, to) of /proc/<pid>/stat after the
+// command name, as CPU time.
+func cpuTicks(pid, from, to int) (time.Duration, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
@@ -25,9 +38,8 @@ func CPUTime(pid int) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
 	}
-	// Fields 14 and 15 (utime, stime); f starts at field 3.
 	var ticks int64
-	for _, s := range f[11:13] {
+	for _, s := range f[from:to] {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
 			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)

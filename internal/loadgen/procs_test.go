@@ -24,3 +24,32 @@ func TestCPUTimeOfThisProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Creating files is system time: SystemTime grows with it, and never
+// exceeds CPUTime.
+func TestSystemTimeOfThisProcess(t *testing.T) {
+	before, err := SystemTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for i := 0; i < 3000; i++ {
+		f, err := os.CreateTemp(dir, "f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = f.Close()
+		_ = os.Remove(f.Name())
+	}
+	after, err := SystemTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	total, err := CPUTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after <= before || after > total {
+		t.Fatalf("system time %v then %v, CPU time %v", before, after, total)
+	}
+}
