@@ -28,6 +28,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/kinflow/kinflow/internal/loadgen"
 	"github.com/kinflow/kinflow/internal/testenv"
 )
 
@@ -47,6 +48,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	loadgen.RemoveStopped()
 	testenv.StopTemporal()
 	_ = os.RemoveAll(dir)
 	os.Exit(code)

@@ -172,18 +172,19 @@ func (r *slotRecord) matches(s FileStat) bool {
 
 // rawSlot is a scanned record as a slot.
 func rawSlot(r rawRecord) slotRecord {
-	s := slotRecord{bytes: r.Bytes, mtime: r.MtimeNs, ctime: r.CtimeNs, ino: r.Ino, listed: true}
-	if len(r.SHA256) == 2*sha256.Size {
-		_, err := hex.Decode(s.sha[:], r.SHA256)
-		s.hashed = err == nil
-	}
-	return s
+	return newSlot(r.Bytes, r.MtimeNs, r.CtimeNs, r.Ino, r.SHA256, true)
 }
 
 func toSlot(r FileRecord, listed bool) slotRecord {
-	s := slotRecord{bytes: r.Bytes, mtime: r.MtimeNs, ctime: r.CtimeNs, ino: r.Ino, listed: listed}
-	if len(r.SHA256) == 2*sha256.Size {
-		_, err := hex.Decode(s.sha[:], []byte(r.SHA256))
+	return newSlot(r.Bytes, r.MtimeNs, r.CtimeNs, r.Ino, r.SHA256, listed)
+}
+
+// newSlot is a record as a slot, its hex SHA-256 decoded (hashed unless
+// it is not 64 hex digits).
+func newSlot[H string | []byte](bytes, mtime, ctime int64, ino uint64, sha H, listed bool) slotRecord {
+	s := slotRecord{bytes: bytes, mtime: mtime, ctime: ctime, ino: ino, listed: listed}
+	if len(sha) == 2*sha256.Size {
+		_, err := hex.Decode(s.sha[:], []byte(sha))
 		s.hashed = err == nil
 	}
 	return s

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -28,7 +29,7 @@ type DevOptions struct {
 	// Env (a profiler's address, which a second process could not bind).
 	DevEnv []string
 	// Dir holds the deployment's database, media root and logs; empty: a
-	// temporary folder removed by Stop.
+	// temporary folder, removed by RemoveStopped after Stop.
 	Dir string
 }
 
@@ -160,8 +161,34 @@ func (d *Dev) Stop() {
 	}
 	d.procs = nil
 	if d.temp {
-		_ = os.RemoveAll(d.Dir)
+		stopped.Lock()
+		stopped.dirs = append(stopped.dirs, d.Dir)
+		stopped.Unlock()
+		d.temp = false
 	}
+}
+
+// stopped are the temporary folders of the deployments stopped so far.
+var stopped struct {
+	sync.Mutex
+	dirs []string
+}
+
+// RemoveStopped removes the temporary folders of the deployments stopped
+// so far; a program that starts deployments calls it once, at its end.
+// Stop leaves them: removing one just before the next deployment starts
+// made that one slower. On ext4 without a journal (this project's
+// development and CI machines) the kernel does not reuse an inode for a
+// minute or more after its deletion, and scans past every such inode of a
+// block group for each new file; the next deployment's folder lands in the
+// group just freed (docs/BENCHMARKS.md, issue 35's seventh pass).
+func RemoveStopped() {
+	stopped.Lock()
+	defer stopped.Unlock()
+	for _, dir := range stopped.dirs {
+		_ = os.RemoveAll(dir)
+	}
+	stopped.dirs = nil
 }
 
 func freePorts(n int) ([]int, error) {

@@ -53,3 +53,26 @@ func TestSystemTimeOfThisProcess(t *testing.T) {
 		t.Fatalf("system time %v then %v, CPU time %v", before, after, total)
 	}
 }
+
+// A stopped deployment's temporary folder stays until RemoveStopped; a
+// folder the caller gave is never removed.
+func TestStopLeavesTheFolderUntilRemoveStopped(t *testing.T) {
+	temp, given := t.TempDir()+"/dev", t.TempDir()
+	for _, dir := range []string{temp, given} {
+		if err := os.MkdirAll(dir+"/media", 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	(&Dev{Dir: temp, temp: true}).Stop()
+	(&Dev{Dir: given}).Stop()
+	if _, err := os.Stat(temp + "/media"); err != nil {
+		t.Fatalf("Stop removed the folder: %v", err)
+	}
+	RemoveStopped()
+	if _, err := os.Stat(temp); !os.IsNotExist(err) {
+		t.Fatalf("RemoveStopped left the folder: %v", err)
+	}
+	if _, err := os.Stat(given + "/media"); err != nil {
+		t.Fatalf("a given folder was removed: %v", err)
+	}
+}

@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	sqlitedriver "modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -18,6 +16,8 @@ import (
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
+	sqlitedriver "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // Dialect names the database behind a Store.

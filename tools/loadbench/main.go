@@ -49,10 +49,6 @@ type bench struct {
 	prof              *profiler // nil without -profile
 	// withFloor runs the floor (floor.go) after each burst.
 	withFloor bool
-	// dir holds every deployment's folder until the run ends; deployments
-	// counts them (a -workers list may name a count twice).
-	dir         string
-	deployments int
 }
 
 func run() error {
@@ -95,18 +91,9 @@ func run() error {
 			return err
 		}
 	}
-	// Every deployment's folder (its databases, media and logs) is kept
-	// until the run ends, and all are removed together then. Removing one
-	// before the next deployment starts made that one slower: on an ext4
-	// without a journal (this project's development and CI machines) the
-	// kernel does not reuse an inode for a minute or more after its
-	// deletion, and scans past every such inode of the folder's block
-	// group for each new file; the next deployment's folder lands in the
-	// group just freed (docs/BENCHMARKS.md, issue 35's seventh pass).
-	if b.dir, err = os.MkdirTemp("", "kinflow-loadbench-"); err != nil {
-		return err
-	}
-	defer os.RemoveAll(b.dir)
+	// Every deployment's folder is kept until the run ends (RemoveStopped
+	// says why).
+	defer loadgen.RemoveStopped()
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Printf("load average at start: %s", load)
 	fmt.Printf("%-8s %-7s %6s %9s %9s %9s %9s %9s %9s %10s %s\n", "workers", "jobs", "jobs/s", "p50 s", "p99 s", "max s", "tmprl ms", "kflow ms", "steps ms", "status/s", "note")
@@ -121,12 +108,7 @@ func run() error {
 // deployment measures every burst size on one fresh deployment with nw CPU
 // workers.
 func (b *bench) deployment(ctx context.Context, nw int, bs []int) error {
-	o := loadgen.DevOptions{Kinflow: b.kinflow, TemporalCLI: b.temporal, Workers: nw, Env: b.env,
-		Dir: filepath.Join(b.dir, fmt.Sprintf("%d-workers-%d", b.deployments, nw))}
-	b.deployments++
-	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
-		return err
-	}
+	o := loadgen.DevOptions{Kinflow: b.kinflow, TemporalCLI: b.temporal, Workers: nw, Env: b.env}
 	if b.prof != nil {
 		o.DevEnv = []string{"KINFLOW_PPROF_LISTEN=" + b.prof.pprofAddr}
 	}
