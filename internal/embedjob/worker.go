@@ -70,12 +70,25 @@ func NewWorker(c client.Client, o WorkerOptions, a *Activities) worker.Worker {
 func NewSmallWorker(c client.Client, o WorkerOptions, a *Activities) worker.Worker {
 	w := worker.New(c, config.SmallTaskQueue(o.TaskQueue), worker.Options{
 		MaxConcurrentActivityExecutionSize: max(o.SmallSlots, 1),
+		MaxConcurrentActivityTaskPollers:   SmallLanePollers(o.SmallSlots),
 		DisableWorkflowWorker:              true,
 		WorkerStopTimeout:                  killGrace + 5*time.Second,
 		Interceptors:                       o.Interceptors,
 	})
 	a.Register(w)
 	return w
+}
+
+// SmallLanePollers is how many long polls the small lane keeps open: one
+// per slot (at most 32), so every free slot is asking. With the SDK's
+// default of 2 beside 8 slots, a burst of 200 3-row jobs waited up to
+// 5 s between a step's schedule and its start: the last tens of steps sat
+// in the queue's backlog while the pollers were elsewhere, and the burst's
+// last jobs ended seconds after the rest (docs/BENCHMARKS.md, issue 35's
+// eighth pass). A poller holds no slot until a task arrives, so the lane
+// still runs at most its slots at once.
+func SmallLanePollers(slots int) int {
+	return min(max(slots, 1), 32)
 }
 
 // LocalActivities builds the step activities for the CPU worker's local

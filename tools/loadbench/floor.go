@@ -31,6 +31,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/kinflow/kinflow/internal/config"
+	"github.com/kinflow/kinflow/internal/embedjob"
 	"github.com/kinflow/kinflow/internal/loadgen"
 	"github.com/kinflow/kinflow/workflows"
 )
@@ -199,6 +200,7 @@ func (b *bench) floor(ctx context.Context, d *loadgen.Dev, nw, n int, jobID stri
 	w.RegisterActivity(floorLocal)
 	g := worker.New(c, floorGPUQueue, worker.Options{
 		MaxConcurrentActivityExecutionSize: cfg.GPUSmallSlots,
+		MaxConcurrentActivityTaskPollers:   embedjob.SmallLanePollers(cfg.GPUSmallSlots),
 		DisableWorkflowWorker:              true,
 	})
 	g.RegisterActivity(floorRemote)
