@@ -159,6 +159,18 @@ func TestLoadBurstOnProductionTopology(t *testing.T) {
 		if err := r.Check(); err != nil {
 			t.Fatalf("api-%d: %v", i+1, err)
 		}
+		// Where the half's jobs waited (loadgen.WaitsOf).
+		var ws []loadgen.Waits
+		for _, j := range r.Jobs {
+			evs, err := tp.events(workflows.PredictionWorkflowID(j.ID))
+			if err != nil {
+				t.Fatalf("api-%d: history of job %s: %v", i+1, j.ID, err)
+			}
+			w := loadgen.WaitsOf(evs)
+			w.Submit = j.Submit
+			ws = append(ws, w)
+		}
+		t.Logf("api-%d: %s", i+1, loadgen.SummarizeWaits(ws))
 		// The slowest job, explained: its workflow's events and their times
 		// (the client saw it end at its latency after its submit).
 		slow := slices.MaxFunc(r.Jobs, func(a, b loadgen.Job) int { return cmp.Compare(a.Latency, b.Latency) })

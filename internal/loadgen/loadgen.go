@@ -70,6 +70,8 @@ type Job struct {
 	// Latency is from the submit request's start to the first status read
 	// that saw the job Completed or Failed.
 	Latency time.Duration
+	// Submit is how long the submit request took to be answered.
+	Submit time.Duration
 }
 
 // Result are a run's figures.
@@ -193,6 +195,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			j.Rows = o.Rows
 			t0 := time.Now()
 			id, err := c.submit(ctx, bodies[i])
+			j.Submit = time.Since(t0)
 			if err != nil {
 				errMu.Lock()
 				if firstEr == nil {

@@ -193,6 +193,11 @@ func (b *bench) burst(ctx context.Context, d *loadgen.Dev, key string, nw, n int
 		o.StatusClients = 0
 	}
 	fmt.Printf("%-8d %-7d %6.1f %9.2f %9.2f %9.2f %9.1f %9.1f %9.1f %10.0f %s\n", nw, n, r.JobsPerSec, r.P50.Seconds(), r.P99.Seconds(), r.Max.Seconds(), tm, km, sm, statusRate, note)
+	if line, err := waitsLine(ctx, d, r.Jobs); err != nil {
+		fmt.Printf("%-8s %-7s %s\n", "", "", err)
+	} else {
+		fmt.Printf("%-8s %-7s %s\n", "", "", line)
+	}
 	if b.withFloor && len(r.Jobs) > 0 {
 		if err := b.floor(ctx, d, nw, n, r.Jobs[0].ID, byOp); err != nil {
 			return err
