@@ -102,17 +102,22 @@ func (s *Store) ChargeAndCreateJobOnce(ctx context.Context, job *Job, stages []J
 				return fmt.Errorf("claim idempotency key: %w", ErrConflict)
 			}
 		}
+		// The job first, the charge last: the charge locks the key's
+		// counter until the commit (ReserveQuota).
+		if err := txs.CreateJob(ctx, job, stages); err != nil {
+			return err
+		}
 		ok, used, err := txs.ReserveQuota(ctx, job.KeyID, day, job.Charge(), limit)
 		out.Used = used
 		if err != nil {
 			return err
 		}
 		if !ok {
-			// The claim must not outlive a refused charge.
+			// Neither the job nor the claim may outlive a refused charge.
 			return errNotAdmitted
 		}
 		out.Admitted = true
-		return txs.CreateJob(ctx, job, stages)
+		return nil
 	})
 	if errors.Is(err, errNotAdmitted) {
 		return SubmitResult{Used: out.Used}, nil

@@ -68,5 +68,8 @@ func TestIdempotencyKeyIsEnforcedByTheDatabase(t *testing.T) {
 		if claims != 1 {
 			t.Fatalf("%d claims, want 1", claims)
 		}
+		if err := s.DB.Where("id = ?", "big").Take(&store.Job{}).Error; err == nil {
+			t.Fatal("the refused job was written")
+		}
 	})
 }

@@ -26,12 +26,23 @@ func (s *Store) ChargeAndCreateJob(ctx context.Context, job *Job, stages []JobSt
 	job.Status = JobSubmitting
 	err = s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		txs := &Store{DB: tx, Dialect: s.Dialect}
-		var err error
-		if ok, used, err = txs.ReserveQuota(ctx, job.KeyID, day, job.Charge(), limit); err != nil || !ok {
+		// The job first, the charge last: the charge locks the key's
+		// counter until the commit (ReserveQuota).
+		if err := txs.CreateJob(ctx, job, stages); err != nil {
 			return err
 		}
-		return txs.CreateJob(ctx, job, stages)
+		var err error
+		if ok, used, err = txs.ReserveQuota(ctx, job.KeyID, day, job.Charge(), limit); err != nil {
+			return err
+		}
+		if !ok {
+			return errNotAdmitted
+		}
+		return nil
 	})
+	if errors.Is(err, errNotAdmitted) {
+		return false, used, nil
+	}
 	if err != nil {
 		return false, 0, err
 	}
