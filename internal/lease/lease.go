@@ -8,9 +8,20 @@
 // remove-then-create, so in the narrow window after a crash two workers can
 // both win; the artefact is then computed twice, which the atomic-rename
 // write protocol makes harmless. Deduplication is exact in every other case.
+//
+// A released lease's file is kept as a spare of its Leases (renamed to a
+// name of its own, up to maxSpares of them) and becomes the next lease's
+// file by a hard link to the key's name, which, like O_EXCL, fails when the
+// name exists (also on NFS). So a busy holder allocates and frees no inode
+// per lease: a small job took three of each. On ext4 without a journal every
+// new file of a folder's block group scans past each inode freed there in
+// the last minute or more (docs/BENCHMARKS.md, issue 35's seventh and eighth
+// passes); elsewhere the spare costs what a new file does.
 package lease
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -37,7 +48,27 @@ type Leases struct {
 
 	sweepMu   sync.Mutex
 	lastSweep time.Time
+
+	spareMu sync.Mutex
+	// spares are the paths of released lease files kept for the next
+	// leases; sparePrefix names them (random per Leases, so that processes
+	// and hosts sharing Dir never take each other's).
+	spares      []string
+	sparePrefix string
+	spareSeq    uint64
+	// noLinks: the file system refused a hard link; leases are created
+	// and removed as files of their own.
+	noLinks bool
 }
+
+// spareMark begins every spare's name; the sweep removes spares older than
+// sweepAfter TTLs (a spare is stamped when it becomes a lease again, so an
+// old one belongs to a holder that died or went idle).
+const spareMark = ".spare-"
+
+// maxSpares bounds the spares one Leases keeps; a release beyond it removes
+// the file.
+const maxSpares = 64
 
 var keyPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,200}$`)
 
@@ -67,15 +98,8 @@ func (l *Leases) TryAcquire(key string) (bool, error) {
 	}
 	l.maybeSweep()
 	for attempt := 0; attempt < 2; attempt++ {
-		f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		err := l.create(p)
 		if err == nil {
-			_, _ = fmt.Fprintf(f, "%s %s\n", l.Owner, l.now().UTC().Format(time.RFC3339Nano))
-			if err := f.Close(); err != nil {
-				return false, err
-			}
-			// O_EXCL creation stamps the file with the file system's clock;
-			// stamp it with ours so staleness is judged on one clock.
-			_ = os.Chtimes(p, l.now(), l.now())
 			return true, nil
 		}
 		if !errors.Is(err, fs.ErrExist) {
@@ -89,6 +113,103 @@ func (l *Leases) TryAcquire(key string) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// create makes the lease file p, failing with fs.ErrExist when it exists:
+// from a spare when there is one (stamped, then linked to p), else anew
+// with O_EXCL.
+func (l *Leases) create(p string) error {
+	if sp := l.takeSpare(); sp != "" {
+		err := l.stamp(sp)
+		if err == nil {
+			err = os.Link(sp, p)
+			if err == nil {
+				// The lease keeps the inode; the spare's name goes.
+				_ = os.Remove(sp)
+				return nil
+			}
+			if errors.Is(err, fs.ErrExist) {
+				l.putSpare(sp)
+				return err
+			}
+			if !errors.Is(err, fs.ErrNotExist) {
+				l.spareMu.Lock()
+				l.noLinks = true
+				l.spareMu.Unlock()
+			}
+		}
+		// Swept meanwhile, or no hard links here: a file of its own.
+		_ = os.Remove(sp)
+	}
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	_, _ = fmt.Fprintf(f, "%s %s\n", l.Owner, l.now().UTC().Format(time.RFC3339Nano))
+	if err := f.Close(); err != nil {
+		return err
+	}
+	// O_EXCL creation stamps the file with the file system's clock;
+	// stamp it with ours so staleness is judged on one clock.
+	_ = os.Chtimes(p, l.now(), l.now())
+	return nil
+}
+
+// stamp writes the owner and time into the spare at sp and sets its
+// modification time to now, before it is linked to a key: the lease is
+// fresh from its first instant.
+func (l *Leases) stamp(sp string) error {
+	f, err := os.OpenFile(sp, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	_, _ = fmt.Fprintf(f, "%s %s\n", l.Owner, l.now().UTC().Format(time.RFC3339Nano))
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Chtimes(sp, l.now(), l.now())
+}
+
+func (l *Leases) takeSpare() string {
+	l.spareMu.Lock()
+	defer l.spareMu.Unlock()
+	n := len(l.spares)
+	if n == 0 {
+		return ""
+	}
+	sp := l.spares[n-1]
+	l.spares = l.spares[:n-1]
+	return sp
+}
+
+func (l *Leases) putSpare(sp string) {
+	l.spareMu.Lock()
+	l.spares = append(l.spares, sp)
+	l.spareMu.Unlock()
+}
+
+// keepAsSpare renames the released lease file p to a new spare name and
+// reports whether it did; false leaves p as it is (no room, no hard links,
+// or p gone).
+func (l *Leases) keepAsSpare(p string) bool {
+	l.spareMu.Lock()
+	if l.noLinks || len(l.spares) >= maxSpares {
+		l.spareMu.Unlock()
+		return false
+	}
+	if l.sparePrefix == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		l.sparePrefix = spareMark + hex.EncodeToString(b[:]) + "-"
+	}
+	l.spareSeq++
+	sp := filepath.Join(l.Dir, l.sparePrefix+strconv.FormatUint(l.spareSeq, 10))
+	l.spareMu.Unlock()
+	if os.Rename(p, sp) != nil {
+		return false
+	}
+	l.putSpare(sp)
+	return true
 }
 
 // stale reports whether the lease file at p was last refreshed more than TTL ago.
@@ -122,10 +243,11 @@ func (l *Leases) Refresh(keys []string) {
 	}
 }
 
-// Release gives the leases on keys up.
+// Release gives the leases on keys up; their files are kept as spares
+// (keepAsSpare) or removed.
 func (l *Leases) Release(keys []string) {
 	for _, k := range keys {
-		if p, err := l.path(k); err == nil {
+		if p, err := l.path(k); err == nil && !l.keepAsSpare(p) {
 			_ = os.Remove(p)
 		}
 	}
@@ -155,8 +277,10 @@ func (l *Leases) maybeSweep() {
 
 // Sweep removes the lease files that no live holder can own: those not
 // refreshed for sweepAfter × TTL, and those whose owner ("host/pid", as the
-// GPU host writes it) is a process of this host that no longer exists. It
-// returns how many it removed. Files it cannot read are left alone.
+// GPU host writes it) is a process of this host that no longer exists; and
+// the spares not used for sweepAfter × TTL (a live Leases whose spare went
+// makes its next lease anew). It returns how many it removed. Files it
+// cannot read are left alone.
 func (l *Leases) Sweep() (int, error) {
 	entries, err := os.ReadDir(l.Dir)
 	if err != nil {
@@ -170,7 +294,8 @@ func (l *Leases) Sweep() (int, error) {
 	removed := 0
 	for _, e := range entries {
 		name := e.Name()
-		if e.IsDir() || !strings.HasSuffix(name, ".lease") {
+		spare := strings.HasPrefix(name, spareMark)
+		if e.IsDir() || !strings.HasSuffix(name, ".lease") && !spare {
 			continue
 		}
 		p := filepath.Join(l.Dir, name)
@@ -179,7 +304,7 @@ func (l *Leases) Sweep() (int, error) {
 			continue
 		}
 		old := now.Sub(fi.ModTime()) > sweepAfter*l.TTL
-		if !old && !deadLocalOwner(p, host) {
+		if !old && (spare || !deadLocalOwner(p, host)) {
 			continue
 		}
 		if err := os.Remove(p); err == nil {

@@ -1,10 +1,13 @@
 package lease
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -130,5 +133,160 @@ func TestSweepRemovesDeadLeases(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "young-elsewhere.lease")); err == nil {
 		t.Error("TryAcquire did not sweep a lease unrefreshed for 6 TTLs")
+	}
+}
+
+// spares lists the spare files in dir.
+func spares(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range es {
+		if strings.HasPrefix(e.Name(), spareMark) {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
+	}
+	return out
+}
+
+// TestReleasedFileBecomesTheNextLease: a released lease's file is kept as
+// a spare and is the next lease's file (the same inode, stamped anew):
+// leasing allocates and frees no inode once a holder has released one.
+func TestReleasedFileBecomesTheNextLease(t *testing.T) {
+	dir := t.TempDir()
+	a := &Leases{Dir: dir, TTL: time.Minute, Owner: "a"}
+	if ok, err := a.TryAcquire("k1"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	first, err := os.Stat(filepath.Join(dir, "k1.lease"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Release([]string{"k1"})
+	if _, err := os.Stat(filepath.Join(dir, "k1.lease")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("k1 still leased: %v", err)
+	}
+	sp := spares(t, dir)
+	if len(sp) != 1 {
+		t.Fatalf("spares %v, want one", sp)
+	}
+	if a.Held("k1") {
+		t.Fatal("a released lease is held")
+	}
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(sp[0], old, old); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := a.TryAcquire("k2"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	p := filepath.Join(dir, "k2.lease")
+	next, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(first, next) {
+		t.Error("k2's lease is a new file, not the spare")
+	}
+	if time.Since(next.ModTime()) > time.Minute {
+		t.Errorf("k2's lease keeps the spare's old time %v", next.ModTime())
+	}
+	if !a.Held("k2") {
+		t.Error("k2 not held")
+	}
+	if data, _ := os.ReadFile(p); !strings.HasPrefix(string(data), "a ") {
+		t.Errorf("k2's lease reads %q", data)
+	}
+	if sp := spares(t, dir); len(sp) != 0 {
+		t.Errorf("spares left %v", sp)
+	}
+}
+
+// TestSpareNeverTakesAHeldKey: a holder's spare cannot become another
+// holder's lease (the link fails as O_EXCL does), and stays a spare.
+func TestSpareNeverTakesAHeldKey(t *testing.T) {
+	dir := t.TempDir()
+	a := &Leases{Dir: dir, TTL: time.Minute, Owner: "a"}
+	b := &Leases{Dir: dir, TTL: time.Minute, Owner: "b"}
+	if ok, _ := a.TryAcquire("mine"); !ok {
+		t.Fatal("mine")
+	}
+	a.Release([]string{"mine"})
+	if ok, _ := b.TryAcquire("k"); !ok {
+		t.Fatal("b")
+	}
+	if ok, _ := a.TryAcquire("k"); ok {
+		t.Fatal("a took b's lease with its spare")
+	}
+	if data, _ := os.ReadFile(filepath.Join(dir, "k.lease")); !strings.HasPrefix(string(data), "b ") {
+		t.Errorf("k's lease reads %q, want b's", data)
+	}
+	if sp := spares(t, dir); len(sp) != 1 {
+		t.Errorf("spares %v, want a's one", sp)
+	}
+}
+
+// TestSweptSpareIsNotMissed: a spare unused for sweepAfter TTLs is swept
+// (by anyone); its owner then makes its next lease anew.
+func TestSweptSpareIsNotMissed(t *testing.T) {
+	dir := t.TempDir()
+	a := &Leases{Dir: dir, TTL: 10 * time.Second, Owner: "a"}
+	if ok, _ := a.TryAcquire("k1"); !ok {
+		t.Fatal("k1")
+	}
+	a.Release([]string{"k1"})
+	sp := spares(t, dir)
+	if len(sp) != 1 {
+		t.Fatalf("spares %v", sp)
+	}
+	young := &Leases{Dir: dir, TTL: 10 * time.Second}
+	if n, _ := young.Sweep(); n != 0 {
+		t.Fatalf("a young spare was swept (%d removed)", n)
+	}
+	past := time.Now().Add(-time.Minute)
+	if err := os.Chtimes(sp[0], past, past); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := young.Sweep(); n != 1 || err != nil {
+		t.Fatalf("removed %d: %v", n, err)
+	}
+	if ok, err := a.TryAcquire("k2"); !ok || err != nil {
+		t.Fatalf("k2 after the sweep: %v %v", ok, err)
+	}
+	if !a.Held("k2") {
+		t.Fatal("k2 not held")
+	}
+}
+
+// TestConcurrentAcquireWithSparesHasOneWinner: holders that each have a
+// spare race for one key: one wins.
+func TestConcurrentAcquireWithSparesHasOneWinner(t *testing.T) {
+	dir := t.TempDir()
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	for i := 0; i < 32; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := &Leases{Dir: dir, TTL: time.Minute}
+			own := fmt.Sprintf("own%d", i)
+			if ok, err := l.TryAcquire(own); !ok || err != nil {
+				t.Error(own, ok, err)
+				return
+			}
+			l.Release([]string{own})
+			if ok, err := l.TryAcquire("same"); err != nil {
+				t.Error(err)
+			} else if ok {
+				wins.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if wins.Load() != 1 {
+		t.Fatalf("%d winners, want 1", wins.Load())
 	}
 }
