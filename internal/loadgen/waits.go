@@ -121,12 +121,13 @@ func SummarizeWaits(all []Waits) string {
 		if i > 0 {
 			b.WriteString("; ")
 		}
-		fmt.Fprintf(&b, "%s %s / %s", p.name, ms(Percentile(ds, 50)), ms(ds[len(ds)-1]))
+		fmt.Fprintf(&b, "%s %s / %s", p.name, durationText(Percentile(ds, 50)), durationText(ds[len(ds)-1]))
 	}
 	return b.String()
 }
 
-func ms(d time.Duration) string {
+// durationText is d in milliseconds below a second, in seconds above.
+func durationText(d time.Duration) string {
 	if d >= time.Second {
 		return fmt.Sprintf("%.2f s", d.Seconds())
 	}
