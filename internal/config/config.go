@@ -465,7 +465,7 @@ var Keys = []Key{
 			return nil
 		}},
 	{Name: "KINFLOW_GPU_SMALL_SLOTS", Default: "8",
-		Meaning: "Small steps (of at most `KINFLOW_GPU_SMALL_STEP_SEQS` sequences) one GPU host holds at once, on the small lane: their own task queue `<KINFLOW_GPU_TASK_QUEUE>-small`. They take their turn on the device between batches of the large steps (at most `KINFLOW_GPU_SLOTS` batches run on it at once, first come first served), so a 3-row job never waits behind a 10,000-row one, and their Temporal round trips overlap with another step's batch.",
+		Meaning: "Small steps (of at most `KINFLOW_GPU_SMALL_STEP_SEQS` sequences) one GPU host holds at once, on the small lane: their own task queue `<KINFLOW_GPU_TASK_QUEUE>-small`. They take their turn on the device between batches of the large steps (at most `KINFLOW_GPU_SLOTS` batches run on it at once, first come first served), so a 3-row job never waits behind a 10,000-row one, and their Temporal round trips overlap with another step's batch. The lane keeps one poll open per slot (at most 32), so a free slot never waits for a poll to reach the queue partition that holds the next step.",
 		Allowed: "want a whole number from 1 to 256",
 		set:     func(c *Config, v string) error { return setIntRange(&c.GPUSmallSlots, v, 1, 256) }},
 	{Name: "KINFLOW_GPU_SMALL_STEP_SEQS", Default: "32",
