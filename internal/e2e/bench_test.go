@@ -16,6 +16,7 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kinflow/kinflow/internal/loadgen"
 	"github.com/kinflow/kinflow/internal/store"
 )
 
@@ -272,16 +273,7 @@ func diskCreateFilesPerSec(tb testing.TB, dir string, size int) float64 {
 func (s *stack) events(workflowID string) ([]*historypb.HistoryEvent, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var evs []*historypb.HistoryEvent
-	iter := s.tc.GetWorkflowHistory(ctx, workflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for iter.HasNext() {
-		ev, err := iter.Next()
-		if err != nil {
-			return nil, fmt.Errorf("history of %s: %w", workflowID, err)
-		}
-		evs = append(evs, ev)
-	}
-	return evs, nil
+	return loadgen.History(ctx, s.tc, workflowID)
 }
 
 // childIDs are the ids of the child workflows a history starts.

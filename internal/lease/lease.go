@@ -116,50 +116,50 @@ func (l *Leases) TryAcquire(key string) (bool, error) {
 }
 
 // create makes the lease file p, failing with fs.ErrExist when it exists:
-// from a spare when there is one (stamped, then linked to p), else anew
-// with O_EXCL.
+// from a spare when there is one, else anew with O_EXCL.
 func (l *Leases) create(p string) error {
 	if sp := l.takeSpare(); sp != "" {
-		err := l.stamp(sp)
-		if err == nil {
-			err = os.Link(sp, p)
-			if err == nil {
-				// The lease keeps the inode; the spare's name goes.
-				_ = os.Remove(sp)
-				return nil
-			}
-			if errors.Is(err, fs.ErrExist) {
-				l.putSpare(sp)
-				return err
-			}
-			if !errors.Is(err, fs.ErrNotExist) {
-				l.spareMu.Lock()
-				l.noLinks = true
-				l.spareMu.Unlock()
-			}
+		if err := l.linkSpare(sp, p); err == nil || errors.Is(err, fs.ErrExist) {
+			return err
 		}
 		// Swept meanwhile, or no hard links here: a file of its own.
-		_ = os.Remove(sp)
 	}
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	_, _ = fmt.Fprintf(f, "%s %s\n", l.Owner, l.now().UTC().Format(time.RFC3339Nano))
-	if err := f.Close(); err != nil {
-		return err
-	}
-	// O_EXCL creation stamps the file with the file system's clock;
-	// stamp it with ours so staleness is judged on one clock.
-	_ = os.Chtimes(p, l.now(), l.now())
-	return nil
+	return l.stamp(p, os.O_CREATE|os.O_EXCL)
 }
 
-// stamp writes the owner and time into the spare at sp and sets its
-// modification time to now, before it is linked to a key: the lease is
-// fresh from its first instant.
-func (l *Leases) stamp(sp string) error {
-	f, err := os.OpenFile(sp, os.O_WRONLY|os.O_TRUNC, 0)
+// linkSpare makes the spare sp the lease file p: stamped, then linked.
+// fs.ErrExist when p exists (sp stays a spare); any other error drops sp,
+// and a refused link makes this Leases create and remove files as before.
+func (l *Leases) linkSpare(sp, p string) error {
+	if err := l.stamp(sp, 0); err != nil {
+		_ = os.Remove(sp)
+		return err
+	}
+	err := os.Link(sp, p)
+	switch {
+	case err == nil:
+		// The lease keeps the inode; the spare's name goes.
+		_ = os.Remove(sp)
+		return nil
+	case errors.Is(err, fs.ErrExist):
+		l.putSpare(sp)
+		return err
+	case !errors.Is(err, fs.ErrNotExist):
+		l.spareMu.Lock()
+		l.noLinks = true
+		l.spareMu.Unlock()
+	}
+	_ = os.Remove(sp)
+	return err
+}
+
+// stamp opens the file at p for writing with flag (O_CREATE|O_EXCL: a new
+// lease; 0: a spare, before it is linked to a key, so that the lease is
+// fresh from its first instant), writes the owner and the time into it and
+// sets its modification time to now: the file system's clock stamped it,
+// and staleness is judged on ours.
+func (l *Leases) stamp(p string, flag int) error {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC|flag, 0o644)
 	if err != nil {
 		return err
 	}
@@ -167,7 +167,8 @@ func (l *Leases) stamp(sp string) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	return os.Chtimes(sp, l.now(), l.now())
+	_ = os.Chtimes(p, l.now(), l.now())
+	return nil
 }
 
 func (l *Leases) takeSpare() string {

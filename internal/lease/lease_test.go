@@ -54,25 +54,40 @@ func TestStaleLeaseIsTakenOverAndRefreshKeepsItAlive(t *testing.T) {
 	}
 }
 
+// TestConcurrentAcquireHasOneWinner: holders racing for one key, with
+// files of their own or each with a spare (a released lease of its own):
+// one wins.
 func TestConcurrentAcquireHasOneWinner(t *testing.T) {
-	dir := t.TempDir()
-	var wins atomic.Int32
-	var wg sync.WaitGroup
-	for i := 0; i < 32; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l := &Leases{Dir: dir, TTL: time.Minute}
-			if ok, err := l.TryAcquire("same"); err != nil {
-				t.Error(err)
-			} else if ok {
-				wins.Add(1)
+	for _, withSpare := range []bool{false, true} {
+		t.Run(fmt.Sprintf("spare=%v", withSpare), func(t *testing.T) {
+			dir := t.TempDir()
+			var wins atomic.Int32
+			var wg sync.WaitGroup
+			for i := 0; i < 32; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					l := &Leases{Dir: dir, TTL: time.Minute}
+					if withSpare {
+						own := fmt.Sprintf("own%d", i)
+						if ok, err := l.TryAcquire(own); !ok || err != nil {
+							t.Error(own, ok, err)
+							return
+						}
+						l.Release([]string{own})
+					}
+					if ok, err := l.TryAcquire("same"); err != nil {
+						t.Error(err)
+					} else if ok {
+						wins.Add(1)
+					}
+				}()
 			}
-		}()
-	}
-	wg.Wait()
-	if wins.Load() != 1 {
-		t.Fatalf("%d winners, want 1", wins.Load())
+			wg.Wait()
+			if wins.Load() != 1 {
+				t.Fatalf("%d winners, want 1", wins.Load())
+			}
+		})
 	}
 }
 
@@ -258,35 +273,5 @@ func TestSweptSpareIsNotMissed(t *testing.T) {
 	}
 	if !a.Held("k2") {
 		t.Fatal("k2 not held")
-	}
-}
-
-// TestConcurrentAcquireWithSparesHasOneWinner: holders that each have a
-// spare race for one key: one wins.
-func TestConcurrentAcquireWithSparesHasOneWinner(t *testing.T) {
-	dir := t.TempDir()
-	var wins atomic.Int32
-	var wg sync.WaitGroup
-	for i := 0; i < 32; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l := &Leases{Dir: dir, TTL: time.Minute}
-			own := fmt.Sprintf("own%d", i)
-			if ok, err := l.TryAcquire(own); !ok || err != nil {
-				t.Error(own, ok, err)
-				return
-			}
-			l.Release([]string{own})
-			if ok, err := l.TryAcquire("same"); err != nil {
-				t.Error(err)
-			} else if ok {
-				wins.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	if wins.Load() != 1 {
-		t.Fatalf("%d winners, want 1", wins.Load())
 	}
 }

@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -8,7 +9,22 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/client"
 )
+
+// History is workflow workflowID's whole history (its latest run).
+func History(ctx context.Context, c client.Client, workflowID string) ([]*historypb.HistoryEvent, error) {
+	var evs []*historypb.HistoryEvent
+	it := c.GetWorkflowHistory(ctx, workflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			return nil, fmt.Errorf("history of %s: %w", workflowID, err)
+		}
+		evs = append(evs, ev)
+	}
+	return evs, nil
+}
 
 // Where a burst's jobs spent their time, from their workflow histories:
 // how long their tasks waited in Temporal's queues and how long they ran
@@ -69,16 +85,12 @@ func WaitsOf(events []*historypb.HistoryEvent) Waits {
 			if s, ok := at[e.GetActivityTaskStartedEventAttributes().GetScheduledEventId()]; ok {
 				w.ActivityQueue += t.Sub(s)
 			}
-		case enumspb.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
-			if s, ok := at[e.GetActivityTaskCompletedEventAttributes().GetStartedEventId()]; ok {
-				w.ActivityRun += t.Sub(s)
-			}
-		case enumspb.EVENT_TYPE_ACTIVITY_TASK_FAILED:
-			if s, ok := at[e.GetActivityTaskFailedEventAttributes().GetStartedEventId()]; ok {
-				w.ActivityRun += t.Sub(s)
-			}
-		case enumspb.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
-			if s, ok := at[e.GetActivityTaskTimedOutEventAttributes().GetStartedEventId()]; ok {
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, enumspb.EVENT_TYPE_ACTIVITY_TASK_FAILED, enumspb.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
+			// One of the three is set; the others' getters give 0.
+			started := e.GetActivityTaskCompletedEventAttributes().GetStartedEventId() +
+				e.GetActivityTaskFailedEventAttributes().GetStartedEventId() +
+				e.GetActivityTaskTimedOutEventAttributes().GetStartedEventId()
+			if s, ok := at[started]; ok {
 				w.ActivityRun += t.Sub(s)
 			}
 		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,

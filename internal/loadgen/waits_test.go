@@ -1,28 +1,22 @@
 package loadgen
 
 import (
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/client"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/kinflow/kinflow/internal/testenv"
 )
 
 // TestWaitsOfRecordedSmallJob: a recorded small job's history (rev 1, its
 // GPU step inline) splits into its two workflow tasks' queue and run
 // times and its one activity's, as the event times give them.
 func TestWaitsOfRecordedSmallJob(t *testing.T) {
-	f, err := os.Open("../../workflows/testdata/prediction_small_job_rev1.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	h, err := client.HistoryFromJSON(f, client.HistoryJSONOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := WaitsOf(h.GetEvents())
+	w := WaitsOf(testenv.RecordedHistory(t, "prediction_small_job_rev1").GetEvents())
 	// Events 2→3 and 17→18 (queued), 3→4 and 18→19 (running), 14→15 and
 	// 15→16 (the activity), 1→30 (the whole run).
 	want := Waits{
@@ -62,5 +56,36 @@ func TestSummarizeWaits(t *testing.T) {
 	}
 	if SummarizeWaits(nil) != "no histories" {
 		t.Error("no jobs: want \"no histories\"")
+	}
+}
+
+// TestWaitsOfFailedAndTimedOutActivities: an activity's run ends at its
+// failure or time-out as at its completion.
+func TestWaitsOfFailedAndTimedOutActivities(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	ev := func(id int64, typ enumspb.EventType, at time.Duration) *historypb.HistoryEvent {
+		return &historypb.HistoryEvent{EventId: id, EventType: typ, EventTime: timestamppb.New(t0.Add(at))}
+	}
+	started := func(id, sched int64, at time.Duration) *historypb.HistoryEvent {
+		e := ev(id, enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED, at)
+		e.Attributes = &historypb.HistoryEvent_ActivityTaskStartedEventAttributes{ActivityTaskStartedEventAttributes: &historypb.ActivityTaskStartedEventAttributes{ScheduledEventId: sched}}
+		return e
+	}
+	failed := ev(4, enumspb.EVENT_TYPE_ACTIVITY_TASK_FAILED, 300*time.Millisecond)
+	failed.Attributes = &historypb.HistoryEvent_ActivityTaskFailedEventAttributes{ActivityTaskFailedEventAttributes: &historypb.ActivityTaskFailedEventAttributes{StartedEventId: 3}}
+	timedOut := ev(7, enumspb.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT, 1300*time.Millisecond)
+	timedOut.Attributes = &historypb.HistoryEvent_ActivityTaskTimedOutEventAttributes{ActivityTaskTimedOutEventAttributes: &historypb.ActivityTaskTimedOutEventAttributes{StartedEventId: 6}}
+	w := WaitsOf([]*historypb.HistoryEvent{
+		ev(1, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED, 0),
+		ev(2, enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, 0),
+		started(3, 2, 100*time.Millisecond),
+		failed,
+		ev(5, enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, 300*time.Millisecond),
+		started(6, 5, 300*time.Millisecond),
+		timedOut,
+		ev(8, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED, 1400*time.Millisecond),
+	})
+	if w.ActivityQueue != 100*time.Millisecond || w.ActivityRun != 1200*time.Millisecond || w.Total != 1400*time.Millisecond {
+		t.Fatalf("queued %v, running %v, open %v; want 100ms, 1.2s, 1.4s", w.ActivityQueue, w.ActivityRun, w.Total)
 	}
 }

@@ -30,7 +30,6 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/embedjob"
 	"github.com/kinflow/kinflow/internal/loadgen"
 	"github.com/kinflow/kinflow/workflows"
@@ -157,23 +156,14 @@ const (
 // and prints their rate and CPU beside the burst's, and the persistence
 // requests per job where the burst's (jobOps) differ from the floor's.
 func (b *bench) floor(ctx context.Context, d *loadgen.Dev, nw, n int, jobID string, jobOps persistenceOps) error {
-	cfg, err := config.Load(func(string) (string, bool) { return "", false })
+	cfg, c, err := dialTemporal(d)
 	if err != nil {
-		return err
-	}
-	c, err := client.Dial(client.Options{HostPort: d.TemporalAddress, Namespace: cfg.TemporalNamespace, Logger: quietLogger{}})
-	if err != nil {
-		return fmt.Errorf("floor: connect to Temporal: %w", err)
+		return fmt.Errorf("floor: %w", err)
 	}
 	defer c.Close()
-	var events []*historypb.HistoryEvent
-	it := c.GetWorkflowHistory(ctx, workflows.PredictionWorkflowID(jobID), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for it.HasNext() {
-		e, err := it.Next()
-		if err != nil {
-			return fmt.Errorf("floor: history of job %s: %w", jobID, err)
-		}
-		events = append(events, e)
+	events, err := jobHistory(ctx, c, jobID)
+	if err != nil {
+		return fmt.Errorf("floor: %w", err)
 	}
 	script, err := scriptOf(events)
 	if err != nil {

@@ -1,12 +1,12 @@
 package main
 
 import (
-	"os"
 	"strings"
 	"testing"
 
 	historypb "go.temporal.io/api/history/v1"
-	"go.temporal.io/sdk/client"
+
+	"github.com/kinflow/kinflow/internal/testenv"
 )
 
 // TestScriptOfRecordedHistories: the floor's script of a recorded small
@@ -14,18 +14,7 @@ import (
 // timer and activity; a history with a child workflow is refused, so the
 // floor never runs a shape it does not mirror.
 func TestScriptOfRecordedHistories(t *testing.T) {
-	load := func(name string) *historypb.History {
-		f, err := os.Open("../../workflows/testdata/" + name + ".json")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		h, err := client.HistoryFromJSON(f, client.HistoryJSONOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return h
-	}
+	load := func(name string) *historypb.History { return testenv.RecordedHistory(t, name) }
 	s, err := scriptOf(load("prediction_small_job_inline_gpu").GetEvents())
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 
@@ -13,16 +12,31 @@ import (
 	"github.com/kinflow/kinflow/workflows"
 )
 
-// waitsLine reads the histories of a burst's jobs and sums them up
-// (loadgen.WaitsOf): the median and the largest of each part over the jobs.
-func waitsLine(ctx context.Context, d *loadgen.Dev, jobs []loadgen.Job) (string, error) {
+// dialTemporal connects to the deployment's Temporal dev server, in the
+// namespace kinflow's defaults use; cfg is that default configuration.
+func dialTemporal(d *loadgen.Dev) (*config.Config, client.Client, error) {
 	cfg, err := config.Load(func(string) (string, bool) { return "", false })
 	if err != nil {
-		return "", err
+		return nil, nil, err
 	}
 	c, err := client.Dial(client.Options{HostPort: d.TemporalAddress, Namespace: cfg.TemporalNamespace, Logger: quietLogger{}})
 	if err != nil {
-		return "", fmt.Errorf("waits: connect to Temporal: %w", err)
+		return nil, nil, fmt.Errorf("connect to Temporal: %w", err)
+	}
+	return cfg, c, nil
+}
+
+// jobHistory is job jobID's workflow history, every event.
+func jobHistory(ctx context.Context, c client.Client, jobID string) ([]*historypb.HistoryEvent, error) {
+	return loadgen.History(ctx, c, workflows.PredictionWorkflowID(jobID))
+}
+
+// waitsLine reads the histories of a burst's jobs and sums them up
+// (loadgen.WaitsOf): the median and the largest of each part over the jobs.
+func waitsLine(ctx context.Context, d *loadgen.Dev, jobs []loadgen.Job) (string, error) {
+	_, c, err := dialTemporal(d)
+	if err != nil {
+		return "", fmt.Errorf("waits: %w", err)
 	}
 	defer c.Close()
 	var all []loadgen.Waits
@@ -30,14 +44,9 @@ func waitsLine(ctx context.Context, d *loadgen.Dev, jobs []loadgen.Job) (string,
 		if j.ID == "" {
 			continue
 		}
-		var events []*historypb.HistoryEvent
-		it := c.GetWorkflowHistory(ctx, workflows.PredictionWorkflowID(j.ID), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		for it.HasNext() {
-			e, err := it.Next()
-			if err != nil {
-				return "", fmt.Errorf("waits: history of job %s: %w", j.ID, err)
-			}
-			events = append(events, e)
+		events, err := jobHistory(ctx, c, j.ID)
+		if err != nil {
+			return "", fmt.Errorf("waits: %w", err)
 		}
 		w := loadgen.WaitsOf(events)
 		w.Submit = j.Submit
