@@ -121,8 +121,8 @@ func New(d Deps) *Server {
 	}
 	s.openapi = openAPIJSON()
 	s.statuses = newStatusHub(statusCacheTTL(d.Config), s.loadStatusSnap)
-	s.statuses.requeue = s.requeueStatusSnap
 	if d.Store != nil {
+		s.statuses.queue = newQueueBoard(d.Store.PendingSubmitTimes, d.Store.QueuePosition)
 		d.Store.OnJobChange(s.statuses.changed)
 		s.statuses.complete = d.Store.SeesAllWrites
 	}

@@ -360,20 +360,17 @@ func (s *Server) loadStatusSnap(ctx context.Context, id string) (*statusSnap, er
 	return sn, nil
 }
 
-// requeueStatusSnap is sn with its queue position read again (the rest of
-// a Pending job's status changes only with its own writes).
-func (s *Server) requeueStatusSnap(ctx context.Context, sn *statusSnap) (*statusSnap, error) {
-	pos, err := s.deps.Store.QueuePosition(ctx, sn.job.SubmittedAt)
-	if err != nil {
-		return nil, err
-	}
+// withQueuePos is sn with queue position pos (sn itself when it is the
+// same): the rest of a Pending job's status changes only with its own
+// writes.
+func (sn *statusSnap) withQueuePos(pos int) *statusSnap {
 	if sn.queuePos != nil && *sn.queuePos == pos {
-		return sn, nil
+		return sn
 	}
 	out := *sn
 	out.queuePos = &pos
 	out.etag = snapETag(&out)
-	return &out, nil
+	return &out
 }
 
 // snapETag is a weak ETag of the state a client sees: the job's row, its

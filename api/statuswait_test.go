@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -297,6 +298,80 @@ func TestStatusWatchersReadOnlyWhatMoves(t *testing.T) {
 		if n := count("jobs") - jobsBefore; n == 0 || n > 4 {
 			t.Fatalf("%d reads of the jobs table for one moved queue position", n)
 		}
+	})
+}
+
+// TestQueueMoveReadOnceForEveryWaitingJob: when the queue moves, the
+// watchers of many waiting Pending jobs learn their new positions from one
+// shared list of the Pending jobs, not a count each (issue 35: 13 counts per
+// job in the topology's burst), and every waiter sees its own position.
+func TestQueueMoveReadOnceForEveryWaitingJob(t *testing.T) {
+	testenv.EachDialect(t, func(t *testing.T, st *store.Store) {
+		h := newHarness(t, st, func(c *config.Config, _ *Deps) {
+			c.StatusWaitMax = 10 * time.Second
+			c.StatusCacheTTL = 200 * time.Millisecond
+			c.StatusReadsPerSecond = 1000
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go h.srv.RunStatusListener(ctx)
+		for deadline := time.Now().Add(10 * time.Second); !st.SeesAllWrites(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the store does not hear of every write")
+			}
+		}
+		srv := httptest.NewServer(h.srv)
+		defer srv.Close()
+		const ip = "203.0.113.66"
+		key := h.newKey(ip)
+		const n = 16
+		ids := make([]string, n)
+		for i := range ids {
+			h.clock.Set(t0.Add(time.Duration(i) * time.Second))
+			ids[i] = h.submitted(ip, key)
+		}
+		etags := make([]string, n)
+		for i, id := range ids {
+			resp, body, _ := getStatus(t, srv.URL, "/api/v1/status/"+id+"/", key)
+			if want := fmt.Sprintf(`"queuePosition":%d,`, i+1); !strings.Contains(string(body), want) {
+				t.Fatalf("job %d: want %s in %s", i, want, body)
+			}
+			etags[i] = resp.Header.Get("ETag")
+		}
+		// Let the submits' notices and their re-reads pass.
+		time.Sleep(400 * time.Millisecond)
+		var jobReads atomic.Int64
+		if err := st.DB.Callback().Query().After("gorm:query").Register("test:count_queue_reads", func(tx *gorm.DB) {
+			if tx.Statement.Table == "jobs" {
+				jobReads.Add(1)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer st.DB.Callback().Query().Remove("test:count_queue_reads")
+		got := make([]string, n)
+		var wg sync.WaitGroup
+		for i := 1; i < n; i++ {
+			wg.Go(func() {
+				_, body, _ := getStatus(t, srv.URL, "/api/v1/status/"+ids[i]+"/?waitSeconds=8", key, "If-None-Match", etags[i])
+				got[i] = string(body)
+			})
+		}
+		time.Sleep(300 * time.Millisecond) // every waiter held
+		if err := st.UpdateJob(ctx, ids[0], map[string]any{"status": store.JobProcessing, "started_at": t0}); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		for i := 1; i < n; i++ {
+			if want := fmt.Sprintf(`"queuePosition":%d,`, i); !strings.Contains(got[i], want) {
+				t.Fatalf("job %d: want %s in %s", i, want, got[i])
+			}
+		}
+		// One list read per interval answers all 15 (a count each before).
+		if r := jobReads.Load(); r > 6 {
+			t.Fatalf("%d reads of the jobs table for one move of %d waiting jobs", r, n-1)
+		}
+		t.Logf("%d reads of the jobs table for one move of %d waiting jobs", jobReads.Load(), n-1)
 	})
 }
 

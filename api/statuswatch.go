@@ -43,8 +43,9 @@ const statusCompleteFeedTTL = 30 * time.Second
 // statusHub is the status cache and the per-job watchers of one Server.
 type statusHub struct {
 	load func(ctx context.Context, id string) (*statusSnap, error)
-	// requeue is sn with its queue position read again (nil: load).
-	requeue func(ctx context.Context, sn *statusSnap) (*statusSnap, error)
+	// queue answers a Pending job's queue position when only that can have
+	// moved (nil: load the job again).
+	queue *queueBoard
 	// complete reports whether the store hears of every write now (nil:
 	// never).
 	complete func() bool
@@ -55,8 +56,9 @@ type statusHub struct {
 	// any by every change (a Pending job's queue position depends on other
 	// jobs).
 	all, any uint64
-	// allAt is when the last change that names no job was announced.
-	allAt   time.Time
+	// allAt is when the last change that names no job was announced,
+	// anyAt when the last change was.
+	allAt, anyAt time.Time
 	entries map[string]*statusEntry
 	// sweepAt is the entry count above which stale entries are dropped.
 	sweepAt int
@@ -160,9 +162,10 @@ func (h *statusHub) changed(id string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.any++
+	h.anyAt = time.Now()
 	if id == "" {
 		h.all++
-		h.allAt = time.Now()
+		h.allAt = h.anyAt
 		for _, e := range h.entries {
 			h.pokeLocked(e)
 		}
@@ -209,15 +212,18 @@ func (h *statusHub) get(ctx context.Context, id string) (*statusSnap, error) {
 	}
 	ch := make(chan struct{})
 	e.loading = ch
-	g, all, any, from, old := e.gen, h.all, h.any, time.Now(), e.snap
+	g, all, any, anyAt, from, old := e.gen, h.all, h.any, h.anyAt, time.Now(), e.snap
 	h.mu.Unlock()
 
 	var (
 		sn  *statusSnap
 		err error
 	)
-	if need == snapQueuePos && h.requeue != nil {
-		sn, err = h.requeue(ctx, old)
+	if need == snapQueuePos && h.queue != nil {
+		var pos int
+		if pos, err = h.queue.position(ctx, old.job.SubmittedAt, any, anyAt); err == nil {
+			sn = old.withQueuePos(pos)
+		}
 	} else {
 		need = snapStale
 		sn, err = h.load(ctx, id)

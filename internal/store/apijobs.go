@@ -71,6 +71,22 @@ func (s *Store) QueuePosition(ctx context.Context, submittedAt time.Time) (int, 
 	return int(n) + 1, nil
 }
 
+// PendingSubmitTimes are the submit times of the first limit Pending jobs
+// (any owner), oldest first, and whether they are all the Pending jobs: one
+// read that answers every Pending job's QueuePosition.
+func (s *Store) PendingSubmitTimes(ctx context.Context, limit int) ([]time.Time, bool, error) {
+	var ts []time.Time
+	err := s.DB.WithContext(ctx).Model(&Job{}).Where("status = ?", JobPending).
+		Order("submitted_at").Limit(limit+1).Pluck("submitted_at", &ts).Error
+	if err != nil {
+		return nil, false, fmt.Errorf("read queued jobs: %w", err)
+	}
+	if len(ts) > limit {
+		return ts[:limit], false, nil
+	}
+	return ts, true, nil
+}
+
 // GPUPrecomputeEvents are the last limit gpu_precompute events of job id,
 // oldest first.
 func (s *Store) GPUPrecomputeEvents(ctx context.Context, id string, limit int) ([]JobEvent, error) {
