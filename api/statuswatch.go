@@ -59,7 +59,7 @@ type statusHub struct {
 	// allAt is when the last change that names no job was announced,
 	// anyAt when the last change was.
 	allAt, anyAt time.Time
-	entries map[string]*statusEntry
+	entries      map[string]*statusEntry
 	// sweepAt is the entry count above which stale entries are dropped.
 	sweepAt int
 }
