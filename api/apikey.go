@@ -88,6 +88,7 @@ func (s *Server) generateKey(c *gin.Context) {
 // revokeKey answers POST /api/api-key/revoke/.
 func (s *Server) revokeKey(c *gin.Context) {
 	ok, err := s.deps.Store.RevokeActiveKey(c.Request.Context(), s.callerIP(c), s.now())
+	s.keys.forget()
 	if err != nil {
 		s.internalError(c, "apikey.revoke_failed", err)
 		return

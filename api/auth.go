@@ -33,7 +33,13 @@ const (
 // authenticate is the middleware of every metered route: it resolves the
 // bearer key, refuses blocked owners, and sets the X-RateLimit-* headers for
 // the key's own limit.
-func (s *Server) authenticate(c *gin.Context) {
+func (s *Server) authenticate(c *gin.Context) { s.authenticateWith(c, false) }
+
+// authenticateStatus is authenticate for status reads: the key's lookup may
+// come from the key cache (keycache.go).
+func (s *Server) authenticateStatus(c *gin.Context) { s.authenticateWith(c, true) }
+
+func (s *Server) authenticateWith(c *gin.Context, cached bool) {
 	h := c.GetHeader("Authorization")
 	if !strings.HasPrefix(h, "Bearer ") {
 		abortError(c, http.StatusUnauthorized, msgAuthRequired)
@@ -47,7 +53,24 @@ func (s *Server) authenticate(c *gin.Context) {
 	hash := store.HashKey(token)
 	ctx := c.Request.Context()
 	now := s.now()
-	k, err := s.deps.Store.ActiveKeyByHash(ctx, hash, store.QuotaDay(now))
+	day := store.QuotaDay(now)
+	var (
+		k   *store.AuthKey
+		err error
+		hit bool
+		gen uint64
+	)
+	// The cache's clock is the process's own, whatever s.now says.
+	lookedUp := time.Now()
+	if cached {
+		var at time.Time
+		if k, at, gen, hit = s.keys.get(hash, day, lookedUp); hit {
+			lookedUp = at
+		}
+	}
+	if !hit {
+		k, err = s.deps.Store.ActiveKeyByHash(ctx, hash, day)
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		abortError(c, http.StatusUnauthorized, msgInvalidKey)
 		return
@@ -71,6 +94,14 @@ func (s *Server) authenticate(c *gin.Context) {
 			// Bookkeeping only: the request goes on.
 			s.log.Warn("auth.touch_failed", "request_id", c.GetString(requestIDKey), "error", err)
 		}
+		k.LastUsedAt = &now
+		if hit {
+			// The cached copy too, with its lookup time kept.
+			s.keys.put(hash, day, k, lookedUp, gen)
+		}
+	}
+	if cached && !hit {
+		s.keys.put(hash, day, k, lookedUp, gen)
 	}
 	limit := s.limitOf(k)
 	c.Set(ctxKey, k)

@@ -81,7 +81,9 @@ type Server struct {
 	idemLocks [64]sync.Mutex
 	// statuses is the status cache and its per-job watchers
 	// (statuswatch.go); statusRate the per-key limit on status reads.
-	statuses   *statusHub
+	statuses *statusHub
+	// keys caches status reads' key lookups (keycache.go).
+	keys       keyCache
 	statusRate *keyRate
 	// waitRate is the per-key limit on waiting status reads (long polls,
 	// event streams), apart from statusRate (statusrate.go).
@@ -158,8 +160,8 @@ func New(d Deps) *Server {
 	anyMethod(authed, "/submit", s.postOnly(s.submit))
 	// Status reads are limited per key before the key is even looked up,
 	// so that a polling storm costs no database round trip.
-	anyMethod(v1, "/status/:id", s.limitStatusReads, s.authenticate, s.status)
-	handle(v1, http.MethodGet, "/status/:id/events", s.limitStatusReads, s.authenticate, s.statusEvents)
+	anyMethod(v1, "/status/:id", s.limitStatusReads, s.authenticateStatus, s.status)
+	handle(v1, http.MethodGet, "/status/:id/events", s.limitStatusReads, s.authenticateStatus, s.statusEvents)
 	anyMethod(authed, "/result/:id", s.result)
 	handle(authed, http.MethodGet, "/jobs", s.jobsList)
 	handle(authed, http.MethodGet, "/webhook", s.webhookSettings)

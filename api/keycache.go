@@ -1,0 +1,89 @@
+package api
+
+import (
+	"sync"
+	"time"
+
+	"github.com/kinflow/kinflow/internal/store"
+)
+
+// keyCache keeps the key lookups of status reads (GET /status/<id>/ and its
+// event stream) for keyCacheTTL, so that a client waiting on its jobs costs
+// no database round trip per answer for its key: on the production
+// topology's burst, 13 of a small job's 116 statements on kinflow's
+// database were these lookups, one per status answer (docs/BENCHMARKS.md).
+//
+// What it changes, bounded by keyCacheTTL: a key revoked, or an owner
+// blocked, by another process (the other api, the `kinflow keys` CLI) may
+// still read its own jobs' statuses for up to that long, and the
+// X-RateLimit-Remaining of a status answer may lag the key's submits by as
+// much. A revocation or a new key through this process empties the cache
+// at once. Every other route (submit, quota, results, the key routes) looks
+// its key up afresh.
+type keyCache struct {
+	mu sync.Mutex
+	m  map[string]keyCached
+	// gen counts forget calls: a lookup that began before one is not
+	// recorded after it.
+	gen uint64
+}
+
+type keyCached struct {
+	k   store.AuthKey
+	day string
+	at  time.Time
+}
+
+// keyCacheTTL is the longest a status read's key lookup is reused.
+const keyCacheTTL = time.Second
+
+// keyCacheMax bounds the cache; past it, stale entries are dropped, and if
+// none is stale the whole cache is.
+const keyCacheMax = 4096
+
+// get returns a copy of hash's key looked up for day at most keyCacheTTL
+// before now, and when it was looked up; gen is what put needs, hit or
+// miss.
+func (kc *keyCache) get(hash, day string, now time.Time) (k *store.AuthKey, at time.Time, gen uint64, ok bool) {
+	kc.mu.Lock()
+	defer kc.mu.Unlock()
+	e, found := kc.m[hash]
+	if !found || e.day != day || now.Sub(e.at) >= keyCacheTTL || now.Before(e.at) {
+		return nil, time.Time{}, kc.gen, false
+	}
+	c := e.k
+	return &c, e.at, kc.gen, true
+}
+
+// put records k, looked up for day at at, unless the cache was emptied
+// since get returned gen.
+func (kc *keyCache) put(hash, day string, k *store.AuthKey, at time.Time, gen uint64) {
+	now := at
+	kc.mu.Lock()
+	defer kc.mu.Unlock()
+	if gen != kc.gen {
+		return
+	}
+	if kc.m == nil {
+		kc.m = map[string]keyCached{}
+	}
+	if _, ok := kc.m[hash]; !ok && len(kc.m) >= keyCacheMax {
+		for h, e := range kc.m {
+			if now.Sub(e.at) >= keyCacheTTL || now.Before(e.at) {
+				delete(kc.m, h)
+			}
+		}
+		if len(kc.m) >= keyCacheMax {
+			clear(kc.m)
+		}
+	}
+	kc.m[hash] = keyCached{k: *k, day: day, at: at}
+}
+
+// forget empties the cache (a key revoked or replaced in this process).
+func (kc *keyCache) forget() {
+	kc.mu.Lock()
+	defer kc.mu.Unlock()
+	kc.gen++
+	clear(kc.m)
+}

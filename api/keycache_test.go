@@ -1,0 +1,67 @@
+package api
+
+import (
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/kinflow/kinflow/internal/store"
+	"github.com/kinflow/kinflow/internal/testenv"
+)
+
+// TestStatusReadsShareKeyLookups: a key's status reads within keyCacheTTL
+// look the key up once; a revocation through this process ends them at
+// once; an owner blocked by another process (the store directly, as the
+// CLI does) is refused on every other route at once and on status reads
+// within keyCacheTTL.
+func TestStatusReadsShareKeyLookups(t *testing.T) {
+	testenv.EachDialect(t, func(t *testing.T, st *store.Store) {
+		h := newHarness(t, st)
+		const ip = "203.0.113.91"
+		key := h.newKey(ip)
+		id := h.submitted(ip, key)
+		var lookups atomic.Int64
+		count := func(tx *gorm.DB) {
+			if strings.Contains(tx.Statement.SQL.String(), "api_keys") {
+				lookups.Add(1)
+			}
+		}
+		if err := st.DB.Callback().Row().After("gorm:row").Register("test:count_key_lookups", count); err != nil {
+			t.Fatal(err)
+		}
+		defer st.DB.Callback().Row().Remove("test:count_key_lookups")
+		start := time.Now()
+		for range 5 {
+			wantStatus(t, h.do("GET", "/api/v1/status/"+id+"/", ip, key, nil), 200)
+		}
+		if n := lookups.Load(); n != 1 && time.Since(start) < keyCacheTTL {
+			t.Fatalf("%d key lookups for 5 status reads within %v", n, keyCacheTTL)
+		}
+		// Every other route looks its key up afresh.
+		before := lookups.Load()
+		wantStatus(t, h.do("GET", "/api/v1/quota/", ip, key, nil), 200)
+		if lookups.Load() == before {
+			t.Fatal("/quota/ answered from the status reads' key cache")
+		}
+
+		// Blocked by another process: refused at once elsewhere, and on
+		// status reads once the cached lookup is older than its bound.
+		if err := st.SetUserBlocked(t.Context(), ip, true, t0); err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, h.do("GET", "/api/v1/quota/", ip, key, nil), 403)
+		time.Sleep(keyCacheTTL)
+		wantStatus(t, h.do("GET", "/api/v1/status/"+id+"/", ip, key, nil), 403)
+		if err := st.SetUserBlocked(t.Context(), ip, false, t0); err != nil {
+			t.Fatal(err)
+		}
+
+		// Revoked through this process: the next status read is refused.
+		wantStatus(t, h.do("GET", "/api/v1/status/"+id+"/", ip, key, nil), 200)
+		wantStatus(t, h.do("POST", "/api/api-key/revoke/", ip, "", nil), 200)
+		wantStatus(t, h.do("GET", "/api/v1/status/"+id+"/", ip, key, nil), 401)
+	})
+}
