@@ -171,8 +171,14 @@ func (c *Chemistry) robustCall(ctx context.Context, op string, items []string) (
 	res := make([]rdResult, len(items))
 	var short, long []int
 	for i, t := range items {
+		if len(t) < soloLen {
+			if a, ok := c.rd.answers.Get(answerKey(op, t)); ok {
+				res[i] = a
+				continue
+			}
+		}
 		switch {
-		case c.rd.timedOut.has(op + "\x00" + t):
+		case c.rd.timedOut.has(answerKey(op, t)):
 			res[i] = rdResult{TimedOut: true}
 		case len(t) >= soloLen:
 			long = append(long, i)
@@ -190,11 +196,14 @@ func (c *Chemistry) robustCall(ctx context.Context, op string, items []string) (
 		switch {
 		case err == nil:
 			res[i] = r[0]
+			if len(items[i]) < soloLen {
+				c.rd.answers.Add(answerKey(op, items[i]), r[0])
+			}
 		case ctx.Err() != nil || errors.Is(err, ErrRDKitUnavailable):
 			return err
 		case errors.Is(err, errMoleculeTimeout):
 			timeouts++
-			c.rd.timedOut.add(op + "\x00" + items[i])
+			c.rd.timedOut.add(answerKey(op, items[i]))
 			res[i] = rdResult{TimedOut: true, Error: err.Error()}
 		default:
 			res[i] = rdResult{OK: false, Error: err.Error()}
@@ -211,6 +220,8 @@ func (c *Chemistry) robustCall(ctx context.Context, op string, items []string) (
 		if err == nil {
 			for k, i := range idx {
 				res[i] = r[k]
+				// The helper's own answer, short text: kept.
+				c.rd.answers.Add(answerKey(op, batch[k]), r[k])
 			}
 			continue
 		}

@@ -340,3 +340,60 @@ func TestRDKitRestartAndConcurrency(t *testing.T) {
 		t.Fatalf("after timeout: %v %v", res, err)
 	}
 }
+
+// TestRDKitAnswersKept: the helper's answers to short texts are kept, so the
+// same substrates checked or converted again cost no helper round trip and
+// get the same answers; a long text (soloLen and over) is asked each time.
+func TestRDKitAnswersKept(t *testing.T) {
+	rd := needRDKit(t)
+	ctx := context.Background()
+	chem := NewChemistry(rd, nil)
+	requests := func() (n int64) {
+		for _, sl := range rd.all {
+			n += sl.nextID
+		}
+		return n
+	}
+	texts := []string{"CCO", "C(C)(C)(C)(C)C", "c1ccccc1O", "N(=O)=O"}
+	first, err := chem.ValidMany(ctx, texts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	canon, used, err := chem.Convert(ctx, methods.FormCanonicalSMILES, []string{"OCC", "C1CC"})
+	if err != nil || !used {
+		t.Fatal(used, err)
+	}
+	before := requests()
+	if before == 0 {
+		t.Fatal("no helper request counted")
+	}
+	again, err := chem.ValidMany(ctx, texts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	canon2, _, err := chem.Convert(ctx, methods.FormCanonicalSMILES, []string{"OCC", "C1CC"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := requests() - before; n != 0 {
+		t.Fatalf("%d helper requests for texts answered before", n)
+	}
+	for _, s := range texts {
+		if first[s] != again[s] {
+			t.Fatalf("%q: %v then %v", s, first[s], again[s])
+		}
+	}
+	if !first["CCO"] || first["C(C)(C)(C)(C)C"] || canon2[0] != "CCO" || canon2[0] != canon[0] || canon2[1] != canon[1] {
+		t.Fatalf("answers %v, canonical %q then %q", first, canon, canon2)
+	}
+	long := strings.Repeat("C", soloLen)
+	for range 2 {
+		before = requests()
+		if _, err := chem.ValidMany(ctx, []string{long}); err != nil {
+			t.Fatal(err)
+		}
+		if requests() == before {
+			t.Fatal("a long text was answered from the kept answers")
+		}
+	}
+}

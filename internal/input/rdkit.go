@@ -1,6 +1,7 @@
 package input
 
 import (
+	lru "github.com/hashicorp/golang-lru/v2"
 	"bufio"
 	"bytes"
 	"context"
@@ -134,7 +135,19 @@ type RDKit struct {
 	unavailable error // sticky: set when the interpreter or RDKit is missing
 
 	timedOut *textSet
+	// answers keeps the helper's answers to short texts (op + text →
+	// answer): RDKit's verdict on a text is fixed for a helper build, and
+	// the same substrates come back job after job (in a burst of 200 small
+	// jobs, a helper round trip per submit was about 3 ms of CPU per job).
+	answers *lru.Cache[string, rdResult]
 }
+
+// rdkitAnswersKept is how many answers RDKit.answers keeps, each of a text
+// under soloLen: a few megabytes at most.
+const rdkitAnswersKept = 16384
+
+// answerKey is RDKit.answers' key of op on text.
+func answerKey(op, text string) string { return op + "\x00" + text }
 
 // rdkitSlot is one helper; whoever holds it (taken from RDKit.slots) owns it.
 type rdkitSlot struct {
@@ -175,6 +188,7 @@ func NewRDKit(opts RDKitOptions) *RDKit {
 	}
 	r := &RDKit{opts: opts, log: log.With("component", "rdkit"), slots: make(chan *rdkitSlot, opts.Helpers),
 		timedOut: newTextSet(timedOutKept)}
+	r.answers, _ = lru.New[string, rdResult](rdkitAnswersKept)
 	for range opts.Helpers {
 		sl := &rdkitSlot{}
 		r.all = append(r.all, sl)
