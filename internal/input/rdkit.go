@@ -1,7 +1,6 @@
 package input
 
 import (
-	lru "github.com/hashicorp/golang-lru/v2"
 	"bufio"
 	"bytes"
 	"context"
@@ -17,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
 )
 
 //go:embed rdkit_helper.py
