@@ -81,10 +81,10 @@ type Server struct {
 	idemLocks [64]sync.Mutex
 	// statuses is the status cache and its per-job watchers
 	// (statuswatch.go); statusRate the per-key limit on status reads.
-	statuses *statusHub
-	// keys caches status reads' key lookups (keycache.go).
-	keys       keyCache
+	statuses   *statusHub
 	statusRate *keyRate
+	// keys caches status reads' key lookups (keycache.go).
+	keys keyCache
 	// waitRate is the per-key limit on waiting status reads (long polls,
 	// event streams), apart from statusRate (statusrate.go).
 	waitRate *keyRate

@@ -19,8 +19,8 @@ import (
 // its listener connected, SQLite with no other process on the file, as in
 // `kinflow dev` alone), a snapshot stays good until a change names its job,
 // up to statusCompleteFeedTTL; a Pending job's queue position, which moves
-// with other jobs, is then read again alone after any change, from one list of the
-// Pending jobs shared by every waiting job (queuepos.go).
+// with other jobs, is then read again alone after any change, from one list
+// of the Pending jobs shared by every waiting job (queuepos.go).
 // In a burst of 200 jobs the watchers' once-a-second re-read of four tables
 // per waiting job was a quarter of kinflow's CPU (docs/BENCHMARKS.md).
 
