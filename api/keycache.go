@@ -17,8 +17,7 @@ import (
 // blocked, by another process (the other api, the `kinflow keys` CLI) may
 // still read its own jobs' statuses for up to that long, and the
 // X-RateLimit-Remaining of a status answer may lag the key's submits by as
-// much. A revocation or a new key through this process empties the cache
-// at once. Every other route (submit, quota, results, the key routes) looks
+// much. A revocation through this process empties the cache at once. Every other route (submit, quota, results, the key routes) looks
 // its key up afresh.
 type keyCache struct {
 	mu sync.Mutex
@@ -58,7 +57,6 @@ func (kc *keyCache) get(hash, day string, now time.Time) (k *store.AuthKey, at t
 // put records k, looked up for day at at, unless the cache was emptied
 // since get returned gen.
 func (kc *keyCache) put(hash, day string, k *store.AuthKey, at time.Time, gen uint64) {
-	now := at
 	kc.mu.Lock()
 	defer kc.mu.Unlock()
 	if gen != kc.gen {
@@ -69,7 +67,7 @@ func (kc *keyCache) put(hash, day string, k *store.AuthKey, at time.Time, gen ui
 	}
 	if _, ok := kc.m[hash]; !ok && len(kc.m) >= keyCacheMax {
 		for h, e := range kc.m {
-			if now.Sub(e.at) >= keyCacheTTL || now.Before(e.at) {
+			if at.Sub(e.at) >= keyCacheTTL || at.Before(e.at) {
 				delete(kc.m, h)
 			}
 		}
@@ -80,7 +78,7 @@ func (kc *keyCache) put(hash, day string, k *store.AuthKey, at time.Time, gen ui
 	kc.m[hash] = keyCached{k: *k, day: day, at: at}
 }
 
-// forget empties the cache (a key revoked or replaced in this process).
+// forget empties the cache (a key revoked through this process).
 func (kc *keyCache) forget() {
 	kc.mu.Lock()
 	defer kc.mu.Unlock()
