@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -64,4 +65,43 @@ func TestStatusReadsShareKeyLookups(t *testing.T) {
 		wantStatus(t, h.do("POST", "/api/api-key/revoke/", ip, "", nil), 200)
 		wantStatus(t, h.do("GET", "/api/v1/status/"+id+"/", ip, key, nil), 401)
 	})
+}
+
+// TestKeyCacheBoundsAndForget: the cache holds at most keyCacheMax keys
+// (stale ones dropped first), serves nothing older than keyCacheTTL or of
+// another day, and a lookup begun before forget is not recorded after it.
+func TestKeyCacheBoundsAndForget(t *testing.T) {
+	var kc keyCache
+	now := time.Now()
+	k := &store.AuthKey{ID: 7}
+	_, _, gen, _ := kc.get("h", "2026-11-29", now)
+	kc.put("h", "2026-11-29", k, now, gen)
+	if got, _, _, ok := kc.get("h", "2026-11-29", now.Add(keyCacheTTL/2)); !ok || got.ID != 7 {
+		t.Fatalf("fresh entry: %v %v", got, ok)
+	}
+	if _, _, _, ok := kc.get("h", "2026-11-30", now); ok {
+		t.Fatal("served for another day")
+	}
+	if _, _, _, ok := kc.get("h", "2026-11-29", now.Add(keyCacheTTL)); ok {
+		t.Fatal("served past its time-to-live")
+	}
+	_, _, gen, _ = kc.get("late", "2026-11-29", now)
+	kc.forget()
+	kc.put("late", "2026-11-29", k, now, gen)
+	if _, _, _, ok := kc.get("late", "2026-11-29", now); ok {
+		t.Fatal("a lookup begun before forget was recorded after it")
+	}
+	_, _, gen, _ = kc.get("x", "2026-11-29", now)
+	old := now.Add(-2 * keyCacheTTL)
+	for i := range keyCacheMax {
+		at := now
+		if i%2 == 0 {
+			at = old
+		}
+		kc.put(fmt.Sprint(i), "2026-11-29", k, at, gen)
+	}
+	kc.put("one more", "2026-11-29", k, now, gen)
+	if n := len(kc.m); n != keyCacheMax/2+1 {
+		t.Fatalf("%d entries after the stale half was dropped, want %d", n, keyCacheMax/2+1)
+	}
 }
