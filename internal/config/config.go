@@ -281,7 +281,7 @@ var Keys = []Key{
 			return nil
 		}},
 	{Name: "KINFLOW_STATUS_CACHE_MS", Default: "1000",
-		Meaning: "Longest a job's status is served from the API's memory without re-reading the database. Writes made in the API's own process (`kinflow dev`), and on Postgres every process's writes (triggers and `LISTEN`), refresh it at once; a change written by a separate worker on SQLite is seen within this time. While the store hears of every write (Postgres with its listener; SQLite with no other process on the file), a waiting job is re-read only when it changes (a Pending job's queue position after any change), and every 30 s at most. 1 s is the resolution of the status's own clock fields (elapsedSeconds), and bounds a polling storm to one database read per job per second.",
+		Meaning: "Longest a job's status is served from the API's memory without re-reading the database. Writes made in the API's own process (`kinflow dev`), and on Postgres every process's writes (triggers and `LISTEN`), refresh it at once; a change written by a separate worker on SQLite is seen within this time. While the store hears of every write (Postgres with its listener; SQLite with no other process on the file), a waiting job is re-read only when it changes (a Pending job's queue position after any change, from one list of the Pending jobs shared by every job and at most 0.25 s old), and every 30 s at most. 1 s is the resolution of the status's own clock fields (elapsedSeconds), and bounds a polling storm to one database read per job per second.",
 		Allowed: "want a whole number of milliseconds from 0 to 60000",
 		set: func(c *Config, v string) error {
 			n := 0
