@@ -60,13 +60,8 @@ func (s *Server) authenticateWith(c *gin.Context, cached bool) {
 		hit bool
 		gen uint64
 	)
-	// The cache's clock is the process's own, whatever s.now says.
-	lookedUp := time.Now()
 	if cached {
-		var at time.Time
-		if k, at, gen, hit = s.keys.get(hash, day, lookedUp); hit {
-			lookedUp = at
-		}
+		k, gen, hit = s.keys.get(hash, day)
 	}
 	if !hit {
 		k, err = s.deps.Store.ActiveKeyByHash(ctx, hash, day)
@@ -94,14 +89,10 @@ func (s *Server) authenticateWith(c *gin.Context, cached bool) {
 			// Bookkeeping only: the request goes on.
 			s.log.Warn("auth.touch_failed", "request_id", c.GetString(requestIDKey), "error", err)
 		}
-		k.LastUsedAt = &now
-		if hit {
-			// The cached copy too, with its lookup time kept.
-			s.keys.put(hash, day, k, lookedUp, gen)
-		}
+		k.LastUsedAt = &now // so that a cached copy does not touch again
 	}
 	if cached && !hit {
-		s.keys.put(hash, day, k, lookedUp, gen)
+		s.keys.put(hash, day, k, gen)
 	}
 	limit := s.limitOf(k)
 	c.Set(ctxKey, k)

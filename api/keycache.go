@@ -17,8 +17,10 @@ import (
 // blocked, by another process (the other api, the `kinflow keys` CLI) may
 // still read its own jobs' statuses for up to that long, and the
 // X-RateLimit-Remaining of a status answer may lag the key's submits by as
-// much. A revocation through this process empties the cache at once. Every other route (submit, quota, results, the key routes) looks
-// its key up afresh.
+// much. A revocation through this process empties the cache at once. Every
+// other route (submit, quota, results, the key routes) looks its key up
+// afresh. (golang-lru's expirable cache would do, but its janitor wakes
+// every TTL/100 for the life of each Server.)
 type keyCache struct {
 	mu sync.Mutex
 	m  map[string]keyCached
@@ -28,9 +30,8 @@ type keyCache struct {
 }
 
 type keyCached struct {
-	k   store.AuthKey
-	day string
-	at  time.Time
+	k  store.AuthKey
+	at time.Time
 }
 
 // keyCacheTTL is the longest a status read's key lookup is reused.
@@ -40,23 +41,23 @@ const keyCacheTTL = time.Second
 // none is stale the whole cache is.
 const keyCacheMax = 4096
 
-// get returns a copy of hash's key looked up for day at most keyCacheTTL
-// before now, and when it was looked up; gen is what put needs, hit or
-// miss.
-func (kc *keyCache) get(hash, day string, now time.Time) (k *store.AuthKey, at time.Time, gen uint64, ok bool) {
+// get returns a copy of hash's key looked up for day less than keyCacheTTL
+// ago (by the process's clock); gen is what put needs, hit or miss.
+func (kc *keyCache) get(hash, day string) (k *store.AuthKey, gen uint64, ok bool) {
 	kc.mu.Lock()
 	defer kc.mu.Unlock()
-	e, found := kc.m[hash]
-	if !found || e.day != day || now.Sub(e.at) >= keyCacheTTL || now.Before(e.at) {
-		return nil, time.Time{}, kc.gen, false
+	e, found := kc.m[day+hash]
+	if !found || !fresh(e.at, time.Now()) {
+		return nil, kc.gen, false
 	}
 	c := e.k
-	return &c, e.at, kc.gen, true
+	return &c, kc.gen, true
 }
 
-// put records k, looked up for day at at, unless the cache was emptied
+// put records k, looked up for day just now, unless the cache was emptied
 // since get returned gen.
-func (kc *keyCache) put(hash, day string, k *store.AuthKey, at time.Time, gen uint64) {
+func (kc *keyCache) put(hash, day string, k *store.AuthKey, gen uint64) {
+	now := time.Now()
 	kc.mu.Lock()
 	defer kc.mu.Unlock()
 	if gen != kc.gen {
@@ -65,9 +66,9 @@ func (kc *keyCache) put(hash, day string, k *store.AuthKey, at time.Time, gen ui
 	if kc.m == nil {
 		kc.m = map[string]keyCached{}
 	}
-	if _, ok := kc.m[hash]; !ok && len(kc.m) >= keyCacheMax {
+	if len(kc.m) >= keyCacheMax {
 		for h, e := range kc.m {
-			if at.Sub(e.at) >= keyCacheTTL || at.Before(e.at) {
+			if !fresh(e.at, now) {
 				delete(kc.m, h)
 			}
 		}
@@ -75,7 +76,12 @@ func (kc *keyCache) put(hash, day string, k *store.AuthKey, at time.Time, gen ui
 			clear(kc.m)
 		}
 	}
-	kc.m[hash] = keyCached{k: *k, day: day, at: at}
+	kc.m[day+hash] = keyCached{k: *k, at: now}
+}
+
+// fresh reports whether a lookup made at at may still be served at now.
+func fresh(at, now time.Time) bool {
+	return now.Sub(at) < keyCacheTTL && !now.Before(at)
 }
 
 // forget empties the cache (a key revoked through this process).

@@ -67,40 +67,40 @@ func TestStatusReadsShareKeyLookups(t *testing.T) {
 	})
 }
 
-// TestKeyCacheBoundsAndForget: the cache holds at most keyCacheMax keys
-// (stale ones dropped first), serves nothing older than keyCacheTTL or of
-// another day, and a lookup begun before forget is not recorded after it.
+// TestKeyCacheBoundsAndForget: the cache serves nothing of another day or
+// older than keyCacheTTL, holds at most keyCacheMax keys (stale ones dropped
+// first), and a lookup begun before forget is not recorded after it.
 func TestKeyCacheBoundsAndForget(t *testing.T) {
 	var kc keyCache
-	now := time.Now()
 	k := &store.AuthKey{ID: 7}
-	_, _, gen, _ := kc.get("h", "2026-11-29", now)
-	kc.put("h", "2026-11-29", k, now, gen)
-	if got, _, _, ok := kc.get("h", "2026-11-29", now.Add(keyCacheTTL/2)); !ok || got.ID != 7 {
+	_, gen, _ := kc.get("h", "2026-11-29")
+	kc.put("h", "2026-11-29", k, gen)
+	if got, _, ok := kc.get("h", "2026-11-29"); !ok || got.ID != 7 {
 		t.Fatalf("fresh entry: %v %v", got, ok)
 	}
-	if _, _, _, ok := kc.get("h", "2026-11-30", now); ok {
+	if _, _, ok := kc.get("h", "2026-11-30"); ok {
 		t.Fatal("served for another day")
 	}
-	if _, _, _, ok := kc.get("h", "2026-11-29", now.Add(keyCacheTTL)); ok {
+	kc.m["2026-11-29h"] = keyCached{k: *k, at: time.Now().Add(-keyCacheTTL)}
+	if _, _, ok := kc.get("h", "2026-11-29"); ok {
 		t.Fatal("served past its time-to-live")
 	}
-	_, _, gen, _ = kc.get("late", "2026-11-29", now)
+	_, gen, _ = kc.get("late", "2026-11-29")
 	kc.forget()
-	kc.put("late", "2026-11-29", k, now, gen)
-	if _, _, _, ok := kc.get("late", "2026-11-29", now); ok {
+	kc.put("late", "2026-11-29", k, gen)
+	if _, _, ok := kc.get("late", "2026-11-29"); ok {
 		t.Fatal("a lookup begun before forget was recorded after it")
 	}
-	_, _, gen, _ = kc.get("x", "2026-11-29", now)
-	old := now.Add(-2 * keyCacheTTL)
+	_, gen, _ = kc.get("x", "2026-11-29")
 	for i := range keyCacheMax {
-		at := now
+		kc.put(fmt.Sprint(i), "2026-11-29", k, gen)
 		if i%2 == 0 {
-			at = old
+			e := kc.m["2026-11-29"+fmt.Sprint(i)]
+			e.at = e.at.Add(-2 * keyCacheTTL)
+			kc.m["2026-11-29"+fmt.Sprint(i)] = e
 		}
-		kc.put(fmt.Sprint(i), "2026-11-29", k, at, gen)
 	}
-	kc.put("one more", "2026-11-29", k, now, gen)
+	kc.put("one more", "2026-11-29", k, gen)
 	if n := len(kc.m); n != keyCacheMax/2+1 {
 		t.Fatalf("%d entries after the stale half was dropped, want %d", n, keyCacheMax/2+1)
 	}

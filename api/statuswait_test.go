@@ -217,6 +217,22 @@ func TestStatusServedFromMemory(t *testing.T) {
 // jobTables lists the tables a status is read from (for counting).
 var jobTables = map[string]bool{"jobs": true, "job_stages": true, "job_events": true}
 
+// listeningServer serves h over HTTP once its status listener runs and the
+// store hears of every write (SQLite alone on its file; Postgres with its
+// listener connected); both stop with the test.
+func listeningServer(t *testing.T, h *harness, st *store.Store) *httptest.Server {
+	t.Helper()
+	go h.srv.RunStatusListener(t.Context())
+	for deadline := time.Now().Add(10 * time.Second); !st.SeesAllWrites(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the store does not hear of every write")
+		}
+	}
+	srv := httptest.NewServer(h.srv)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
 // TestStatusWatchersReadOnlyWhatMoves: while the store hears of every write
 // (SQLite alone on its file; Postgres with its listener), a job that waits
 // unchanged is not read again at each time-to-live, and a Pending job's
@@ -227,16 +243,8 @@ func TestStatusWatchersReadOnlyWhatMoves(t *testing.T) {
 			c.StatusWaitMax = 5 * time.Second
 			c.StatusCacheTTL = 200 * time.Millisecond
 		})
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		go h.srv.RunStatusListener(ctx)
-		for deadline := time.Now().Add(10 * time.Second); !st.SeesAllWrites(); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("the store does not hear of every write")
-			}
-		}
-		srv := httptest.NewServer(h.srv)
-		defer srv.Close()
+		ctx := t.Context()
+		srv := listeningServer(t, h, st)
 		const ip = "203.0.113.64"
 		key := h.newKey(ip)
 		first := h.submitted(ip, key)
@@ -312,16 +320,8 @@ func TestQueueMoveReadOnceForEveryWaitingJob(t *testing.T) {
 			c.StatusCacheTTL = 200 * time.Millisecond
 			c.StatusReadsPerSecond = 1000
 		})
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		go h.srv.RunStatusListener(ctx)
-		for deadline := time.Now().Add(10 * time.Second); !st.SeesAllWrites(); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("the store does not hear of every write")
-			}
-		}
-		srv := httptest.NewServer(h.srv)
-		defer srv.Close()
+		ctx := t.Context()
+		srv := listeningServer(t, h, st)
 		const ip = "203.0.113.66"
 		key := h.newKey(ip)
 		const n = 16

@@ -178,7 +178,7 @@ func (c *Chemistry) robustCall(ctx context.Context, op string, items []string) (
 			}
 		}
 		switch {
-		case c.rd.timedOut.has(answerKey(op, t)):
+		case c.rd.timedOut.Contains(answerKey(op, t)):
 			res[i] = rdResult{TimedOut: true}
 		case len(t) >= soloLen:
 			long = append(long, i)
@@ -203,7 +203,7 @@ func (c *Chemistry) robustCall(ctx context.Context, op string, items []string) (
 			return err
 		case errors.Is(err, errMoleculeTimeout):
 			timeouts++
-			c.rd.timedOut.add(answerKey(op, items[i]))
+			c.rd.timedOut.Add(answerKey(op, items[i]), struct{}{})
 			res[i] = rdResult{TimedOut: true, Error: err.Error()}
 		default:
 			res[i] = rdResult{OK: false, Error: err.Error()}

@@ -135,7 +135,8 @@ type RDKit struct {
 	haveInfo    bool
 	unavailable error // sticky: set when the interpreter or RDKit is missing
 
-	timedOut *textSet
+	// timedOut holds the texts (op + text) that ran into their bound.
+	timedOut *lru.Cache[string, struct{}]
 	// answers keeps the helper's answers to short texts (op + text →
 	// answer): RDKit's verdict on a text is fixed for a helper build, and
 	// the same substrates come back job after job (in a burst of 200 small
@@ -187,8 +188,8 @@ func NewRDKit(opts RDKitOptions) *RDKit {
 	if log == nil {
 		log = slog.Default()
 	}
-	r := &RDKit{opts: opts, log: log.With("component", "rdkit"), slots: make(chan *rdkitSlot, opts.Helpers),
-		timedOut: newTextSet(timedOutKept)}
+	r := &RDKit{opts: opts, log: log.With("component", "rdkit"), slots: make(chan *rdkitSlot, opts.Helpers)}
+	r.timedOut, _ = lru.New[string, struct{}](timedOutKept)
 	r.answers, _ = lru.New[string, rdResult](rdkitAnswersKept)
 	for range opts.Helpers {
 		sl := &rdkitSlot{}
@@ -505,37 +506,6 @@ func (r *RDKit) stop(sl *rdkitSlot) {
 	<-sl.proc.exited
 	_ = sl.proc.closeOut()
 	sl.proc = nil
-}
-
-// textSet is a bounded set of texts; the oldest is forgotten first.
-type textSet struct {
-	mu    sync.Mutex
-	max   int
-	set   map[string]struct{}
-	order []string
-}
-
-func newTextSet(max int) *textSet { return &textSet{max: max, set: map[string]struct{}{}} }
-
-func (s *textSet) add(t string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.set[t]; ok {
-		return
-	}
-	if len(s.order) >= s.max {
-		delete(s.set, s.order[0])
-		s.order = s.order[1:]
-	}
-	s.set[t] = struct{}{}
-	s.order = append(s.order, t)
-}
-
-func (s *textSet) has(t string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.set[t]
-	return ok
 }
 
 // tailBuffer keeps the last max bytes written to it.
