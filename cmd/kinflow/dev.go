@@ -206,6 +206,10 @@ func startTemporalDevServer(ctx context.Context, cli, address, dataDir string, u
 		// namespace (--search-attribute, written before the server starts)
 		// and never added later, so the ordinary cache is exact.
 		"--dynamic-config-value", "system.forceSearchAttributesCacheRefreshOnRead=false",
+		// Every task queue in one partition, as on the production
+		// topology (docker/temporal/dynamicconfig.yaml says why).
+		"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
+		"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
 		"--search-attribute", "JobId=Keyword",
 		"--search-attribute", "Method=Keyword",
 		"--search-attribute", "Stage=Keyword",

@@ -39,6 +39,13 @@ func TemporalServerConfig() string {
 	return filepath.Join(RepoRoot(), "docker", "temporal", "config.yaml")
 }
 
+// TemporalDynamicConfig is the server's dynamic configuration shipped in the
+// repository (docker/temporal/dynamicconfig.yaml), which config.yaml reads
+// from DYNAMIC_CONFIG_FILE_PATH.
+func TemporalDynamicConfig() string {
+	return filepath.Join(RepoRoot(), "docker", "temporal", "dynamicconfig.yaml")
+}
+
 // TemporalSchemaScript creates and migrates the server's databases.
 func TemporalSchemaScript() string {
 	return filepath.Join(RepoRoot(), "docker", "temporal", "setup-schema.sh")
@@ -155,7 +162,7 @@ func (s *TemporalServer) start() error {
 		return err
 	}
 	cmd := exec.Command(TemporalServerPath(), "--config-file", TemporalServerConfig(), "--allow-no-auth", "start")
-	cmd.Env = s.env
+	cmd.Env = append(s.env, "DYNAMIC_CONFIG_FILE_PATH="+TemporalDynamicConfig())
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
