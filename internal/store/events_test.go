@@ -122,3 +122,82 @@ func BenchmarkJobEventsAmongMany(b *testing.B) {
 		})
 	}
 }
+
+// Recording an event trims its kind to the newest keep: the oldest go, the
+// newest stay, and other kinds and jobs are untouched.
+func TestAddEventTrimsToNewest(t *testing.T) {
+	testenv.EachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		now := time.Now().UTC()
+		for _, id := range []string{"jobtrim", "jobother"} {
+			if err := s.CreateJob(ctx, &store.Job{ID: id, Status: store.JobProcessing, SubmittedAt: now}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		add := func(job, kind, reason string) {
+			t.Helper()
+			if stored, err := s.AddEvent(ctx, &store.JobEvent{JobID: job, Kind: kind, Reason: reason, CreatedAt: now}, 5); err != nil || !stored {
+				t.Fatalf("stored %v, %v", stored, err)
+			}
+		}
+		add("jobother", store.EventGPUPrecompute, "other")
+		add("jobtrim", "x", "other kind")
+		for i := range 8 {
+			add("jobtrim", store.EventGPUPrecompute, fmt.Sprint(i))
+		}
+		var reasons []string
+		s.DB.Model(&store.JobEvent{}).Where("job_id = ? AND kind = ?", "jobtrim", store.EventGPUPrecompute).Order("id").Pluck("reason", &reasons)
+		if strings.Join(reasons, ",") != "3,4,5,6,7" {
+			t.Fatalf("kept %v, want the newest five (3…7)", reasons)
+		}
+		var n int64
+		s.DB.Model(&store.JobEvent{}).Where("reason = ?", "other").Or("reason = ?", "other kind").Count(&n)
+		if n != 2 {
+			t.Fatalf("%d of the other job's and other kind's events left, want 2", n)
+		}
+	})
+}
+
+// Migration 0012 makes an event key unique: copies that a race of the old
+// count-then-insert left are dropped (the oldest kept) before the unique
+// index is built, and events without a key stay as they are.
+func TestMigrationDropsDuplicateEventKeys(t *testing.T) {
+	testenv.EachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		now := time.Now().UTC()
+		if err := s.CreateJob(ctx, &store.Job{ID: "jobdup", Status: store.JobProcessing, SubmittedAt: now}, nil); err != nil {
+			t.Fatal(err)
+		}
+		// The database as it was before 0012.
+		for _, q := range []string{
+			"DROP INDEX idx_job_events_job_key",
+			"CREATE INDEX idx_job_events_job_key ON job_events (job_id, event_key)",
+			"DELETE FROM migrations WHERE id = '0012_event_key_unique'",
+		} {
+			if err := s.DB.Exec(q).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, r := range []string{"first", "copy", "copy", "keyless", "keyless"} {
+			key := "run:1"
+			if r == "keyless" {
+				key = ""
+			}
+			if err := s.DB.Exec("INSERT INTO job_events (job_id, stage_index, kind, method_key, target, attempted, used_gpu, completed, failed, reason, message, created_at, event_key) VALUES (?, 0, ?, '', '', false, false, false, false, ?, '', ?, ?)",
+				"jobdup", store.EventGPUPrecompute, r, now, key).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var reasons []string
+		s.DB.Model(&store.JobEvent{}).Where("job_id = ?", "jobdup").Order("id").Pluck("reason", &reasons)
+		if strings.Join(reasons, ",") != "first,keyless,keyless" {
+			t.Fatalf("after the migration: %v, want first,keyless,keyless", reasons)
+		}
+		if stored, err := s.AddEvent(ctx, &store.JobEvent{JobID: "jobdup", Kind: store.EventGPUPrecompute, CreatedAt: now, Key: "run:1"}, 20); err != nil || stored {
+			t.Fatalf("a stored key recorded again: stored %v, %v", stored, err)
+		}
+	})
+}

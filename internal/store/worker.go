@@ -126,37 +126,31 @@ func (s *Store) SetEmbeddingComputedMany(ctx context.Context, ps []Progress, now
 // AddEvent records one job event, once per non-empty Key; stored reports
 // whether this call stored it. Events of a job are kept to the newest
 // keep per kind (the contract keeps the last 20 gpuPrecompute events).
+//
+// Two statements, each its own transaction: the insert, which the unique
+// index on (job_id, event_key) turns into nothing for a key already stored
+// (migration 0012), and the trim, which deletes nothing until a kind passes
+// keep and so writes nothing to commit. When the trim fails the event is
+// stored all the same (stored is true with the error): a retry of the
+// caller finds it stored, and the next event of its kind trims.
 func (s *Store) AddEvent(ctx context.Context, ev *JobEvent, keep int) (stored bool, err error) {
-	err = s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if ev.Key != "" {
-			// Recorded again by a retried workflow task: already stored.
-			var n int64
-			if err := tx.Model(&JobEvent{}).Where("job_id = ? AND event_key = ?", ev.JobID, ev.Key).Count(&n).Error; err != nil {
-				return fmt.Errorf("look up event of job %s: %w", ev.JobID, err)
-			}
-			if n > 0 {
-				stored = false
-				return nil
-			}
+	db := s.DB.WithContext(ctx)
+	res := db.Clauses(clause.OnConflict{DoNothing: true}).Create(ev)
+	if res.Error != nil {
+		return false, fmt.Errorf("record event of job %s: %w", ev.JobID, res.Error)
+	}
+	if res.RowsAffected == 0 {
+		// Recorded again by a retried workflow task: already stored.
+		return false, nil
+	}
+	if keep > 0 {
+		// job_id first: the change notice names the job (changedJobIDs).
+		old := db.Model(&JobEvent{}).Select("id").Where("job_id = ? AND kind = ?", ev.JobID, ev.Kind).Order("id DESC").Offset(keep)
+		if err := db.Where("job_id = ? AND id IN (?)", ev.JobID, old).Delete(&JobEvent{}).Error; err != nil {
+			return true, fmt.Errorf("trim events of job %s: %w", ev.JobID, err)
 		}
-		if err := tx.Create(ev).Error; err != nil {
-			return fmt.Errorf("record event of job %s: %w", ev.JobID, err)
-		}
-		stored = true
-		if keep <= 0 {
-			return nil
-		}
-		var old []int64
-		if err := tx.Model(&JobEvent{}).Where("job_id = ? AND kind = ?", ev.JobID, ev.Kind).
-			Order("id DESC").Offset(keep).Pluck("id", &old).Error; err != nil {
-			return err
-		}
-		if len(old) > 0 {
-			return tx.Where("id IN ?", old).Delete(&JobEvent{}).Error
-		}
-		return nil
-	})
-	return stored && err == nil, err
+	}
+	return true, nil
 }
 
 // Refund is what a finished job gives back to its key's quota: Rows in
