@@ -151,6 +151,11 @@ type Event struct {
 	// a retried workflow task records its events again, and each is stored
 	// once. Empty in histories from before keys.
 	Key string `json:"key,omitempty"`
+	// MethodKey and Target name the stage's method, as the workflow knows
+	// it (StageInfo): RecordEvent then reads no stage row. Empty in
+	// histories from before them: it reads the stage.
+	MethodKey string `json:"method_key,omitempty"`
+	Target    string `json:"target,omitempty"`
 }
 
 // StageMark sets a stage's status (and the job's running stage).

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/kinflow/kinflow/internal/store"
 )
 
@@ -13,13 +15,16 @@ const keepEvents = 20
 
 // RecordEvent stores one gpuPrecompute transition of a stage.
 func (a *Activities) RecordEvent(ctx context.Context, ev Event) error {
-	st, err := a.Store.Stage(ctx, ev.JobID, ev.StageIndex)
-	if err != nil {
-		return err
+	if ev.MethodKey == "" || ev.Target == "" {
+		st, err := a.Store.Stage(ctx, ev.JobID, ev.StageIndex)
+		if err != nil {
+			return err
+		}
+		ev.MethodKey, ev.Target = st.MethodKey, st.Target
 	}
 	row := &store.JobEvent{
 		JobID: ev.JobID, StageIndex: ev.StageIndex, Kind: store.EventGPUPrecompute,
-		MethodKey: st.MethodKey, Target: st.Target,
+		MethodKey: ev.MethodKey, Target: ev.Target,
 		Attempted: ev.Attempted, UsedGPU: ev.UsedGPU, Completed: ev.Completed, Failed: ev.Failed,
 		Reason: ev.Reason, Message: ev.Message, CreatedAt: time.Now().UTC(), Key: ev.Key,
 	}
@@ -27,7 +32,7 @@ func (a *Activities) RecordEvent(ctx context.Context, ev Event) error {
 	if err != nil || !stored {
 		return err
 	}
-	a.Log.Info("gpu_precompute", "job_id", ev.JobID, "stage", ev.StageIndex, "method", st.MethodKey, "target", st.Target, "step", "gpu_precompute", "reason", ev.Reason, "message", ev.Message)
+	a.Log.Info("gpu_precompute", "job_id", ev.JobID, "stage", ev.StageIndex, "method", ev.MethodKey, "target", ev.Target, "step", "gpu_precompute", "reason", ev.Reason, "message", ev.Message)
 	a.Metrics.GPUEvent(ev.Reason)
 	return nil
 }
@@ -36,33 +41,20 @@ func (a *Activities) RecordEvent(ctx context.Context, ev Event) error {
 func (a *Activities) MarkStage(ctx context.Context, m StageMark) error {
 	now := time.Now().UTC()
 	cols := map[string]any{"status": m.Status}
+	// The conditions are the row's own, in the UPDATE (which sees the row
+	// as it was): no read of the stage first.
 	switch m.Status {
 	case "running":
-		cols["started_at"] = now
+		// A running mark after the first only updates the embedding state.
+		cols["started_at"] = gorm.Expr("CASE WHEN status = 'running' AND started_at IS NOT NULL THEN started_at ELSE ? END", now)
 	case "completed":
 		cols["completed_at"] = now
 		// When the stage completes, an enabled embedding still pending or
 		// running becomes done (WIRE §2.3).
-		st, err := a.Store.Stage(ctx, m.JobID, m.StageIndex)
-		if err != nil {
-			return err
-		}
-		if st.EmbeddingEnabled && (st.EmbeddingState == "" || st.EmbeddingState == "pending" || st.EmbeddingState == "running") {
-			cols["embedding_state"] = "done"
-		}
+		cols["embedding_state"] = gorm.Expr("CASE WHEN embedding_enabled AND embedding_state IN ('', 'pending', 'running') THEN 'done' ELSE embedding_state END")
 	case "failed":
 		cols["completed_at"] = now
 		cols["message"] = m.Message
-	}
-	if m.Status == "running" {
-		// A running mark after the first only updates the embedding state.
-		st, err := a.Store.Stage(ctx, m.JobID, m.StageIndex)
-		if err != nil {
-			return err
-		}
-		if st.Status == "running" && st.StartedAt != nil {
-			delete(cols, "started_at")
-		}
 	}
 	if m.EmbeddingState != "" {
 		cols["embedding_state"] = m.EmbeddingState

@@ -575,7 +575,7 @@ func (w *prediction) plan(ctx workflow.Context, st activities.StageInfo, post bo
 func (w *prediction) event(ctx workflow.Context, st activities.StageInfo, attempted, usedGPU, completed, failed bool, reason, msg string) error {
 	w.events++
 	ev := activities.Event{JobID: w.in.JobID, StageIndex: st.Index, Attempted: attempted, UsedGPU: usedGPU, Completed: completed, Failed: failed, Reason: reason, Message: msg,
-		Key: fmt.Sprintf("%s:%d", workflow.GetInfo(ctx).WorkflowExecution.RunID, w.events)}
+		Key: fmt.Sprintf("%s:%d", workflow.GetInfo(ctx).WorkflowExecution.RunID, w.events), MethodKey: st.MethodKey, Target: st.Target}
 	return workflow.ExecuteLocalActivity(w.localOptions(ctx), a.RecordEvent, ev).Get(ctx, nil)
 }
 
