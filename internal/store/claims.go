@@ -59,7 +59,20 @@ func (s *Store) ClaimArtefacts(ctx context.Context, jobID string, stage int, pat
 
 // ReleaseArtefacts drops the stage's claims and calls remove, inside the same
 // serialised transaction, for each of its paths that no other job claims.
+//
+// A stage that claimed nothing (most: only a few methods have ephemeral
+// artefacts) is answered by one read, without the transaction and its
+// database-wide lock: its claims are made by its own plan, which has ended
+// before its cleanup, so none can appear meanwhile. Every small job's
+// cleanup took that lock, one after another across the cluster.
 func (s *Store) ReleaseArtefacts(ctx context.Context, jobID string, stage int, remove func(path string) error) (int, error) {
+	var one []string
+	if err := s.DB.WithContext(ctx).Model(&ArtefactClaim{}).Where("job_id = ? AND stage_index = ?", jobID, stage).Limit(1).Pluck("path", &one).Error; err != nil {
+		return 0, fmt.Errorf("release artefacts of job %s: %w", jobID, err)
+	}
+	if len(one) == 0 {
+		return 0, nil
+	}
 	removed := 0
 	err := s.claimsTx(ctx, func(tx *gorm.DB) error {
 		var mine []string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/kinflow/kinflow/internal/store"
 	"github.com/kinflow/kinflow/internal/testenv"
@@ -45,4 +46,45 @@ func TestReleaseRemovesOnlyUnclaimedArtefacts(t *testing.T) {
 			t.Fatalf("second release removed %d", n)
 		}
 	})
+}
+
+// A stage that claimed nothing releases without the claims' database-wide
+// lock: with the lock held by another session, its release still returns
+// at once, while a stage with a claim waits for the lock (Postgres, the
+// database that has the lock).
+func TestReleaseWithoutClaimsTakesNoLock(t *testing.T) {
+	s := testenv.OpenStore(t, store.Postgres)
+	ctx := context.Background()
+	if err := s.ClaimArtefacts(ctx, "jobC", 0, []string{"/m/esm1v/c.npy"}); err != nil {
+		t.Fatal(err)
+	}
+	sqlDB, err := s.DB.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, err := sqlDB.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	if _, err := holder.ExecContext(ctx, "SELECT pg_advisory_lock($1)", int64(0x6b666c636c61696d)); err != nil {
+		t.Fatal(err)
+	}
+	rm := func(string) error { return nil }
+	quick, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if n, err := s.ReleaseArtefacts(quick, "jobD", 0, rm); err != nil || n != 0 {
+		t.Fatalf("a stage without claims: %d, %v (it waited for the lock)", n, err)
+	}
+	short, cancel2 := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel2()
+	if _, err := s.ReleaseArtefacts(short, "jobC", 0, rm); err == nil {
+		t.Fatal("a stage with a claim released while another session held the claims' lock")
+	}
+	if _, err := holder.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", int64(0x6b666c636c61696d)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.ReleaseArtefacts(ctx, "jobC", 0, rm); err != nil || n != 1 {
+		t.Fatalf("after the lock: %d, %v", n, err)
+	}
 }
