@@ -127,14 +127,28 @@ func (s *Store) SetEmbeddingComputedMany(ctx context.Context, ps []Progress, now
 // whether this call stored it. Events of a job are kept to the newest
 // keep per kind (the contract keeps the last 20 gpuPrecompute events).
 //
-// Two statements, each its own transaction: the insert, which the unique
-// index on (job_id, event_key) turns into nothing for a key already stored
-// (migration 0012), and the trim, which deletes nothing until a kind passes
-// keep and so writes nothing to commit. When the trim fails the event is
-// stored all the same (stored is true with the error): a retry of the
-// caller finds it stored, and the next event of its kind trims.
+// Two statements: the insert, which the unique index on (job_id, event_key)
+// turns into nothing for a key already stored (migration 0012), and the
+// trim, which deletes nothing until a kind passes keep. On Postgres each is
+// its own transaction (a trim that deletes nothing writes nothing to
+// commit); on SQLite, where every writing statement takes the one writer's
+// turn, both share one. When a separate trim fails the event is stored all
+// the same (stored is true with the error): a retry of the caller finds it
+// stored, and the next event of its kind trims.
 func (s *Store) AddEvent(ctx context.Context, ev *JobEvent, keep int) (stored bool, err error) {
 	db := s.DB.WithContext(ctx)
+	if s.Dialect == SQLite {
+		err = db.Transaction(func(tx *gorm.DB) error {
+			stored, err = addEvent(tx, ev, keep)
+			return err
+		})
+		return stored && err == nil, err
+	}
+	return addEvent(db, ev, keep)
+}
+
+// addEvent is AddEvent's two statements on db.
+func addEvent(db *gorm.DB, ev *JobEvent, keep int) (bool, error) {
 	res := db.Clauses(clause.OnConflict{DoNothing: true}).Create(ev)
 	if res.Error != nil {
 		return false, fmt.Errorf("record event of job %s: %w", ev.JobID, res.Error)
