@@ -87,13 +87,17 @@ func TestComposeAgreesWithTheTopology(t *testing.T) {
 	if mkVer == nil || dfVer == nil || string(mkVer[1]) != string(dfVer[1]) {
 		t.Errorf("Temporal server version: Makefile %q, Dockerfile %q", mkVer, dfVer)
 	}
-	for _, want := range []string{"COPY docker/temporal/config.yaml docker/temporal/setup-schema.sh /etc/kinflow-temporal/", "--config-file /etc/kinflow-temporal/config.yaml"} {
+	for _, want := range []string{"COPY docker/temporal/config.yaml docker/temporal/dynamicconfig.yaml docker/temporal/setup-schema.sh /etc/kinflow-temporal/",
+		"--config-file /etc/kinflow-temporal/config.yaml", "DYNAMIC_CONFIG_FILE_PATH=/etc/kinflow-temporal/dynamicconfig.yaml"} {
 		if !strings.Contains(string(df), want) {
 			t.Errorf("Dockerfile lacks %q", want)
 		}
 	}
 	if rel, _ := filepath.Rel(root, testenv.TemporalServerConfig()); rel != "docker/temporal/config.yaml" {
 		t.Errorf("the tests run the server on %s", rel)
+	}
+	if rel, _ := filepath.Rel(root, testenv.TemporalDynamicConfig()); rel != "docker/temporal/dynamicconfig.yaml" {
+		t.Errorf("the tests give the server the dynamic configuration %s", rel)
 	}
 	if rel, _ := filepath.Rel(root, testenv.TemporalSchemaScript()); rel != "docker/temporal/setup-schema.sh" {
 		t.Errorf("the tests set up the schema with %s", rel)
