@@ -165,6 +165,15 @@ func checkDevPorts(cfg *config.Config, temporal bool, uiPort int) error {
 	return nil
 }
 
+// devTopologyDynamicConfig is docker/temporal/dynamicconfig.yaml, the
+// production topology's dynamic configuration, as the dev server's
+// --dynamic-config-value flags (TestDevServerHasTheTopologysDynamicConfig
+// holds them equal): every task queue in one partition.
+var devTopologyDynamicConfig = []string{
+	"matching.numTaskqueueReadPartitions=1",
+	"matching.numTaskqueueWritePartitions=1",
+}
+
 // startTemporalDevServer starts `temporal server start-dev` as a child that
 // dies with this process (Pdeathsig), waits until it answers and returns a
 // function that stops it.
@@ -186,7 +195,7 @@ func startTemporalDevServer(ctx context.Context, cli, address, dataDir string, u
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(cli, "server", "start-dev",
+	args := []string{"server", "start-dev",
 		"--ip", host, "--port", port,
 		"--ui-port", strconv.Itoa(uiPort),
 		"--db-filename", filepath.Join(dataDir, "temporal.db"),
@@ -206,14 +215,14 @@ func startTemporalDevServer(ctx context.Context, cli, address, dataDir string, u
 		// namespace (--search-attribute, written before the server starts)
 		// and never added later, so the ordinary cache is exact.
 		"--dynamic-config-value", "system.forceSearchAttributesCacheRefreshOnRead=false",
-		// Every task queue in one partition, as on the production
-		// topology (docker/temporal/dynamicconfig.yaml says why).
-		"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
-		"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
 		"--search-attribute", "JobId=Keyword",
 		"--search-attribute", "Method=Keyword",
 		"--search-attribute", "Stage=Keyword",
-	)
+	}
+	for _, v := range devTopologyDynamicConfig {
+		args = append(args, "--dynamic-config-value", v)
+	}
+	cmd := exec.Command(cli, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Pdeathsig: the dev server dies with us even if we are killed -9, so
 	// Ctrl-C or a crash never leaves a Temporal process behind.

@@ -3,10 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"gopkg.in/yaml.v3"
 )
 
 // freeAddr is a loopback address no one listens on (the port just freed).
@@ -69,4 +75,32 @@ func TestDevNamesABusyPort(t *testing.T) {
 			t.Fatalf("error %v", err)
 		}
 	})
+}
+
+// The dev server of `kinflow dev` runs on the production topology's dynamic
+// configuration (docker/temporal/dynamicconfig.yaml), key for key.
+func TestDevServerHasTheTopologysDynamicConfig(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "docker", "temporal", "dynamicconfig.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file map[string][]struct {
+		Value any `yaml:"value"`
+	}
+	if err := yaml.Unmarshal(data, &file); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for k, vs := range file {
+		if len(vs) != 1 {
+			t.Fatalf("%s: %d values; the dev server's flags carry one", k, len(vs))
+		}
+		want = append(want, fmt.Sprintf("%s=%v", k, vs[0].Value))
+	}
+	got := slices.Clone(devTopologyDynamicConfig)
+	slices.Sort(want)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("dev server %v, docker/temporal/dynamicconfig.yaml %v", got, want)
+	}
 }

@@ -67,7 +67,7 @@ func TestReleaseWithoutClaimsTakesNoLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer holder.Close()
-	if _, err := holder.ExecContext(ctx, "SELECT pg_advisory_lock($1)", int64(0x6b666c636c61696d)); err != nil {
+	if _, err := holder.ExecContext(ctx, "SELECT pg_advisory_lock($1)", store.ClaimsLockID); err != nil {
 		t.Fatal(err)
 	}
 	rm := func(string) error { return nil }
@@ -81,7 +81,7 @@ func TestReleaseWithoutClaimsTakesNoLock(t *testing.T) {
 	if _, err := s.ReleaseArtefacts(short, "jobC", 0, rm); err == nil {
 		t.Fatal("a stage with a claim released while another session held the claims' lock")
 	}
-	if _, err := holder.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", int64(0x6b666c636c61696d)); err != nil {
+	if _, err := holder.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", store.ClaimsLockID); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := s.ReleaseArtefacts(ctx, "jobC", 0, rm); err != nil || n != 1 {
