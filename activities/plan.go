@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"strings"
 	"time"
@@ -31,13 +32,16 @@ func (a *Activities) BuildPlan(ctx context.Context, in PlanInput) (PlanSummary, 
 	if !ok {
 		return PlanSummary{}, temporal.NewNonRetryableApplicationError("Invalid method selection: "+sr.MethodKey, ErrUnknownMethod, nil)
 	}
-	if !in.PostCheck {
-		if err := a.writeStageCounts(in.JobID, in.StageIndex, sr); err != nil {
-			return PlanSummary{}, err
+	// A plan that returns before its stage's UPDATE below records the
+	// stage's counts on its own.
+	countsAlone := func(sum PlanSummary) (PlanSummary, error) {
+		if in.PostCheck {
+			return sum, nil
 		}
+		return sum, a.recordStageCounts(ctx, in, sr)
 	}
 	if d.Profile == methods.ProfileNone {
-		return PlanSummary{NoPlan: true}, nil
+		return countsAlone(PlanSummary{NoPlan: true})
 	}
 	dir, err := a.stageDir(in.JobID, in.StageIndex)
 	if err != nil {
@@ -67,12 +71,12 @@ func (a *Activities) BuildPlan(ctx context.Context, in PlanInput) (PlanSummary, 
 			}
 		}
 		if len(seqs) == 0 {
-			return PlanSummary{NoSequences: true, Profile: d.Profile}, nil
+			return countsAlone(PlanSummary{NoSequences: true, Profile: d.Profile})
 		}
 		plan, err = embedding.PlanSequencesWith(ctx, a.Layout, a.Store, d, methods.Target(sr.Target), seqs, embedding.PlanOptions{RealOnly: realOnly, Verify: true})
 	}
 	if errors.Is(err, embedding.ErrNoCacheProfile) {
-		return PlanSummary{NoPlan: true}, nil
+		return countsAlone(PlanSummary{NoPlan: true})
 	}
 	if err != nil {
 		return PlanSummary{}, temporal.NewApplicationErrorWithCause("plan_failed: "+err.Error(), ErrPlan, err)
@@ -122,10 +126,14 @@ func (a *Activities) BuildPlan(ctx context.Context, in PlanInput) (PlanSummary, 
 		if !sum.Complete {
 			state = "running"
 		}
-		err = a.Store.UpdateStage(ctx, in.JobID, in.StageIndex, map[string]any{
+		cols := map[string]any{
 			"embedding_total": plan.Total, "embedding_cached": plan.CachedAlready, "embedding_need": plan.NeedComputation,
 			"embedding_computed": 0, "embedding_state": state, "embedding_updated_at": now,
-		})
+		}
+		if !in.PostCheck {
+			maps.Copy(cols, stageCountCols(stageCounts(sr)))
+		}
+		err = a.Store.UpdateStage(ctx, in.JobID, in.StageIndex, cols)
 	} else {
 		err = a.Store.SetEmbeddingComputed(ctx, in.JobID, in.StageIndex, first.NeedComputation-plan.NeedComputation, now)
 	}

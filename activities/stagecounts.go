@@ -1,25 +1,18 @@
 package activities
 
 import (
-	"path/filepath"
+	"context"
 
-	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/jobfiles"
 )
 
-// StageCounts is a stage's counts.json (internal/jobfiles).
+// StageCounts is a stage's counts (internal/jobfiles).
 type StageCounts = jobfiles.StageCounts
 
-// StageCountsFile is the file's name in the stage's folder.
-const StageCountsFile = jobfiles.CountsFile
-
-// writeStageCounts records sr's counts; rewriting the same counts on a
-// retry is harmless (atomic write, same content).
-func (a *Activities) writeStageCounts(jobID string, index int, sr jobfiles.StageRows) error {
-	dir, err := a.stageDir(jobID, index)
-	if err != nil {
-		return err
-	}
+// stageCounts counts sr: its rows, the units it sends, and the distinct
+// sequences among them (a sequence shared by rows, substrates or candidates
+// counts once; skipped units count nowhere).
+func stageCounts(sr jobfiles.StageRows) StageCounts {
 	c := StageCounts{Rows: len(sr.Shapes)}
 	seen := map[string]bool{}
 	for _, u := range sr.Units {
@@ -32,5 +25,20 @@ func (a *Activities) writeStageCounts(jobID string, index int, sr jobfiles.Stage
 			c.Sequences++
 		}
 	}
-	return fsutil.WriteJSONAtomic(filepath.Join(dir, StageCountsFile), c)
+	return c
+}
+
+// stageCountCols are c as the stage row's columns. The first plan records
+// them in the UPDATE it makes anyway; they used to be a counts.json file
+// beside the stage's work files, one more file per stage to create and
+// make durable (issue 35). Recording the same counts again on a retry is
+// harmless.
+func stageCountCols(c StageCounts) map[string]any {
+	return map[string]any{"count_rows": c.Rows, "count_units": c.Units, "count_sequences": c.Sequences}
+}
+
+// recordStageCounts records sr's counts in the stage's row alone: for a
+// plan that makes no other write to it.
+func (a *Activities) recordStageCounts(ctx context.Context, in PlanInput, sr jobfiles.StageRows) error {
+	return a.Store.UpdateStage(ctx, in.JobID, in.StageIndex, stageCountCols(stageCounts(sr)))
 }

@@ -35,9 +35,30 @@ const (
 	etaMinSeconds = 10
 )
 
-// readStageCounts reads a stage's counts; ok is false before its plan.
-// Counts once read are kept (the plan writes the same counts on a retry),
-// so a polled status costs no file read per stage.
+// stageCountsOf is a stage's counts; ok is false before its plan. Its plan
+// records them in the stage's row; a stage planned by a worker from before
+// that (migration 0013) has them in its counts.json.
+func (s *Server) stageCountsOf(jobID string, st store.JobStage) (jobfiles.StageCounts, bool) {
+	if st.CountRows != nil {
+		c := jobfiles.StageCounts{Rows: *st.CountRows}
+		if st.CountUnits != nil {
+			c.Units = *st.CountUnits
+		}
+		if st.CountSequences != nil {
+			c.Sequences = *st.CountSequences
+		}
+		return c, true
+	}
+	if st.Status == "pending" || st.Status == "" { // planned only once it runs
+		return jobfiles.StageCounts{}, false
+	}
+	return s.readStageCounts(jobID, st.Index)
+}
+
+// readStageCounts reads a stage's counts.json (written by workers from
+// before migration 0013); ok is false when there is none. Counts once read
+// are kept (the plan writes the same counts on a retry), so a polled status
+// costs no file read per stage.
 func (s *Server) readStageCounts(jobID string, index int) (jobfiles.StageCounts, bool) {
 	if c, ok := s.stageCounts.get(jobID, index); ok {
 		return c, true

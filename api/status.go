@@ -517,11 +517,7 @@ func (s *Server) statusBodyOf(sn *statusSnap, now time.Time) statusBody {
 	units := make([]stageUserUnits, len(stages))
 	for i, st := range stages {
 		sb := toStageBody(st)
-		var c jobfiles.StageCounts
-		ok := false
-		if st.Status != "pending" && st.Status != "" { // a stage's plan writes its counts once it runs
-			c, ok = s.readStageCounts(j.ID, st.Index)
-		}
+		c, ok := s.stageCountsOf(j.ID, st)
 		units[i] = stageUnits(st, c, ok, now)
 		sb.stageUserUnits = units[i]
 		b.ProgressStages = append(b.ProgressStages, sb)

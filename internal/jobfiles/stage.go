@@ -145,11 +145,13 @@ type StagePartial struct {
 	Redo    []int          `json:"redo"`
 }
 
-// StageCounts is MEDIA/jobs/<id>/work/stage-<i>/counts.json: a stage's size
-// in the user's units, written by BuildPlan for the API's progress
-// (`overall` in /status/): the distinct sequences the stage embeds, the
-// rows it was handed and its prediction units. Embedding progress is
-// counted in files; the API turns it into sequences with these counts.
+// StageCounts is a stage's size in the user's units, recorded by BuildPlan
+// for the API's progress (`overall` in /status/): the distinct sequences the
+// stage embeds, the rows it was handed and its prediction units. Embedding
+// progress is counted in files; the API turns it into sequences with these
+// counts. BuildPlan records them in the stage's row (store.JobStage's
+// Count* columns); workers from before that wrote them to
+// MEDIA/jobs/<id>/work/stage-<i>/counts.json, which ReadStageCounts reads.
 type StageCounts struct {
 	Rows      int `json:"rows"`
 	Sequences int `json:"sequences"`

@@ -130,6 +130,12 @@ type JobStage struct {
 	EmbeddingNeed      int    `gorm:"not null"`
 	EmbeddingComputed  int    `gorm:"not null"`
 	EmbeddingUpdatedAt *time.Time
+	// CountRows, CountUnits and CountSequences are the stage's counts
+	// (jobfiles.StageCounts), recorded by its first plan; nil before it,
+	// and for a stage planned by a worker that wrote them to counts.json.
+	CountRows      *int
+	CountUnits     *int
+	CountSequences *int
 }
 
 // TableName implements gorm's Tabler.
