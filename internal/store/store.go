@@ -53,14 +53,7 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 	cfg := &gorm.Config{
 		Logger:                 logger.Discard,
 		SkipDefaultTransaction: true,
-		// Prepared statements save a parse (and on Postgres a plan) per
-		// query: the status route runs four per request. On SQLite this
-		// needs a driver that keeps a statement compiled between uses:
-		// modernc.org/sqlite v1.62 does (libtnb/sqlite is its GORM
-		// dialect); the glebarez driver used before compiled every
-		// statement again on each use, 11 % of kinflow's CPU under a burst
-		// of small jobs (docs/BENCHMARKS.md).
-		PrepareStmt:    true,
+		// GORM's prepared-statement cache is on for SQLite only (below).
 		NowFunc:        func() time.Time { return time.Now().UTC() },
 		TranslateError: true,
 	}
@@ -88,6 +81,17 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 		// _txlock=immediate takes the write lock at BEGIN, so two
 		// read-then-write transactions cannot deadlock on the upgrade.
 		dsn := path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(60000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+		// Prepared statements save SQLite a compile per query (the status
+		// route runs four per request): modernc.org/sqlite v1.62 keeps a
+		// statement compiled between uses (libtnb/sqlite is its GORM
+		// dialect); the glebarez driver used before compiled every
+		// statement again on each use, 11 % of kinflow's CPU under a burst
+		// of small jobs (docs/BENCHMARKS.md). GORM's cache can deadlock
+		// when transactions hold every pooled connection
+		// (go-gorm/gorm#7465, see Postgres below); here the write gate lets
+		// one transaction at a time hold a connection, so a query that
+		// prepares a statement always finds one of the other seven.
+		cfg.PrepareStmt = true
 		db, err = openSQLite(ctx, dsn, cfg)
 		if err == nil {
 			// One writer of this process at a time, in line (gate.go).
@@ -96,6 +100,16 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 		}
 	case strings.HasPrefix(databaseURL, "postgres://"), strings.HasPrefix(databaseURL, "postgresql://"):
 		dialect = Postgres
+		// No GORM prepared-statement cache: pgx already prepares each
+		// statement on first use on a connection and keeps it (its
+		// default QueryExecModeCacheStatement), so GORM's cache saved
+		// nothing but could stop the process for ever (go-gorm/gorm#7465):
+		// a query outside a transaction claims a new statement's
+		// preparation and waits for a pooled connection, while
+		// transactions holding every connection wait for that statement.
+		// A fresh api met it under the production topology's burst of
+		// submits: 100 requests hung for good, with no CPU and no log
+		// (docs/BENCHMARKS.md, issue 35's eleventh pass).
 		db, err = gorm.Open(postgres.Open(databaseURL), cfg)
 	default:
 		return nil, fmt.Errorf("unsupported database URL %q: want sqlite:PATH or postgres://…", redact(databaseURL))
@@ -189,12 +203,8 @@ func (s *Store) OpenAnother(ctx context.Context) (*Store, error) {
 // Ping checks that the database answers.
 // Unprepared is the store's database for queries whose text varies with
 // their arguments (an IN list of as many placeholders as keys): they skip
-// GORM's prepared-statement cache. Each new text would otherwise be prepared
-// under the cache's write lock while waiting for a pooled connection, and
-// GORM deadlocks when that meets transactions holding every connection and
-// waiting on the same lock (go-gorm/gorm#7465: seen here as 200 concurrent
-// submits hung for ever once the quota check looked rows up by key). Such
-// texts would also fill the cache with one statement per list length.
+// GORM's prepared-statement cache (SQLite's; Postgres has none, see Open),
+// which such texts would fill with one statement per list length.
 func (s *Store) Unprepared(ctx context.Context) *gorm.DB {
 	db := s.DB.Session(&gorm.Session{Context: ctx})
 	if p, ok := db.Statement.ConnPool.(*gorm.PreparedStmtDB); ok {
