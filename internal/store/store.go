@@ -200,20 +200,27 @@ func (s *Store) OpenAnother(ctx context.Context) (*Store, error) {
 	return Open(ctx, s.url)
 }
 
-// Ping checks that the database answers.
 // Unprepared is the store's database for queries whose text varies with
 // their arguments (an IN list of as many placeholders as keys): they skip
 // GORM's prepared-statement cache (SQLite's; Postgres has none, see Open),
-// which such texts would fill with one statement per list length.
+// which such texts would fill with one statement per list length. On
+// SQLite the cache sits under the write gate, which stays: the query takes
+// its turn like any other write.
 func (s *Store) Unprepared(ctx context.Context) *gorm.DB {
 	db := s.DB.Session(&gorm.Session{Context: ctx})
-	if p, ok := db.Statement.ConnPool.(*gorm.PreparedStmtDB); ok {
+	switch p := db.Statement.ConnPool.(type) {
+	case *gorm.PreparedStmtDB:
 		db.Statement.ConnPool = p.ConnPool
-		db.Config.PrepareStmt = false
+	case *writeGate:
+		if pp, ok := p.ConnPool.(*gorm.PreparedStmtDB); ok {
+			db.Statement.ConnPool = &writeGate{ConnPool: pp.ConnPool, sem: p.sem, wait: p.wait}
+		}
 	}
+	db.Config.PrepareStmt = false
 	return db
 }
 
+// Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error {
 	sqlDB, err := s.DB.DB()
 	if err != nil {

@@ -83,3 +83,37 @@ func queryBesideFullPool(t *testing.T, db func(s *store.Store, ctx context.Conte
 	}
 	wg.Wait()
 }
+
+// TestUnpreparedSkipsSQLiteCache: on SQLite, where GORM's prepared-statement
+// cache is on, a query through Unprepared adds no statement to it (an IN
+// list of each length would add one), and a write through it still takes
+// the write gate's turn (it runs while no transaction holds the gate).
+func TestUnpreparedSkipsSQLiteCache(t *testing.T) {
+	s := testenv.OpenStore(t, store.SQLite)
+	ctx := context.Background()
+	cached := func() int {
+		t.Helper()
+		n, ok := store.PreparedCount(s)
+		if !ok {
+			t.Fatal("SQLite has no prepared-statement cache")
+		}
+		return n
+	}
+	before := cached()
+	var n int64
+	if err := s.Unprepared(ctx).Raw("SELECT count(*) FROM jobs WHERE id IN ?", []string{"a", "b", "c", "d", "e"}).Scan(&n).Error; err != nil {
+		t.Fatal(err)
+	}
+	if got := cached(); got != before {
+		t.Fatalf("prepared statements %d → %d after an Unprepared query", before, got)
+	}
+	if err := s.DB.WithContext(ctx).Raw("SELECT count(*) FROM jobs WHERE id IN ?", []string{"a", "b", "c", "d", "e", "f"}).Scan(&n).Error; err != nil {
+		t.Fatal(err)
+	}
+	if got := cached(); got != before+1 {
+		t.Fatalf("prepared statements %d → %d after a plain query, want one more", before, got)
+	}
+	if err := s.Unprepared(ctx).Exec("DELETE FROM jobs WHERE id IN ?", []string{"x", "y"}).Error; err != nil {
+		t.Fatal(err)
+	}
+}
