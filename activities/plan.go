@@ -32,13 +32,16 @@ func (a *Activities) BuildPlan(ctx context.Context, in PlanInput) (PlanSummary, 
 	if !ok {
 		return PlanSummary{}, temporal.NewNonRetryableApplicationError("Invalid method selection: "+sr.MethodKey, ErrUnknownMethod, nil)
 	}
-	// A plan that returns before its stage's UPDATE below records the
-	// stage's counts on its own.
+	// One walk over the units gives the sequences to plan and the stage's
+	// counts. A plan that returns before its stage's UPDATE below records
+	// the counts on their own.
+	seqs := sentSeqs(sr)
+	counts := stageCounts(sr, seqs)
 	countsAlone := func(sum PlanSummary) (PlanSummary, error) {
 		if in.PostCheck {
 			return sum, nil
 		}
-		return sum, a.recordStageCounts(ctx, in, sr)
+		return sum, a.recordStageCounts(ctx, in, counts)
 	}
 	if d.Profile == methods.ProfileNone {
 		return countsAlone(PlanSummary{NoPlan: true})
@@ -59,17 +62,8 @@ func (a *Activities) BuildPlan(ctx context.Context, in PlanInput) (PlanSummary, 
 			SeqIDs: first.SeqIDs, SeqIDToSeq: first.SeqIDToSeq, RealOnly: realOnly, Verify: true,
 		})
 	} else {
-		// One entry per distinct sequence sent: a sequence shared by many
-		// rows, candidates or substrate units is planned (and embedded)
-		// once, and every candidate gets its seq id.
-		var seqs []string
-		seen := map[string]bool{}
-		for _, u := range sr.Units {
-			if u.Skip == "" && u.Seq != "" && !seen[u.Seq] {
-				seen[u.Seq] = true
-				seqs = append(seqs, u.Seq)
-			}
-		}
+		// One entry per distinct sequence sent (sentSeqs): every candidate
+		// gets its seq id.
 		if len(seqs) == 0 {
 			return countsAlone(PlanSummary{NoSequences: true, Profile: d.Profile})
 		}
@@ -131,7 +125,7 @@ func (a *Activities) BuildPlan(ctx context.Context, in PlanInput) (PlanSummary, 
 			"embedding_computed": 0, "embedding_state": state, "embedding_updated_at": now,
 		}
 		if !in.PostCheck {
-			maps.Copy(cols, stageCountCols(stageCounts(sr)))
+			maps.Copy(cols, stageCountCols(counts))
 		}
 		err = a.Store.UpdateStage(ctx, in.JobID, in.StageIndex, cols)
 	} else {

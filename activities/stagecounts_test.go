@@ -41,10 +41,15 @@ func TestStageCountsInTheRow(t *testing.T) {
 				{Row: 1, Seq: "MKW"}, {Row: 2, Seq: "MKA", Skip: "Invalid"}, {Row: 3, Seq: "MKV"},
 			},
 		}
-		if got := stageCounts(sr); got != (StageCounts{Rows: 4, Sequences: 2, Units: 4}) {
-			t.Fatalf("counts %+v", got)
+		seqs := sentSeqs(sr)
+		if len(seqs) != 2 || seqs[0] != "MKV" || seqs[1] != "MKW" {
+			t.Fatalf("sent sequences %v", seqs)
 		}
-		if err := a.recordStageCounts(ctx, PlanInput{JobID: id, StageIndex: 1}, sr); err != nil {
+		c := stageCounts(sr, seqs)
+		if c != (StageCounts{Rows: 4, Sequences: 2, Units: 4}) {
+			t.Fatalf("counts %+v", c)
+		}
+		if err := a.recordStageCounts(ctx, PlanInput{JobID: id, StageIndex: 1}, c); err != nil {
 			t.Fatal(err)
 		}
 		st, err := s.Stage(ctx, id, 1)

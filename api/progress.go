@@ -39,15 +39,8 @@ const (
 // records them in the stage's row; a stage planned by a worker from before
 // that (migration 0013) has them in its counts.json.
 func (s *Server) stageCountsOf(jobID string, st store.JobStage) (jobfiles.StageCounts, bool) {
-	if st.CountRows != nil {
-		c := jobfiles.StageCounts{Rows: *st.CountRows}
-		if st.CountUnits != nil {
-			c.Units = *st.CountUnits
-		}
-		if st.CountSequences != nil {
-			c.Sequences = *st.CountSequences
-		}
-		return c, true
+	if st.CountRows != nil && st.CountUnits != nil && st.CountSequences != nil { // written together
+		return jobfiles.StageCounts{Rows: *st.CountRows, Units: *st.CountUnits, Sequences: *st.CountSequences}, true
 	}
 	if st.Status == "pending" || st.Status == "" { // planned only once it runs
 		return jobfiles.StageCounts{}, false
