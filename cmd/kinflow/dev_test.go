@@ -12,18 +12,18 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kinflow/kinflow/internal/testenv"
 	"gopkg.in/yaml.v3"
 )
 
-// freeAddr is a loopback address no one listens on (the port just freed).
+// freeAddr is a loopback address no one listens on, not handed out before.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := testenv.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // TestDevNamesABusyPort (issue 36): `kinflow dev` beside another stack

@@ -15,7 +15,6 @@ import (
 	"math/big"
 	mrand "math/rand/v2"
 	"mime/multipart"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -408,12 +407,11 @@ func csvRows(seed uint64, n, seqLen int) string {
 }
 
 func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := testenv.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 func randSeed() uint64 {

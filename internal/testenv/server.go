@@ -256,16 +256,23 @@ func (s *TemporalServer) LogLines(substr string, max int) string {
 	return strings.Join(out, "\n")
 }
 
-// freeLowPort is a free TCP port below 32768: Temporal stores membership
+// freeLowPort is a free TCP port below 32768, not handed out before by
+// this process (see FreePort): Temporal stores membership
 // ports in a smallint column, and the kernel's ephemeral ports lie above.
 func freeLowPort() (int, error) {
+	portsMu.Lock()
+	defer portsMu.Unlock()
 	for range 200 {
 		p := 20000 + mrand.IntN(12000)
+		if portsGiven[p] {
+			continue
+		}
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {
 			continue
 		}
 		l.Close()
+		portsGiven[p] = true
 		return p, nil
 	}
 	return 0, fmt.Errorf("no free port in 20000-32000")

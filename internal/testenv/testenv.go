@@ -194,14 +194,47 @@ func StopTemporal() {
 	}
 }
 
-// FreePort is a TCP port on 127.0.0.1 that was free a moment ago.
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
+
+// FreePort is a TCP port on 127.0.0.1 that was free a moment ago and that
+// this process has not handed out before. The kernel may answer a second
+// bind to port 0 with the port it just gave, before the process that was
+// handed it listens on it (CI once started an api on its GPU host's port),
+// so a port is handed out once per test binary.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			_ = l.Close()
+		}
+	}()
+	for range 64 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		held = append(held, l)
+		port := l.Addr().(*net.TCPAddr).Port
+		if !portsGiven[port] {
+			portsGiven[port] = true
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("no port this process has not handed out yet")
+}
+
+// FreeAddr is FreePort as a "127.0.0.1:port" address.
+func FreeAddr() (string, error) {
+	port, err := FreePort()
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("127.0.0.1:%d", port), nil
 }
 
 // RandHex is n random bytes in hex: unique names for databases, projects, keys.
