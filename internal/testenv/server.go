@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -120,7 +119,7 @@ func StartTemporalServer(tb testing.TB) *TemporalServer {
 		ports := map[string]string{}
 		for _, k := range []string{"FRONTEND_GRPC_PORT", "FRONTEND_HTTP_PORT", "HISTORY_GRPC_PORT", "MATCHING_GRPC_PORT", "WORKER_GRPC_PORT",
 			"FRONTEND_MEMBERSHIP_PORT", "HISTORY_MEMBERSHIP_PORT", "MATCHING_MEMBERSHIP_PORT", "WORKER_MEMBERSHIP_PORT"} {
-			p, err := freeLowPort()
+			p, err := FreePort()
 			if err != nil {
 				tb.Fatal(err)
 			}
@@ -254,28 +253,6 @@ func (s *TemporalServer) LogLines(substr string, max int) string {
 		}
 	}
 	return strings.Join(out, "\n")
-}
-
-// freeLowPort is a free TCP port below 32768, not handed out before by
-// this process (see FreePort): Temporal stores membership
-// ports in a smallint column, and the kernel's ephemeral ports lie above.
-func freeLowPort() (int, error) {
-	portsMu.Lock()
-	defer portsMu.Unlock()
-	for range 200 {
-		p := 20000 + mrand.IntN(12000)
-		if portsGiven[p] {
-			continue
-		}
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		portsGiven[p] = true
-		return p, nil
-	}
-	return 0, fmt.Errorf("no free port in 20000-32000")
 }
 
 // quiet discards the SDK's logs while polling for readiness.

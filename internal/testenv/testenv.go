@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -199,33 +200,33 @@ var (
 	portsGiven = map[int]bool{}
 )
 
-// FreePort is a TCP port on 127.0.0.1 that was free a moment ago and that
-// this process has not handed out before. The kernel may answer a second
-// bind to port 0 with the port it just gave, before the process that was
-// handed it listens on it (CI once started an api on its GPU host's port),
-// so a port is handed out once per test binary.
+// FreePort is a TCP port on 127.0.0.1 that was free a moment ago, that this
+// process has not handed out before, and that lies below the kernel's
+// ephemeral range (20000–32000):
+//   - the kernel answers a second bind to port 0 with a port it just gave
+//     more often than not within a few hundred binds (CI once started an api
+//     on its GPU host's port), so a port is handed out once per process;
+//   - an outgoing connection takes its local port from the ephemeral range
+//     (32768 and up on Debian), so it never lands on a port handed out here
+//     in the moment before the process it is meant for listens on it;
+//   - Temporal stores membership ports in a smallint column.
 func FreePort() (int, error) {
 	portsMu.Lock()
 	defer portsMu.Unlock()
-	var held []net.Listener
-	defer func() {
-		for _, l := range held {
-			_ = l.Close()
+	for range 500 {
+		p := 20000 + mrand.IntN(12000)
+		if portsGiven[p] {
+			continue
 		}
-	}()
-	for range 64 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {
-			return 0, err
+			continue
 		}
-		held = append(held, l)
-		port := l.Addr().(*net.TCPAddr).Port
-		if !portsGiven[port] {
-			portsGiven[port] = true
-			return port, nil
-		}
+		_ = l.Close()
+		portsGiven[p] = true
+		return p, nil
 	}
-	return 0, fmt.Errorf("no port this process has not handed out yet")
+	return 0, fmt.Errorf("no free port in 20000-32000")
 }
 
 // FreeAddr is FreePort as a "127.0.0.1:port" address.
