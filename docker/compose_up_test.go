@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kinflow/kinflow/internal/freeport"
 	"github.com/kinflow/kinflow/internal/testenv"
 )
 
@@ -228,7 +229,7 @@ func waitOK(url string, limit time.Duration) error {
 
 func freePort(t *testing.T) string {
 	t.Helper()
-	port, err := testenv.FreePort()
+	port, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}

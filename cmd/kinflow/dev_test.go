@@ -12,14 +12,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kinflow/kinflow/internal/testenv"
+	"github.com/kinflow/kinflow/internal/freeport"
 	"gopkg.in/yaml.v3"
 )
 
 // freeAddr is a loopback address no one listens on, not handed out before.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	addr, err := testenv.FreeAddr()
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}

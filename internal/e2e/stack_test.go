@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kinflow/kinflow/internal/freeport"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
@@ -407,7 +408,7 @@ func csvRows(seed uint64, n, seqLen int) string {
 }
 
 func freeAddr(t testing.TB) string {
-	addr, err := testenv.FreeAddr()
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}

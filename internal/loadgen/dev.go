@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/kinflow/kinflow/internal/freeport"
 )
 
 // DevOptions describe an embedded-default deployment for a load run.
@@ -59,9 +60,13 @@ func StartDev(ctx context.Context, o DevOptions) (*Dev, error) {
 	}
 	d := &Dev{Dir: dir, temp: temp}
 	kinflow, temporal, workers := o.Kinflow, o.TemporalCLI, max(o.Workers, 1)
-	ports, err := freePorts(4)
-	if err != nil {
-		return nil, err
+	var ports [4]int
+	for i := range ports {
+		p, err := freeport.Port()
+		if err != nil {
+			return nil, err
+		}
+		ports[i] = p
 	}
 	api := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	gpu := fmt.Sprintf("127.0.0.1:%d", ports[1])
@@ -189,23 +194,4 @@ func RemoveStopped() {
 		_ = os.RemoveAll(dir)
 	}
 	stopped.dirs = nil
-}
-
-func freePorts(n int) ([]int, error) {
-	var out []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
-	}
-	return out, nil
 }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+
+	"github.com/kinflow/kinflow/internal/freeport"
 )
 
 // PrivatePostgres is a Postgres server of one test's own, that the test may
@@ -61,7 +63,7 @@ func StartPrivatePostgres(tb testing.TB) *PrivatePostgres {
 			tb.Fatal(err)
 		}
 	}
-	port, err := FreePort()
+	port, err := freeport.Port()
 	if err != nil {
 		tb.Fatal(err)
 	}

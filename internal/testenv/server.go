@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kinflow/kinflow/internal/freeport"
 	"go.temporal.io/sdk/client"
 )
 
@@ -119,7 +120,7 @@ func StartTemporalServer(tb testing.TB) *TemporalServer {
 		ports := map[string]string{}
 		for _, k := range []string{"FRONTEND_GRPC_PORT", "FRONTEND_HTTP_PORT", "HISTORY_GRPC_PORT", "MATCHING_GRPC_PORT", "WORKER_GRPC_PORT",
 			"FRONTEND_MEMBERSHIP_PORT", "HISTORY_MEMBERSHIP_PORT", "MATCHING_MEMBERSHIP_PORT", "WORKER_MEMBERSHIP_PORT"} {
-			p, err := FreePort()
+			p, err := freeport.Port()
 			if err != nil {
 				tb.Fatal(err)
 			}

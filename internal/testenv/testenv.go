@@ -9,8 +9,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	mrand "math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -20,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/kinflow/kinflow/internal/freeport"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
 )
@@ -155,7 +154,7 @@ func StartTemporal() (*Temporal, error) {
 			temporalErr = fmt.Errorf("Temporal CLI not built at %s (run `make bin/temporal`): %w", path, err)
 			return
 		}
-		port, err := FreePort()
+		port, err := freeport.Port()
 		if err != nil {
 			temporalErr = err
 			return
@@ -193,49 +192,6 @@ func StopTemporal() {
 		temporalInst.Client.Close()
 		_ = temporalInst.Server.Stop()
 	}
-}
-
-var (
-	portsMu    sync.Mutex
-	portsGiven = map[int]bool{}
-)
-
-// FreePort is a TCP port on 127.0.0.1 that was free a moment ago, that this
-// process has not handed out before, and that lies below the kernel's
-// ephemeral range (20000–32000):
-//   - the kernel answers a second bind to port 0 with a port it just gave
-//     more often than not within a few hundred binds (CI once started an api
-//     on its GPU host's port), so a port is handed out once per process;
-//   - an outgoing connection takes its local port from the ephemeral range
-//     (32768 and up on Debian), so it never lands on a port handed out here
-//     in the moment before the process it is meant for listens on it;
-//   - Temporal stores membership ports in a smallint column.
-func FreePort() (int, error) {
-	portsMu.Lock()
-	defer portsMu.Unlock()
-	for range 500 {
-		p := 20000 + mrand.IntN(12000)
-		if portsGiven[p] {
-			continue
-		}
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err != nil {
-			continue
-		}
-		_ = l.Close()
-		portsGiven[p] = true
-		return p, nil
-	}
-	return 0, fmt.Errorf("no free port in 20000-32000")
-}
-
-// FreeAddr is FreePort as a "127.0.0.1:port" address.
-func FreeAddr() (string, error) {
-	port, err := FreePort()
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("127.0.0.1:%d", port), nil
 }
 
 // RandHex is n random bytes in hex: unique names for databases, projects, keys.

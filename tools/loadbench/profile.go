@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kinflow/kinflow/internal/freeport"
 	"github.com/kinflow/kinflow/internal/loadgen"
 )
 
@@ -37,12 +37,10 @@ func newProfiler(dir string) (*profiler, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		return nil, err
 	}
-	addr := l.Addr().String()
-	l.Close()
 	p := &profiler{dir: dir, pprofAddr: addr}
 	if path, err := exec.LookPath("perf"); err == nil {
 		p.perf = path

@@ -34,11 +34,29 @@ def unavailable(why: str) -> None:
     pytest.skip(why)
 
 
+_ports_given: set[int] = set()
+_port_rng = random.SystemRandom()  # untouched by any test that seeds `random`
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
+    """A free port below the kernel's ephemeral range, never handed out twice.
+
+    As kinflow's Go tests do (internal/freeport): a bind to port 0 gives a
+    just-closed port again within a few hundred binds, and an outgoing
+    connection may take an ephemeral port before the stack binds it.
+    """
+    for _ in range(500):
+        port = _port_rng.randrange(20000, 32000)
+        if port in _ports_given:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _ports_given.add(port)
         return port
+    raise RuntimeError("no free port in 20000-32000")
 
 
 @dataclass

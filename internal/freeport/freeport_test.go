@@ -1,15 +1,15 @@
-package testenv
+package freeport
 
 import "testing"
 
-// TestFreePortNeverRepeats: a bind to port 0 hands a just-closed port out
+// TestPortNeverRepeats: a bind to port 0 hands a just-closed port out
 // again (a few hundred binds meet a repeat more often than not), so FreePort
 // must remember what it gave; and it stays below the ephemeral range, where
 // outgoing connections take their ports.
-func TestFreePortNeverRepeats(t *testing.T) {
+func TestPortNeverRepeats(t *testing.T) {
 	seen := map[int]bool{}
 	for range 500 {
-		p, err := FreePort()
+		p, err := Port()
 		if err != nil {
 			t.Fatal(err)
 		}
