@@ -32,11 +32,16 @@ func (a *Activities) BuildPlan(ctx context.Context, in PlanInput) (PlanSummary, 
 	if !ok {
 		return PlanSummary{}, temporal.NewNonRetryableApplicationError("Invalid method selection: "+sr.MethodKey, ErrUnknownMethod, nil)
 	}
-	// One walk over the units gives the sequences to plan and the stage's
-	// counts. A plan that returns before its stage's UPDATE below records
-	// the counts on their own.
-	seqs := sentSeqs(sr)
-	counts := stageCounts(sr, seqs)
+	// The first plan walks the units once for the sequences to plan and the
+	// stage's counts; a plan that returns before its stage's UPDATE below
+	// records the counts on their own. A post-check re-plans the first
+	// plan's seq ids and needs neither (unless that plan's file is gone).
+	var seqs []string
+	var counts StageCounts
+	if !in.PostCheck {
+		seqs = sentSeqs(sr)
+		counts = stageCounts(sr, seqs)
+	}
 	countsAlone := func(sum PlanSummary) (PlanSummary, error) {
 		if in.PostCheck {
 			return sum, nil
@@ -64,6 +69,9 @@ func (a *Activities) BuildPlan(ctx context.Context, in PlanInput) (PlanSummary, 
 	} else {
 		// One entry per distinct sequence sent (sentSeqs): every candidate
 		// gets its seq id.
+		if in.PostCheck { // its first plan's file is gone: plan afresh
+			seqs = sentSeqs(sr)
+		}
 		if len(seqs) == 0 {
 			return countsAlone(PlanSummary{NoSequences: true, Profile: d.Profile})
 		}
