@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kinflow/kinflow/internal/freeport"
 	"github.com/kinflow/kinflow/internal/testenv"
 )
 
@@ -109,7 +109,8 @@ func newComposeRun(t *testing.T) *composeRun {
 	if err := os.Symlink(mustLook(t, engine), filepath.Join(bin, "docker")); err != nil {
 		t.Fatal(err)
 	}
-	c := &composeRun{root: root, project: "kinflowtest" + testenv.RandHex(4), apiPort: freePort(t), engine: engine, tool: tool}
+	_, apiPort, _ := net.SplitHostPort(testenv.FreeAddr(t))
+	c := &composeRun{root: root, project: "kinflowtest" + testenv.RandHex(4), apiPort: apiPort, engine: engine, tool: tool}
 	c.env = append(os.Environ(),
 		"PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"DOCKER_BUILDKIT=1", "COMPOSE_DOCKER_CLI_BUILD=1",
@@ -225,15 +226,6 @@ func waitOK(url string, limit time.Duration) error {
 		time.Sleep(time.Second)
 	}
 	return fmt.Errorf("%s did not answer 200 within %v (last: %v)", url, limit, last)
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	port, err := freeport.Port()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprint(port)
 }
 
 func mustLook(t *testing.T, prog string) string {

@@ -12,19 +12,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kinflow/kinflow/internal/freeport"
+	"github.com/kinflow/kinflow/internal/testenv"
 	"gopkg.in/yaml.v3"
 )
-
-// freeAddr is a loopback address no one listens on, not handed out before.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	addr, err := freeport.Addr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
 
 // TestDevNamesABusyPort (issue 36): `kinflow dev` beside another stack
 // stops before starting anything, naming the busy port, what it is for and
@@ -47,11 +37,11 @@ func TestDevNamesABusyPort(t *testing.T) {
 	} {
 		t.Run(c.env, func(t *testing.T) {
 			t.Setenv("KINFLOW_DATABASE_URL", "sqlite:"+t.TempDir()+"/k.db")
-			t.Setenv("KINFLOW_TEMPORAL_ADDRESS", freeAddr(t))
-			_, ui, _ := net.SplitHostPort(freeAddr(t))
+			t.Setenv("KINFLOW_TEMPORAL_ADDRESS", testenv.FreeAddr(t))
+			_, ui, _ := net.SplitHostPort(testenv.FreeAddr(t))
 			t.Setenv("KINFLOW_TEMPORAL_UI_PORT", ui)
-			t.Setenv("KINFLOW_API_LISTEN", freeAddr(t))
-			t.Setenv("KINFLOW_GPU_LISTEN", freeAddr(t))
+			t.Setenv("KINFLOW_API_LISTEN", testenv.FreeAddr(t))
+			t.Setenv("KINFLOW_GPU_LISTEN", testenv.FreeAddr(t))
 			t.Setenv("GPU_EMBED_SERVICE_URL", "")
 			t.Setenv(c.env, c.value)
 			var out, errOut bytes.Buffer
@@ -64,9 +54,9 @@ func TestDevNamesABusyPort(t *testing.T) {
 	// The UI port flag still wins over the setting.
 	t.Run("flag", func(t *testing.T) {
 		t.Setenv("KINFLOW_DATABASE_URL", "sqlite:"+t.TempDir()+"/k.db")
-		t.Setenv("KINFLOW_TEMPORAL_ADDRESS", freeAddr(t))
-		t.Setenv("KINFLOW_API_LISTEN", freeAddr(t))
-		t.Setenv("KINFLOW_GPU_LISTEN", freeAddr(t))
+		t.Setenv("KINFLOW_TEMPORAL_ADDRESS", testenv.FreeAddr(t))
+		t.Setenv("KINFLOW_API_LISTEN", testenv.FreeAddr(t))
+		t.Setenv("KINFLOW_GPU_LISTEN", testenv.FreeAddr(t))
 		t.Setenv("GPU_EMBED_SERVICE_URL", "")
 		var out, errOut bytes.Buffer
 		p, _ := strconv.Atoi(busyPort)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kinflow/kinflow/internal/testenv"
 )
 
 // simModel is a step program that simulates a model (issue 12's
@@ -190,7 +192,7 @@ func BenchmarkTwoGPUHosts(b *testing.B) {
 // with its own HTTP port.
 func (s *stack) startSecondGPUHost(tb testing.TB) {
 	tb.Helper()
-	env := map[string]string{"KINFLOW_GPU_LISTEN": freeAddr(tb)}
+	env := map[string]string{"KINFLOW_GPU_LISTEN": testenv.FreeAddr(tb)}
 	for k, v := range s.roles["gpu-worker"] {
 		env[k] = v
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kinflow/kinflow/internal/testenv"
 	"github.com/kinflow/kinflow/workflows"
 )
 
@@ -22,7 +23,7 @@ import (
 // and step.
 func TestStatusShowsEmbeddingProgressRising(t *testing.T) {
 	slow := envFile(t, "GPU_EMBED_SYNTHETIC_DELAY_MS=80")
-	workerMetrics, gpuMetrics := freeAddr(t), freeAddr(t)
+	workerMetrics, gpuMetrics := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	s := newStack(t, nil, map[string]map[string]string{
 		"worker":     {"KINFLOW_METRICS_LISTEN": workerMetrics},
 		"gpu-worker": {"KINFLOW_GPU_ENV_FILE": slow, "KINFLOW_METRICS_LISTEN": gpuMetrics},

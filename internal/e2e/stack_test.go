@@ -24,7 +24,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kinflow/kinflow/internal/freeport"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
@@ -86,7 +85,7 @@ func newStack(t testing.TB, env map[string]string, roleEnv map[string]map[string
 	if s.roles == nil {
 		s.roles = map[string]map[string]string{}
 	}
-	apiAddr, gpuAddr := freeAddr(t), freeAddr(t)
+	apiAddr, gpuAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	s.base = "http://" + apiAddr
 	s.env = map[string]string{
 		"KINFLOW_DATABASE_URL":              testenv.PostgresURL(t),
@@ -405,14 +404,6 @@ func csvRows(seed uint64, n, seqLen int) string {
 		fmt.Fprintf(&b, "%s,%s,%s;O,CC=O;O\n", seq, sub, sub)
 	}
 	return b.String()
-}
-
-func freeAddr(t testing.TB) string {
-	addr, err := freeport.Addr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }
 
 func randSeed() uint64 {

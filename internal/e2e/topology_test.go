@@ -173,18 +173,18 @@ func (tp *Topology) Add(role string) string {
 		env[k] = v
 	}
 	if tp.opts.Metrics && role != "api" {
-		env["KINFLOW_METRICS_LISTEN"] = freeAddr(tp.t)
+		env["KINFLOW_METRICS_LISTEN"] = testenv.FreeAddr(tp.t)
 	}
 	switch role {
 	case "api":
-		addr := freeAddr(tp.t)
+		addr := testenv.FreeAddr(tp.t)
 		env[roleListenKey[role]] = addr
 		tp.APIURLs = append(tp.APIURLs, "http://"+addr)
 		env["GPU_EMBED_SERVICE_URL"] = tp.gpuURL(i)
 	case "worker":
 		env["GPU_EMBED_SERVICE_URL"] = tp.gpuURL(i)
 	case "gpu-worker":
-		env[roleListenKey[role]] = freeAddr(tp.t)
+		env[roleListenKey[role]] = testenv.FreeAddr(tp.t)
 	default:
 		tp.t.Fatalf("unknown role %q", role)
 	}

@@ -194,6 +194,17 @@ func StopTemporal() {
 	}
 }
 
+// FreeAddr is a "127.0.0.1:port" address for a process the test starts
+// (freeport.Addr); it fails the test when there is none.
+func FreeAddr(tb testing.TB) string {
+	tb.Helper()
+	addr, err := freeport.Addr()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return addr
+}
+
 // RandHex is n random bytes in hex: unique names for databases, projects, keys.
 func RandHex(n int) string {
 	b := make([]byte, n)
