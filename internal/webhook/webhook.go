@@ -34,7 +34,7 @@ const MaxURLLength = 2000
 const requestTimeout = 10 * time.Second
 
 // ErrRefused is a notify URL whose address the operator does not allow.
-var ErrRefused = errors.New("notify URL refused: its address is private, loopback or link-local (KINFLOW_WEBHOOK_ALLOW_PRIVATE allows them)")
+var ErrRefused = errors.New("notify URL refused: its address is private, loopback, link-local or otherwise not public (KINFLOW_WEBHOOK_ALLOW_PRIVATE allows them)")
 
 // Payload is the body of a notice.
 type Payload struct {
@@ -92,7 +92,15 @@ func Verify(secret, header string, body []byte, now time.Time, tolerance time.Du
 
 // refusedPrefixes are the ranges no notice goes to by default: private,
 // shared (carrier-grade NAT), loopback, link-local (cloud metadata at
-// 169.254.169.254), unspecified, multicast and the IPv6 unique-local range.
+// 169.254.169.254), unspecified, multicast, reserved (240/4 with the
+// broadcast 255.255.255.255), IETF protocol assignments, documentation and
+// benchmarking, the IPv6 discard and unique-local ranges, and two IPv6
+// ranges that carry an IPv4 address in a way that cannot be checked:
+// Teredo (server and inverted client address both embedded, reached through
+// a relay) and the local-use NAT64 prefix (its operator may embed the IPv4
+// at any RFC 6052 length, so there is no one place to read it from).
+// Forms whose embedded IPv4 is at a fixed place are unwrapped by normalize
+// and that IPv4 is checked instead.
 var refusedPrefixes = []netip.Prefix{
 	netip.MustParsePrefix("0.0.0.0/8"),
 	netip.MustParsePrefix("10.0.0.0/8"),
@@ -100,19 +108,80 @@ var refusedPrefixes = []netip.Prefix{
 	netip.MustParsePrefix("127.0.0.0/8"),
 	netip.MustParsePrefix("169.254.0.0/16"),
 	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.0.0.0/24"), // IETF protocol assignments
+	netip.MustParsePrefix("192.0.2.0/24"), // documentation (TEST-NET-1)
 	netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("198.18.0.0/15"),   // benchmarking
+	netip.MustParsePrefix("198.51.100.0/24"), // documentation (TEST-NET-2)
+	netip.MustParsePrefix("203.0.113.0/24"),  // documentation (TEST-NET-3)
 	netip.MustParsePrefix("224.0.0.0/4"),
-	netip.MustParsePrefix("240.0.0.0/4"),
+	netip.MustParsePrefix("240.0.0.0/4"), // reserved, and 255.255.255.255
 	netip.MustParsePrefix("::/128"),
 	netip.MustParsePrefix("::1/128"),
+	netip.MustParsePrefix("64:ff9b:1::/48"), // local-use NAT64
+	netip.MustParsePrefix("100::/64"),       // discard
+	netip.MustParsePrefix("2001::/32"),      // Teredo
+	netip.MustParsePrefix("2001:db8::/32"),  // documentation
 	netip.MustParsePrefix("fc00::/7"),
 	netip.MustParsePrefix("fe80::/10"),
 	netip.MustParsePrefix("ff00::/8"),
 }
 
-// Refused reports whether ip is in a range refused by default.
+// The IPv6 forms that carry an IPv4 address at a fixed place; a packet to
+// one may end up at that IPv4 (through the host's own stack, a translator
+// or a tunnel), so it is that IPv4 that is checked.
+var (
+	// IPv4-compatible, ::a.b.c.d (deprecated); :: and ::1 themselves are
+	// the unspecified and loopback addresses and stay as they are.
+	compatPrefix = netip.MustParsePrefix("::/96")
+	// IPv4-translated (SIIT), ::ffff:0:a.b.c.d.
+	translatedPrefix = netip.MustParsePrefix("::ffff:0:0:0/96")
+	// The well-known NAT64 prefix, 64:ff9b::a.b.c.d.
+	nat64Prefix = netip.MustParsePrefix("64:ff9b::/96")
+	// 6to4, 2002:aabb:ccdd::/48 for a.b.c.d (bits 16 to 47).
+	sixToFourPrefix = netip.MustParsePrefix("2002::/16")
+)
+
+// normalize returns the address ip is checked as: the IPv4 address it
+// carries when it is an IPv4-mapped, IPv4-compatible, IPv4-translated, NAT64
+// (64:ff9b::/96) or 6to4 address, else ip itself. ok is false for an address
+// that is refused whatever it is: an invalid one, or one with a zone. A zone
+// names the interface of a scoped address (link-local, or a private address
+// on one link), which a public receiver never needs; and a zoned address is
+// in no netip.Prefix, so no range check could ever see it.
+func normalize(ip netip.Addr) (v netip.Addr, ok bool) {
+	if !ip.IsValid() || ip.Zone() != "" {
+		return netip.Addr{}, false
+	}
+	if ip.Is4() {
+		return ip, true
+	}
+	if ip.Is4In6() {
+		return ip.Unmap(), true
+	}
+	b := ip.As16()
+	switch {
+	case compatPrefix.Contains(ip) && ip != netip.IPv6Unspecified() && ip != netip.IPv6Loopback(),
+		translatedPrefix.Contains(ip), nat64Prefix.Contains(ip):
+		return netip.AddrFrom4([4]byte(b[12:16])), true
+	case sixToFourPrefix.Contains(ip):
+		return netip.AddrFrom4([4]byte(b[2:6])), true
+	}
+	return ip, true
+}
+
+// Refused reports whether ip is refused by default: it has a zone, or it or
+// the IPv4 address it carries (see normalize) is in a refused range. An IPv6
+// form of a public IPv4 address is as allowed as that address.
 func Refused(ip netip.Addr) bool {
-	ip = ip.Unmap()
+	v, ok := normalize(ip)
+	if !ok {
+		return true
+	}
+	return inRefusedRange(ip) || inRefusedRange(v)
+}
+
+func inRefusedRange(ip netip.Addr) bool {
 	for _, p := range refusedPrefixes {
 		if p.Contains(ip) {
 			return true

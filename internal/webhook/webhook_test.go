@@ -86,3 +86,118 @@ func TestClientRefusesLoopbackAfterResolution(t *testing.T) {
 		t.Fatalf("503: %d %v", code, err)
 	}
 }
+
+// TestNormalize: each IPv6 form that carries an IPv4 address at a fixed
+// place is checked as that IPv4; a zoned or invalid address is not judged
+// at all (refused).
+func TestNormalize(t *testing.T) {
+	for _, c := range []struct {
+		in, want string // want "" when refused outright
+	}{
+		{"127.0.0.1", "127.0.0.1"},
+		{"2606:4700::1111", "2606:4700::1111"},
+		{"::ffff:127.0.0.1", "127.0.0.1"}, // IPv4-mapped
+		{"::127.0.0.1", "127.0.0.1"},      // IPv4-compatible
+		{"::8.8.8.8", "8.8.8.8"},          // IPv4-compatible, public
+		{"::", "::"},                      // unspecified, not 0.0.0.0
+		{"::1", "::1"},                    // loopback, not 0.0.0.1
+		{"::ffff:0:7f00:1", "127.0.0.1"},  // IPv4-translated (SIIT)
+		{"64:ff9b::7f00:1", "127.0.0.1"},  // NAT64
+		{"64:ff9b::808:808", "8.8.8.8"},   // NAT64, public
+		{"2002:7f00:1::", "127.0.0.1"},    // 6to4
+		{"2002:a9fe:a9fe:1:2::3", "169.254.169.254"},
+		{"2002:5db8:d822::1", "93.184.216.34"},
+		{"2001::1", "2001::1"},                     // Teredo: refused by range, not unwrapped
+		{"64:ff9b:1::7f00:1", "64:ff9b:1::7f00:1"}, // local-use NAT64: likewise
+		{"::1%lo", ""},
+		{"fe80::1%eth0", ""},
+		{"::ffff:8.8.8.8%lo", ""},
+		{"2606:4700::1111%eth0", ""},
+	} {
+		got, ok := normalize(netip.MustParseAddr(c.in))
+		if c.want == "" {
+			if ok {
+				t.Errorf("normalize(%s) = %s, want refused outright", c.in, got)
+			}
+			continue
+		}
+		if !ok || got != netip.MustParseAddr(c.want) {
+			t.Errorf("normalize(%s) = %v, %v; want %s", c.in, got, ok, c.want)
+		}
+	}
+	if _, ok := normalize(netip.Addr{}); ok {
+		t.Error("the zero Addr is judged")
+	}
+}
+
+// wrappedAddrs are the ways an IPv4 address can be dressed as IPv6 in a
+// notify URL or a dialled address, each by name.
+func wrappedAddrs(v netip.Addr) map[string]netip.Addr {
+	b := v.As4()
+	return map[string]netip.Addr{
+		"mapped":     netip.AddrFrom16([16]byte{10: 0xff, 11: 0xff, 12: b[0], 13: b[1], 14: b[2], 15: b[3]}),
+		"compatible": netip.AddrFrom16([16]byte{12: b[0], 13: b[1], 14: b[2], 15: b[3]}),
+		"translated": netip.AddrFrom16([16]byte{8: 0xff, 9: 0xff, 12: b[0], 13: b[1], 14: b[2], 15: b[3]}),
+		"nat64":      netip.AddrFrom16([16]byte{1: 0x64, 2: 0xff, 3: 0x9b, 12: b[0], 13: b[1], 14: b[2], 15: b[3]}),
+		"6to4":       netip.AddrFrom16([16]byte{0: 0x20, 1: 0x02, 2: b[0], 3: b[1], 4: b[2], 5: b[3], 15: 1}),
+	}
+}
+
+// TestRefusedWrappedForms: every IPv6 dressing of a refused IPv4 address is
+// refused, and every dressing of a public one is as allowed as the address
+// itself. The decision, per form, for a public IPv4 inside:
+//
+//	form                          refused?  why
+//	::ffff:a.b.c.d (mapped)       no        the host's stack sends it to a.b.c.d
+//	::a.b.c.d (compatible)        no        deprecated; reaches a.b.c.d if anything
+//	::ffff:0:a.b.c.d (translated) no        a SIIT translator sends it to a.b.c.d
+//	64:ff9b::a.b.c.d (NAT64)      no        the NAT64 gateway sends it to a.b.c.d
+//	2002:aabb:ccdd::/48 (6to4)    no        the tunnel ends at a.b.c.d
+//	2001::/32 (Teredo)            yes       always: server and client both embedded
+//	64:ff9b:1::/48 (local NAT64)  yes       always: the IPv4's place depends on the operator
+//
+// and any of them with a zone is refused.
+func TestRefusedWrappedForms(t *testing.T) {
+	for _, c := range []struct {
+		v4      string
+		refused bool
+	}{
+		{"127.0.0.1", true}, {"10.1.2.3", true}, {"169.254.169.254", true},
+		{"192.168.0.10", true}, {"172.16.0.1", true}, {"100.64.0.1", true},
+		{"0.0.0.0", true}, {"0.0.0.1", true}, {"224.0.0.1", true}, {"255.255.255.255", true},
+		{"192.0.0.8", true}, {"192.0.2.1", true}, {"198.18.0.1", true}, {"198.19.255.255", true},
+		{"198.51.100.7", true}, {"203.0.113.9", true},
+		{"8.8.8.8", false}, {"93.184.216.34", false}, {"1.1.1.1", false},
+		{"172.32.0.1", false}, {"198.20.0.1", false}, {"192.0.3.1", false},
+	} {
+		v := netip.MustParseAddr(c.v4)
+		if Refused(v) != c.refused {
+			t.Errorf("Refused(%s) = %v", v, !c.refused)
+		}
+		for form, a := range wrappedAddrs(v) {
+			if Refused(a) != c.refused {
+				t.Errorf("Refused(%s) = %v (%s of %s)", a, !c.refused, form, v)
+			}
+			if !Refused(a.WithZone("lo")) {
+				t.Errorf("%s%%lo allowed (%s of %s with a zone)", a, form, v)
+			}
+		}
+	}
+	for _, a := range []string{
+		"::1%lo", "fe80::1%lo", "fd00:ec2::254%eth0", "2606:4700::1111%eth0", "::ffff:8.8.8.8%lo",
+		"2001:0:4136:e378:8000:63bf:3fff:fdd2", "2001::", // Teredo
+		"64:ff9b:1::7f00:1", "64:ff9b:1:7f00:0:100::", "64:ff9b:1::808:808", // local-use NAT64
+		"100::1", "100::ffff:ffff:ffff:ffff", // discard
+		"2001:db8::1", "2001:db8:ffff::1", // documentation
+		"::", "::1", "fd00:ec2::254", "fe80::1", "ff02::1",
+	} {
+		if !Refused(netip.MustParseAddr(a)) {
+			t.Errorf("%s allowed", a)
+		}
+	}
+	for _, a := range []string{"2606:4700::1111", "2a00:1450:4001::200e", "100:0:0:1::1", "2001:db9::1", "2001:1::1"} {
+		if Refused(netip.MustParseAddr(a)) {
+			t.Errorf("%s refused", a)
+		}
+	}
+}
