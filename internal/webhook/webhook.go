@@ -191,8 +191,10 @@ func inRefusedRange(ip netip.Addr) bool {
 }
 
 // CheckURL checks a notify URL's form: absolute http or https, a host, no
-// credentials, at most MaxURLLength characters; a literal address must be
-// allowed. Host names are checked when a notice is sent (after resolution).
+// credentials, at most MaxURLLength characters. Unless allowPrivate, a
+// literal address must not be Refused, a host must carry no zone, and the
+// names localhost and *.localhost (RFC 6761) are refused. Other host names
+// are checked when a notice is sent, on each address dialled (Client).
 func CheckURL(raw string, allowPrivate bool) error {
 	if len(raw) > MaxURLLength {
 		return fmt.Errorf("notifyUrl is longer than %d characters", MaxURLLength)
@@ -204,28 +206,50 @@ func CheckURL(raw string, allowPrivate bool) error {
 	if u.User != nil {
 		return errors.New("notifyUrl must not carry credentials")
 	}
-	if ip, err := netip.ParseAddr(u.Hostname()); err == nil && !allowPrivate && Refused(ip) {
+	if allowPrivate {
+		return nil
+	}
+	// Hostname is decoded: [::1%25lo] is "::1%lo", which ParseAddr reads
+	// as ::1 with zone lo.
+	host := u.Hostname()
+	if ip, err := netip.ParseAddr(host); err == nil {
+		if Refused(ip) {
+			return ErrRefused
+		}
+		return nil
+	}
+	// A zone on anything that is not an IPv6 literal (url.Parse lets
+	// 127.0.0.1%25lo through as a host name): no real name has one.
+	if strings.Contains(host, "%") {
 		return ErrRefused
 	}
-	if !allowPrivate && strings.EqualFold(u.Hostname(), "localhost") {
+	name := strings.ToLower(strings.TrimSuffix(host, "."))
+	if name == "localhost" || strings.HasSuffix(name, ".localhost") {
 		return ErrRefused
 	}
 	return nil
 }
 
-// Client returns the HTTP client of notices: it connects only to allowed
-// addresses (checked on the resolved address, so a name that resolves to a
-// private one is refused too) and follows no redirect.
+// refuseDial is the Control hook of the notice dialer: it runs on every
+// address the dialer connects to, after any name resolution and for each
+// address tried, so neither a name nor an IPv6 dressing of an address
+// reaches a refused one.
+func refuseDial(_, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil || Refused(ap.Addr()) {
+		return ErrRefused
+	}
+	return nil
+}
+
+// Client returns the HTTP client of notices: unless allowPrivate, it
+// connects only to addresses that are not Refused (checked on the dialled
+// address, so a name that resolves to a refused one is refused too), and it
+// uses no proxy and follows no redirect.
 func Client(allowPrivate bool) *http.Client {
 	d := &net.Dialer{Timeout: 5 * time.Second}
 	if !allowPrivate {
-		d.Control = func(_, address string, _ syscall.RawConn) error {
-			ap, err := netip.ParseAddrPort(address)
-			if err != nil || Refused(ap.Addr()) {
-				return ErrRefused
-			}
-			return nil
-		}
+		d.Control = refuseDial
 	}
 	return &http.Client{
 		Timeout: requestTimeout,

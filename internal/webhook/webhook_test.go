@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -200,4 +203,202 @@ func TestRefusedWrappedForms(t *testing.T) {
 			t.Errorf("%s refused", a)
 		}
 	}
+}
+
+// TestCheckURLRefusesDressedAddresses: a notify URL whose literal host is a
+// refused address in any dressing (a zone, a wrapped IPv4) is refused at
+// registration; the same URL is accepted when private addresses are allowed.
+func TestCheckURLRefusesDressedAddresses(t *testing.T) {
+	refused := []string{
+		"http://[::1%25lo]:8080/x",
+		"http://[::1%25eth0]/",
+		"http://[fe80::1%25lo]/",
+		"http://[fd00:ec2::254%25eth0]/",
+		"http://[fd00:ec2::254]/",
+		"https://[2606:4700::1111%25eth0]/", // public, but zoned
+		"http://[::ffff:127.0.0.1]/",
+		"http://[::ffff:7f00:1]/",
+		"http://[::ffff:127.0.0.1%25lo]/",
+		"http://[::127.0.0.1]/",
+		"http://[::ffff:0:7f00:1]/",
+		"http://[64:ff9b::7f00:1]/",
+		"http://[64:ff9b::127.0.0.1]:9000/",
+		"http://[64:ff9b:1::7f00:1]/",
+		"http://[2002:7f00:1::]/",
+		"http://[2002:7f00:1:1234::5]/",
+		"http://[64:ff9b::a00:1]/",      // NAT64 of 10.0.0.1
+		"http://[2002:a00:1::]/",        // 6to4 of 10.0.0.1
+		"http://[64:ff9b::a9fe:a9fe]/",  // NAT64 of 169.254.169.254
+		"http://[2002:a9fe:a9fe::]/",    // 6to4 of 169.254.169.254
+		"http://[::ffff:0:a9fe:a9fe]/",  // translated 169.254.169.254
+		"http://[64:ff9b::c0a8:101]/",   // NAT64 of 192.168.1.1
+		"http://[2002:c0a8:101::1]/",    // 6to4 of 192.168.1.1
+		"http://[2001:0:4136:e378::1]/", // Teredo
+		"http://[2001:db8::1]/",         // documentation
+		"http://[100::1]/",              // discard
+		"http://192.0.2.10/", "http://198.51.100.1/", "http://203.0.113.1/", "http://198.18.0.1/",
+		"http://192.0.0.170/", "http://255.255.255.255/",
+		"http://127.0.0.1%25lo/", // a zone on an IPv4, which url.Parse passes as a name
+		"http://example.org%25eth0/",
+	}
+	for _, u := range refused {
+		if err := CheckURL(u, false); !errors.Is(err, ErrRefused) {
+			t.Errorf("CheckURL(%s) = %v, want ErrRefused", u, err)
+		}
+		if err := CheckURL(u, true); err != nil {
+			t.Errorf("CheckURL(%s) allowing private: %v", u, err)
+		}
+	}
+	for _, u := range []string{
+		"https://[64:ff9b::808:808]/hook",  // NAT64 of 8.8.8.8
+		"https://[2002:5db8:d822::1]/hook", // 6to4 of 93.184.216.34
+		"https://[::ffff:93.184.216.34]/",  // mapped public
+		"https://[::ffff:0:5db8:d822]/",    // translated public
+		"https://[2606:4700::1111]:8443/",
+		"https://93.184.216.34/",
+	} {
+		if err := CheckURL(u, false); err != nil {
+			t.Errorf("CheckURL(%s) = %v", u, err)
+		}
+	}
+}
+
+// TestCheckURLReadsZonedHostAsAddress: url.Parse decodes the %25 of a
+// bracketed host's zone, and netip.ParseAddr accepts the zone, so the
+// host is judged as an address, not passed through as a name.
+func TestCheckURLReadsZonedHostAsAddress(t *testing.T) {
+	u, err := url.Parse("http://[::1%25lo]:8080/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Hostname() != "::1%lo" {
+		t.Fatalf("Hostname %q", u.Hostname())
+	}
+	ip, err := netip.ParseAddr(u.Hostname())
+	if err != nil || ip.Zone() != "lo" || ip.WithZone("") != netip.IPv6Loopback() {
+		t.Fatalf("ParseAddr: %v %v", ip, err)
+	}
+}
+
+// TestCheckURLLocalhostNames: localhost and the names under it (RFC 6761)
+// are refused, in any case and with a trailing dot; names that merely
+// contain the word are not.
+func TestCheckURLLocalhostNames(t *testing.T) {
+	for _, u := range []string{"http://localhost/", "http://LocalHost:81/", "http://localhost./", "http://api.localhost/",
+		"http://a.b.LOCALHOST:9/x", "http://evil.localhost./"} {
+		if err := CheckURL(u, false); !errors.Is(err, ErrRefused) {
+			t.Errorf("CheckURL(%s) = %v, want ErrRefused", u, err)
+		}
+		if err := CheckURL(u, true); err != nil {
+			t.Errorf("CheckURL(%s) allowing private: %v", u, err)
+		}
+	}
+	for _, u := range []string{"https://localhost.example.org/", "https://notlocalhost/", "https://mylocalhost.example/", "https://localhostx/"} {
+		if err := CheckURL(u, false); err != nil {
+			t.Errorf("CheckURL(%s) = %v", u, err)
+		}
+	}
+}
+
+// TestRefuseDialHook: the dialer's Control hook, on the "ip:port" strings
+// the dialer hands it, refuses zoned and wrapped refused addresses and
+// anything it cannot parse.
+func TestRefuseDialHook(t *testing.T) {
+	for _, c := range []struct {
+		address string
+		ok      bool
+	}{
+		{"[::1%lo]:80", false},
+		{"[::1%1]:80", false},
+		{"[fe80::1%eth0]:443", false},
+		{"[fd00:ec2::254%eth0]:80", false},
+		{"[2606:4700::1111%eth0]:443", false},
+		{"[::ffff:127.0.0.1]:80", false},
+		{"[::ffff:127.0.0.1%lo]:80", false},
+		{"[::127.0.0.1]:80", false},
+		{"[::ffff:0:7f00:1]:80", false},
+		{"[64:ff9b::7f00:1]:80", false},
+		{"[64:ff9b::a9fe:a9fe]:80", false},
+		{"[64:ff9b:1::7f00:1]:80", false},
+		{"[2002:7f00:1::]:80", false},
+		{"[2002:a00:1::]:80", false},
+		{"[2001:0:4136:e378::1]:80", false},
+		{"[::1]:80", false},
+		{"127.0.0.1:80", false},
+		{"169.254.169.254:80", false},
+		{"127.0.0.1%lo:80", false},
+		{"localhost:80", false},
+		{"", false},
+		{"8.8.8.8:443", true},
+		{"[2606:4700::1111]:443", true},
+		{"[64:ff9b::808:808]:443", true},
+		{"[2002:5db8:d822::1]:443", true},
+		{"[::ffff:8.8.8.8]:443", true},
+	} {
+		err := refuseDial("tcp", c.address, nil)
+		if c.ok && err != nil {
+			t.Errorf("%q refused: %v", c.address, err)
+		}
+		if !c.ok && !errors.Is(err, ErrRefused) {
+			t.Errorf("%q: %v, want ErrRefused", c.address, err)
+		}
+	}
+}
+
+// TestClientRefusesDressedLoopback: a real receiver on the loopback is
+// never reached by Client(false) through a zoned or an IPv4-mapped form of
+// its address, and is reached through both by Client(true).
+func TestClientRefusesDressedLoopback(t *testing.T) {
+	var hits atomic.Int32
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) })
+	v4 := httptest.NewServer(h)
+	defer v4.Close()
+	ln, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	v6 := httptest.NewUnstartedServer(h)
+	v6.Listener.Close()
+	v6.Listener = ln
+	v6.Start()
+	defer v6.Close()
+	lo := loopbackInterface(t)
+	urls := []string{
+		"http://[::1%25" + lo + "]:" + port(t, v6.URL) + "/",
+		"http://[::ffff:127.0.0.1]:" + port(t, v4.URL) + "/",
+		"http://[::ffff:7f00:1]:" + port(t, v4.URL) + "/",
+	}
+	for _, u := range urls {
+		hits.Store(0)
+		if _, err := Send(context.Background(), Client(false), u, "s", []byte("{}"), time.Now()); !errors.Is(err, ErrRefused) || hits.Load() != 0 {
+			t.Errorf("Client(false) %s: err %v, hits %d", u, err, hits.Load())
+		}
+		if code, err := Send(context.Background(), Client(true), u, "s", []byte("{}"), time.Now()); err != nil || code != 200 || hits.Load() != 1 {
+			t.Errorf("Client(true) %s: %d %v, hits %d", u, code, err, hits.Load())
+		}
+	}
+}
+
+// loopbackInterface is the name of the machine's loopback interface ("lo"
+// on Linux), the zone a zoned ::1 names.
+func loopbackInterface(t *testing.T) string {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range ifs {
+		if i.Flags&net.FlagLoopback != 0 && i.Flags&net.FlagUp != 0 {
+			return i.Name
+		}
+	}
+	t.Skip("no loopback interface")
+	return ""
+}
+
+func port(t *testing.T, rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Port()
 }
