@@ -170,9 +170,10 @@ func normalize(ip netip.Addr) (v netip.Addr, ok bool) {
 	return ip, true
 }
 
-// Refused reports whether ip is refused by default: it has a zone, or it or
-// the IPv4 address it carries (see normalize) is in a refused range. An IPv6
-// form of a public IPv4 address is as allowed as that address.
+// Refused reports whether ip is refused by default: it is invalid or has a
+// zone, or it or the IPv4 address it carries (see normalize) is in a
+// refused range. An IPv6 form of a public IPv4 address is as allowed as
+// that address.
 func Refused(ip netip.Addr) bool {
 	v, ok := normalize(ip)
 	if !ok {
