@@ -87,8 +87,12 @@ func (s *Server) generateKey(c *gin.Context) {
 
 // revokeKey answers POST /api/api-key/revoke/.
 func (s *Server) revokeKey(c *gin.Context) {
-	ok, err := s.deps.Store.RevokeActiveKey(c.Request.Context(), s.callerIP(c), s.now())
+	id, ok, err := s.deps.Store.RevokeActiveKey(c.Request.Context(), s.callerIP(c), s.now())
 	s.keys.forget()
+	if ok {
+		// Its open event streams and held long polls end now.
+		s.waits.endKey(id)
+	}
 	if err != nil {
 		s.internalError(c, "apikey.revoke_failed", err)
 		return

@@ -34,6 +34,11 @@ func eventID(etag string) string {
 // A reconnect with Last-Event-ID resumes: the state it names is not sent
 // again, and a finished job whose last state the client has is answered 204
 // (which tells EventSource to stop reconnecting).
+//
+// A stream holds one of its key's wait places (waits.go) and lasts at most
+// KINFLOW_STREAM_MAX_SECONDS: then it ends without "end" and the client
+// reconnects with Last-Event-ID. A key revoked or blocked while its stream
+// is open gets an event "error" and the stream ends.
 func (s *Server) statusEvents(c *gin.Context) {
 	sn, ok := s.ownedSnap(c)
 	if !ok {
@@ -48,6 +53,11 @@ func (s *Server) statusEvents(c *gin.Context) {
 		c.Writer.WriteHeaderNow()
 		return
 	}
+	ctx, leave, ok := s.enterWait(c)
+	if !ok {
+		return
+	}
+	defer leave()
 	h := c.Writer.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -67,7 +77,7 @@ func (s *Server) statusEvents(c *gin.Context) {
 	if !write("retry: %d\n\n", sseRetryMillis) {
 		return
 	}
-	ctx := c.Request.Context()
+	end := time.Now().Add(s.streamMaxAge())
 	for {
 		if id := eventID(sn.etag); id != last {
 			body, err := json.Marshal(s.statusBodyOf(sn, s.now()))
@@ -84,15 +94,42 @@ func (s *Server) statusEvents(c *gin.Context) {
 			write("event: end\ndata: {\"status\":%q}\n\n", jobStatusOnWire(sn.job.Status))
 			return
 		}
-		next, changed, err := s.statuses.wait(ctx, sn.job.ID, sn.etag, time.Now().Add(sseKeepAlive))
+		if !time.Now().Before(end) {
+			// The client reconnects with Last-Event-ID (retry: above).
+			write(": stream lifetime reached; reconnect with Last-Event-ID\n\n")
+			return
+		}
+		next, changed, err := s.statuses.wait(ctx, sn.job.ID, sn.etag, minTime(time.Now().Add(sseKeepAlive), end))
+		if keyGone(ctx) {
+			b, _ := json.Marshal(errorBody{Error: msgInvalidKey})
+			write("event: error\ndata: %s\n\n", b)
+			return
+		}
 		if err != nil {
 			return
 		}
 		if next != nil {
 			sn = next
 		}
-		if !changed && !write(": keep-alive\n\n") {
+		if !changed && time.Now().Before(end) && !write(": keep-alive\n\n") {
 			return
 		}
 	}
+}
+
+// streamMaxAge is KINFLOW_STREAM_MAX_SECONDS (15 min without a
+// configuration).
+func (s *Server) streamMaxAge() time.Duration {
+	if s.deps.Config != nil && s.deps.Config.StreamMaxAge > 0 {
+		return s.deps.Config.StreamMaxAge
+	}
+	return 15 * time.Minute
+}
+
+// minTime is the earlier of a and b.
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }

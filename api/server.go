@@ -5,6 +5,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -88,6 +89,9 @@ type Server struct {
 	// waitRate is the per-key limit on waiting status reads (long polls,
 	// event streams), apart from statusRate (statusrate.go).
 	waitRate *keyRate
+	// waits bounds the event streams and held long polls open at once,
+	// per key and in all (waits.go).
+	waits *waits
 	// bodies bounds the request bodies read at once (bodybudget.go); nil:
 	// no budget.
 	bodies *bodyBudget
@@ -130,6 +134,19 @@ func New(d Deps) *Server {
 	}
 	s.statusRate = newKeyRate(statusReadsPerSecond(d.Config))
 	s.waitRate = newKeyRate(statusReadsPerSecond(d.Config))
+	perKey, all := 256, 4096
+	if d.Config != nil && d.Config.WaitsPerKey > 0 && d.Config.WaitsMax > 0 {
+		perKey, all = d.Config.WaitsPerKey, d.Config.WaitsMax
+	}
+	all, warn := waitsBudget(all)
+	if warn != "" {
+		s.log.Warn("api.waits_budget", "problem", warn)
+	}
+	var usable func(context.Context, []string) (map[string]bool, error)
+	if d.Store != nil {
+		usable = d.Store.UsableKeyHashes
+	}
+	s.waits = newWaits(perKey, all, usable, s.log)
 	if d.Config != nil && d.Config.BodyBudgetBytes > 0 {
 		s.bodies = &bodyBudget{cap: d.Config.BodyBudgetBytes}
 	}
@@ -144,7 +161,7 @@ func New(d Deps) *Server {
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
 	_ = e.SetTrustedProxies(nil) // the caller IP is computed by clientIP, never by Gin
-	e.Use(s.requestID, s.observe, s.recoverJSON, s.accessLog, s.cors, s.releaseBody)
+	e.Use(s.requestID, boundHeaders, s.observe, s.recoverJSON, s.accessLog, s.cors, s.releaseBody)
 	e.NoRoute(func(c *gin.Context) { abortError(c, http.StatusNotFound, "Not found.") })
 	e.NoMethod(func(c *gin.Context) { abortError(c, http.StatusMethodNotAllowed, "Method not allowed.") })
 
@@ -234,6 +251,32 @@ const requestIDKey = "request_id"
 // statusClientClosed is the status recorded for a request whose client
 // disconnected before the answer (nginx's 499); nobody reads the answer.
 const statusClientClosed = 499
+
+// MaxHeaderBytes is the HTTP server's bound on a request's header block
+// (http.Server.MaxHeaderBytes; larger gets 431 from net/http itself), and
+// maxHeaderValue the bound on one header's value (431 from boundHeaders):
+// nginx's defaults (four buffers of 8 KiB). Go's own default, 1 MiB, let 16
+// connections sending 900 KB headers slow every other client's reads a
+// hundredfold and grow the process by 580 MB.
+const (
+	MaxHeaderBytes = 32 << 10
+	maxHeaderValue = 8 << 10
+)
+
+// boundHeaders answers 431 to a request with a header value longer than
+// maxHeaderValue, before anything reads it.
+func boundHeaders(c *gin.Context) {
+	for name, vs := range c.Request.Header {
+		for _, v := range vs {
+			if len(v) > maxHeaderValue {
+				abortError(c, http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf(
+					"The request header %s is longer than %d bytes.", name, maxHeaderValue))
+				return
+			}
+		}
+	}
+	c.Next()
+}
 
 func (s *Server) requestID(c *gin.Context) {
 	id := strings.TrimSpace(c.GetHeader("X-Request-ID"))

@@ -411,9 +411,14 @@ func (s *Server) ownedSnap(c *gin.Context) (*statusSnap, bool) {
 // status answers GET /status/{id}/ from the status cache (a database read
 // only when the job changed). It carries an ETag; If-None-Match with it
 // answers 304, and with ?waitSeconds=N the request is held until the state
-// differs or N seconds pass (then 304).
+// differs or N seconds pass (then 304). If-None-Match: * matches any state
+// (RFC 9110): it answers 304 at once, never held.
 func (s *Server) status(c *gin.Context) {
 	wait, ok := s.waitSeconds(c)
+	if !ok {
+		return
+	}
+	inm, ok := parseIfNoneMatch(c)
 	if !ok {
 		return
 	}
@@ -421,11 +426,20 @@ func (s *Server) status(c *gin.Context) {
 	if !ok {
 		return
 	}
-	inm := c.GetHeader("If-None-Match")
-	if inm != "" && etagMatches(inm, sn.etag) && wait > 0 && !sn.finished() {
+	if inm.matches(sn.etag) && !inm.any && wait > 0 && !sn.finished() {
+		ctx, leave, ok := s.enterWait(c)
+		if !ok {
+			return
+		}
 		var err error
-		sn, _, err = s.statuses.wait(c.Request.Context(), sn.job.ID, sn.etag, time.Now().Add(wait))
-		if err != nil {
+		sn, _, err = s.statuses.wait(ctx, sn.job.ID, sn.etag, time.Now().Add(wait))
+		gone := keyGone(ctx)
+		leave()
+		switch {
+		case gone:
+			abortError(c, http.StatusUnauthorized, msgInvalidKey)
+			return
+		case err != nil:
 			// The client went away while waiting: nobody reads the answer.
 			c.AbortWithStatus(statusClientClosed)
 			return
@@ -435,7 +449,7 @@ func (s *Server) status(c *gin.Context) {
 	// no-cache: a cache may keep the answer but must ask again (with
 	// If-None-Match) before reusing it.
 	c.Header("Cache-Control", "private, no-cache")
-	if inm != "" && etagMatches(inm, sn.etag) {
+	if inm.matches(sn.etag) {
 		c.Status(http.StatusNotModified)
 		c.Writer.WriteHeaderNow()
 		return
@@ -446,32 +460,86 @@ func (s *Server) status(c *gin.Context) {
 // waitSeconds parses ?waitSeconds=N (whole or fractional seconds, capped by
 // KINFLOW_STATUS_WAIT_MAX_SECONDS); 0 without it.
 func (s *Server) waitSeconds(c *gin.Context) (time.Duration, bool) {
-	v, ok := c.GetQuery("waitSeconds")
-	if !ok || strings.TrimSpace(v) == "" {
-		return 0, true
-	}
-	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-	if err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
-		abortError(c, http.StatusBadRequest, "waitSeconds must be a number of seconds, 0 or more.")
-		return 0, false
-	}
 	maxWait := 60 * time.Second
 	if s.deps.Config != nil && s.deps.Config.StatusWaitMax > 0 {
 		maxWait = s.deps.Config.StatusWaitMax
 	}
-	return min(time.Duration(f*float64(time.Second)), maxWait), true
+	d, err := parseWaitSeconds(c.Query("waitSeconds"), maxWait)
+	if err != nil {
+		abortError(c, http.StatusBadRequest, "waitSeconds must be a number of seconds, 0 or more.")
+		return 0, false
+	}
+	return d, true
 }
 
-// etagMatches is If-None-Match's weak comparison of header against etag.
-func etagMatches(header, etag string) bool {
+// parseWaitSeconds is ?waitSeconds='s value as a duration capped at
+// maxWait ("" is 0). The cap is applied to the number before it becomes a
+// duration, so a huge value (1e19) is capped instead of overflowing.
+func parseWaitSeconds(v string, maxWait time.Duration) (time.Duration, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, errors.New("not a number of seconds")
+	}
+	if f >= maxWait.Seconds() {
+		return maxWait, nil
+	}
+	return time.Duration(f * float64(time.Second)), nil
+}
+
+// maxETagEntries bounds the entity tags one If-None-Match may list: a
+// client has one status ETag per job, and a long list only costs the
+// server comparisons.
+const maxETagEntries = 16
+
+// ifNoneMatch is a parsed If-None-Match header.
+type ifNoneMatch struct {
+	// any is "*": every current state matches.
+	any bool
+	// tags are the listed entity tags without W/ (weak comparison).
+	tags []string
+}
+
+// matches is If-None-Match's weak comparison against etag.
+func (m ifNoneMatch) matches(etag string) bool {
+	if m.any {
+		return true
+	}
 	want := strings.TrimPrefix(etag, "W/")
-	for _, t := range strings.Split(header, ",") {
-		t = strings.TrimSpace(t)
-		if t == "*" || strings.TrimPrefix(t, "W/") == want {
+	for _, t := range m.tags {
+		if t == want {
 			return true
 		}
 	}
 	return false
+}
+
+// parseIfNoneMatch reads the request's If-None-Match, answering 431 past
+// maxETagEntries entries; ok is false when an answer was sent.
+func parseIfNoneMatch(c *gin.Context) (ifNoneMatch, bool) {
+	var m ifNoneMatch
+	for _, h := range c.Request.Header.Values("If-None-Match") {
+		for _, t := range strings.Split(h, ",") {
+			t = strings.TrimSpace(t)
+			switch {
+			case t == "":
+				continue
+			case t == "*":
+				m.any = true
+				continue
+			}
+			if len(m.tags) == maxETagEntries {
+				abortError(c, http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf(
+					"If-None-Match lists more than %d entity tags; send the ETag of the status you have.", maxETagEntries))
+				return m, false
+			}
+			m.tags = append(m.tags, strings.TrimPrefix(t, "W/"))
+		}
+	}
+	return m, true
 }
 
 // jobFiles are the job's provenance and similarity note: read once per

@@ -50,7 +50,12 @@ func TestGoServerErrorsAreJSON(t *testing.T) {
 	}
 	for req, code := range map[string]int{
 		fmt.Sprintf("GET / HTTP/1.1\r\nHost: x\r\nX-Big: %s\r\n\r\n", strings.Repeat("a", 2<<20)): 431,
-		"GET / HTTP/1.1\r\nHost: x\r\nBad Header Line\r\n\r\n":                                    400,
+		// 900 KB in one header, and 42 KB in six headers of 7 KB each:
+		// past the server's budget (api.MaxHeaderBytes), far below Go's
+		// default of 1 MiB.
+		fmt.Sprintf("GET / HTTP/1.1\r\nHost: x\r\nIf-None-Match: %s\r\n\r\n", strings.Repeat("a", 900<<10)):        431,
+		"GET / HTTP/1.1\r\nHost: x\r\n" + strings.Repeat("X-Part: "+strings.Repeat("b", 7<<10)+"\r\n", 6) + "\r\n": 431,
+		"GET / HTTP/1.1\r\nHost: x\r\nBad Header Line\r\n\r\n":                                                     400,
 	} {
 		resp := raw(req)
 		var body map[string]string
@@ -66,5 +71,12 @@ func TestGoServerErrorsAreJSON(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 400 || string(b) != "handler" {
 		t.Errorf("handler answer changed: %d %q", resp.StatusCode, b)
+	}
+	// 18 KB of headers, three of 6 KB (cookies, tokens): within the budget.
+	resp = raw("GET / HTTP/1.1\r\nHost: x\r\n" + strings.Repeat("X-Part: "+strings.Repeat("b", 6<<10)+"\r\n", 3) + "\r\n")
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || string(b) != "handler" {
+		t.Errorf("18 KB of headers: %d %q, want the handler's answer", resp.StatusCode, b)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
+	"github.com/kinflow/kinflow/api"
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/store"
 )
@@ -104,6 +105,9 @@ func serveHTTP(ctx context.Context, addr string, h http.Handler, log *slog.Logge
 		ReadTimeout:  5 * time.Minute,
 		WriteTimeout: 5 * time.Minute,
 		IdleTimeout:  2 * time.Minute,
+		// A few KB per header, tens of KB in all (api.MaxHeaderBytes);
+		// beyond, net/http answers 431 (made JSON by jsonErrorListener).
+		MaxHeaderBytes: api.MaxHeaderBytes,
 	}
 	if ready != nil {
 		ready(ln.Addr())

@@ -590,9 +590,9 @@ func (c *Client) StatusIfChanged(ctx context.Context, jobID, etag string, wait t
 	if etag != "" {
 		h = http.Header{"If-None-Match": {etag}}
 	}
-	// The first read of a wait (no etag yet) says waitSeconds too: the
-	// server answers it at once, and counts it among the waiting reads,
-	// whose per-key budget a looping poller of the same key cannot exhaust.
+	// The first read of a wait (no etag yet) says waitSeconds too; the
+	// server answers it at once and counts it as a plain read (it cannot
+	// wait), the later ones, which send the ETag, among the waiting reads.
 	if wait > 0 {
 		path += "?waitSeconds=" + strconv.Itoa(int(wait/time.Second))
 	}

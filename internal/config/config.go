@@ -57,6 +57,12 @@ type Config struct {
 	// StatusReadsPerSecond is each key's sustained rate of status reads
 	// (0: unlimited); twice as many may come in a burst.
 	StatusReadsPerSecond int
+	// WaitsPerKey bounds the event streams and held long polls one key has
+	// open at once in one API process; WaitsMax bounds them for all keys.
+	WaitsPerKey, WaitsMax int
+	// StreamMaxAge is the longest an event stream stays open before the
+	// server ends it (the client resumes with Last-Event-ID).
+	StreamMaxAge time.Duration
 	// WebhookAllowPrivate lets job notices go to private, loopback and
 	// link-local addresses.
 	WebhookAllowPrivate bool
@@ -295,6 +301,25 @@ var Keys = []Key{
 		Meaning: "Status reads (`/status/`, its long poll and its event stream) one API key may make per second, with bursts of twice as many; faster readers get 429 with `Retry-After`, answered before any database read. 0: unlimited. The reference's clients ask once per job every 1–2 s (the Python client from 1 s growing to 10 s), so 100 lets one key follow 100 jobs at their fastest pace; a waiting client should use the long poll or the stream instead. Waiting reads (long polls, event streams) have a budget of their own of the same size, so a key's looping client never starves the same key's waiting ones.",
 		Allowed: "want a whole number from 0 to 1000000",
 		set:     func(c *Config, v string) error { return setIntRange(&c.StatusReadsPerSecond, v, 0, 1000000) }},
+	{Name: "KINFLOW_WAITS_PER_KEY", Default: "256",
+		Meaning: "Event streams and held long polls (`/status/<id>/?waitSeconds=` with `If-None-Match`) one API key may have open at once in one API process; one more gets 429 with `Retry-After`. Each holds a connection and a descriptor: without a bound one key held 11,000 streams and the process ran out of descriptors. 256 lets a pipeline wait on 256 jobs at once (more wait their turn after the 429).",
+		Allowed: "want a whole number from 1 to 1000000",
+		set:     func(c *Config, v string) error { return setIntRange(&c.WaitsPerKey, v, 1, 1000000) }},
+	{Name: "KINFLOW_WAITS_MAX", Default: "4096",
+		Meaning: "Event streams and held long polls of all keys together in one API process; past it, 429 with `Retry-After`. The API checks at start that its open-file limit leaves room for this many plus 1,024 descriptors for everything else (the database, files, Temporal, and in `kinflow dev` the worker), and lowers the bound, with a warning, when it does not.",
+		Allowed: "want a whole number from 1 to 1000000",
+		set:     func(c *Config, v string) error { return setIntRange(&c.WaitsMax, v, 1, 1000000) }},
+	{Name: "KINFLOW_STREAM_MAX_SECONDS", Default: "900",
+		Meaning: "Longest an event stream (`/status/<id>/events/`) stays open: then the server ends it and the client reconnects with `Last-Event-ID` (EventSource and the web page do so by themselves), which re-checks its key and lets a full server hand the place to another. 15 minutes costs a long job's watcher one reconnect per quarter hour.",
+		Allowed: "want a whole number of seconds from 10 to 86400",
+		set: func(c *Config, v string) error {
+			n := 0
+			if err := setIntRange(&n, v, 10, 86400); err != nil {
+				return err
+			}
+			c.StreamMaxAge = time.Duration(n) * time.Second
+			return nil
+		}},
 	{Name: "KINFLOW_WEBHOOK_ALLOW_PRIVATE", Default: "0",
 		Meaning: "1/true/yes/on: job notices (`notifyUrl` webhooks) may go to private, loopback and link-local addresses. Off by default, so that a notify URL cannot make the service reach its own network or a cloud metadata address (server-side request forgery); turn it on for an intranet deployment or tests.",
 		Allowed: "want 1, true, yes, on, 0, false, no or off",

@@ -47,6 +47,28 @@ func (s *Store) ActiveKeyByHash(ctx context.Context, hash, day string) (*AuthKey
 	return &k, nil
 }
 
+// UsableKeyHashes answers which of hashes belong to an active key whose
+// owner is not blocked (the set of those), in one query per 500 hashes: the
+// API checks the keys of its open event streams and long polls with it.
+func (s *Store) UsableKeyHashes(ctx context.Context, hashes []string) (map[string]bool, error) {
+	out := make(map[string]bool, len(hashes))
+	const chunk = 500
+	for from := 0; from < len(hashes); from += chunk {
+		var got []string
+		err := s.Unprepared(ctx).Raw(`SELECT k.key_hash FROM api_keys k
+			LEFT JOIN api_users u ON u.ip_address = k.ip_address
+			WHERE k.key_hash IN ? AND k.is_active AND NOT COALESCE(u.is_blocked, FALSE)`,
+			hashes[from:min(from+chunk, len(hashes))]).Scan(&got).Error
+		if err != nil {
+			return nil, fmt.Errorf("check API keys: %w", err)
+		}
+		for _, h := range got {
+			out[h] = true
+		}
+	}
+	return out, nil
+}
+
 // TouchKeyUsed sets key's last_used_at to now unless it is already at or after
 // notBefore, so that a busy key costs one write per interval, not per request.
 func (s *Store) TouchKeyUsed(ctx context.Context, keyID int64, now, notBefore time.Time) error {
@@ -145,11 +167,24 @@ func IsUniqueViolation(err error) bool {
 	return strings.Contains(msg, "unique constraint") || strings.Contains(msg, "duplicate key") || strings.Contains(msg, "sqlstate 23505")
 }
 
-// RevokeActiveKey deactivates ip's active key; false when it had none.
-func (s *Store) RevokeActiveKey(ctx context.Context, ip string, now time.Time) (bool, error) {
-	res := s.DB.WithContext(ctx).Exec("UPDATE api_keys SET is_active = FALSE, revoked_at = ? WHERE ip_address = ? AND is_active", now.UTC(), ip)
-	if res.Error != nil {
-		return false, fmt.Errorf("revoke the key of %s: %w", ip, res.Error)
+// RevokeActiveKey deactivates ip's active key and returns its id; false
+// when it had none. (An address has at most one active key.)
+func (s *Store) RevokeActiveKey(ctx context.Context, ip string, now time.Time) (int64, bool, error) {
+	var ids []int64
+	err := s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Model(&APIKey{}).Where("ip_address = ? AND is_active", ip).Pluck("id", &ids).Error; err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		return tx.Exec("UPDATE api_keys SET is_active = FALSE, revoked_at = ? WHERE id IN ? AND is_active", now.UTC(), ids).Error
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("revoke the key of %s: %w", ip, err)
 	}
-	return res.RowsAffected > 0, nil
+	if len(ids) == 0 {
+		return 0, false, nil
+	}
+	return ids[0], true, nil
 }
