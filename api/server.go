@@ -147,6 +147,13 @@ func New(d Deps) *Server {
 		usable = d.Store.UsableKeyHashes
 	}
 	s.waits = newWaits(perKey, all, usable, s.log)
+	if d.Metrics != nil {
+		refused, err := d.Metrics.RegisterWaits(func() int { _, n := s.waits.open(0); return n }, all)
+		if err != nil {
+			s.log.Warn("api.waits_metrics", "error", err)
+		}
+		s.waits.refused = refused
+	}
 	if d.Config != nil && d.Config.BodyBudgetBytes > 0 {
 		s.bodies = &bodyBudget{cap: d.Config.BodyBudgetBytes}
 	}

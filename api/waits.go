@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kinflow/kinflow/internal/store"
 )
@@ -63,6 +64,8 @@ type waits struct {
 	log    *slog.Logger
 	// checkEvery is waitKeyCheckEvery (shorter in tests).
 	checkEvery time.Duration
+	// refused counts refusals by bound ("key", "all"); nil: not counted.
+	refused *prometheus.CounterVec
 }
 
 // keyWaits are one key's open waits.
@@ -94,10 +97,12 @@ func (w *waits) enter(ctx context.Context, k *store.AuthKey) (context.Context, f
 	}
 	switch {
 	case n >= w.perKey:
+		w.countRefused("key")
 		return nil, nil, errWaitsFull{fmt.Sprintf(
 			"This API key already has %d event streams and long polls open (at most %d at once). Close some, or retry after %d s.",
 			n, w.perKey, waitRetryAfter)}
 	case w.total >= w.max:
+		w.countRefused("all")
 		return nil, nil, errWaitsFull{fmt.Sprintf(
 			"The server holds as many waiting requests as it may (%d). Retry after %d s, or read the status without waiting.",
 			w.max, waitRetryAfter)}
@@ -131,6 +136,12 @@ func (w *waits) enter(ctx context.Context, k *store.AuthKey) (context.Context, f
 			}
 		})
 	}, nil
+}
+
+func (w *waits) countRefused(bound string) {
+	if w.refused != nil {
+		w.refused.WithLabelValues(bound).Inc()
+	}
 }
 
 // endKey ends every open wait of key id (its key was revoked here).

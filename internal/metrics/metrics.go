@@ -383,6 +383,33 @@ func (m *Metrics) RegisterJobs(count JobCounter, log *slog.Logger) error {
 	return nil
 }
 
+// RegisterWaits exports kinflow_api_waits (event streams and held long
+// polls open now, read from open at each scrape), kinflow_api_waits_max
+// (their bound, KINFLOW_WAITS_MAX as fitted to the open-file limit) and
+// returns the counter of waits refused for want of a place
+// (kinflow_api_waits_refused_total, by bound: key or all).
+func (m *Metrics) RegisterWaits(open func() int, maxAll int) (*prometheus.CounterVec, error) {
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "api_waits_refused_total",
+		Help: "Event streams and long polls refused with 429 because their key (bound=key, KINFLOW_WAITS_PER_KEY) or the process (bound=all, KINFLOW_WAITS_MAX) had no place left.",
+	}, []string{"bound"})
+	if m == nil {
+		return refused, nil
+	}
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "api_waits",
+			Help: "Event streams and held long polls open now in this API process."}, func() float64 { return float64(open()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "api_waits_max",
+			Help: "Most event streams and held long polls this API process holds at once."}, func() float64 { return float64(maxAll) }),
+		refused,
+	} {
+		if err := m.Registry.Register(c); err != nil {
+			return nil, fmt.Errorf("register waits metrics: %w", err)
+		}
+	}
+	return refused, nil
+}
+
 // WorkerInterceptor times every activity the Temporal worker runs.
 func (m *Metrics) WorkerInterceptor() interceptor.WorkerInterceptor {
 	return &workerInterceptor{m: m}
