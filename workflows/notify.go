@@ -29,6 +29,13 @@ var noticeRetry = &temporal.RetryPolicy{
 // after Finalize: the job is already Completed or Failed for every reader,
 // and a notice that cannot be delivered shows in the job's events and the
 // Temporal UI, never in the job's outcome.
+//
+// NotifyJob runs on the notices' own task queue (activities.NoticeTaskQueue)
+// with its own slots: an attempt waits up to 10 s for its receiver, and on
+// the CPU queue receivers that never answer filled the few slots that
+// other jobs' Predict needs. An activity's task queue is an option that
+// replay does not compare, so histories that scheduled it on the CPU queue
+// replay unchanged (no version).
 func (w *prediction) notify(ctx workflow.Context) {
 	// A prepared job says whether it has a notify URL: one without (most
 	// jobs) costs nothing here, not even a version marker in its history.
@@ -50,6 +57,7 @@ func (w *prediction) notify(ctx workflow.Context) {
 		}
 	}
 	ao := workflow.ActivityOptions{
+		TaskQueue: w.noticeQueue(ctx),
 		// One attempt is a POST with a 10 s timeout and two small writes.
 		StartToCloseTimeout:    30 * time.Second,
 		ScheduleToCloseTimeout: 15 * time.Minute,
@@ -58,4 +66,20 @@ func (w *prediction) notify(ctx workflow.Context) {
 	if err := workflow.ExecuteActivity(workflow.WithActivityOptions(nctx, ao), a.NotifyJob, in).Get(nctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("job notice not delivered", "job_id", w.in.JobID, "error", err)
 	}
+}
+
+// noticeQueue is the notices' task queue: the policy's, or derived from the
+// CPU task queue where the policy has none (a PrepareInput from before the
+// notices' queue, or a job that failed before PrepareInput answered, whose
+// CPU queue is the workflow's own).
+func (w *prediction) noticeQueue(ctx workflow.Context) string {
+	pol := w.prep.Policy
+	if pol.NoticeTaskQueue != "" {
+		return pol.NoticeTaskQueue
+	}
+	cpu := pol.CPUTaskQueue
+	if cpu == "" {
+		cpu = workflow.GetInfo(ctx).TaskQueueName
+	}
+	return activities.NoticeTaskQueue(cpu)
 }
