@@ -2,6 +2,8 @@ package activities
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -53,8 +55,18 @@ func (a *Activities) HasNotice(ctx context.Context, in NoticeInput) (bool, error
 	return a.Store.HasNotifyURL(ctx, in.JobID)
 }
 
+// NoticeDeliveryID is the delivery id of the notice of job jobID's end (its
+// type, job.completed or job.failed). A job ends once, and every sending of
+// that end (a retried attempt, an attempt whose answer was lost, a reset or
+// replayed workflow) is the same notice: it is derived from the job and the
+// type alone, so a receiver that keeps the ids it has seen takes it once.
+func NoticeDeliveryID(jobID, typ string) string {
+	h := sha256.Sum256([]byte("kinflow-notice\x00" + typ + "\x00" + jobID))
+	return "dlv_" + hex.EncodeToString(h[:16])
+}
+
 // NotifyJob POSTs a finished job's notice to its notify URL, signed with its
-// key's secret (webhook.Sign). Each attempt is recorded as a "webhook" job
+// key's secret (webhook.Sign), with its delivery id (NoticeDeliveryID). Each attempt is recorded as a "webhook" job
 // event; an answer other than 2xx or no answer is an error that Temporal
 // retries with backoff; a refused address is not retried.
 func (a *Activities) NotifyJob(ctx context.Context, in NoticeInput) error {
@@ -76,6 +88,7 @@ func (a *Activities) NotifyJob(ctx context.Context, in NoticeInput) error {
 	} else {
 		p.Type = "job.failed"
 	}
+	p.DeliveryID = NoticeDeliveryID(j.ID, p.Type)
 	body, err := json.Marshal(p)
 	if err != nil {
 		return err
@@ -89,7 +102,7 @@ func (a *Activities) NotifyJob(ctx context.Context, in NoticeInput) error {
 		a.noticeEvent(ctx, j.ID, attempt, 0, err)
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrNoticeRefused, nil)
 	}
-	code, err := webhook.Send(ctx, noticeClient(allow), j.NotifyURL, secret, body, time.Now())
+	code, err := webhook.Send(ctx, noticeClient(allow), j.NotifyURL, secret, p.DeliveryID, body, time.Now())
 	a.noticeEvent(ctx, j.ID, attempt, code, err)
 	if errors.Is(err, webhook.ErrRefused) {
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrNoticeRefused, nil)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,12 +33,12 @@ func TestNotifyJob(t *testing.T) {
 			t.Fatal(err)
 		}
 		var got struct {
-			sig  string
-			body []byte
+			sig, delivery string
+			body          []byte
 		}
 		fail := true
 		recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			got.sig = r.Header.Get(webhook.SignatureHeader)
+			got.sig, got.delivery = r.Header.Get(webhook.SignatureHeader), r.Header.Get(webhook.DeliveryHeader)
 			got.body, _ = io.ReadAll(r.Body)
 			if fail {
 				w.WriteHeader(http.StatusInternalServerError)
@@ -83,6 +84,12 @@ func TestNotifyJob(t *testing.T) {
 		if err := json.Unmarshal(got.body, &p); err != nil || p.Type != "job.completed" || p.JobID != job.ID || p.ResultURL != "/api/v1/result/notifyjob1/" ||
 			p.Charge == nil || p.Charge.RowsCharged != 3 || p.Charge.RowsRefunded != 1 || p.CompletedAt != "2026-11-26T20:00:00Z" || !p.Synthetic {
 			t.Fatalf("payload %s", got.body)
+		}
+		// The delivery id, in the header and the signed body: the one of
+		// this job's end, the same on each attempt.
+		if id := NoticeDeliveryID(job.ID, "job.completed"); p.DeliveryID != id || got.delivery != id || !strings.HasPrefix(id, "dlv_") ||
+			NoticeDeliveryID("notifyjob2", "job.completed") == id || NoticeDeliveryID(job.ID, "job.failed") == id {
+			t.Fatalf("delivery id %q, header %q", p.DeliveryID, got.delivery)
 		}
 		var evs []store.JobEvent
 		if err := s.DB.Where("job_id = ? AND kind = ?", job.ID, EventWebhook).Order("id").Find(&evs).Error; err != nil {
