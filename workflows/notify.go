@@ -13,16 +13,25 @@ import (
 // histories recorded before it replay without.
 const notifyVersion = "i35-notify-job"
 
-// noticeRetry retries a notice for about ten minutes (2 s, 4 s, … capped at
-// 2 min, 8 attempts): long enough to ride out a receiver's restart, short
-// enough that a dead receiver does not keep workflows open for hours. A
-// refused address is not retried.
+// noticeWindow bounds a notice from its first attempt to its last: long
+// enough to ride out a receiver's restart, short enough that a dead
+// receiver does not keep workflows open for hours.
+const noticeWindow = 15 * time.Minute
+
+// noticeRetry lets NotifyJob own its schedule: it sets NextRetryDelay on
+// each retryable error (the backoff of 2 s doubling to 2 min after a failed
+// delivery, a few seconds after an attempt put off for its key's cap),
+// counts its real attempts and gives up after activities.NoticeAttempts of
+// them. So the policy allows as many attempts as fit in noticeWindow, and
+// that window is the bound; its own backoff applies only to errors without
+// a delay (a database read that failed). A refused address, or a notice
+// given up, is not retried.
 var noticeRetry = &temporal.RetryPolicy{
 	InitialInterval:        2 * time.Second,
 	BackoffCoefficient:     2,
 	MaximumInterval:        2 * time.Minute,
-	MaximumAttempts:        8,
-	NonRetryableErrorTypes: []string{activities.ErrNoticeRefused, activities.ErrJobNotFound},
+	MaximumAttempts:        int32(noticeWindow/activities.NoticeBusyDelay) + activities.NoticeAttempts,
+	NonRetryableErrorTypes: []string{activities.ErrNoticeRefused, activities.ErrNoticeGaveUp, activities.ErrJobNotFound},
 }
 
 // notify announces the job's end to its notify URL, if it has one. It runs
@@ -58,9 +67,10 @@ func (w *prediction) notify(ctx workflow.Context) {
 	}
 	ao := workflow.ActivityOptions{
 		TaskQueue: w.noticeQueue(ctx),
-		// One attempt is a POST with a 10 s timeout and two small writes.
+		// One attempt is two small reads, a POST with a 10 s timeout and
+		// a small write.
 		StartToCloseTimeout:    30 * time.Second,
-		ScheduleToCloseTimeout: 15 * time.Minute,
+		ScheduleToCloseTimeout: noticeWindow,
 		RetryPolicy:            noticeRetry,
 	}
 	if err := workflow.ExecuteActivity(workflow.WithActivityOptions(nctx, ao), a.NotifyJob, in).Get(nctx, nil); err != nil {
