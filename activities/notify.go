@@ -167,7 +167,10 @@ func (a *Activities) NotifyJob(ctx context.Context, in NoticeInput) error {
 	if !ok {
 		return temporal.NewApplicationErrorWithOptions(
 			fmt.Sprintf("the key's notices are at KINFLOW_NOTICE_PER_KEY (%d) on this worker: put off", a.Config.NoticePerKey),
-			ErrNoticeKeyBusy, temporal.ApplicationErrorOptions{NextRetryDelay: noticeBusyDelay()})
+			// Benign: expected, so the SDK logs it at debug level and
+			// counts no failure (a key's many notices put off every few
+			// seconds would fill the log with errors).
+			ErrNoticeKeyBusy, temporal.ApplicationErrorOptions{NextRetryDelay: noticeBusyDelay(), Category: temporal.ApplicationErrorCategoryBenign})
 	}
 	defer release()
 	sent, delivered, err := a.Store.EventCounts(ctx, j.ID, EventWebhook)

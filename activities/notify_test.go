@@ -187,7 +187,7 @@ func TestNotifyJobPerKeyCap(t *testing.T) {
 		err := a.NotifyJob(ctx, NoticeInput{JobID: "capjob2-k0"})
 		var ae *temporal.ApplicationError
 		if !errors.As(err, &ae) || ae.Type() != ErrNoticeKeyBusy || ae.NonRetryable() ||
-			ae.NextRetryDelay() < NoticeBusyDelay || ae.NextRetryDelay() >= 2*NoticeBusyDelay {
+			ae.NextRetryDelay() < NoticeBusyDelay || ae.NextRetryDelay() >= 2*NoticeBusyDelay || ae.Category() != temporal.ApplicationErrorCategoryBenign {
 			t.Fatalf("over the cap: %v", err)
 		}
 		if d := time.Since(t0); d > 2*time.Second {
