@@ -54,6 +54,9 @@ type Activities struct {
 	heavy            chan struct{}
 	progressOnce     sync.Once
 	progressB        *progressBatch
+	// noticesOf counts the notices in flight per API key (KINFLOW_NOTICE_PER_KEY).
+	noticeMu  sync.Mutex
+	noticesOf map[int64]int
 }
 
 // turn waits for a place among the CPU-bound steps that run as local

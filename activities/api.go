@@ -67,11 +67,19 @@ type Policy struct {
 	// bookkeeping steps retry through an outage (0 in histories from
 	// before it).
 	OutageRideOutSeconds int `json:"outage_ride_out_seconds,omitempty"`
+	// NoticeTaskQueue is the job notices' own task queue
+	// (config.NoticeTaskQueue(CPUTaskQueue)); empty in histories from
+	// before it: the workflow derives it from CPUTaskQueue.
+	NoticeTaskQueue string `json:"notice_task_queue,omitempty"`
 }
 
 // TrackTaskQueue is config.TrackTaskQueue under the name the workflow code
 // calls it by (the queue names are composed in internal/config only).
 func TrackTaskQueue(cpu string) string { return config.TrackTaskQueue(cpu) }
+
+// NoticeTaskQueue is config.NoticeTaskQueue under the name the workflow
+// code calls it by.
+func NoticeTaskQueue(cpu string) string { return config.NoticeTaskQueue(cpu) }
 
 // StageInfo describes one (target, method) stage.
 type StageInfo struct {

@@ -335,6 +335,7 @@ func (a *Activities) policy() Policy {
 		HeartbeatSeconds:  int(a.Config.HeartbeatTimeout / time.Second),
 		ShardSeqs:         a.Config.StepShardSeqs,
 		TrackTaskQueue:    config.TrackTaskQueue(a.Config.CPUTaskQueue),
+		NoticeTaskQueue:   config.NoticeTaskQueue(a.Config.CPUTaskQueue),
 		TrackMinFiles:     a.Config.TrackMinFiles,
 		GPUSmallStepSeqs:  a.Config.GPUSmallStepSeqs,
 		SmallJobRows:      a.Config.SmallJobRows,

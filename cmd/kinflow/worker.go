@@ -105,13 +105,21 @@ func runCPUWorker(ctx context.Context, cfg *config.Config, st *store.Store, tc c
 	// of workflows started before this split (their histories schedule it
 	// there).
 	ws.track.RegisterActivity(acts.TrackProgress)
+	// Notices likewise: an attempt waits up to its receiver's timeout, and
+	// a receiver that never answers must hold a notice slot, not one of
+	// the few CPU slots that other jobs' predictions run in. NotifyJob
+	// stays registered on the CPU queue for the notices of workflows that
+	// scheduled it there before this split.
+	ws.notice.RegisterActivity(acts.NotifyJob)
 	if err := ws.start(); err != nil {
 		return err
 	}
 	defer ws.stop()
 	log.Info("CPU worker started", "task_queue", cfg.CPUTaskQueue, "track_task_queue", config.TrackTaskQueue(cfg.CPUTaskQueue),
+		"notice_task_queue", config.NoticeTaskQueue(cfg.CPUTaskQueue),
 		"activity_slots", cfg.CPUActivitySlots, "local_activity_slots", cfg.CPULocalActivitySlots,
-		"workflow_slots", cfg.CPUWorkflowSlots, "track_slots", cfg.TrackSlots)
+		"workflow_slots", cfg.CPUWorkflowSlots, "track_slots", cfg.TrackSlots,
+		"notice_slots", cfg.NoticeSlots, "notice_per_key", cfg.NoticePerKey)
 	// Build the similarity databases now rather than in the first job.
 	go acts.Similarity.Prepare(ctx)
 	<-ctx.Done()
@@ -125,14 +133,16 @@ const (
 	cpuActivityPollers = 4
 )
 
-// cpuWorkers are the two Temporal workers of one `kinflow worker` process,
+// cpuWorkers are the three Temporal workers of one `kinflow worker` process,
 // each with its own slot pools (docs/workflows.md, "Slot pools").
 type cpuWorkers struct {
 	// cpu serves the CPU task queue: workflows, bookkeeping local
 	// activities, and the CPU-bound activities.
 	cpu worker.Worker
 	// track serves the trackers' queue (config.TrackTaskQueue).
-	track   worker.Worker
+	track worker.Worker
+	// notice serves the job notices' queue (config.NoticeTaskQueue).
+	notice  worker.Worker
 	started []worker.Worker
 }
 
@@ -157,22 +167,30 @@ func newCPUWorkers(tc client.Client, cfg *config.Config, m *metrics.Metrics) (*c
 		DisableWorkflowWorker: true,
 		Interceptors:          ics,
 	})
+	notice := worker.New(tc, config.NoticeTaskQueue(cfg.CPUTaskQueue), worker.Options{
+		MaxConcurrentActivityExecutionSize: cfg.NoticeSlots,
+		// The notices' queue has no workflows either.
+		DisableWorkflowWorker: true,
+		Interceptors:          ics,
+	})
 	m.SetSlots(cfg.CPUTaskQueue, "activity", cfg.CPUActivitySlots)
 	m.SetSlots(cfg.CPUTaskQueue, "local_activity", cfg.CPULocalActivitySlots)
 	m.SetSlots(cfg.CPUTaskQueue, "workflow", cfg.CPUWorkflowSlots)
 	m.SetSlots(config.TrackTaskQueue(cfg.CPUTaskQueue), "activity", cfg.TrackSlots)
+	m.SetSlots(config.NoticeTaskQueue(cfg.CPUTaskQueue), "activity", cfg.NoticeSlots)
 	if err := m.RegisterBacklog(metrics.TemporalBacklog(tc.WorkflowService(), cfg.TemporalNamespace,
 		metrics.Queue{Name: cfg.CPUTaskQueue, Type: enumspb.TASK_QUEUE_TYPE_WORKFLOW},
 		metrics.Queue{Name: cfg.CPUTaskQueue, Type: enumspb.TASK_QUEUE_TYPE_ACTIVITY},
 		metrics.Queue{Name: config.TrackTaskQueue(cfg.CPUTaskQueue), Type: enumspb.TASK_QUEUE_TYPE_ACTIVITY},
+		metrics.Queue{Name: config.NoticeTaskQueue(cfg.CPUTaskQueue), Type: enumspb.TASK_QUEUE_TYPE_ACTIVITY},
 	), nil); err != nil {
 		return nil, err
 	}
-	return &cpuWorkers{cpu: cpu, track: track}, nil
+	return &cpuWorkers{cpu: cpu, track: track, notice: notice}, nil
 }
 
 func (ws *cpuWorkers) start() error {
-	for _, w := range []worker.Worker{ws.track, ws.cpu} {
+	for _, w := range []worker.Worker{ws.track, ws.notice, ws.cpu} {
 		if err := w.Start(); err != nil {
 			ws.stop()
 			return fmt.Errorf("start CPU worker: %w", err)

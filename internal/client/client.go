@@ -326,6 +326,9 @@ type SubmitOptions struct {
 	// IdempotencyKey is sent as the Idempotency-Key header; empty means a
 	// new random key for this call, resent on each of its retries.
 	IdempotencyKey string
+	// NotifyURL is where the job's end is announced (docs/api.md,
+	// Webhooks); empty: the key's default, if it has one.
+	NotifyURL string
 }
 
 func (o SubmitOptions) fields() (map[string]string, error) {
@@ -353,6 +356,9 @@ func (o SubmitOptions) fields() (map[string]string, error) {
 	}
 	if o.UsePredictionCache != nil {
 		f["usePredictionCache"] = strconv.FormatBool(*o.UsePredictionCache)
+	}
+	if o.NotifyURL != "" {
+		f["notifyUrl"] = o.NotifyURL
 	}
 	return f, nil
 }

@@ -161,9 +161,13 @@ func TestMethodsValidateSubmitStatusResult(t *testing.T) {
 	no := false
 	job, err := e.c.Submit(ctx, "in.csv", strings.NewReader(exampleCSV), client.SubmitOptions{
 		Targets: []string{"kcat", "Km"}, Methods: map[string]string{"kcat": "B", "Km": "C"},
-		HandleLongSequences: "skip", CanonicalizeSubstrates: &no, DisableGPUPrecompute: true})
+		HandleLongSequences: "skip", CanonicalizeSubstrates: &no, DisableGPUPrecompute: true,
+		NotifyURL: "https://hooks.example.com/kinflow"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if j, err := e.st.Job(ctx, job.JobID); err != nil || j.NotifyURL != "https://hooks.example.com/kinflow" {
+		t.Fatalf("the job's notify URL: %+v %v", j, err)
 	}
 	if len(job.JobID) != 22 || job.Status != "Pending" || len(e.jobs.ids) != 1 || e.jobs.ids[0] != job.JobID {
 		t.Fatalf("submit %+v, queued %v", job, e.jobs.ids)

@@ -150,6 +150,12 @@ type Config struct {
 	// TrackSlots is how many progress trackers one worker runs at once, on
 	// their own task queue.
 	TrackSlots int
+	// NoticeSlots is how many job notices (webhook deliveries) one worker
+	// sends at once, on their own task queue.
+	NoticeSlots int
+	// NoticePerKey is how many notices of one API key one worker sends at
+	// once; another of that key is put off (retried a few seconds later).
+	NoticePerKey int
 	// SmallJobRows is the most rows of a job whose prediction and
 	// annotation steps run as local activities; 0: none does.
 	SmallJobRows int
@@ -517,6 +523,14 @@ var Keys = []Key{
 		Meaning: "Progress trackers one `kinflow worker` runs at once, on their own task queue (`<KINFLOW_CPU_TASK_QUEUE>-track`). A tracker only waits (for files to appear) and costs a goroutine and a watch; no job waits for its tracker, so a full pool delays live progress and never a job.",
 		Allowed: "want a whole number from 1 to 100000",
 		set:     func(c *Config, v string) error { return setIntRange(&c.TrackSlots, v, 1, 100000) }},
+	{Name: "KINFLOW_NOTICE_SLOTS", Default: "64",
+		Meaning: "Job notices (`notifyUrl` webhooks) one `kinflow worker` sends at once, on their own task queue (`<KINFLOW_CPU_TASK_QUEUE>-notice`). A notice only waits for its receiver (at most 10 s an attempt) and costs a connection; on its own pool a receiver that never answers holds notice slots, never the CPU activity slots that jobs' predictions need, and no job waits for its notice (it is sent after the job ended).",
+		Allowed: "want a whole number from 1 to 10000",
+		set:     func(c *Config, v string) error { return setIntRange(&c.NoticeSlots, v, 1, 10000) }},
+	{Name: "KINFLOW_NOTICE_PER_KEY", Default: "4",
+		Meaning: "Most notices of one API key one `kinflow worker` sends at once (a count per worker process, not across workers). Another notice of that key takes no slot to wait: it is put off a few seconds and tried again, without using up one of its 8 delivery attempts. So one key's receiver that never answers holds at most this many notice slots of each worker, and the other keys' notices go out beside it.",
+		Allowed: "want a whole number from 1 to 10000",
+		set:     func(c *Config, v string) error { return setIntRange(&c.NoticePerKey, v, 1, 10000) }},
 	{Name: "KINFLOW_TRACK_MIN_FILES", Default: "16",
 		Meaning: "Fewest missing embedding files for which a stage runs a live progress tracker. A smaller stage's count is recorded by its post-check alone, saving a tracker's Temporal round trips on the many small jobs of a public service.",
 		Allowed: "want a whole number, 1 or more",

@@ -76,7 +76,8 @@ func TestHostInvalidValuesNameTheKey(t *testing.T) {
 // TestTaskQueueNames pins the derived queue names: recorded histories
 // (workflows/testdata) and running workers name them.
 func TestTaskQueueNames(t *testing.T) {
-	if TrackTaskQueue("kinflow-cpu") != "kinflow-cpu-track" || SmallTaskQueue("kinflow-gpu") != "kinflow-gpu-small" {
-		t.Error(TrackTaskQueue("kinflow-cpu"), SmallTaskQueue("kinflow-gpu"))
+	if TrackTaskQueue("kinflow-cpu") != "kinflow-cpu-track" || SmallTaskQueue("kinflow-gpu") != "kinflow-gpu-small" ||
+		NoticeTaskQueue("kinflow-cpu") != "kinflow-cpu-notice" {
+		t.Error(TrackTaskQueue("kinflow-cpu"), SmallTaskQueue("kinflow-gpu"), NoticeTaskQueue("kinflow-cpu"))
 	}
 }

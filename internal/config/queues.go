@@ -10,6 +10,12 @@ package config
 // (DESIGN §9, docs/workflows.md).
 func TrackTaskQueue(cpu string) string { return cpu + "-track" }
 
+// NoticeTaskQueue is the task queue of the job notices (webhooks) that
+// belong to the CPU task queue cpu: their own queue and slots, so that a
+// receiver that never answers holds a notice slot for its request timeout,
+// never a slot that the CPU-bound steps of any job need (docs/workflows.md).
+func NoticeTaskQueue(cpu string) string { return cpu + "-notice" }
+
 // SmallTaskQueue is the small lane of the GPU task queue gpu: small steps
 // go there so that they never queue behind the shards of a large job, and
 // every GPU host serves it beside gpu (docs/workflows.md, "Slot pools").

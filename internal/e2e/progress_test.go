@@ -113,6 +113,8 @@ func TestStatusShowsEmbeddingProgressRising(t *testing.T) {
 		`kinflow_worker_slots{kind="activity",task_queue="`+s.cpuQ+`"} 4`,
 		`kinflow_worker_slots{kind="activity",task_queue="`+s.cpuQ+`-track"} 1000`,
 		`kinflow_worker_slots_used{kind="activity",task_queue="`+s.cpuQ+`-track"} 0`,
+		`kinflow_worker_slots{kind="activity",task_queue="`+s.cpuQ+`-notice"} 64`,
+		`kinflow_task_queue_backlog_tasks{kind="activity",task_queue="`+s.cpuQ+`-notice"} 0`,
 		`kinflow_worker_slots{kind="local_activity",task_queue="`+s.cpuQ+`"} 64`,
 		`kinflow_task_queue_backlog_age_seconds{kind="activity",task_queue="`+s.cpuQ+`"} 0`,
 		`kinflow_task_queue_backlog_tasks{kind="workflow",task_queue="`+s.cpuQ+`"} 0`)

@@ -89,6 +89,7 @@ func TestWaitingOnChangeAgainstStack(t *testing.T) {
 
 	type call struct {
 		sig       string
+		delivery  string
 		body      []byte
 		jobStatus string
 	}
@@ -111,7 +112,7 @@ func TestWaitingOnChangeAgainstStack(t *testing.T) {
 			st = b.Status
 		}
 		mu.Lock()
-		calls = append(calls, call{sig: r.Header.Get(webhook.SignatureHeader), body: body, jobStatus: st})
+		calls = append(calls, call{sig: r.Header.Get(webhook.SignatureHeader), delivery: r.Header.Get(webhook.DeliveryHeader), body: body, jobStatus: st})
 		n := len(calls)
 		mu.Unlock()
 		if n <= 2 {
@@ -264,6 +265,10 @@ func TestWaitingOnChangeAgainstStack(t *testing.T) {
 		if err := json.Unmarshal(c.body, &p); err != nil || p.JobID != id || p.Type != "job.completed" || p.Status != "Completed" ||
 			p.ResultURL != "/api/v1/result/"+id+"/" || p.Charge == nil || p.Charge.RowsCharged != 6 {
 			t.Fatalf("attempt %d payload %s", i+1, c.body)
+		}
+		// One delivery id on every attempt, in the header and the body.
+		if first := calls[0].delivery; first == "" || c.delivery != first || p.DeliveryID != first {
+			t.Fatalf("attempt %d: delivery id %q in the header, %q in the body; the first attempt's %q", i+1, c.delivery, p.DeliveryID, first)
 		}
 	}
 }

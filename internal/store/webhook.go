@@ -67,3 +67,20 @@ func (s *Store) HasNotifyURL(ctx context.Context, jobID string) (bool, error) {
 	}
 	return n > 0, nil
 }
+
+// EventCounts counts job jobID's events of kind: all of them, and those
+// Completed. AddEvent keeps the last `keep` of a kind, so the count is
+// exact while a job has at most that many.
+func (s *Store) EventCounts(ctx context.Context, jobID, kind string) (total, completed int, err error) {
+	var row struct {
+		Total     int
+		Completed int
+	}
+	err = s.DB.WithContext(ctx).Model(&JobEvent{}).
+		Select("COUNT(*) AS total, COUNT(CASE WHEN completed THEN 1 END) AS completed").
+		Where("job_id = ? AND kind = ?", jobID, kind).Scan(&row).Error
+	if err != nil {
+		return 0, 0, fmt.Errorf("count %s events of job %s: %w", kind, jobID, err)
+	}
+	return row.Total, row.Completed, nil
+}

@@ -26,6 +26,12 @@ import (
 // "<t>.<body>" under the key's webhook secret.
 const SignatureHeader = "Kinflow-Signature"
 
+// DeliveryHeader carries the notice's delivery id (Payload.DeliveryID): the
+// same on every attempt to send the same notice, so that a receiver keeps
+// the ids it has seen and refuses a retried or replayed notice twice (the
+// signature alone passes a replay within its tolerance).
+const DeliveryHeader = "Kinflow-Delivery"
+
 // MaxURLLength bounds a notify URL (browsers' practical limit).
 const MaxURLLength = 2000
 
@@ -39,7 +45,10 @@ var ErrRefused = errors.New("notify URL refused: its address is private, loopbac
 // Payload is the body of a notice.
 type Payload struct {
 	// Type is "job.completed" or "job.failed".
-	Type        string `json:"type"`
+	Type string `json:"type"`
+	// DeliveryID names this notice, the same on each of its attempts
+	// (DeliveryHeader carries it too).
+	DeliveryID  string `json:"deliveryId"`
 	JobID       string `json:"jobId"`
 	Status      string `json:"status"`
 	CompletedAt string `json:"completedAt,omitempty"`
@@ -262,9 +271,9 @@ func Client(allowPrivate bool) *http.Client {
 	}
 }
 
-// Send POSTs body to rawURL signed with secret at now; an answer other than
-// 2xx is an error.
-func Send(ctx context.Context, c *http.Client, rawURL, secret string, body []byte, now time.Time) (int, error) {
+// Send POSTs body to rawURL signed with secret at now, with deliveryID in
+// DeliveryHeader (none when empty); an answer other than 2xx is an error.
+func Send(ctx context.Context, c *http.Client, rawURL, secret, deliveryID string, body []byte, now time.Time) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rawURL, bytes.NewReader(body))
 	if err != nil {
 		return 0, fmt.Errorf("notice request: %w", err)
@@ -272,6 +281,9 @@ func Send(ctx context.Context, c *http.Client, rawURL, secret string, body []byt
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "kinflow-webhook/1")
 	req.Header.Set(SignatureHeader, Sign(secret, now, body))
+	if deliveryID != "" {
+		req.Header.Set(DeliveryHeader, deliveryID)
+	}
 	resp, err := c.Do(req)
 	if err != nil {
 		if errors.Is(err, ErrRefused) {

@@ -68,7 +68,7 @@ func TestClientRefusesLoopbackAfterResolution(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits++ }))
 	defer srv.Close()
 	url := strings.Replace(srv.URL, "127.0.0.1", "localhost", 1)
-	_, err := Send(context.Background(), Client(false), url, "s", []byte("{}"), time.Now())
+	_, err := Send(context.Background(), Client(false), url, "s", "", []byte("{}"), time.Now())
 	if !errors.Is(err, ErrRefused) || hits != 0 {
 		t.Fatalf("err %v, hits %d", err, hits)
 	}
@@ -79,13 +79,13 @@ func TestClientRefusesLoopbackAfterResolution(t *testing.T) {
 		got, body = r.Header.Clone(), nil
 		body, _ = io.ReadAll(r.Body)
 	})
-	code, err := Send(context.Background(), Client(true), url, "s", []byte(`{"a":1}`), time.Now())
-	if err != nil || code != 200 || !Verify("s", got.Get(SignatureHeader), body, time.Now(), time.Minute) {
+	code, err := Send(context.Background(), Client(true), url, "s", "dlv_1", []byte(`{"a":1}`), time.Now())
+	if err != nil || code != 200 || !Verify("s", got.Get(SignatureHeader), body, time.Now(), time.Minute) || got.Get(DeliveryHeader) != "dlv_1" {
 		t.Fatalf("allowed: %d %v %v", code, err, got)
 	}
 	// A non-2xx answer is an error (retried by the activity).
 	srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(503) })
-	if code, err := Send(context.Background(), Client(true), url, "s", nil, time.Now()); err == nil || code != 503 {
+	if code, err := Send(context.Background(), Client(true), url, "s", "", nil, time.Now()); err == nil || code != 503 {
 		t.Fatalf("503: %d %v", code, err)
 	}
 }
