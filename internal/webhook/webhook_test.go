@@ -370,10 +370,10 @@ func TestClientRefusesDressedLoopback(t *testing.T) {
 	}
 	for _, u := range urls {
 		hits.Store(0)
-		if _, err := Send(context.Background(), Client(false), u, "s", []byte("{}"), time.Now()); !errors.Is(err, ErrRefused) || hits.Load() != 0 {
+		if _, err := Send(context.Background(), Client(false), u, "s", "", []byte("{}"), time.Now()); !errors.Is(err, ErrRefused) || hits.Load() != 0 {
 			t.Errorf("Client(false) %s: err %v, hits %d", u, err, hits.Load())
 		}
-		if code, err := Send(context.Background(), Client(true), u, "s", []byte("{}"), time.Now()); err != nil || code != 200 || hits.Load() != 1 {
+		if code, err := Send(context.Background(), Client(true), u, "s", "", []byte("{}"), time.Now()); err != nil || code != 200 || hits.Load() != 1 {
 			t.Errorf("Client(true) %s: %d %v, hits %d", u, code, err, hits.Load())
 		}
 	}
