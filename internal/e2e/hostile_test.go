@@ -20,11 +20,12 @@ import (
 	"github.com/kinflow/kinflow/internal/loadgen"
 )
 
-// clientFrom is an HTTP client whose connections leave from ip (a loopback
-// address of its own: the API gives one key per address).
-func clientFrom(ip string) *http.Client {
-	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 10 * time.Second}
-	return &http.Client{Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
+// httpFrom is an HTTP client whose connections leave from the loopback
+// address local (the API gives one key per address); without keepAlive each
+// request has a connection of its own, closed after it.
+func httpFrom(local string, keepAlive bool) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}, Timeout: 10 * time.Second}
+	return &http.Client{Timeout: 3 * time.Minute, Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: !keepAlive}}
 }
 
 // fdCount is how many descriptors process pid has open.
@@ -59,7 +60,7 @@ func TestManyKeysWaitingLeaveOthersAlone(t *testing.T) {
 	}
 	as := make([]*attacker, attackers)
 	for i := range as {
-		hc := clientFrom(fmt.Sprintf("127.0.0.%d", 10+i))
+		hc := httpFrom(fmt.Sprintf("127.0.0.%d", 10+i), false)
 		api := &client.Client{BaseURL: d.BaseURL, HTTP: hc}
 		k, err := api.GenerateKey(ctx)
 		if err != nil {

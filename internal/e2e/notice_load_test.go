@@ -66,8 +66,7 @@ func (r *deadReceiver) accepted() int {
 // address local: the API takes it for another caller, so it may generate
 // a key of its own (one active key per address).
 func clientFrom(base, local string) *client.Client {
-	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}, Timeout: 10 * time.Second}
-	return &client.Client{BaseURL: base, HTTP: &http.Client{Timeout: 3 * time.Minute, Transport: &http.Transport{DialContext: d.DialContext}}}
+	return &client.Client{BaseURL: base, HTTP: httpFrom(local, true)}
 }
 
 // liveReceiver is a receiver that answers at once; arrived gives the time
