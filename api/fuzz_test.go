@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/store"
@@ -85,5 +86,35 @@ func FuzzValidate(f *testing.F) {
 			r = h.do("POST", "/api/v1/validate/", "192.0.2.200", key, b, "Content-Type", ct)
 		}
 		checkOutcome(t, r, http.StatusOK)
+	})
+}
+
+// FuzzWaitingHeaders: waitSeconds and If-None-Match never panic; a wait is
+// never negative nor above its cap; a parsed If-None-Match holds at most
+// maxETagEntries tags, matches what it lists and, with *, anything.
+func FuzzWaitingHeaders(f *testing.F) {
+	for _, s := range []string{"", "1", "1e19", "-0", "NaN", "0x1p4", "60.000001", `W/"a", "b"`, "*", ",,,", `W/"x",*`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		const capWait = 60 * time.Second
+		if d, err := parseWaitSeconds(v, capWait); err == nil && (d < 0 || d > capWait) {
+			t.Fatalf("parseWaitSeconds(%q) = %v, outside 0..%v", v, d, capWait)
+		}
+		m, err := parseETags([]string{v})
+		if err != nil {
+			return
+		}
+		if len(m.tags) > maxETagEntries {
+			t.Fatalf("%d tags kept", len(m.tags))
+		}
+		for _, tag := range m.tags {
+			if !m.matches(`W/` + tag) {
+				t.Fatalf("If-None-Match %q does not match its own tag %q", v, tag)
+			}
+		}
+		if m.any && !m.matches(`W/"anything"`) {
+			t.Fatalf("* does not match")
+		}
 	})
 }

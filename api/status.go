@@ -520,8 +520,20 @@ func (m ifNoneMatch) matches(etag string) bool {
 // parseIfNoneMatch reads the request's If-None-Match, answering 431 past
 // maxETagEntries entries; ok is false when an answer was sent.
 func parseIfNoneMatch(c *gin.Context) (ifNoneMatch, bool) {
+	m, err := parseETags(c.Request.Header.Values("If-None-Match"))
+	if err != nil {
+		abortError(c, http.StatusRequestHeaderFieldsTooLarge, err.Error())
+		return m, false
+	}
+	return m, true
+}
+
+// parseETags parses If-None-Match header values (comma-separated entity
+// tags, or *); more than maxETagEntries tags is an error whose text is the
+// user's message.
+func parseETags(values []string) (ifNoneMatch, error) {
 	var m ifNoneMatch
-	for _, h := range c.Request.Header.Values("If-None-Match") {
+	for _, h := range values {
 		for _, t := range strings.Split(h, ",") {
 			t = strings.TrimSpace(t)
 			switch {
@@ -532,14 +544,12 @@ func parseIfNoneMatch(c *gin.Context) (ifNoneMatch, bool) {
 				continue
 			}
 			if len(m.tags) == maxETagEntries {
-				abortError(c, http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf(
-					"If-None-Match lists more than %d entity tags; send the ETag of the status you have.", maxETagEntries))
-				return m, false
+				return m, fmt.Errorf("If-None-Match lists more than %d entity tags; send the ETag of the status you have.", maxETagEntries)
 			}
 			m.tags = append(m.tags, strings.TrimPrefix(t, "W/"))
 		}
 	}
-	return m, true
+	return m, nil
 }
 
 // jobFiles are the job's provenance and similarity note: read once per

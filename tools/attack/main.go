@@ -173,7 +173,7 @@ func (a *attack) headers(ctx context.Context) {
 			}
 		}()
 	}
-	during := calm(50)
+	during := calm(250)
 	close(stop)
 	wg.Wait()
 	a.report(during < 20*time.Millisecond+3*before && got431.Load() > 0 && got431.Load() >= sent.Load()*9/10, "huge headers",
@@ -212,8 +212,20 @@ func (a *attack) waiting(ctx context.Context) {
 	tag := resp.Header.Get("ETag")
 	// waitSeconds=1e19: held (capped), not answered at once. A change of
 	// the running job may end it early, so it is asked with a fresh tag.
-	resp, took := get(path+"?waitSeconds=1e19", "If-None-Match", tag)
-	a.report(resp != nil && (resp.StatusCode == 200 || took > 2*time.Second), "waitSeconds=1e19", "answered %v after %v (held until a change or the cap)", code(resp), took.Round(time.Millisecond))
+	// (Asked again when the job changed between the tag's read and the
+	// poll: then the answer comes at once, rightly.)
+	var took time.Duration
+	for range 5 {
+		if r, _ := get(path); r != nil {
+			tag = r.Header.Get("ETag")
+		}
+		resp, took = get(path+"?waitSeconds=1e19", "If-None-Match", tag)
+		if resp == nil || took > 50*time.Millisecond {
+			break
+		}
+	}
+	a.report(resp != nil && took > 50*time.Millisecond && (resp.StatusCode == 200 || took > 2*time.Second), "waitSeconds=1e19",
+		"answered %v after %v (held until the job changed or the cap, not at once)", code(resp), took.Round(time.Millisecond))
 	resp, took = get(path+"?waitSeconds=30", "If-None-Match", "*")
 	a.report(resp != nil && resp.StatusCode == 304 && took < time.Second, "If-None-Match: *", "answered %v after %v", code(resp), took.Round(time.Millisecond))
 
@@ -234,7 +246,10 @@ func (a *attack) waiting(ctx context.Context) {
 	var streams []*http.Response
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	// 50 a second: under the key's rate of waiting reads (100 a second),
+	// so that the bound on open waits is what refuses.
 	for range 600 {
+		time.Sleep(20 * time.Millisecond)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -258,7 +273,7 @@ func (a *attack) waiting(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
-	a.report(held.Load() <= 256 && tooMany.Load() > 0, "streams of one key", "%d held, %d answered 429 of 600 opened at once", held.Load(), tooMany.Load())
+	a.report(held.Load() <= 256 && tooMany.Load() > 0, "streams of one key", "%d held, %d answered 429 of 600 opened at 50 a second", held.Load(), tooMany.Load())
 
 	// Revoking the key ends its open streams at once.
 	ended := make(chan struct{}, len(streams))
