@@ -89,6 +89,9 @@ type Server struct {
 	// waitRate is the per-key limit on waiting status reads (long polls,
 	// event streams), apart from statusRate (statusrate.go).
 	waitRate *keyRate
+	// firstReads counts a wait's first read of a job once among its key's
+	// waiting reads (statusrate.go).
+	firstReads firstReads
 	// waits bounds the event streams and held long polls open at once,
 	// per key and in all (waits.go).
 	waits *waits

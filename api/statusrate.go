@@ -89,25 +89,25 @@ func (r *keyRate) take(key string, now time.Time) (bool, time.Duration) {
 // read costs no database round trip; requests without a key go on to the
 // authentication's 401.
 //
-// Waiting reads (waitingRead: a long poll that sends an ETag, the event
-// stream) draw from a bucket of their own, so that a key's client polling in
-// a loop cannot starve the same key's clients that wait the way the 429 asks
-// them to (seen in `make bench-load`: 8 looping readers on the jobs' key cut
-// the burst's waiters to 0.2 jobs/s). A waiting read costs one request per
-// change, and is still bounded per key. A read that cannot wait (no ETag to
-// wait on, or If-None-Match: *) is a plain read whatever its waitSeconds: a
-// loop of those would otherwise drain the waiting budget.
+// Waiting reads (waitingRead: the event stream, a long poll that sends an
+// ETag, and the first read of a wait) draw from a bucket of their own, so
+// that a key's client polling in a loop cannot starve the same key's clients
+// that wait the way the 429 asks them to (seen in `make bench-load`: 8
+// looping readers on the jobs' key cut the burst's waiters to 0.2 jobs/s).
+// A waiting read costs one request per change, and is still bounded per key.
 func (s *Server) limitStatusReads(c *gin.Context) {
 	h := c.GetHeader("Authorization")
 	if !strings.HasPrefix(h, "Bearer ") || strings.TrimSpace(h[len("Bearer "):]) == "" {
 		c.Next()
 		return
 	}
+	hash := store.HashKey(strings.TrimSpace(h[len("Bearer "):]))
+	now := time.Now()
 	bucket := s.statusRate
-	if waitingRead(c) {
+	if s.waitingRead(c, hash, now) {
 		bucket = s.waitRate
 	}
-	ok, retry := bucket.take(store.HashKey(strings.TrimSpace(h[len("Bearer "):])), time.Now())
+	ok, retry := bucket.take(hash, now)
 	if ok {
 		c.Next()
 		return
@@ -120,16 +120,65 @@ func (s *Server) limitStatusReads(c *gin.Context) {
 }
 
 // waitingRead says whether c comes from a client that waits for changes
-// instead of polling: the event stream, or a read with a waitSeconds above 0
-// and an If-None-Match that names a state (a long poll).
-func waitingRead(c *gin.Context) bool {
-	if strings.HasSuffix(strings.TrimSuffix(c.Request.URL.Path, "/"), "/events") {
+// instead of polling: the event stream, a read with a waitSeconds above 0
+// and an If-None-Match that names a state (a long poll), or the first read
+// of a wait (waitSeconds without an ETag, which it has yet to learn) when
+// it is the first such read of its key for that job within
+// firstReadWindow. Repeated ones are plain reads: a loop of
+// `?waitSeconds=1` reads that never send the ETag waits for nothing, and
+// would otherwise drain the budget of the key's real long polls.
+func (s *Server) waitingRead(c *gin.Context, keyHash string, now time.Time) bool {
+	path := strings.TrimSuffix(c.Request.URL.Path, "/")
+	if strings.HasSuffix(path, "/events") {
 		return true
 	}
-	inm := strings.TrimSpace(c.GetHeader("If-None-Match"))
-	if inm == "" || inm == "*" {
+	d, err := parseWaitSeconds(c.Query("waitSeconds"), time.Second)
+	if err != nil || d <= 0 {
 		return false
 	}
-	d, err := parseWaitSeconds(c.Query("waitSeconds"), time.Second)
-	return err == nil && d > 0
+	switch inm := strings.TrimSpace(c.GetHeader("If-None-Match")); inm {
+	case "*":
+		return false
+	case "":
+		return s.firstReads.first(keyHash+" "+path, now)
+	}
+	return true
+}
+
+// firstReadWindow is how long a wait's first read of one job counts once
+// among its key's waiting reads.
+const firstReadWindow = 10 * time.Second
+
+// firstReads remembers the waits' first reads of the last firstReadWindow,
+// by key hash and path, at most firstReadsMax of them.
+type firstReads struct {
+	mu   sync.Mutex
+	seen map[string]time.Time
+}
+
+const firstReadsMax = 65536
+
+// first reports whether id's first read is the first within the window,
+// and records it.
+func (f *firstReads) first(id string, now time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if at, ok := f.seen[id]; ok && now.Sub(at) < firstReadWindow {
+		return false
+	}
+	if f.seen == nil {
+		f.seen = map[string]time.Time{}
+	}
+	if len(f.seen) >= firstReadsMax {
+		for k, at := range f.seen {
+			if now.Sub(at) >= firstReadWindow {
+				delete(f.seen, k)
+			}
+		}
+		if len(f.seen) >= firstReadsMax {
+			clear(f.seen)
+		}
+	}
+	f.seen[id] = now
+	return true
 }

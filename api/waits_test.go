@@ -306,30 +306,38 @@ func TestLongPollEdges(t *testing.T) {
 	})
 }
 
-// TestWaitingBudgetOnlyForRealWaits: a loop of reads that cannot wait (a
-// waitSeconds without If-None-Match, or with *) spends the plain budget,
-// not the waiting one, so the same key's real long polls still get in.
+// TestWaitingBudgetOnlyForRealWaits: reads that cannot wait (a waitSeconds
+// with *, or without If-None-Match past a wait's first read of the job)
+// spend the plain budget, not the waiting one, so the same key's real long
+// polls still get in while a loop of them is refused.
 func TestWaitingBudgetOnlyForRealWaits(t *testing.T) {
-	for _, c := range []struct {
+	s := &Server{}
+	now := time.Now()
+	for i, c := range []struct {
 		path, inm string
+		after     time.Duration
 		waiting   bool
 	}{
-		{"/api/v1/status/x/events", "", true},
-		{"/api/v1/status/x/events/", "", true},
-		{"/api/v1/status/x/?waitSeconds=5", `W/"t"`, true},
-		{"/api/v1/status/x/?waitSeconds=0.5", `W/"t"`, true},
-		{"/api/v1/status/x/?waitSeconds=1", "", false},
-		{"/api/v1/status/x/?waitSeconds=1", "*", false},
-		{"/api/v1/status/x/?waitSeconds=0", `W/"t"`, false},
-		{"/api/v1/status/x/", `W/"t"`, false},
+		{"/api/v1/status/x/events", "", 0, true},
+		{"/api/v1/status/x/events/", "", 0, true},
+		{"/api/v1/status/x/?waitSeconds=5", `W/"t"`, 0, true},
+		{"/api/v1/status/x/?waitSeconds=0.5", `W/"t"`, 0, true},
+		// A wait's first read of job x counts once in the window.
+		{"/api/v1/status/x/?waitSeconds=1", "", 0, true},
+		{"/api/v1/status/x/?waitSeconds=30", "", time.Second, false},
+		{"/api/v1/status/y/?waitSeconds=1", "", time.Second, true},
+		{"/api/v1/status/x/?waitSeconds=1", "", firstReadWindow + time.Second, true},
+		{"/api/v1/status/x/?waitSeconds=1", "*", 0, false},
+		{"/api/v1/status/x/?waitSeconds=0", `W/"t"`, 0, false},
+		{"/api/v1/status/x/", `W/"t"`, 0, false},
+		{"/api/v1/status/x/?waitSeconds=soon", `W/"t"`, 0, false},
 	} {
 		req := httptest.NewRequest("GET", c.path, nil)
 		if c.inm != "" {
 			req.Header.Set("If-None-Match", c.inm)
 		}
-		gc := newGinContext(req)
-		if got := waitingRead(gc); got != c.waiting {
-			t.Errorf("waitingRead(%s, If-None-Match %q) = %v", c.path, c.inm, got)
+		if got := s.waitingRead(newGinContext(req), "k", now.Add(c.after)); got != c.waiting {
+			t.Errorf("%d: waitingRead(%s, If-None-Match %q) = %v", i, c.path, c.inm, got)
 		}
 	}
 	testenv.EachDialect(t, func(t *testing.T, st *store.Store) {

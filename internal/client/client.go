@@ -596,9 +596,10 @@ func (c *Client) StatusIfChanged(ctx context.Context, jobID, etag string, wait t
 	if etag != "" {
 		h = http.Header{"If-None-Match": {etag}}
 	}
-	// The first read of a wait (no etag yet) says waitSeconds too; the
-	// server answers it at once and counts it as a plain read (it cannot
-	// wait), the later ones, which send the ETag, among the waiting reads.
+	// The first read of a wait (no etag yet) says waitSeconds too: the
+	// server answers it at once, and counts it among the waiting reads
+	// (once per job in 10 s), whose per-key budget a looping poller of the
+	// same key cannot exhaust.
 	if wait > 0 {
 		path += "?waitSeconds=" + strconv.Itoa(int(wait/time.Second))
 	}

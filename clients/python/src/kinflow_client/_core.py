@@ -254,8 +254,8 @@ def _selection(
 def _long_poll(etag: str | None, wait: int) -> tuple[dict[str, str] | None, dict[str, str] | None]:
     """The query and headers of a status read that waits for a change from ``etag``.
     The first read (no etag yet) carries ``waitSeconds`` too: the server answers it at
-    once and counts it as a plain read; the later ones, which send the ETag, draw on
-    the waiting reads' budget, which a looping poller of the same key cannot exhaust."""
+    once, and counts it among the waiting reads (once per job in 10 s), whose per-key
+    budget a looping poller of the same key cannot exhaust."""
     if not etag:
         return {"waitSeconds": str(wait)}, None
     return {"waitSeconds": str(wait)}, {"If-None-Match": etag}
