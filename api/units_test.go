@@ -122,6 +122,21 @@ func nativeRow(cands, subs, prods int) string {
 	return b.String()
 }
 
+// withSubstrateColumn adds a `Substrate` column (CCO on every row) after
+// the first column of csv.
+func withSubstrateColumn(csv string) string {
+	lines := strings.Split(strings.TrimSuffix(csv, "\n"), "\n")
+	for i, l := range lines {
+		first, rest, _ := strings.Cut(l, ",")
+		add := "CCO"
+		if i == 0 {
+			add = "Substrate"
+		}
+		lines[i] = first + "," + add + "," + rest
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
 // TestPredictionUnitsCountWhatRuns is issue 34's attack: methods whose
 // program takes a row's whole substrate list (method E's kcat) or its whole
 // reaction (method D) count every token the program receives per
@@ -141,6 +156,9 @@ func TestPredictionUnitsCountWhatRuns(t *testing.T) {
 		}{
 			{"E", nativeRow(1000, 20000, 0), "E", "Row 1 asks for 20000000 predictions (20000 substrate(s) × 1000 candidate sequence(s) × 1 target(s)); this server predicts at most 1000 per row", 20000000},
 			{"D", nativeRow(100, 10000, 10000), "D", "Row 1 asks for 2000000 predictions ((10000 substrate(s) + 10000 product(s)) × 100 candidate sequence(s) × 1 target(s)); this server predicts at most 1000 per row", 2000000},
+			// An extra `Substrate` column changes nothing for D: its
+			// program reads `Substrates` and `Products` all the same.
+			{"D with a Substrate column", withSubstrateColumn(nativeRow(100, 10000, 10000)), "D", "Row 1 asks for 2000000 predictions ((10000 substrate(s) + 10000 product(s)) × 100 candidate sequence(s) × 1 target(s))", 2000000},
 		} {
 			fields := []string{"targets", `["kcat"]`, "methods", `{"kcat":"` + tc.method + `"}`}
 			start := time.Now()

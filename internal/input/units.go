@@ -145,30 +145,35 @@ const (
 func CountUnits(cat *methods.Catalogue, t *Table, targets []string, chosen map[string]string, caps UnitCaps) UnitsReport {
 	rep := UnitsReport{Caps: caps, OverRow: []RowUnits{}}
 	seqCol := t.Col(ColProteinSequence)
-	subsCol, prodCol := -1, -1
-	if t.Has(ColSubstrates) && !t.Has(ColSubstrate) {
-		subsCol = t.Col(ColSubstrates)
-	}
-	if t.Has(ColProducts) {
-		prodCol = t.Col(ColProducts)
+	// listCol is the `Substrates` list. A single-substrate method reads it
+	// only when the table has no `Substrate` column (with both, the older
+	// wire, `Substrate` feeds them: subsCol); the full-reaction method D
+	// reads `Substrates` and `Products` whatever else the table has.
+	listCol, subsCol, prodCol := t.Col(ColSubstrates), -1, t.Col(ColProducts)
+	if !t.Has(ColSubstrate) {
+		subsCol = listCol
 	}
 	// work[i] is how target i's method takes the row's lists.
 	var work []int
 	for _, tg := range targets {
 		w := workOne
-		if d, ok := cat.Get(chosen[tg]); ok && subsCol >= 0 {
+		if d, ok := cat.Get(chosen[tg]); ok {
 			switch d.InputBehavior(methods.Target(tg)) {
 			case methods.BehaviorExpandedPair, methods.BehaviorNativeMulti:
-				w = workSubs
+				if subsCol >= 0 {
+					w = workSubs
+				}
 			case methods.BehaviorNativeFullReaction:
-				w = workSubsProds
+				if listCol >= 0 {
+					w = workSubsProds
+				}
 			}
 		}
 		work = append(work, w)
 	}
 	if len(targets) == 0 {
 		switch {
-		case subsCol >= 0 && prodCol >= 0:
+		case listCol >= 0 && prodCol >= 0:
 			work = []int{workSubsProds}
 		case subsCol >= 0:
 			work = []int{workSubs}
@@ -181,9 +186,12 @@ func CountUnits(cat *methods.Catalogue, t *Table, targets []string, chosen map[s
 		if seqCol >= 0 {
 			cands = max(1, units.Count(cellOf(row, seqCol)))
 		}
-		subs, prods := 1, 0
+		subs, list, prods := 1, 1, 0
 		if subsCol >= 0 {
 			subs = max(1, units.Count(cellOf(row, subsCol)))
+		}
+		if listCol >= 0 {
+			list = max(1, units.Count(cellOf(row, listCol)))
 		}
 		n, withProds := 0, false
 		for _, w := range work {
@@ -195,7 +203,7 @@ func CountUnits(cat *methods.Catalogue, t *Table, targets []string, chosen map[s
 					prods = units.Count(cellOf(row, prodCol))
 				}
 				withProds = true
-				n += cands * (subs + prods)
+				n += cands * (list + prods)
 			default:
 				n += cands
 			}
@@ -204,7 +212,7 @@ func CountUnits(cat *methods.Catalogue, t *Table, targets []string, chosen map[s
 		if caps.PerRow > 0 && n > caps.PerRow && len(rep.OverRow) < maxOverRows {
 			ru := RowUnits{Row: r + 1, Units: n, Substrates: subs, Candidates: cands, Targets: len(work)}
 			if withProds {
-				ru.Products = prods
+				ru.Substrates, ru.Products = list, prods
 			}
 			rep.OverRow = append(rep.OverRow, ru)
 		}
