@@ -55,7 +55,9 @@ type waits struct {
 	perKey, max int
 	mu          sync.Mutex
 	total       int
-	byKey       map[int64]*keyWaits
+	// byKey are the open waits by key hash (a revoked key's id comes back
+	// with the next key of its address; its hash never does).
+	byKey map[string]*keyWaits
 	// checking is true while the key checker runs.
 	checking bool
 	// active answers which of the given key hashes are still usable (not
@@ -70,18 +72,19 @@ type waits struct {
 
 // keyWaits are one key's open waits.
 type keyWaits struct {
+	id      int64
 	hash    string
 	cancels map[*waitPlace]struct{}
 }
 
 // waitPlace is one waiting request's place.
 type waitPlace struct {
-	key    int64
+	key    string
 	cancel context.CancelCauseFunc
 }
 
 func newWaits(perKey, maxAll int, active func(context.Context, []string) (map[string]bool, error), log *slog.Logger) *waits {
-	return &waits{perKey: perKey, max: maxAll, byKey: map[int64]*keyWaits{}, active: active, log: log, checkEvery: waitKeyCheckEvery}
+	return &waits{perKey: perKey, max: maxAll, byKey: map[string]*keyWaits{}, active: active, log: log, checkEvery: waitKeyCheckEvery}
 }
 
 // enter takes a place for key k's request: its context ends with the
@@ -90,7 +93,7 @@ func newWaits(perKey, maxAll int, active func(context.Context, []string) (map[st
 func (w *waits) enter(ctx context.Context, k *store.AuthKey) (context.Context, func(), error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	kw := w.byKey[k.ID]
+	kw := w.byKey[k.KeyHash]
 	n := 0
 	if kw != nil {
 		n = len(kw.cancels)
@@ -108,11 +111,11 @@ func (w *waits) enter(ctx context.Context, k *store.AuthKey) (context.Context, f
 			w.max, waitRetryAfter)}
 	}
 	if kw == nil {
-		kw = &keyWaits{hash: k.KeyHash, cancels: map[*waitPlace]struct{}{}}
-		w.byKey[k.ID] = kw
+		kw = &keyWaits{id: k.ID, hash: k.KeyHash, cancels: map[*waitPlace]struct{}{}}
+		w.byKey[k.KeyHash] = kw
 	}
 	wctx, cancel := context.WithCancelCause(ctx)
-	p := &waitPlace{key: k.ID, cancel: cancel}
+	p := &waitPlace{key: k.KeyHash, cancel: cancel}
 	kw.cancels[p] = struct{}{}
 	w.total++
 	if !w.checking && w.active != nil {
@@ -148,9 +151,11 @@ func (w *waits) countRefused(bound string) {
 func (w *waits) endKey(id int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if kw := w.byKey[id]; kw != nil {
-		for p := range kw.cancels {
-			p.cancel(errKeyGone)
+	for _, kw := range w.byKey {
+		if kw.id == id {
+			for p := range kw.cancels {
+				p.cancel(errKeyGone)
+			}
 		}
 	}
 }
@@ -160,8 +165,10 @@ func (w *waits) open(id int64) (int, int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := 0
-	if kw := w.byKey[id]; kw != nil {
-		n = len(kw.cancels)
+	for _, kw := range w.byKey {
+		if kw.id == id {
+			n += len(kw.cancels)
+		}
 	}
 	return n, w.total
 }
