@@ -522,15 +522,18 @@ func (m ifNoneMatch) matches(etag string) bool {
 func parseIfNoneMatch(c *gin.Context) (ifNoneMatch, bool) {
 	m, err := parseETags(c.Request.Header.Values("If-None-Match"))
 	if err != nil {
-		abortError(c, http.StatusRequestHeaderFieldsTooLarge, err.Error())
+		abortError(c, http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf(
+			"If-None-Match lists more than %d entity tags; send the ETag of the status you have.", maxETagEntries))
 		return m, false
 	}
 	return m, true
 }
 
+// errTooManyETags is an If-None-Match over maxETagEntries tags.
+var errTooManyETags = errors.New("too many entity tags in If-None-Match")
+
 // parseETags parses If-None-Match header values (comma-separated entity
-// tags, or *); more than maxETagEntries tags is an error whose text is the
-// user's message.
+// tags, or *); more than maxETagEntries tags is errTooManyETags.
 func parseETags(values []string) (ifNoneMatch, error) {
 	var m ifNoneMatch
 	for _, h := range values {
@@ -544,7 +547,7 @@ func parseETags(values []string) (ifNoneMatch, error) {
 				continue
 			}
 			if len(m.tags) == maxETagEntries {
-				return m, fmt.Errorf("If-None-Match lists more than %d entity tags; send the ETag of the status you have.", maxETagEntries)
+				return m, errTooManyETags
 			}
 			m.tags = append(m.tags, strings.TrimPrefix(t, "W/"))
 		}
