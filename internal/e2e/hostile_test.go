@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -19,14 +18,6 @@ import (
 	"github.com/kinflow/kinflow/internal/client"
 	"github.com/kinflow/kinflow/internal/loadgen"
 )
-
-// httpFrom is an HTTP client whose connections leave from the loopback
-// address local (the API gives one key per address); without keepAlive each
-// request has a connection of its own, closed after it.
-func httpFrom(local string, keepAlive bool) *http.Client {
-	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}, Timeout: 10 * time.Second}
-	return &http.Client{Timeout: 3 * time.Minute, Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: !keepAlive}}
-}
 
 // fdCount is how many descriptors process pid has open.
 func fdCount(t *testing.T, pid int) int {
@@ -60,7 +51,7 @@ func TestManyKeysWaitingLeaveOthersAlone(t *testing.T) {
 	}
 	as := make([]*attacker, attackers)
 	for i := range as {
-		hc := httpFrom(fmt.Sprintf("127.0.0.%d", 10+i), false)
+		hc := loadgen.ClientFrom(fmt.Sprintf("127.0.0.%d", 10+i), false)
 		api := &client.Client{BaseURL: d.BaseURL, HTTP: hc}
 		k, err := api.GenerateKey(ctx)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kinflow/kinflow/internal/client"
+	"github.com/kinflow/kinflow/internal/loadgen"
 	"github.com/kinflow/kinflow/internal/webhook"
 )
 
@@ -66,7 +67,7 @@ func (r *deadReceiver) accepted() int {
 // address local: the API takes it for another caller, so it may generate
 // a key of its own (one active key per address).
 func clientFrom(base, local string) *client.Client {
-	return &client.Client{BaseURL: base, HTTP: httpFrom(local, true)}
+	return &client.Client{BaseURL: base, HTTP: loadgen.ClientFrom(local, true)}
 }
 
 // liveReceiver is a receiver that answers at once; arrived gives the time

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -305,6 +306,17 @@ func (s *statusCounter) latencies() []time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.lat)
+}
+
+// ClientFrom is an HTTP client whose connections leave from the loopback
+// address local (127.0.0.2 and on): the API takes it for another caller,
+// which may hold a key of its own (one active key per address). Without
+// keepAlive each request has a connection of its own, closed after it.
+func ClientFrom(local string, keepAlive bool) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}, Timeout: 10 * time.Second}
+	return &http.Client{Timeout: 3 * time.Minute, Transport: &http.Transport{
+		DialContext: d.DialContext, DisableKeepAlives: !keepAlive, MaxIdleConnsPerHost: 512,
+	}}
 }
 
 // GenerateKey asks the API at baseURL for a key (one per address: a second

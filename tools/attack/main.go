@@ -64,15 +64,9 @@ func (a *attack) report(held bool, what, format string, args ...any) {
 	fmt.Printf("%s %-34s %s\n", word, what, fmt.Sprintf(format, args...))
 }
 
-// from is a client whose connections leave from ip (a key per address).
-func from(ip string) *http.Client {
-	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 10 * time.Second}
-	return &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 512}}
-}
-
 // key revokes ip's key, if any, and makes a new one.
 func (a *attack) key(ctx context.Context, ip string) (*client.Client, *http.Client) {
-	hc := from(ip)
+	hc := loadgen.ClientFrom(ip, true)
 	c := &client.Client{BaseURL: a.base, HTTP: hc}
 	if req, err := http.NewRequestWithContext(ctx, "POST", a.base+"/api/api-key/revoke/", nil); err == nil {
 		if resp, err := hc.Do(req); err == nil {
