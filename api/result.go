@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/kinflow/kinflow/internal/wire"
 
@@ -29,6 +30,12 @@ func (s *Server) result(c *gin.Context) {
 	}
 	if s.jobExpired(j) { // retention.go: 410
 		s.refuseExpired(c, j)
+		return
+	}
+	if j.Status == store.JobFailed {
+		// It never will be Completed: say so, not "poll until".
+		abortError(c, http.StatusConflict, fmt.Sprintf("Job '%s' is not completed (status: Failed) and has no result: %s See /api/v1/status/%s/ for its stages.",
+			j.ID, failedReason(j), j.ID))
 		return
 	}
 	if j.Status != store.JobCompleted {
@@ -207,4 +214,17 @@ func withCharge(body []byte, ch *wire.Charge) []byte {
 	out := append(body[:len(body)-1:len(body)-1], `,"charge":`...)
 	out = append(out, enc...)
 	return append(out, '}')
+}
+
+// failedReason is a Failed job's error as its status shows it, ending with
+// a full stop.
+func failedReason(j *store.Job) string {
+	msg := strings.TrimSpace(userMessage(j.ErrorMessage))
+	if msg == "" {
+		msg = "The job failed with an unknown error."
+	}
+	if !strings.HasSuffix(msg, ".") {
+		msg += "."
+	}
+	return msg
 }

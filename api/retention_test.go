@@ -69,6 +69,15 @@ func TestRetentionExpiresJobFolders(t *testing.T) {
 			t.Fatalf("second pass: %d %v", n, err)
 		}
 		wantStatus(t, h.do("GET", "/api/v1/result/"+ids[0]+"/", ip, key, nil), 410)
+		// The status says so too, and points to no result.
+		for i, id := range ids {
+			st := h.do("GET", "/api/v1/status/"+id+"/", ip, key, nil).json(t)
+			expired, _ := st["expired"].(bool)
+			_, hasResult := st["resultUrl"]
+			if expired != (i == 0) || hasResult != (i == 1) || st["status"] != "Completed" {
+				t.Fatalf("status of job %d: expired %v, resultUrl %v: %v", i, expired, st["resultUrl"], st)
+			}
+		}
 
 		r = h.do("GET", "/api/v1/jobs/", ip, key, nil)
 		wantStatus(t, r, 200)
@@ -86,6 +95,31 @@ func TestRetentionExpiresJobFolders(t *testing.T) {
 					t.Fatalf("kept job in the list: %v", m)
 				}
 			}
+		}
+	})
+}
+
+// TestResultOfAFailedJob: /result/ of a Failed job is a 409 that names the
+// failure and does not ask to poll for a completion that never comes.
+func TestResultOfAFailedJob(t *testing.T) {
+	testenv.EachDialect(t, func(t *testing.T, st *store.Store) {
+		h := newHarness(t, st)
+		const ip = "198.51.100.135"
+		key := h.newKey(ip)
+		id := h.submitted(ip, key)
+		r := h.do("GET", "/api/v1/result/"+id+"/", ip, key, nil)
+		wantStatus(t, r, 409)
+		if msg := r.json(t)["error"].(string); !strings.Contains(msg, "Poll /api/v1/status/") {
+			t.Fatalf("pending job's result: %s", msg)
+		}
+		if _, err := st.FinishJob(t.Context(), id, store.JobFailed, "Method B prediction failed: the engine timed out", store.Refund{}, true, "", t0.Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		r = h.do("GET", "/api/v1/result/"+id+"/", ip, key, nil)
+		wantStatus(t, r, 409)
+		msg := r.json(t)["error"].(string)
+		if !strings.Contains(msg, "status: Failed") || !strings.Contains(msg, "the engine timed out") || strings.Contains(msg, "Poll") {
+			t.Fatalf("failed job's result: %s", msg)
 		}
 	})
 }

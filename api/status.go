@@ -70,6 +70,10 @@ type statusBody struct {
 	CompletedAt         string         `json:"completedAt,omitempty"`
 	ResultURL           string         `json:"resultUrl,omitempty"`
 	Error               string         `json:"error,omitempty"`
+	// Expired is kinflow's addition: set once the job's files and result
+	// are gone (KINFLOW_JOB_RETENTION_DAYS after its end); /result/
+	// answers 410 then, and the status carries no resultUrl.
+	Expired bool `json:"expired,omitempty"`
 	// Synthetic is kinflow's addition: set when the job runs on the
 	// synthetic backends, whose numbers are stand-ins, not predictions.
 	Synthetic bool `json:"synthetic,omitempty"`
@@ -629,12 +633,15 @@ func (s *Server) statusBodyOf(sn *statusSnap, now time.Time) statusBody {
 	b.Overall = overall(j, b.Status, b.QueuePosition, stages, units, now)
 	b.Similarity = sim
 	b.Charge = jobCharge(j)
+	b.Expired = s.jobExpired(j)
 	switch j.Status {
 	case store.JobCompleted:
 		if j.CompletedAt != nil {
 			b.CompletedAt = isoformat(*j.CompletedAt)
 		}
-		b.ResultURL = "/api/v1/result/" + j.ID + "/"
+		if !b.Expired {
+			b.ResultURL = "/api/v1/result/" + j.ID + "/"
+		}
 	case store.JobFailed:
 		b.Error = userMessage(j.ErrorMessage)
 		if b.Error == "" {
