@@ -68,7 +68,7 @@ func runCacheGC(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *dry {
 		verb = "would evict"
 	}
-	fmt.Fprintf(stdout, "cache: %d files, %d bytes; budget %d bytes; %s %d files (%d bytes); spared %d in use or recent; %d put back (planned during the pass)\n",
-		res.Files, res.Bytes, bytes, verb, res.Evicted, res.EvictedBytes, res.Protected, res.Restored)
+	fmt.Fprintf(stdout, "cache: %d files, %d bytes (%d quarantined copies, %d bytes); budget %d bytes; %s %d files (%d bytes) and %d quarantined copies; spared %d in use or recent; %d put back (planned during the pass)\n",
+		res.Files, res.Bytes, res.Quarantined, res.QuarantinedBytes, bytes, verb, res.Evicted, res.EvictedBytes, res.QuarantineExpired, res.Protected, res.Restored)
 	return nil
 }

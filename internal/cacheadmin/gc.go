@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -69,6 +70,66 @@ type GCResult struct {
 	// touched while they were being removed.
 	Protected int `json:"protected"`
 	Restored  int `json:"restored"`
+	// Quarantined and QuarantinedBytes are the copies integrity checks set
+	// aside (sequence_info/.quarantine), counted in Files and Bytes: they
+	// take the same disk. QuarantineExpired counts those removed for age
+	// (QuarantineKeep) or, first of all files, for the budget.
+	Quarantined       int   `json:"quarantined"`
+	QuarantinedBytes  int64 `json:"quarantined_bytes"`
+	QuarantineExpired int   `json:"quarantine_expired"`
+}
+
+// QuarantineKeep is how long a quarantined copy is kept for an operator to
+// look at (`cache status` lists them) before GC removes it; over the
+// budget, quarantined copies go before any cached file, oldest first.
+const QuarantineKeep = 7 * 24 * time.Hour
+
+// quarantined is one set-aside copy: its path, size and when it was set
+// aside (the nanoseconds its name ends with).
+type quarantined struct {
+	path string
+	size int64
+	at   int64
+}
+
+// scanQuarantine lists the quarantined copies of every family of l.
+func scanQuarantine(l *embedding.Layout) []quarantined {
+	var out []quarantined
+	for _, f := range Families(l) {
+		qdir := filepath.Join(l.SequenceInfo(), embedding.QuarantineDir, filepath.FromSlash(f.Dir))
+		ents, err := os.ReadDir(qdir)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			name := e.Name()
+			if e.IsDir() || strings.HasSuffix(name, embedding.QuarantineReasonSuffix) {
+				continue
+			}
+			info, err := e.Info()
+			if err != nil {
+				continue
+			}
+			at := info.ModTime().UnixNano()
+			if i := strings.LastIndexByte(name, '.'); i >= 0 {
+				if ns, err := strconv.ParseInt(name[i+1:], 10, 64); err == nil {
+					at = ns
+				}
+			}
+			out = append(out, quarantined{path: filepath.Join(qdir, name), size: info.Size(), at: at})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].at < out[j].at })
+	return out
+}
+
+// removeQuarantined removes a quarantined copy and its reason file.
+func removeQuarantined(q quarantined) error {
+	if err := os.Remove(q.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	_ = os.Remove(q.path + embedding.QuarantineReasonSuffix)
+	return nil
 }
 
 type cached struct {
@@ -107,8 +168,33 @@ func GC(ctx context.Context, l *embedding.Layout, o GCOptions) (GCResult, error)
 			res.Bytes += st.Size
 		}
 	}
-	if o.Budget <= 0 || res.Bytes <= o.Budget {
-		return res, nil
+	// Quarantined copies take disk like the cache: counted, removed after
+	// QuarantineKeep, and first when over the budget (oldest first). A dry
+	// run counts what it would remove; a pass without a budget only
+	// measures.
+	quar := scanQuarantine(l)
+	for _, q := range quar {
+		res.Quarantined++
+		res.QuarantinedBytes += q.size
+		res.Files++
+		res.Bytes += q.size
+	}
+	size := res.Bytes
+	expireBefore := now().Add(-QuarantineKeep).UnixNano()
+	for _, q := range quar {
+		if o.Budget <= 0 || q.at >= expireBefore && size <= o.Budget {
+			continue // measuring only, or young and within the budget
+		}
+		if !o.DryRun {
+			if err := removeQuarantined(q); err != nil {
+				return res, err
+			}
+		}
+		res.QuarantineExpired++
+		size -= q.size
+	}
+	if o.Budget <= 0 || size <= o.Budget || ctx.Err() != nil {
+		return res, ctx.Err()
 	}
 	protected := map[string]bool{}
 	if o.Protected != nil {
@@ -119,8 +205,7 @@ func GC(ctx context.Context, l *embedding.Layout, o GCOptions) (GCResult, error)
 	}
 	sort.Slice(files, func(i, j int) bool { return files[i].atime < files[j].atime })
 	cutoff := now().Add(-o.MinAge).UnixNano()
-	size := res.Bytes
-	removed := map[string][]string{} // family dir → seq ids
+	removed := map[string]map[string]string{} // family dir → seq id → the path removed
 	for _, c := range files {
 		if size <= o.Budget || ctx.Err() != nil {
 			break
@@ -146,13 +231,16 @@ func GC(ctx context.Context, l *embedding.Layout, o GCOptions) (GCResult, error)
 			res.Restored++
 			continue
 		}
-		removed[c.dir] = append(removed[c.dir], c.sid)
+		if removed[c.dir] == nil {
+			removed[c.dir] = map[string]string{}
+		}
+		removed[c.dir][c.sid] = c.path
 		res.Evicted++
 		res.EvictedBytes += c.size
 		size -= c.size
 	}
-	for dir, ids := range removed {
-		if err := embedding.MergeManifest(dir, nil, ids); err != nil {
+	for dir, files := range removed {
+		if err := embedding.ForgetRemoved(dir, files); err != nil {
 			return res, err
 		}
 	}

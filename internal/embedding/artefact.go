@@ -178,6 +178,34 @@ func MergeManifest(dir string, commits []Commit, remove []string) error {
 	return mergeManifestLocked(dir, commits, remove)
 }
 
+// ForgetRemoved drops from dir's manifest the records of the files GC
+// removed (sid → the path it removed), under the lock every writer takes,
+// and only for those still absent: a file computed again since its
+// eviction (a job that found it missing) keeps the record its writer
+// merged, or is about to merge. Dropping every evicted id, as before, lost
+// such a fresh record, so the next job quarantined the new file and
+// computed it a third time.
+func ForgetRemoved(dir string, removed map[string]string) error {
+	if len(removed) == 0 {
+		return nil
+	}
+	unlock, err := lockManifest(dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	var gone []string
+	for sid, path := range removed {
+		if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+			gone = append(gone, sid)
+		}
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	return mergeManifestLocked(dir, nil, gone)
+}
+
 // lockManifest takes dir's manifest lock (the one every kinflow writer,
 // Go or Python, takes to merge the manifest).
 func lockManifest(dir string) (func(), error) {
