@@ -34,24 +34,8 @@ func setAtime(t *testing.T, path string, at time.Time) {
 // files go. On both databases.
 func TestGCEvictsLeastRecentlyUsedButNeverARunningJobsFiles(t *testing.T) {
 	testenv.EachDialect(t, func(t *testing.T, st *store.Store) {
-		fx := newFixture(t, 10)
+		fx, f, dir, path, size := gcFixture(t, 10)
 		ctx := context.Background()
-		if _, err := embedding.ComputeStep(ctx, fx.l, "methodh_esm2_last_mean", fx.ids, fx.seqs, nil); err != nil {
-			t.Fatal(err)
-		}
-		f, _ := embedding.FamilyByName(famH)
-		dir := fx.l.FamilyDir(f)
-		path := func(i int) string { return filepath.Join(dir, fx.ids[i]+f.Suffix()) }
-		base := time.Now().Add(-24 * time.Hour)
-		var size int64
-		for i := range fx.ids {
-			setAtime(t, path(i), base.Add(time.Duration(i)*time.Hour))
-			fi, err := os.Stat(path(i))
-			if err != nil {
-				t.Fatal(err)
-			}
-			size = fi.Size()
-		}
 		media := fx.l.MediaRoot
 		// A running job's plan counts on files 0 and 1; a finished job's on 3.
 		now := time.Now().UTC()
