@@ -216,13 +216,17 @@ func withCharge(body []byte, ch *wire.Charge) []byte {
 	return append(out, '}')
 }
 
-// failedReason is a Failed job's error as its status shows it, ending with
-// a full stop.
-func failedReason(j *store.Job) string {
-	msg := strings.TrimSpace(userMessage(j.ErrorMessage))
-	if msg == "" {
-		msg = "The job failed with an unknown error."
+// jobError is a Failed job's error as users read it (its status's error).
+func jobError(j *store.Job) string {
+	if msg := strings.TrimSpace(userMessage(j.ErrorMessage)); msg != "" {
+		return msg
 	}
+	return "The job failed with an unknown error."
+}
+
+// failedReason is jobError ending with a full stop, for a sentence.
+func failedReason(j *store.Job) string {
+	msg := jobError(j)
 	if !strings.HasSuffix(msg, ".") {
 		msg += "."
 	}

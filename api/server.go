@@ -151,7 +151,7 @@ func New(d Deps) *Server {
 	}
 	s.waits = newWaits(perKey, all, usable, s.log)
 	if d.Metrics != nil {
-		refused, err := d.Metrics.RegisterWaits(func() int { _, n := s.waits.open(0); return n }, all)
+		refused, err := d.Metrics.RegisterWaits(s.waits.held, all)
 		if err != nil {
 			s.log.Warn("api.waits_metrics", "error", err)
 		}

@@ -643,10 +643,7 @@ func (s *Server) statusBodyOf(sn *statusSnap, now time.Time) statusBody {
 			b.ResultURL = "/api/v1/result/" + j.ID + "/"
 		}
 	case store.JobFailed:
-		b.Error = userMessage(j.ErrorMessage)
-		if b.Error == "" {
-			b.Error = "The job failed with an unknown error."
-		}
+		b.Error = jobError(j)
 	}
 	return b
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/store"
@@ -150,10 +151,11 @@ func (s *Server) waitingRead(c *gin.Context, keyHash string, now time.Time) bool
 const firstReadWindow = 10 * time.Second
 
 // firstReads remembers the waits' first reads of the last firstReadWindow,
-// by key hash and path, at most firstReadsMax of them.
+// by key hash and path: the most recent firstReadsMax of them (a read that
+// fell out counts as waiting once more, which is harmless).
 type firstReads struct {
-	mu   sync.Mutex
-	seen map[string]time.Time
+	once sync.Once
+	seen *lru.Cache[string, time.Time]
 }
 
 const firstReadsMax = 65536
@@ -161,24 +163,10 @@ const firstReadsMax = 65536
 // first reports whether id's first read is the first within the window,
 // and records it.
 func (f *firstReads) first(id string, now time.Time) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if at, ok := f.seen[id]; ok && now.Sub(at) < firstReadWindow {
+	f.once.Do(func() { f.seen, _ = lru.New[string, time.Time](firstReadsMax) })
+	if at, ok := f.seen.Get(id); ok && now.Sub(at) < firstReadWindow {
 		return false
 	}
-	if f.seen == nil {
-		f.seen = map[string]time.Time{}
-	}
-	if len(f.seen) >= firstReadsMax {
-		for k, at := range f.seen {
-			if now.Sub(at) >= firstReadWindow {
-				delete(f.seen, k)
-			}
-		}
-		if len(f.seen) >= firstReadsMax {
-			clear(f.seen)
-		}
-	}
-	f.seen[id] = now
+	f.seen.Add(id, now)
 	return true
 }

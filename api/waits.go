@@ -73,7 +73,6 @@ type waits struct {
 // keyWaits are one key's open waits.
 type keyWaits struct {
 	id      int64
-	hash    string
 	cancels map[*waitPlace]struct{}
 }
 
@@ -111,7 +110,7 @@ func (w *waits) enter(ctx context.Context, k *store.AuthKey) (context.Context, f
 			w.max, waitRetryAfter)}
 	}
 	if kw == nil {
-		kw = &keyWaits{id: k.ID, hash: k.KeyHash, cancels: map[*waitPlace]struct{}{}}
+		kw = &keyWaits{id: k.ID, cancels: map[*waitPlace]struct{}{}}
 		w.byKey[k.KeyHash] = kw
 	}
 	wctx, cancel := context.WithCancelCause(ctx)
@@ -173,6 +172,13 @@ func (w *waits) open(id int64) (int, int) {
 	return n, w.total
 }
 
+// held is how many waits are open in all.
+func (w *waits) held() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.total
+}
+
 // checkKeys runs while any wait is open: every waitKeyCheckEvery it asks the
 // database, in one query, which keys of the open waits are still usable, and
 // ends the waits of the others (revoked or blocked by another process).
@@ -187,8 +193,8 @@ func (w *waits) checkKeys() {
 			return
 		}
 		hashes := make([]string, 0, len(w.byKey))
-		for _, kw := range w.byKey {
-			hashes = append(hashes, kw.hash)
+		for hash := range w.byKey {
+			hashes = append(hashes, hash)
 		}
 		w.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -201,8 +207,8 @@ func (w *waits) checkKeys() {
 			continue
 		}
 		w.mu.Lock()
-		for _, kw := range w.byKey {
-			if !ok[kw.hash] {
+		for hash, kw := range w.byKey {
+			if !ok[hash] {
 				for p := range kw.cancels {
 					p.cancel(errKeyGone)
 				}

@@ -459,7 +459,7 @@ func TestStreamsFromManyKeysStayBounded(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		_, all := h.srv.waits.open(0)
+		all := h.srv.waits.held()
 		start := time.Now()
 		r, _, _ := getStatus(t, srv.URL, "/api/v1/status/"+calmJob+"/", calmKey)
 		calm := time.Since(start)
