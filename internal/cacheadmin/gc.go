@@ -92,21 +92,19 @@ type quarantined struct {
 	at   int64
 }
 
-// scanQuarantine lists the quarantined copies of every family of l.
+// scanQuarantine lists the quarantined copies of every family of l
+// (Layout.Quarantined), oldest first.
 func scanQuarantine(l *embedding.Layout) []quarantined {
 	var out []quarantined
 	for _, f := range Families(l) {
-		qdir := filepath.Join(l.SequenceInfo(), embedding.QuarantineDir, filepath.FromSlash(f.Dir))
-		ents, err := os.ReadDir(qdir)
+		names, err := l.Quarantined(f)
 		if err != nil {
 			continue
 		}
-		for _, e := range ents {
-			name := e.Name()
-			if e.IsDir() || strings.HasSuffix(name, embedding.QuarantineReasonSuffix) {
-				continue
-			}
-			info, err := e.Info()
+		qdir := filepath.Join(l.SequenceInfo(), embedding.QuarantineDir, filepath.FromSlash(f.Dir))
+		for _, name := range names {
+			p := filepath.Join(qdir, name)
+			info, err := os.Lstat(p)
 			if err != nil {
 				continue
 			}
@@ -116,7 +114,7 @@ func scanQuarantine(l *embedding.Layout) []quarantined {
 					at = ns
 				}
 			}
-			out = append(out, quarantined{path: filepath.Join(qdir, name), size: info.Size(), at: at})
+			out = append(out, quarantined{path: p, size: info.Size(), at: at})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].at < out[j].at })
