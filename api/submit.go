@@ -18,6 +18,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/kinflow/kinflow/internal/config"
+	"github.com/kinflow/kinflow/internal/fairness"
 	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/input"
 	"github.com/kinflow/kinflow/internal/jobfiles"
@@ -510,7 +511,7 @@ func (s *Server) newJob(c *gin.Context, k *store.AuthKey, sub *input.Submission,
 		HandleLongSequences: o.HandleLongSequences, CanonicalizeSubstrates: o.CanonicalizeSubstrates,
 		IncludeSimilarityColumns: o.IncludeSimilarityColumns, UseExperimental: o.UseExperimental,
 		DisableGPUPrecompute: o.DisableGPUPrecompute, UsePredictionCache: o.UsePredictionCache, RequestedRows: len(sub.Table.Rows),
-		SubmittedAt: now.UTC(), InputPath: jobfiles.InputRel(id)}
+		SubmittedAt: now.UTC(), InputPath: jobfiles.InputRel(id), Priority: string(s.jobClass(len(sub.Table.Rows), o.Priority))}
 	stages := make([]store.JobStage, 0, len(o.Targets))
 	for i, t := range o.Targets {
 		key := o.Methods[t]
@@ -522,6 +523,16 @@ func (s *Server) newJob(c *gin.Context, k *store.AuthKey, sub *input.Submission,
 			Status: "pending", EmbeddingEnabled: true, EmbeddingState: "pending"})
 	}
 	return job, stages, nil
+}
+
+// jobClass is the class of a job of rows rows whose submit asked for
+// request (internal/fairness).
+func (s *Server) jobClass(rows int, request string) fairness.Class {
+	small, bulk := 0, 0
+	if cfg := s.deps.Config; cfg != nil {
+		small, bulk = cfg.SmallJobRows, cfg.BulkJobRows
+	}
+	return fairness.ClassFor(rows, request, small, bulk)
 }
 
 // writeInput writes the job's input.csv atomically (temporary file, sync,

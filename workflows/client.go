@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -21,17 +22,28 @@ import (
 type Starter struct {
 	Client    client.Client
 	TaskQueue string
-	// Summary, when set, reads the job's summary for the workflow's memo
-	// (shown by the Temporal UI and `temporal workflow describe`). A job
-	// whose summary cannot be read starts without a memo: it is for
-	// operators' eyes only.
-	Summary func(ctx context.Context, jobID string) (JobSummary, error)
+	// Describe, when set, reads what the job's start needs from its row:
+	// its summary for the workflow's memo (shown by the Temporal UI and
+	// `temporal workflow describe`) and its priority and fairness key
+	// (internal/fairness), which its activities and child workflows
+	// inherit. A job that cannot be described starts without a memo, at
+	// Temporal's default priority, under no fairness key: the memo is for
+	// operators' eyes only, and the job is still served.
+	Describe func(ctx context.Context, jobID string) (JobStart, error)
+	// Log, when set, hears of a job that could not be described.
+	Log *slog.Logger
 	// Eager asks the server to hand the workflow's first task straight to
 	// a worker of this process in the start's answer (eager workflow
 	// start), saving the task's dispatch through the matching service. Set
 	// only where a worker of TaskQueue runs on Client in this process
 	// (`kinflow dev`); the server falls back to a normal start otherwise.
 	Eager bool
+}
+
+// JobStart is what Describe reads about a job for its start.
+type JobStart struct {
+	Summary  JobSummary
+	Priority temporal.Priority
 }
 
 // MemoSummary is the memo key of a prediction workflow's JobSummary.
@@ -54,8 +66,15 @@ func (s Starter) StartJob(ctx context.Context, jobID string) error {
 	var memo map[string]any
 	in := PredictionInput{JobID: jobID, Rev: Rev}
 	attrs := []temporal.SearchAttributeUpdate{SearchAttrJobID.ValueSet(jobID), SearchAttrStage.ValueSet("queued")}
-	if s.Summary != nil {
-		if sum, err := s.Summary(ctx, jobID); err == nil {
+	var prio temporal.Priority
+	if s.Describe != nil {
+		d, err := s.Describe(ctx, jobID)
+		if err != nil && s.Log != nil {
+			s.Log.Warn("job.describe_failed: started without memo and priority", "job_id", jobID, "error", err)
+		}
+		if err == nil {
+			sum := d.Summary
+			prio = d.Priority
 			memo = map[string]any{MemoSummary: sum}
 			// The methods in stage order, as the workflow upserts them
 			// after PrepareInput: an operator sees them while the job
@@ -76,6 +95,7 @@ func (s Starter) StartJob(ctx context.Context, jobID string) error {
 		TypedSearchAttributes:    temporal.NewSearchAttributes(attrs...),
 		WorkflowTaskTimeout:      WorkflowTaskTimeout,
 		EnableEagerStart:         s.Eager,
+		Priority:                 prio,
 	}, PredictionWorkflowName, in)
 	if err != nil {
 		return fmt.Errorf("start workflow for job %s: %w", jobID, err)

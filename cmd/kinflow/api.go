@@ -11,6 +11,7 @@ import (
 
 	"github.com/kinflow/kinflow/api"
 	"github.com/kinflow/kinflow/internal/config"
+	"github.com/kinflow/kinflow/internal/fairness"
 	"github.com/kinflow/kinflow/internal/gpuhealth"
 	"github.com/kinflow/kinflow/internal/input"
 	"github.com/kinflow/kinflow/internal/methods"
@@ -61,6 +62,9 @@ func newAPIServer(cfg *config.Config, st *store.Store, tc client.Client, log *sl
 	if err := m.RegisterJobs(st.JobCountsByStatus, log); err != nil {
 		return nil, err
 	}
+	if err := m.RegisterKeyWork(keyWork(st), log); err != nil {
+		return nil, err
+	}
 	if err := m.RegisterMediaFree(cfg.MediaRoot); err != nil { // issue 33
 		return nil, err
 	}
@@ -69,7 +73,7 @@ func newAPIServer(cfg *config.Config, st *store.Store, tc client.Client, log *sl
 		Store:     st,
 		Log:       log,
 		Catalogue: cat,
-		Jobs:      workflows.Starter{Client: tc, TaskQueue: cfg.CPUTaskQueue, Summary: jobSummary(st), Eager: eager},
+		Jobs:      workflows.Starter{Client: tc, TaskQueue: cfg.CPUTaskQueue, Describe: describeJob(st, cfg), Log: log, Eager: eager},
 		GPU:       gpuhealth.New(cfg),
 		Chemistry: newChemistry(log),
 		Metrics:   m,
@@ -83,13 +87,43 @@ func newAPIServer(cfg *config.Config, st *store.Store, tc client.Client, log *sl
 	}), nil
 }
 
-// jobSummary reads a job's memo summary (targets, method per target, rows)
-// from its row.
-func jobSummary(st *store.Store) func(ctx context.Context, id string) (workflows.JobSummary, error) {
-	return func(ctx context.Context, id string) (workflows.JobSummary, error) {
+// keyWork reads every key's unfinished work for the per-key metrics.
+func keyWork(st *store.Store) metrics.KeyWorkReader {
+	return func(ctx context.Context) ([]metrics.KeyWork, error) {
+		work, err := st.UnfinishedWorkByKey(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]metrics.KeyWork, 0, len(work))
+		for _, w := range work {
+			state := "running"
+			if w.Status == store.JobPending {
+				state = "waiting"
+			}
+			out = append(out, metrics.KeyWork{Key: fairness.Key(w.KeyID), State: state, Jobs: w.Jobs, Rows: w.Rows})
+		}
+		return out, nil
+	}
+}
+
+// describeJob reads what a job's start needs from its row: its memo
+// summary (targets, method per target, rows) and its priority (its class,
+// its key's fairness key and weight).
+func describeJob(st *store.Store, cfg *config.Config) func(ctx context.Context, id string) (workflows.JobStart, error) {
+	return func(ctx context.Context, id string) (workflows.JobStart, error) {
 		job, err := st.Job(ctx, id)
 		if err != nil {
-			return workflows.JobSummary{}, err
+			return workflows.JobStart{}, err
+		}
+		var weight *float64
+		if cfg.Fairness {
+			if weight, err = st.KeyWeight(ctx, job.KeyID); err != nil {
+				return workflows.JobStart{}, err
+			}
+		}
+		class := fairness.Class(job.Priority)
+		if class == "" { // submitted before classes: by its size
+			class = fairness.ClassFor(job.RequestedRows, fairness.RequestAuto, cfg.SmallJobRows, cfg.BulkJobRows)
 		}
 		targets := job.Targets
 		sum := workflows.JobSummary{Targets: job.PredictionType, Methods: map[string]string{}, Rows: job.RequestedRows}
@@ -103,7 +137,11 @@ func jobSummary(st *store.Store) func(ctx context.Context, id string) (workflows
 				sum.Methods[t] = job.KcatKmMethod
 			}
 		}
-		return sum, nil
+		d := workflows.JobStart{Summary: sum}
+		if cfg.Fairness {
+			d.Priority = fairness.Priority(class, job.KeyID, weight)
+		}
+		return d, nil
 	}
 }
 

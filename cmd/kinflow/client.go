@@ -59,7 +59,7 @@ func runKey(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	baseURL, _ := clientFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: kinflow key status|generate|revoke [--url URL]")
-		fmt.Fprintln(stderr, "       kinflow key limit KEY N|default, kinflow key block|unblock KEY (operator, on the database)")
+		fmt.Fprintln(stderr, "       kinflow key limit KEY N|default, key weight KEY W|default, key usage, key block|unblock KEY (operator, on the database)")
 		fmt.Fprintln(stderr, "  Keys belong to the caller's IP address: one active key per address.")
 		fmt.Fprintln(stderr, "  generate prints the full key once, alone on stdout (KEY=$(kinflow key generate)).")
 		fs.PrintDefaults()
@@ -327,6 +327,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	similarity := fs.Bool("similarity", false, "include similarity columns (includeSimilarityColumns)")
 	noGPU := fs.Bool("no-gpu", false, "skip the GPU precompute; embeddings are computed on the CPU worker (disableGpuPrecompute)")
 	noCache := fs.Bool("no-prediction-cache", false, "predict every row afresh instead of reusing cached predictions (usePredictionCache=false)")
+	bulk := fs.Bool("bulk", false, "submit as bulk work: served after interactive and normal jobs when the service is busy (priority=bulk)")
 	idem := fs.String("idempotency-key", "", "Idempotency-Key of this submit (default: a new random one, resent on retries); rerun with the same key to get the same job, never a second")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: kinflow submit FILE --target T --method M [--target T2 --method M2] [--wait [-o OUT]]")
@@ -349,6 +350,9 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *noCache {
 		f := false
 		opts.UsePredictionCache = &f
+	}
+	if *bulk {
+		opts.Priority = "bulk"
 	}
 	switch *long {
 	case "", "truncate", "skip":

@@ -5,16 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"golang.org/x/sync/errgroup"
 
@@ -60,7 +64,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	uiURL := ""
 	if *temporalCLI != "" {
-		stop, err := startTemporalDevServer(ctx, *temporalCLI, cfg.TemporalAddress, *dataDir, *uiPort, log)
+		stop, err := startTemporalDevServer(ctx, *temporalCLI, cfg.TemporalAddress, cfg.TemporalNamespace, *dataDir, *uiPort, log)
 		if err != nil {
 			return err
 		}
@@ -168,16 +172,93 @@ func checkDevPorts(cfg *config.Config, temporal bool, uiPort int) error {
 // devTopologyDynamicConfig is docker/temporal/dynamicconfig.yaml, the
 // production topology's dynamic configuration, as the dev server's
 // --dynamic-config-value flags (TestDevServerHasTheTopologysDynamicConfig
-// holds them equal): every task queue in one partition.
-var devTopologyDynamicConfig = []string{
+// holds them equal): every task queue in one partition, and priority and
+// fairness on (devFairnessConfig).
+var devTopologyDynamicConfig = append([]string{
 	"matching.numTaskqueueReadPartitions=1",
 	"matching.numTaskqueueWritePartitions=1",
+}, devFairnessConfig...)
+
+// devFairnessConfig turns on the server's priority and fairness
+// (internal/fairness, docs/workflows.md "Sharing the queues"). Fairness
+// keeps its backlogs in other tables than the plain matcher: tasks queued
+// while it was off are not dispatched once it is on unless the server can
+// migrate them (matching.enableMigration, which the production server has
+// and the dev server's version ignores). So the dev server turns it on
+// only for a state that has had it from the start, or that has nothing
+// running when it is turned on (devFairness).
+var devFairnessConfig = []string{
+	"matching.enableFairness=true",
+	"matching.enableMigration=true",
 }
 
-// startTemporalDevServer starts `temporal server start-dev` as a child that
-// dies with this process (Pdeathsig), waits until it answers and returns a
-// function that stops it.
-func startTemporalDevServer(ctx context.Context, cli, address, dataDir string, uiPort int, log *slog.Logger) (func(), error) {
+// devFairnessMarker, in the dev server's data folder, records that its
+// state has had fairness on since it had work.
+const devFairnessMarker = "temporal-fairness"
+
+// startTemporalDevServer starts the dev server (startDevServerAs) with
+// fairness on where its state allows: a new state, one that has had it
+// from the start (devFairnessMarker), or an older one with no workflow
+// running, which is restarted once with it on. An older state with jobs
+// running keeps fairness off, and says so, until a start finds it idle.
+func startTemporalDevServer(ctx context.Context, cli, address, namespace, dataDir string, uiPort int, log *slog.Logger) (func(), error) {
+	marker := filepath.Join(dataDir, devFairnessMarker)
+	_, mErr := os.Stat(marker)
+	_, dbErr := os.Stat(filepath.Join(dataDir, "temporal.db"))
+	if mErr == nil || errors.Is(dbErr, fs.ErrNotExist) {
+		stop, err := startDevServerAs(ctx, cli, address, dataDir, uiPort, true, log)
+		if err == nil && mErr != nil {
+			err = os.WriteFile(marker, []byte("the Temporal state in this folder has had task-queue fairness on since it had work\n"), 0o644)
+			if err != nil {
+				stop()
+				return nil, err
+			}
+		}
+		return stop, err
+	}
+	stop, err := startDevServerAs(ctx, cli, address, dataDir, uiPort, false, log)
+	if err != nil {
+		return nil, err
+	}
+	running, err := devRunningWorkflows(ctx, address, namespace)
+	if err != nil || running > 0 {
+		log.Warn("Temporal fairness is off: this Temporal state predates it and has workflows running, whose queued tasks would be stranded; it turns on at a start that finds none running",
+			"running", running, "error", err)
+		return stop, nil
+	}
+	stop()
+	if err := os.WriteFile(marker, []byte("fairness turned on with no workflow running\n"), 0o644); err != nil {
+		return nil, err
+	}
+	log.Info("Temporal fairness turned on for this Temporal state (nothing was running)")
+	return startDevServerAs(ctx, cli, address, dataDir, uiPort, true, log)
+}
+
+// devRunningWorkflows counts the workflows running on the dev server at
+// address in kinflow's namespace (none when it does not exist yet).
+func devRunningWorkflows(ctx context.Context, address, namespace string) (int64, error) {
+	c, err := client.Dial(client.Options{HostPort: address, Namespace: namespace, Logger: quietLogger{}})
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	res, err := c.CountWorkflow(cctx, &workflowservice.CountWorkflowExecutionsRequest{Query: "ExecutionStatus = 'Running'"})
+	if err != nil {
+		var nf *serviceerror.NamespaceNotFound
+		if errors.As(err, &nf) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	return res.GetCount(), nil
+}
+
+// startDevServerAs starts `temporal server start-dev` as a child that dies
+// with this process (Pdeathsig), with fairness on or off, waits until it
+// answers and returns a function that stops it.
+func startDevServerAs(ctx context.Context, cli, address, dataDir string, uiPort int, fair bool, log *slog.Logger) (func(), error) {
 	host, port, err := net.SplitHostPort(address)
 	if err != nil {
 		return nil, fmt.Errorf("KINFLOW_TEMPORAL_ADDRESS %q: %w", address, err)
@@ -220,6 +301,9 @@ func startTemporalDevServer(ctx context.Context, cli, address, dataDir string, u
 		"--search-attribute", "Stage=Keyword",
 	}
 	for _, v := range devTopologyDynamicConfig {
+		if !fair && slices.Contains(devFairnessConfig, v) {
+			continue
+		}
 		args = append(args, "--dynamic-config-value", v)
 	}
 	cmd := exec.Command(cli, args...)
@@ -250,7 +334,7 @@ func startTemporalDevServer(ctx context.Context, cli, address, dataDir string, u
 			_, err = hc.CheckHealth(ctx, &client.CheckHealthRequest{})
 			hc.Close()
 			if err == nil {
-				log.Info("Temporal dev server ready", "address", net.JoinHostPort(host, port), "ui_port", uiPort)
+				log.Info("Temporal dev server ready", "address", net.JoinHostPort(host, port), "ui_port", uiPort, "fairness", fair)
 				return stop, nil
 			}
 		}

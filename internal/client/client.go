@@ -329,6 +329,10 @@ type SubmitOptions struct {
 	// NotifyURL is where the job's end is announced (docs/api.md,
 	// Webhooks); empty: the key's default, if it has one.
 	NotifyURL string
+	// Priority "bulk" asks for the job to wait behind interactive and
+	// normal work (docs/api.md, "When the service is busy"); "" lets the
+	// job's size decide.
+	Priority string
 }
 
 func (o SubmitOptions) fields() (map[string]string, error) {
@@ -356,6 +360,9 @@ func (o SubmitOptions) fields() (map[string]string, error) {
 	}
 	if o.UsePredictionCache != nil {
 		f["usePredictionCache"] = strconv.FormatBool(*o.UsePredictionCache)
+	}
+	if o.Priority != "" {
+		f["priority"] = o.Priority
 	}
 	if o.NotifyURL != "" {
 		f["notifyUrl"] = o.NotifyURL

@@ -159,6 +159,13 @@ type Config struct {
 	// SmallJobRows is the most rows of a job whose prediction and
 	// annotation steps run as local activities; 0: none does.
 	SmallJobRows int
+	// BulkJobRows is the most rows of a job that is not bulk by its size
+	// (internal/fairness); 0: only a job that asks is bulk.
+	BulkJobRows int
+	// Fairness starts each job with its class and its key's fairness key
+	// and weight (internal/fairness); false starts every job alike (first
+	// come, first served on each queue: the benchmark's baseline).
+	Fairness bool
 	// TrackMinFiles is the fewest missing files for which a stage runs a
 	// progress tracker.
 	TrackMinFiles int
@@ -519,6 +526,14 @@ var Keys = []Key{
 		Meaning: "Most rows of a job whose prediction and annotation steps (Predict, the similarity search, experimental values) run as local activities, inside the workflow's own task: no Temporal round trip each, for the many small jobs of a public service. They still take turns for the CPU with the regular activities (at most `KINFLOW_CPU_ACTIVITY_SLOTS` such local steps at once). 0: every job uses regular activities.",
 		Allowed: "want a whole number from 0 to 10000",
 		set:     func(c *Config, v string) error { return setIntRange(&c.SmallJobRows, v, 0, 10000) }},
+	{Name: "KINFLOW_FAIRNESS", Default: "true",
+		Meaning: "Start each job with its class (interactive, normal, bulk) as Temporal priority and its API key as fairness key, with the key's weight: every queue its work waits on is then shared between keys, so one key's backlog never holds another key's job (docs/workflows.md, \"Sharing the queues\"; the Temporal server needs `matching.enableFairness`, which `kinflow dev` and the images turn on). false: every job alike, first come first served.",
+		Allowed: "want true or false",
+		set:     func(c *Config, v string) error { return setBool(&c.Fairness, v) }},
+	{Name: "KINFLOW_BULK_JOB_ROWS", Default: "5000",
+		Meaning: "Jobs of more rows than this are bulk: on every task queue they are served after interactive jobs (at most `KINFLOW_SMALL_JOB_ROWS` rows) and normal ones, which are served in that order; within a class, keys share the queues by their weights (`kinflow key weight`). A job of any size can ask to be bulk (`priority: \"bulk\"`), none to be served ahead. 0: only jobs that ask are bulk.",
+		Allowed: "want a whole number from 0 to 10000000",
+		set:     func(c *Config, v string) error { return setIntRange(&c.BulkJobRows, v, 0, 10000000) }},
 	{Name: "KINFLOW_TRACK_SLOTS", Default: "1000",
 		Meaning: "Progress trackers one `kinflow worker` runs at once, on their own task queue (`<KINFLOW_CPU_TASK_QUEUE>-track`). A tracker only waits (for files to appear) and costs a goroutine and a watch; no job waits for its tracker, so a full pool delays live progress and never a job.",
 		Allowed: "want a whole number from 1 to 100000",

@@ -196,9 +196,31 @@ func TestValidateOptions(t *testing.T) {
 	}
 	want := Options{Targets: []string{"kcat", "Km"}, Methods: map[string]string{"kcat": "D", "Km": "C", "kcat/Km": "7"},
 		HandleLongSequences: "skip", UseExperimental: true, IncludeSimilarityColumns: false, CanonicalizeSubstrates: true, DisableGPUPrecompute: true,
-		UsePredictionCache: true}
+		UsePredictionCache: true, Priority: "auto"}
 	if !reflect.DeepEqual(o, want) {
 		t.Fatalf("got %+v\nwant %+v", o, want)
+	}
+	// priority: auto unless "bulk" (any case); anything else is refused
+	// with a message naming the field, and nothing asks to be served ahead.
+	for _, tc := range []struct {
+		raw  RawOptions
+		want string
+	}{
+		{formOpts(t, "targets", `["kcat"]`, "methods", `{"kcat":"B"}`, "priority", " Bulk "), "bulk"},
+		{jsonOpts(t, `{"targets":["kcat"],"methods":{"kcat":"B"},"priority":"bulk"}`), "bulk"},
+		{jsonOpts(t, `{"targets":["kcat"],"methods":{"kcat":"B"},"priority":null}`), "auto"},
+		{formOpts(t, "targets", `["kcat"]`, "methods", `{"kcat":"B"}`, "priority", ""), "auto"},
+	} {
+		o, err := ValidateOptions(cat, tc.raw)
+		if err != nil || o.Priority != tc.want {
+			t.Fatalf("priority: %+v %v, want %v", o, err, tc.want)
+		}
+	}
+	for _, bad := range []string{`"high"`, `1`, `["bulk"]`} {
+		_, err := ValidateOptions(cat, jsonOpts(t, `{"targets":["kcat"],"methods":{"kcat":"B"},"priority":`+bad+`}`))
+		if err == nil || !strings.Contains(err.Error(), "Invalid priority") {
+			t.Fatalf("priority %s: %v, want a refusal naming priority", bad, err)
+		}
 	}
 	// usePredictionCache: default true, any false spelling turns it off.
 	for _, tc := range []struct {

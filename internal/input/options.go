@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kinflow/kinflow/internal/fairness"
 	"github.com/kinflow/kinflow/internal/methods"
 )
 
@@ -32,12 +33,14 @@ const (
 	FieldPredictionType           = "predictionType"
 	FieldKcatMethod               = "kcatMethod"
 	FieldKmMethod                 = "kmMethod"
+	// FieldPriority (kinflow's option) asks for the job to be bulk.
+	FieldPriority = "priority"
 )
 
 // optionFields are the fields RawOptions keeps.
 var optionFields = []string{FieldTargets, FieldMethods, FieldHandleLongSequences, FieldUseExperimental,
 	FieldIncludeSimilarityColumns, FieldCanonicalizeSubstrates, FieldDisableGPUPrecompute, FieldUsePredictionCache,
-	FieldPredictionType, FieldKcatMethod, FieldKmMethod}
+	FieldPredictionType, FieldKcatMethod, FieldKmMethod, FieldPriority}
 
 // Options are a submit request's options after §1.7 steps 1–7.
 type Options struct {
@@ -57,6 +60,9 @@ type Options struct {
 	// predicted before from the prediction cache; false predicts every
 	// unit afresh (and still stores what it computed).
 	UsePredictionCache bool
+	// Priority is the requested class (fairness.RequestAuto or
+	// fairness.RequestBulk); the job's size may still make it bulk.
+	Priority string
 }
 
 // MethodFor returns the method key selected for target.
@@ -402,6 +408,16 @@ func ValidateOptions(cat *methods.Catalogue, r RawOptions) (Options, error) {
 	opts.CanonicalizeSubstrates = r.bool(FieldCanonicalizeSubstrates, true)
 	opts.DisableGPUPrecompute = r.bool(FieldDisableGPUPrecompute, false)
 	opts.UsePredictionCache = r.bool(FieldUsePredictionCache, true)
+	// 8. priority (kinflow's): absent, null, "" or "auto", or "bulk".
+	opts.Priority = fairness.RequestAuto
+	if v, ok := r.get(FieldPriority); ok && v != nil {
+		s, isStr := v.(string)
+		p, err := fairness.ParseRequest(s)
+		if !isStr || err != nil {
+			return Options{}, invalidf("Invalid priority '%s': it must be 'auto' (the job's size decides) or 'bulk' (served after other work).", jsonText(v))
+		}
+		opts.Priority = p
+	}
 	return opts, nil
 }
 

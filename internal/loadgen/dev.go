@@ -44,6 +44,21 @@ type Dev struct {
 	Dir   string
 	procs []*exec.Cmd
 	temp  bool
+	// kinflow and env run operator commands on this deployment (Run).
+	kinflow string
+	env     []string
+}
+
+// Run runs `kinflow args…` against this deployment's database and Temporal
+// (an operator command, such as `key weight`) and returns its output.
+func (d *Dev) Run(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, d.kinflow, args...)
+	cmd.Env = d.env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kinflow %v: %w: %s", args, err, out)
+	}
+	return string(out), nil
 }
 
 // StartDev starts `kinflow dev` (Temporal dev server, SQLite, synthetic
@@ -83,6 +98,7 @@ func StartDev(ctx context.Context, o DevOptions) (*Dev, error) {
 		"LOG_LEVEL=warn",
 	)
 	env = append(env, o.Env...)
+	d.kinflow, d.env = kinflow, env
 	start := func(name string, extra []string, args ...string) error {
 		f, err := os.Create(filepath.Join(dir, name+".log"))
 		if err != nil {

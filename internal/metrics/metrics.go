@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -490,4 +491,112 @@ func activityType(ctx context.Context) string {
 		return "unknown"
 	}
 	return activity.GetInfo(ctx).ActivityType.Name
+}
+
+// KeyWork is one key's unfinished work in one state (waiting: Pending;
+// running: Processing).
+type KeyWork struct {
+	// Key is the key's fairness key ("key-17"), never the key itself.
+	Key   string
+	State string
+	Jobs  int64
+	Rows  int64
+}
+
+// KeyWorkReader reads every key's unfinished work.
+type KeyWorkReader func(ctx context.Context) ([]KeyWork, error)
+
+// keyWorkShown is how many keys kinflow_key_unfinished_* name, the largest
+// by rows; the rest are summed under key="other", so the series stay
+// bounded whatever the number of keys.
+const keyWorkShown = 10
+
+type keyWorkCollector struct {
+	read       KeyWorkReader
+	jobs, rows *prometheus.Desc
+	log        *slog.Logger
+}
+
+func (c keyWorkCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.jobs; ch <- c.rows }
+
+func (c keyWorkCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), jobsScrapeTimeout)
+	defer cancel()
+	work, err := c.read(ctx)
+	if err != nil {
+		c.log.Warn("metrics: read unfinished work by key", "error", err)
+		ch <- prometheus.NewInvalidMetric(c.jobs, err)
+		return
+	}
+	for _, w := range FoldKeyWork(work, keyWorkShown) {
+		ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(w.Jobs), w.Key, w.State)
+		ch <- prometheus.MustNewConstMetric(c.rows, prometheus.GaugeValue, float64(w.Rows), w.Key, w.State)
+	}
+}
+
+// FoldKeyWork keeps the shown keys with the most rows (all states
+// together) and sums the others' work by state under the key "other".
+func FoldKeyWork(work []KeyWork, shown int) []KeyWork {
+	total := map[string]int64{}
+	for _, w := range work {
+		total[w.Key] += w.Rows
+	}
+	keys := make([]string, 0, len(total))
+	for k := range total {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if total[keys[i]] != total[keys[j]] {
+			return total[keys[i]] > total[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	keep := map[string]bool{}
+	for _, k := range keys[:min(shown, len(keys))] {
+		keep[k] = true
+	}
+	type ks struct{ key, state string }
+	sums := map[ks]*KeyWork{}
+	var out []KeyWork
+	var order []ks
+	for _, w := range work {
+		k := w.Key
+		if !keep[k] {
+			k = "other"
+		}
+		id := ks{k, w.State}
+		s, ok := sums[id]
+		if !ok {
+			s = &KeyWork{Key: k, State: w.State}
+			sums[id] = s
+			order = append(order, id)
+		}
+		s.Jobs += w.Jobs
+		s.Rows += w.Rows
+	}
+	for _, id := range order {
+		out = append(out, *sums[id])
+	}
+	return out
+}
+
+// RegisterKeyWork exports kinflow_key_unfinished_jobs and _rows{key,state}
+// (state waiting or running), read from the database at each scrape: the
+// keyWorkShown keys with the most rows by name, the rest as "other".
+func (m *Metrics) RegisterKeyWork(read KeyWorkReader, log *slog.Logger) error {
+	if m == nil {
+		return nil
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	c := keyWorkCollector{read: read, log: log,
+		jobs: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "key", "unfinished_jobs"),
+			"Unfinished jobs by API key (its fairness key; the largest keys by rows, the rest as other) and state (waiting, running), read from the database at scrape time.", []string{"key", "state"}, nil),
+		rows: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "key", "unfinished_rows"),
+			"Rows of unfinished jobs by API key (as kinflow_key_unfinished_jobs) and state.", []string{"key", "state"}, nil)}
+	if err := m.Registry.Register(c); err != nil {
+		return fmt.Errorf("register key work collector: %w", err)
+	}
+	return nil
 }

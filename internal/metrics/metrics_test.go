@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"reflect"
 	"testing"
 	"time"
 
@@ -198,5 +199,27 @@ func TestBacklogFromTwoRoles(t *testing.T) {
 		if !strings.Contains(rec.Body.String(), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+}
+
+// TestFoldKeyWork: the keys with the most rows keep their name, the rest
+// are summed by state under "other", so the series stay bounded.
+func TestFoldKeyWork(t *testing.T) {
+	work := []KeyWork{
+		{Key: "key-1", State: "waiting", Jobs: 6, Rows: 900},
+		{Key: "key-2", State: "running", Jobs: 1, Rows: 150},
+		{Key: "key-3", State: "waiting", Jobs: 1, Rows: 3},
+		{Key: "key-4", State: "waiting", Jobs: 2, Rows: 6},
+		{Key: "key-4", State: "running", Jobs: 1, Rows: 1},
+	}
+	got := FoldKeyWork(work, 2)
+	want := []KeyWork{
+		{Key: "key-1", State: "waiting", Jobs: 6, Rows: 900},
+		{Key: "key-2", State: "running", Jobs: 1, Rows: 150},
+		{Key: "other", State: "waiting", Jobs: 3, Rows: 9},
+		{Key: "other", State: "running", Jobs: 1, Rows: 1},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v\nwant %+v", got, want)
 	}
 }

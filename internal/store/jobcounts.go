@@ -21,3 +21,28 @@ func (s *Store) JobCountsByStatus(ctx context.Context) (map[string]int64, error)
 	}
 	return out, nil
 }
+
+// KeyWork is one key's unfinished jobs of one status and class: what
+// `kinflow key usage` and the per-key metrics show.
+type KeyWork struct {
+	KeyID    int64
+	Status   string
+	Priority string
+	Jobs     int64
+	Rows     int64
+}
+
+// UnfinishedWorkByKey sums the unfinished jobs (Pending, Processing) and
+// their rows by key, status and class, largest keys first: one scan of the
+// status index's unfinished part.
+func (s *Store) UnfinishedWorkByKey(ctx context.Context) ([]KeyWork, error) {
+	var out []KeyWork
+	err := s.DB.WithContext(ctx).Model(&Job{}).
+		Select("key_id, status, priority, count(*) AS jobs, coalesce(sum(requested_rows), 0) AS rows").
+		Where("status IN ?", []string{JobPending, JobProcessing}).
+		Group("key_id, status, priority").Order("rows DESC, key_id").Scan(&out).Error
+	if err != nil {
+		return nil, fmt.Errorf("sum unfinished work by key: %w", err)
+	}
+	return out, nil
+}

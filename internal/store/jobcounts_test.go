@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -77,6 +78,64 @@ func TestPendingSubmitTimesAnswerQueuePosition(t *testing.T) {
 		ts, full, err = s.PendingSubmitTimes(ctx, 2)
 		if err != nil || full || len(ts) != 2 || !ts[0].Equal(t0.Add(time.Millisecond)) || !ts[1].Equal(t0.Add(3*time.Millisecond)) {
 			t.Fatalf("limited to 2: %v full %v err %v", ts, full, err)
+		}
+	})
+}
+
+// TestUnfinishedWorkByKeyAndWeights: unfinished jobs summed by key, status
+// and class, largest first, finished jobs left out; a key's weight is nil
+// until set (a NULL column, read without error) and nil again when reset.
+func TestUnfinishedWorkByKeyAndWeights(t *testing.T) {
+	testenv.EachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		now := time.Now().UTC()
+		for i, j := range []store.Job{
+			{ID: "a1", KeyID: 1, Status: store.JobPending, Priority: "normal", RequestedRows: 150},
+			{ID: "a2", KeyID: 1, Status: store.JobPending, Priority: "normal", RequestedRows: 150},
+			{ID: "a3", KeyID: 1, Status: store.JobProcessing, Priority: "normal", RequestedRows: 150},
+			{ID: "b1", KeyID: 2, Status: store.JobProcessing, Priority: "bulk", RequestedRows: 9000},
+			{ID: "b2", KeyID: 2, Status: store.JobCompleted, Priority: "bulk", RequestedRows: 9000},
+			{ID: "c1", KeyID: 3, Status: store.JobFailed, Priority: "interactive", RequestedRows: 3},
+		} {
+			j.SubmittedAt = now.Add(time.Duration(i) * time.Millisecond)
+			if err := s.DB.Create(&j).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := s.UnfinishedWorkByKey(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []store.KeyWork{
+			{KeyID: 2, Status: store.JobProcessing, Priority: "bulk", Jobs: 1, Rows: 9000},
+			{KeyID: 1, Status: store.JobPending, Priority: "normal", Jobs: 2, Rows: 300},
+			{KeyID: 1, Status: store.JobProcessing, Priority: "normal", Jobs: 1, Rows: 150},
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("got %+v\nwant %+v", got, want)
+		}
+		k := store.APIKey{IPAddress: "10.0.0.9", KeyHash: "hw", KeySuffix: "wwwwww", IsActive: true, CreatedAt: now}
+		if err := s.DB.Create(&k).Error; err != nil {
+			t.Fatal(err)
+		}
+		if w, err := s.KeyWeight(ctx, k.ID); err != nil || w != nil {
+			t.Fatalf("unset weight: %v %v", w, err)
+		}
+		two := 2.0
+		if err := s.SetKeyWeight(ctx, k.ID, &two); err != nil {
+			t.Fatal(err)
+		}
+		if w, err := s.KeyWeight(ctx, k.ID); err != nil || w == nil || *w != 2 {
+			t.Fatalf("weight: %v %v", w, err)
+		}
+		if err := s.SetKeyWeight(ctx, k.ID, nil); err != nil {
+			t.Fatal(err)
+		}
+		if w, err := s.KeyWeight(ctx, k.ID); err != nil || w != nil {
+			t.Fatalf("reset weight: %v %v", w, err)
+		}
+		if w, err := s.KeyWeight(ctx, 999999); err != nil || w != nil {
+			t.Fatalf("no such key: %v %v", w, err)
 		}
 	})
 }

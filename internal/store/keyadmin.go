@@ -72,3 +72,25 @@ func HashKey(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:])
 }
+
+// SetKeyWeight sets key id's fairness weight (internal/fairness); nil
+// restores the default. Jobs started after it use the new weight.
+func (s *Store) SetKeyWeight(ctx context.Context, id int64, weight *float64) error {
+	if err := s.DB.WithContext(ctx).Model(&APIKey{}).Where("id = ?", id).Update("fairness_weight", weight).Error; err != nil {
+		return fmt.Errorf("set weight of key %d: %w", id, err)
+	}
+	return nil
+}
+
+// KeyWeight returns key id's fairness weight; nil: the default (or no
+// such key).
+func (s *Store) KeyWeight(ctx context.Context, id int64) (*float64, error) {
+	var ws []struct{ FairnessWeight *float64 }
+	if err := s.DB.WithContext(ctx).Model(&APIKey{}).Select("fairness_weight").Where("id = ?", id).Scan(&ws).Error; err != nil {
+		return nil, fmt.Errorf("read weight of key %d: %w", id, err)
+	}
+	if len(ws) == 0 {
+		return nil, nil
+	}
+	return ws[0].FairnessWeight, nil
+}

@@ -32,6 +32,9 @@ type APIKey struct {
 	// webhooks (made on first use).
 	NotifyURL     string `gorm:"not null;default:''"`
 	WebhookSecret string `gorm:"size:80;not null;default:''"`
+	// FairnessWeight is the key's share of the task queues against other
+	// keys' work of the same class (internal/fairness); nil: the default, 1.
+	FairnessWeight *float64
 }
 
 // TableName implements gorm's Tabler.
@@ -97,6 +100,9 @@ type Job struct {
 	// NotifyURL is where the job's end is announced (webhook.go); empty:
 	// nowhere.
 	NotifyURL string `gorm:"not null;default:''"`
+	// Priority is the job's class (internal/fairness: interactive, normal,
+	// bulk), chosen at submit; "" for a job submitted before classes.
+	Priority string `gorm:"not null;default:''"`
 	// ExpiredAt is when the job's folder was removed after
 	// KINFLOW_JOB_RETENTION_DAYS (issue 33); nil while it is kept.
 	ExpiredAt *time.Time

@@ -1,0 +1,84 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kinflow/kinflow/internal/loadgen"
+)
+
+// fairEnv is the shape where one key's backlog used to hold every other
+// key's job: one GPU slot, the synthetic GPU host at 20 ms a sequence, and
+// steps too large for the GPU's small lane, so every job's embeddings wait
+// their turn for the one slot.
+var fairEnv = map[string]string{
+	"KINFLOW_GPU_SLOTS":            "1",
+	"GPU_EMBED_SYNTHETIC_DELAY_MS": "20",
+	"KINFLOW_GPU_SMALL_STEP_SEQS":  "0",
+}
+
+const (
+	fairBacklog = 6
+	fairRows    = 150
+)
+
+// checkFair runs the two-key scenario and requires B's job to overtake at
+// least half of A's backlog. First come, first served, B's job ends with
+// A's last (it overtakes none); sharing the one GPU slot by key, B's job
+// waits for about one of A's. The figure (B's time behind the backlog ÷
+// alone) is `make bench-load`'s.
+func checkFair(t *testing.T, base string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	a, err := loadgen.NewTenant(ctx, base, "A", "127.0.0.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := loadgen.NewTenant(ctx, base, "B", "127.0.0.3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := loadgen.RunFairness(ctx, a, b, fairBacklog, fairRows, time.Second, 250*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(r.Summary())
+	if err := r.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.Overtook(); n < fairBacklog/2 {
+		t.Fatalf("B's job overtook %d of A's %d queued jobs, want at least %d: one key's backlog held another key's job (%s)",
+			n, fairBacklog, fairBacklog/2, r.Summary())
+	}
+}
+
+// TestFairShareOnEmbeddedDefault: on `kinflow dev`, key A queues six
+// 150-row jobs, then key B one: B's job is served beside A's backlog, not
+// behind it.
+func TestFairShareOnEmbeddedDefault(t *testing.T) {
+	var env []string
+	for k, v := range fairEnv {
+		env = append(env, k+"="+v)
+	}
+	d, _ := startDev(t, env...)
+	checkFair(t, d.BaseURL)
+	// The operator sees both keys' work while it ran, and none after.
+	out, err := d.Run(context.Background(), "key", "usage")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "no unfinished jobs") {
+		t.Fatalf("key usage after every job ended:\n%s", out)
+	}
+}
+
+// TestFairShareOnProductionTopology: the same on the Temporal server on
+// Postgres with the images' dynamic configuration, one api, worker and GPU
+// host.
+func TestFairShareOnProductionTopology(t *testing.T) {
+	tp := startTopology(t, TopologyOptions{APIs: 1, Workers: 1, GPUHosts: 1, Env: fairEnv})
+	checkFair(t, tp.APIURLs[0])
+}
