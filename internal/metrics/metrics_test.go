@@ -8,8 +8,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"strings"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
