@@ -196,3 +196,44 @@ func TestBreakingMarkerNeedsSchemaCompat(t *testing.T) {
 		t.Fatalf("migrate: %v", err)
 	}
 }
+
+// TestConcurrentMigratesReportEachMigrationOnce: roles starting at once
+// against one new Postgres database take turns under the advisory lock, so
+// between them every migration is reported applied exactly once.
+func TestConcurrentMigratesReportEachMigrationOnce(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	const runners = 4
+	results := make(chan []string, runners)
+	errs := make(chan error, runners)
+	for range runners {
+		go func() {
+			s, err := store.Open(context.Background(), url)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer s.Close()
+			applied, err := s.ApplyMigrations(context.Background())
+			if err != nil {
+				errs <- err
+				return
+			}
+			results <- applied
+		}()
+	}
+	var all []string
+	for range runners {
+		select {
+		case err := <-errs:
+			t.Fatal(err)
+		case a := <-results:
+			if len(a) != 0 && len(all) != 0 {
+				t.Fatalf("two runners applied migrations: %v and %v", all, a)
+			}
+			all = append(all, a...)
+		}
+	}
+	if want := embeddedIDs(t, store.Postgres); !slices.Equal(all, want) {
+		t.Fatalf("applied between them %v, want %v", all, want)
+	}
+}
