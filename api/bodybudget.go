@@ -1,7 +1,9 @@
 package api
 
 import (
+	"io"
 	"net/http"
+	"strings"
 	"sync"
 
 	"github.com/gin-gonic/gin"
@@ -15,9 +17,11 @@ import (
 // (or, without one, the most a body may be) before a byte is read, and
 // gives it back when its handler returns (a body of at most smallBody is
 // always read); one that does not fit is
-// answered 503 with Retry-After at once, having read and charged nothing.
-// It never waits: a waiting request would hold its connection and its
-// client's bytes in the kernel's buffers all the same.
+// answered 503 with Retry-After at once, having charged nothing and kept
+// none of its body (refuseBody drains what the client still sends, so that
+// the client can read the answer). It never waits: a waiting request would
+// hold its connection and its client's bytes in the kernel's buffers all
+// the same.
 type bodyBudget struct {
 	mu        sync.Mutex
 	cap, used int64
@@ -68,12 +72,44 @@ func (s *Server) takeBody(c *gin.Context, limit int64) bool {
 	}
 	if !s.bodies.take(n) {
 		s.log.Warn("body.budget_full", "request_id", c.GetString(requestIDKey), "bytes", n, "budget", s.bodies.cap)
-		c.Header("Retry-After", bodyRetryAfter)
-		abortError(c, http.StatusServiceUnavailable, "The server is reading too many large requests at once: send this one again in a few seconds (nothing was charged).")
+		refuseBody(c, limit)
 		return false
 	}
 	c.Set(bodyTakenKey, n)
 	return true
+}
+
+// refuseBody answers 503 with Retry-After to a request whose body the
+// budget cannot take, then reads what the client sends of the body (up to
+// limit bytes) and throws it away as it comes, holding none of it.
+//
+// Answering without reading is not enough: net/http then closes the
+// connection with more than 256 KiB of the body unread, and a client still
+// sending it gets a reset (a broken pipe, ECONNRESET) instead of the
+// answer. Every client that sends the whole request before it reads one
+// does: Python's http.client (requests), curl without Expect. So the answer
+// is flushed first (a client that reads while it sends, as Go's does, has
+// it at once), the rest of the body is drained through a small buffer, and
+// the connection closes after: a refused body costs the bytes on the wire,
+// not the memory the budget bounds. A client that waits for 100 Continue
+// sends no body, and a connection that cannot be read after answering
+// (HTTP/2, a test's recorder) has its body left alone.
+func refuseBody(c *gin.Context, limit int64) {
+	c.Header("Retry-After", bodyRetryAfter)
+	r := c.Request
+	rc := http.NewResponseController(c.Writer)
+	drain := r.ProtoMajor == 1 && !strings.EqualFold(r.Header.Get("Expect"), "100-continue") && rc.EnableFullDuplex() == nil
+	if drain {
+		c.Header("Connection", "close")
+	}
+	abortError(c, http.StatusServiceUnavailable, "The server is reading too many large requests at once: send this one again in a few seconds (nothing was charged).")
+	if !drain {
+		return
+	}
+	if err := rc.Flush(); err != nil {
+		return
+	}
+	_, _ = io.CopyN(io.Discard, r.Body, limit)
 }
 
 // releaseBody gives back, when the request's handler has returned, the

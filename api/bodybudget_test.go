@@ -3,9 +3,12 @@ package api
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"mime/multipart"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
@@ -231,4 +234,95 @@ func TestValidatePerKeyLimit(t *testing.T) {
 	if r.Code != 503 || r.Header().Get("Retry-After") == "" || !strings.Contains(r.Body.String(), "split it into smaller files") {
 		t.Fatalf("a call past its time bound: %d %s", r.Code, r.Body)
 	}
+}
+
+// TestBodyBudgetRefusalIsReadable: a large body refused because the budget
+// is spent gets its 503 and JSON error over a real connection, both from a
+// client that reads the answer while it sends (Go's) and from one that
+// sends the whole request before it reads (Python's http.client, curl
+// without Expect), instead of a connection reset.
+func TestBodyBudgetRefusalIsReadable(t *testing.T) {
+	h := newHarness(t, testenv.OpenStore(t, store.SQLite), func(c *config.Config, _ *Deps) { c.BodyBudgetBytes = 4 << 20 })
+	srv := httptest.NewServer(h.srv)
+	defer srv.Close()
+	const ip = "127.0.0.1" // the test server's peer
+	key := h.newKey(ip)
+	// One admitted upload holds the whole budget, waiting on its first byte.
+	gate := make(chan struct{})
+	started := make(chan struct{})
+	held := make(chan int, 1)
+	go func() {
+		body, ct, n := bigUpload(4<<20, gate, func() { close(started) })
+		req := httptest.NewRequest("POST", "/api/v1/validate/", body)
+		req.ContentLength = n
+		req.RemoteAddr = netip.AddrPortFrom(netip.MustParseAddr("198.51.100.90"), 40000).String()
+		req.Header.Set("Authorization", "Bearer "+h.newKey("198.51.100.90"))
+		req.Header.Set("Content-Type", ct)
+		rec := httptest.NewRecorder()
+		h.srv.ServeHTTP(rec, req)
+		held <- rec.Code
+	}()
+	<-started
+	defer func() {
+		close(gate)
+		if c := <-held; c == 503 {
+			t.Errorf("the admitted upload was refused")
+		}
+	}()
+
+	const size = 32 << 20 // far past what net/http drains by itself (256 KiB)
+	check := func(who string, code int, header http.Header, body []byte) {
+		t.Helper()
+		var e map[string]any
+		if err := json.Unmarshal(body, &e); err != nil {
+			t.Fatalf("%s: body is not JSON: %v: %q", who, err, body)
+		}
+		msg, _ := e["error"].(string)
+		if code != 503 || header.Get("Retry-After") == "" || !strings.Contains(msg, "nothing was charged") {
+			t.Fatalf("%s: %d Retry-After %q, %q", who, code, header.Get("Retry-After"), body)
+		}
+	}
+
+	// A Go client: reads the answer as soon as it comes.
+	req, err := http.NewRequest("POST", srv.URL+"/api/v1/submit/", bytes.NewReader(make([]byte, size)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "text/csv")
+	res, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatalf("Go client: %v", err)
+	}
+	b, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil {
+		t.Fatalf("Go client, reading the answer: %v", err)
+	}
+	check("Go client", res.StatusCode, res.Header, b)
+
+	// A client that sends everything, then reads.
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(time.Minute))
+	head := fmt.Sprintf("POST /api/v1/validate/ HTTP/1.1\r\nHost: kinflow\r\nAuthorization: Bearer %s\r\nContent-Type: text/csv\r\nContent-Length: %d\r\n\r\n", key, size)
+	if _, err := io.WriteString(conn, head); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write(make([]byte, size)); err != nil {
+		t.Fatalf("send-then-read client, sending the body: %v", err)
+	}
+	res, err = http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("send-then-read client, reading the answer: %v", err)
+	}
+	b, err = io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil {
+		t.Fatalf("send-then-read client, reading the body: %v", err)
+	}
+	check("send-then-read client", res.StatusCode, res.Header, b)
 }

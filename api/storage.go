@@ -17,6 +17,9 @@ import (
 // (the media root's or the database's), answers 503 with Retry-After and
 // charges nothing; /health/ names the full store; the service recovers by
 // itself when space returns, since every check reads the file system anew.
+// A media root that cannot be written at all (read-only, refused by its
+// permissions, failing: fsutil.Unwritable) answers a submit 503 as well,
+// "Storage unavailable", refunded, naming no path.
 
 // storageRetryAfter is the Retry-After of a submit refused for full
 // storage, in seconds: freeing space takes an operator minutes.
@@ -24,6 +27,12 @@ const storageRetryAfter = 120
 
 // storageFullMessage is the answer to a submit refused for full storage.
 const storageFullMessage = "Storage full: the server cannot store new jobs right now. Nothing was charged; please retry later."
+
+// storageUnavailableMessage is the answer to a submit whose input could not
+// be written because the media root cannot be written at all (read-only,
+// permissions, I/O errors: fsutil.Unwritable). It names no path: the log
+// line of the request has the error.
+const storageUnavailableMessage = "Storage unavailable: the server cannot store new jobs right now. Nothing was charged; please retry later."
 
 // mediaFull reports whether the media root has less free space than
 // KINFLOW_MEDIA_MIN_FREE_MB. A media root that cannot be read is not
@@ -41,6 +50,13 @@ func (s *Server) mediaFull() bool {
 func refuseStorageFull(c *gin.Context) {
 	c.Header("Retry-After", strconv.Itoa(storageRetryAfter))
 	abortError(c, http.StatusServiceUnavailable, storageFullMessage)
+}
+
+// refuseStorageUnavailable answers 503 storage unavailable with
+// Retry-After: an operator's fix (a remount, an owner) takes minutes too.
+func refuseStorageUnavailable(c *gin.Context) {
+	c.Header("Retry-After", strconv.Itoa(storageRetryAfter))
+	abortError(c, http.StatusServiceUnavailable, storageUnavailableMessage)
 }
 
 // dbFullFor is how long /health/ names the database full after a write

@@ -12,6 +12,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -257,10 +258,17 @@ func (s *Server) submit(c *gin.Context) {
 	// 2. The input file, atomically: present means complete.
 	if err := s.writeInput(job.InputPath, sub.Table); err != nil {
 		s.abandon(ctx, c, id, err)
-		if fsutil.NoSpace(err) { // refunded by abandon
+		// Storage full or not writable at all (storage.go): 503, the
+		// charge refunded by abandon. The error, with its path, goes to
+		// the log only.
+		if full, down := fsutil.NoSpace(err), fsutil.Unwritable(err); full || down {
 			s.log.Error("job.input_failed", "request_id", c.GetString(requestIDKey), "error", err)
-			setRateHeaders(c, limit, limit-used+n, now)
-			refuseStorageFull(c)
+			setRateHeaders(c, limit, limit-used+job.Charge(), now)
+			if full {
+				refuseStorageFull(c)
+			} else {
+				refuseStorageUnavailable(c)
+			}
 			return
 		}
 		s.internalError(c, "job.input_failed", err)
@@ -420,6 +428,14 @@ func (s *Server) replaySubmit(c *gin.Context, ctx context.Context, j *store.Job,
 	if j.Status == store.JobSubmitting {
 		if _, err := os.Stat(s.mediaPath(j.InputPath)); err != nil {
 			if err := s.writeInput(j.InputPath, sub.Table); err != nil {
+				if fsutil.NoSpace(err) || fsutil.Unwritable(err) {
+					// The job stays Submitting: a retry finishes it, or
+					// the reconciler refunds and removes it.
+					s.log.Error("job.input_failed", "request_id", rid, "job_id", j.ID, "error", err)
+					c.Header("Retry-After", strconv.Itoa(storageRetryAfter))
+					abortError(c, http.StatusServiceUnavailable, "Storage unavailable: the job's input could not be stored. Please retry later with the same Idempotency-Key.")
+					return
+				}
 				s.internalError(c, "job.input_failed", err)
 				return
 			}

@@ -160,16 +160,31 @@ var (
 	chem     *input.Chemistry
 )
 
+// runMigrate is `kinflow migrate`: it applies the pending migrations and
+// prints one line per migration applied (its id), then that the database
+// is up to date. A schema that a newer release changed in a way this one
+// cannot read is refused with one line (store.SchemaTooNewError).
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("migrate", stderr)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	st, err := storeFromEnv(ctx)
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	st, err := store.Open(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	applied, err := st.ApplyMigrations(ctx)
+	if err != nil {
+		return err
+	}
+	for _, id := range applied {
+		fmt.Fprintf(stdout, "applied %s\n", id)
+	}
 	fmt.Fprintf(stdout, "%s database is up to date\n", st.Dialect)
 	return nil
 }

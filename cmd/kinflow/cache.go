@@ -25,8 +25,10 @@ const cacheUsage = `usage: kinflow cache status [--json]
 
 On the configured media root (KINFLOW_MEDIA_ROOT). status counts per family
 the files, those without an integrity record (unhashed: never used until
-adopted), those whose stat differs from it (mismatched) and those set aside
-(quarantined). verify hashes every file against its record (setting bad ones
+adopted), those whose stat differs from it (mismatched), those whose record
+an older kinflow wrote without the inode fields (old-format: not damage;
+hashed and recorded anew at their next use, or by verify) and those set
+aside (quarantined). verify hashes every file against its record (setting bad ones
 aside, as a job's plan does), fails on files without a record, and recomputes
 a sample; adopt does the same and, when the sample passes, records the
 fingerprint and every file without a record; repair does the same check and recomputes every
@@ -116,17 +118,40 @@ func cacheStatus(layout *embedding.Layout, asJSON bool, stdout io.Writer) error 
 		fmt.Fprintf(stdout, "no cached artefacts under %s\n", layout.SequenceInfo())
 		return nil
 	}
+	return printCacheStatus(st, stdout)
+}
+
+// printCacheStatus prints the status table, then a line per family that
+// holds old-format records.
+func printCacheStatus(st []cacheadmin.FamilyStatus, stdout io.Writer) error {
 	w := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "FAMILY\tFILES\tBYTES\tORIGIN\tSYNTHETIC\tUNVERIFIED\tUNHASHED\tMISMATCHED\tQUARANTINED\tFINGERPRINT\tMODEL")
+	fmt.Fprintln(w, "FAMILY\tFILES\tBYTES\tORIGIN\tSYNTHETIC\tUNVERIFIED\tUNHASHED\tMISMATCHED\tOLD-FORMAT\tQUARANTINED\tFINGERPRINT\tMODEL")
 	for _, s := range st {
 		fp := s.Fingerprint
 		if fp == "" {
 			fp = "(none recorded)"
 		}
-		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", s.Family, s.Files, s.Bytes, s.Origin(), s.Synthetic, s.Unverified,
-			s.Unhashed, s.Mismatched, s.Quarantined, fp, s.Model)
+		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", s.Family, s.Files, s.Bytes, s.Origin(), s.Synthetic, s.Unverified,
+			s.Unhashed, s.Mismatched, s.OldFormat, s.Quarantined, fp, s.Model)
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	// Old-format records are what an upgrade leaves, not damage: say so,
+	// and how to bring them up to date, rather than let them read as
+	// mismatches.
+	for _, s := range st {
+		if s.OldFormat == 0 {
+			continue
+		}
+		now := ""
+		if s.Synthetic < s.Files { // verify wants a real file to recompute
+			now = fmt.Sprintf(", or all now with `kinflow cache verify --family %s`", s.Family)
+		}
+		fmt.Fprintf(stdout, "%s: %d file(s) with an old-format integrity record (written by an older kinflow, without the inode fields): not damage; "+
+			"each is hashed once at its next use and recorded anew%s\n", s.Family, s.OldFormat, now)
+	}
+	return nil
 }
 
 // cachePurge removes a family's files (or only its synthetic ones).

@@ -115,6 +115,12 @@ type FamilyStatus struct {
 	// from their record: hashed before their next use, and set aside if
 	// the contents differ.
 	Mismatched int `json:"mismatched"`
+	// OldFormat counts the files whose record an older kinflow wrote,
+	// without the inode fields (ctime, inode) the quick check compares, and
+	// whose size and modification time match it: not damage, but hashed
+	// once at their next use (or by `kinflow cache verify`) and recorded
+	// anew. Not counted in Mismatched.
+	OldFormat int `json:"old_format"`
 	// Quarantined counts the files integrity checks set aside
 	// (sequence_info/.quarantine/<family>/).
 	Quarantined int `json:"quarantined"`
@@ -218,7 +224,7 @@ func Status(l *embedding.Layout) ([]FamilyStatus, error) {
 			continue
 		}
 		s := FamilyStatus{Family: f.Name, Files: len(have), Quarantined: len(quarantined)}
-		if s.Unhashed, s.Mismatched, err = integrityCounts(dir, f.Suffix(), have); err != nil {
+		if s.Unhashed, s.OldFormat, s.Mismatched, err = integrityCounts(dir, f.Suffix(), have); err != nil {
 			return nil, err
 		}
 		for _, n := range have {
@@ -238,8 +244,10 @@ func Status(l *embedding.Layout) ([]FamilyStatus, error) {
 }
 
 // integrityCounts stats have's files against dir's manifest records: the
-// files without a hash recorded, and those whose stat differs from theirs.
-func integrityCounts(dir, suffix string, have map[string]int64) (unhashed, mismatched int, err error) {
+// files without a hash recorded, those whose record is of the old format
+// (no inode fields) and otherwise agrees with their stat, and those whose
+// stat differs from their record.
+func integrityCounts(dir, suffix string, have map[string]int64) (unhashed, oldFormat, mismatched int, err error) {
 	recs := embedding.ReadFileRecords(dir)
 	for sid := range have {
 		r, ok := recs[sid]
@@ -252,13 +260,17 @@ func integrityCounts(dir, suffix string, have map[string]int64) (unhashed, misma
 			continue
 		}
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
-		if !r.Matches(st) {
+		switch {
+		case r.Matches(st):
+		case r.OldFormat() && r.Bytes == st.Bytes && r.MtimeNs == st.MtimeNs:
+			oldFormat++
+		default:
 			mismatched++
 		}
 	}
-	return unhashed, mismatched, nil
+	return unhashed, oldFormat, mismatched, nil
 }
 
 // PurgeResult says what Purge removed.

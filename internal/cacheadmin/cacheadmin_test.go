@@ -1,6 +1,7 @@
 package cacheadmin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -460,5 +461,79 @@ func TestStatusVerifyRepairOnAFamilyOfTwoSteps(t *testing.T) {
 	v.Settings.Commands, v.Settings.Fingerprints = map[string][]string{}, map[string][]string{}
 	if _, err := v.Verify(context.Background(), fam, 1); err == nil || !strings.Contains(err.Error(), "methoda_t5_full, prot_t5_mean") {
 		t.Fatalf("no program: %v", err)
+	}
+}
+
+// TestOldFormatRecordsAreNotMismatches: records an older kinflow wrote (a
+// hash, size and mtime; no ctime_ns, no ino) of unchanged files count as
+// old-format in Status, not as mismatched; one whose file was touched since
+// stays mismatched. Verify hashes both, finds them whole and records them
+// anew, after which neither count holds them.
+func TestOldFormatRecordsAreNotMismatches(t *testing.T) {
+	fx := newFixture(t, 3)
+	fx.writeIndependently(t, famH, fx.ids)
+	v := fx.commandVerifier(t)
+	if _, err := v.Adopt(context.Background(), famH, 3); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := embedding.FamilyByName(famH)
+	dir := fx.l.FamilyDir(f)
+	mpath := filepath.Join(dir, embedding.ManifestName)
+	raw, err := os.ReadFile(mpath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber() // nanosecond times do not fit a float64
+	if err := dec.Decode(&m); err != nil {
+		t.Fatal(err)
+	}
+	for _, sid := range fx.ids[:2] {
+		e := m["entries"].(map[string]any)[sid].(map[string]any)
+		delete(e, "ino")
+		delete(e, "ctime_ns")
+	}
+	if raw, err = json.Marshal(m); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(mpath, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Minute)
+	if err := os.Chtimes(filepath.Join(dir, fx.ids[1]+f.Suffix()), later, later); err != nil {
+		t.Fatal(err)
+	}
+	status := func() FamilyStatus {
+		t.Helper()
+		st, err := Status(fx.l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range st {
+			if s.Family == famH {
+				return s
+			}
+		}
+		t.Fatalf("no status line for %s: %+v", famH, st)
+		return FamilyStatus{}
+	}
+	if s := status(); s.OldFormat != 1 || s.Mismatched != 1 || s.Unhashed != 0 || s.Files != 3 {
+		t.Fatalf("with one old-format record and one touched file: %+v", s)
+	}
+	res, err := v.Verify(context.Background(), famH, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Integrity.Bad) != 0 || res.Integrity.Recorded != 2 {
+		t.Fatalf("verify: %+v", res.Integrity)
+	}
+	if s := status(); s.OldFormat != 0 || s.Mismatched != 0 || s.Quarantined != 0 {
+		t.Fatalf("after verify: %+v", s)
+	}
+	for _, sid := range fx.ids[:2] {
+		if r := embedding.ReadFileRecords(dir)[sid]; r.OldFormat() || r.CtimeNs == 0 || r.Ino == 0 {
+			t.Fatalf("record of %s after verify: %+v", sid, r)
+		}
 	}
 }

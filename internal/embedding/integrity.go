@@ -140,6 +140,12 @@ func StatFile(path string) (FileStat, error) {
 	return statOf(&st), nil
 }
 
+// OldFormat reports whether r is a hashed record of the format written
+// before the inode fields were kept (CtimeNs or Ino 0): Matches never holds
+// for it, so its file is hashed once at its next check, which records it
+// anew with them.
+func (r FileRecord) OldFormat() bool { return r.Hashed() && (r.CtimeNs == 0 || r.Ino == 0) }
+
 // Matches reports whether r is a full integrity record (a hash and the
 // inode fields) of a file whose stat is s: the fast path's test.
 func (r FileRecord) Matches(s FileStat) bool {

@@ -44,3 +44,20 @@ func NoSpaceText(msg string) bool {
 	}
 	return false
 }
+
+// Unwritable reports whether err says a write failed because the file
+// system cannot be written at all, whatever is written: mounted read-only
+// (EROFS, as a disk with errors is remounted), refused by its permissions
+// (EACCES, EPERM: a root that changed owner, an NFS export that squashes
+// the writer), failing (EIO) or gone from under an NFS client (ESTALE), or
+// a folder on the path that is a file (ENOTDIR: the layout under the root
+// is broken). Such a failure is the storage's, not the request's: a retry
+// after an operator's fix succeeds. Lack of space is NoSpace's.
+func Unwritable(err error) bool {
+	for _, e := range []syscall.Errno{syscall.EROFS, syscall.EACCES, syscall.EPERM, syscall.EIO, syscall.ESTALE, syscall.ENOTDIR} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,6 +1,10 @@
 package store
 
-import "gorm.io/gorm"
+import (
+	"io/fs"
+
+	"gorm.io/gorm"
+)
 
 // ClaimsLockID is claimsLockID for the external tests (claims_test.go holds
 // the lock from another session).
@@ -19,3 +23,11 @@ func PreparedCount(s *Store) (n int, ok bool) {
 	}
 	return len(p.Stmts.Keys()), true
 }
+
+// SetMigrationSource makes s read its migrations from fsys (laid out as the
+// embedded files: migrations/<dialect>/NNNN_name.sql) instead of the
+// embedded ones, as a newer or older release would.
+func SetMigrationSource(s *Store, fsys fs.FS) { s.migrationFS = fsys }
+
+// MigrationFiles are the embedded migrations.
+var MigrationFiles fs.FS = migrationFiles

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -42,6 +43,9 @@ type Store struct {
 	// procs marks this process as having the SQLite file open
 	// (writers_unix.go); nil on Postgres.
 	procs *procsMark
+	// migrationFS replaces the embedded migrations (nil: those), for tests
+	// that play a newer or older release.
+	migrationFS fs.FS
 }
 
 // sqliteBusyTimeout is SQLite's busy_timeout and the write gate's wait.

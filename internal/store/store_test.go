@@ -33,7 +33,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 // TestModelsMatchSchema checks that every field of every GORM model has its
 // column in the schema the SQL migrations create.
 func TestModelsMatchSchema(t *testing.T) {
-	models := []any{&store.APIUser{}, &store.APIKey{}, &store.QuotaUsage{}, &store.Job{}, &store.JobStage{}, &store.JobEvent{}, &store.Sequence{}, &store.ArtefactClaim{}, &store.IdempotencyKey{}}
+	models := []any{&store.APIUser{}, &store.APIKey{}, &store.QuotaUsage{}, &store.Job{}, &store.JobStage{}, &store.JobEvent{}, &store.Sequence{}, &store.ArtefactClaim{}, &store.IdempotencyKey{}, &store.SchemaCompat{}}
 	testenv.EachDialect(t, func(t *testing.T, s *store.Store) {
 		for _, m := range models {
 			sch, err := schema.Parse(m, &sync.Map{}, s.DB.NamingStrategy)
