@@ -67,8 +67,9 @@ bench: bin/temporal bin/temporal-server ## run the Go benchmarks (BenchmarkRealS
 # LOAD_FLAGS narrows the run, e.g. LOAD_FLAGS='-workers 1 -bursts 200 -big 0'.
 PROFILE        ?=
 LOAD_FLAGS     ?=
-bench-load: bin/temporal build ## many users at once: 3-row jobs one at a time, in bursts of 50 and 200 (each followed by as many no-op workflows of the same Temporal shape, and the requests per job where the two differ), and 1 and 100 of them submitted 5 s into a 10,000-row job, on kinflow dev with 1 and 2 CPU workers (jobs/s, p50/p99 latency, CPU ms per job of Temporal, kinflow and the synthetic step servers, Temporal persistence requests per job, kinflow's share in the kernel and new files per job, /status/ req/s); PROFILE=dir writes CPU profiles (docs/BENCHMARKS.md)
-	$(GO) run ./tools/loadbench -kinflow bin/kinflow -temporal-cli bin/temporal -workers 1,2 -bursts 1,50,200 -big 10000 -floor $(if $(PROFILE),-profile $(PROFILE)) $(LOAD_FLAGS)
+bench-load: bin/temporal bin/temporal-server build ## many users at once: 3-row jobs one at a time, in bursts of 50 and 200 (each followed by as many no-op workflows of the same Temporal shape, and the requests per job where the two differ), and 1 and 100 of them submitted 5 s into a 10,000-row job, on kinflow dev with 1 and 2 CPU workers; one key's 150-row job behind another key's six, first come first served and fair by key, on kinflow dev and the production topology, and keys of weights 1 and 2 (jobs/s, p50/p99 latency, CPU ms per job of Temporal, kinflow and the synthetic step servers, Temporal persistence requests per job, kinflow's share in the kernel and new files per job, /status/ req/s); PROFILE=dir writes CPU profiles (docs/BENCHMARKS.md)
+	$(GO) run ./tools/loadbench -kinflow bin/kinflow -temporal-cli bin/temporal -workers 1,2 -bursts 1,50,200 -big 10000 -fair 6 -floor $(if $(PROFILE),-profile $(PROFILE)) $(LOAD_FLAGS)
+	$(GO) test ./internal/e2e -run '^$$' -bench FairShareOnProductionTopology -benchtime 1x -timeout 30m
 
 lint: ## gofmt, go vet, staticcheck, workflowcheck (determinism of workflow code); ruff (check + format) on steps/ (from .venv-steps); mypy --strict + ruff on clients/python
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -82,3 +82,45 @@ func TestFairShareOnProductionTopology(t *testing.T) {
 	tp := startTopology(t, TopologyOptions{APIs: 1, Workers: 1, GPUHosts: 1, Env: fairEnv})
 	checkFair(t, tp.APIURLs[0])
 }
+
+// BenchmarkFairShareOnProductionTopology is the two-key scenario on the
+// production topology (Temporal server on Postgres with the images'
+// dynamic configuration; one api, worker and GPU host), first come first
+// served (KINFLOW_FAIRNESS=false) and fair by key: B's time behind A's
+// backlog ÷ its time alone, and how many of A's jobs it overtook. `make
+// bench-load` runs it after the embedded default's (tools/loadbench -fair).
+// Run: go test ./internal/e2e -run '^$' -bench FairShareOnProductionTopology -benchtime 1x -timeout 30m
+func BenchmarkFairShareOnProductionTopology(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		for _, on := range []string{"false", "true"} {
+			env := map[string]string{"KINFLOW_FAIRNESS": on}
+			for k, v := range fairEnv {
+				env[k] = v
+			}
+			tp := startTopology(b, TopologyOptions{APIs: 1, Workers: 1, GPUHosts: 1, Env: env})
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+			a, err := loadgen.NewTenant(ctx, tp.APIURLs[0], "A", "127.0.0.2")
+			if err != nil {
+				b.Fatal(err)
+			}
+			bt, err := loadgen.NewTenant(ctx, tp.APIURLs[0], "B", "127.0.0.3")
+			if err != nil {
+				b.Fatal(err)
+			}
+			r, err := loadgen.RunFairness(ctx, a, bt, fairBacklog, fairRows, time.Second, 250*time.Millisecond)
+			cancel()
+			if err == nil {
+				err = r.Check()
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			name := map[string]string{"false": "fcfs", "true": "fair"}[on]
+			b.Logf("%s: %s", name, r.Summary())
+			b.ReportMetric(r.Factor(), name+"-factor")
+			b.ReportMetric(float64(r.Overtook()), name+"-overtook")
+			tp.Server.Stop()
+			tp.stop()
+		}
+	}
+}

@@ -147,8 +147,10 @@ func (a *Activities) RunStep(ctx context.Context, in StepInput) (StepResult, err
 			}
 		}
 	}()
+	prio := activity.GetInfo(ctx).Priority
 	out, err := a.Engine.RunStep(ctx, StepRequest{
 		JobID: in.GPUJobID, StepKey: step, Seqs: seqs, Log: jl,
+		Share: Share{Key: prio.FairnessKey, Weight: float64(prio.FairnessWeight)},
 		Progress: func(done, total int) {
 			p := StepProgress{FilesDone: done, FilesTotal: total}
 			select {

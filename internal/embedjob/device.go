@@ -9,13 +9,19 @@ import (
 // Device is a GPU host's turn-taking for its device. Every batch a step
 // activity sends to its step program passes through Run:
 //
-//   - At most Places batches are handed over at once (KINFLOW_GPU_SLOTS),
-//     first come first served: a small job's batch waits for the batches
-//     already on the device, never for a large job's remaining ones. A
-//     batch for a resident server is handed over once it is in the server's
-//     line (Send); the server's window (KINFLOW_STEP_SERVER_AHEAD) bounds
-//     what waits there, so a small job's batch waits behind at most that
-//     many of a large job's.
+//   - At most Places batches are handed over at once (KINFLOW_GPU_SLOTS).
+//     When a place frees, the next batch is chosen by share: the batches
+//     of the API key (its fairness key, which the step activity inherits
+//     from its job) that has had the fewest turns for its weight go first,
+//     first come first served within a key (stride scheduling). A key
+//     whose job holds more activity slots than another's has more batches
+//     waiting, never more turns: Temporal shares the slots between keys,
+//     and this line shares the device. A small job's batch waits for the
+//     batches already on the device, never for a large job's remaining
+//     ones. A batch for a resident server is handed over once it is in the
+//     server's line (Send); the server's window (KINFLOW_STEP_SERVER_AHEAD)
+//     bounds what waits there, so a small job's batch waits behind at most
+//     that many of a large job's.
 //   - Batches of one step key that are waiting when a place frees run as one
 //     batch, as far as the step's token budget and sequence cap allow. A
 //     public service sees many small jobs at once; on a GPU a batch of three
@@ -27,10 +33,27 @@ import (
 // A batch waits here only for batches that are running, which need nothing
 // the waiter holds: the wait always ends (docs/workflows.md, "Waits").
 type Device struct {
-	places chan struct{}
-
-	mu      sync.Mutex
+	mu sync.Mutex
+	// free is how many places are free; line the batches waiting for one,
+	// in arrival order.
+	free int
+	line []*devBatch
+	// pass is each share's virtual time: its turns so far, each counted
+	// 1/weight; now is the virtual time of the last turn given. A share
+	// that comes back after a pause starts at now, not where it left off,
+	// so it cannot claim the turns it did not ask for.
+	pass map[string]float64
+	now  float64
+	// waiting are the batches not yet on the device by step key, for the
+	// batches they may ride with.
 	waiting map[string][]*devBatch
+}
+
+// Share is whose work a batch is: the fairness key and weight of the job it
+// serves (internal/fairness). The zero Share is one share of its own.
+type Share struct {
+	Key    string
+	Weight float64
 }
 
 // devBatch is one caller's batch waiting for the device.
@@ -39,6 +62,9 @@ type devBatch struct {
 	// done receives the outcome once a leader ran this batch with its own.
 	done  chan error
 	taken bool
+	// turn receives once the batch is given a place (granted set).
+	turn    chan struct{}
+	granted bool
 }
 
 // errRunAlone tells a caller whose batch rode with another caller's that
@@ -47,7 +73,78 @@ var errRunAlone = errors.New("the batch this one joined was cancelled")
 
 // NewDevice returns a device with places batches at once (below 1 means 1).
 func NewDevice(places int) *Device {
-	return &Device{places: make(chan struct{}, max(places, 1)), waiting: map[string][]*devBatch{}}
+	return &Device{free: max(places, 1), pass: map[string]float64{}, waiting: map[string][]*devBatch{}}
+}
+
+// enter puts b in line for a place, or gives it one at once when one is
+// free and nobody waits; d.mu is held.
+func (d *Device) enter(b *devBatch) {
+	if d.free > 0 && len(d.line) == 0 {
+		d.free--
+		b.granted = true
+		b.turn <- struct{}{}
+		return
+	}
+	key := b.job.Share.Key
+	queued := false
+	for _, o := range d.line {
+		if o.job.Share.Key == key {
+			queued = true
+			break
+		}
+	}
+	if !queued {
+		d.pass[key] = max(d.pass[key], d.now)
+	}
+	d.line = append(d.line, b)
+}
+
+// leave takes b out of the line (it was cancelled, or rides with another
+// batch); d.mu is held.
+func (d *Device) leave(b *devBatch) {
+	for i, o := range d.line {
+		if o == b {
+			d.line = append(d.line[:i], d.line[i+1:]...)
+			return
+		}
+	}
+}
+
+// release frees a place: the first waiting batch of the share with the
+// least virtual time gets it.
+func (d *Device) release() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.line) == 0 {
+		d.free++
+		return
+	}
+	best := 0
+	for i, o := range d.line {
+		if d.pass[o.job.Share.Key] < d.pass[d.line[best].job.Share.Key] {
+			best = i
+		}
+	}
+	b := d.line[best]
+	d.line = append(d.line[:best], d.line[best+1:]...)
+	key := b.job.Share.Key
+	d.now = d.pass[key]
+	w := b.job.Share.Weight
+	if !(w > 0) {
+		w = 1
+	}
+	d.pass[key] += 1 / w
+	if len(d.pass) > 4096 {
+		// Keys that have nothing in line start at now when they come
+		// back: forgetting them changes nothing.
+		for k := range d.pass {
+			if d.pass[k] <= d.now {
+				delete(d.pass, k)
+			}
+		}
+	}
+	b.granted = true
+	b.turn <- struct{}{}
 }
 
 // sendFunc hands a batch to its step program and returns the channel that
@@ -106,23 +203,37 @@ func rode(err error) (<-chan error, error) {
 }
 
 func (d *Device) sendOnce(ctx context.Context, job BatchJob, budget, maxSeqs int, send sendFunc) (<-chan error, error) {
-	me := &devBatch{job: job, done: make(chan error, 1)}
+	me := &devBatch{job: job, done: make(chan error, 1), turn: make(chan struct{}, 1)}
 	d.mu.Lock()
 	d.waiting[job.StepKey] = append(d.waiting[job.StepKey], me)
+	d.enter(me)
 	d.mu.Unlock()
 
 	select {
-	case d.places <- struct{}{}:
+	case <-me.turn:
 	case err := <-me.done:
-		// Another caller ran this batch with its own.
+		// Another caller ran this batch with its own; a place given to it
+		// meanwhile goes to the next in line.
+		d.mu.Lock()
+		granted := me.granted
+		d.mu.Unlock()
+		if granted {
+			d.release()
+		}
 		return rode(err)
 	case <-ctx.Done():
 		d.mu.Lock()
-		taken := me.taken
+		taken, granted := me.taken, me.granted
 		if !taken {
 			d.remove(me)
 		}
+		if !granted {
+			d.leave(me)
+		}
 		d.mu.Unlock()
+		if granted {
+			d.release()
+		}
 		if taken {
 			// The batch is running on our behalf: its files are ours.
 			return rode(<-me.done)
@@ -133,7 +244,7 @@ func (d *Device) sendOnce(ctx context.Context, job BatchJob, budget, maxSeqs int
 	if me.taken {
 		// A leader took this batch between our turn and the lock.
 		d.mu.Unlock()
-		<-d.places
+		d.release()
 		return rode(<-me.done)
 	}
 	d.remove(me)
@@ -141,7 +252,7 @@ func (d *Device) sendOnce(ctx context.Context, job BatchJob, budget, maxSeqs int
 	d.mu.Unlock()
 
 	done, err := send(ctx, joinRiders(job, riders))
-	<-d.places
+	d.release()
 	if err != nil {
 		done = settled(err)
 	}
@@ -215,6 +326,9 @@ func (d *Device) gather(lead *devBatch, budget, maxSeqs int) []*devBatch {
 		next := append(items, o.job.Items...)
 		if BatchCost(next) <= budget && (maxSeqs <= 0 || len(next) <= maxSeqs) {
 			o.taken = true
+			if !o.granted {
+				d.leave(o)
+			}
 			riders = append(riders, o)
 			items = next
 			continue

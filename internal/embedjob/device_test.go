@@ -225,3 +225,81 @@ func TestDeviceCancelledWhileWaitingLeavesTheLine(t *testing.T) {
 	waitQueued(t, d, 0)
 	close(rec.hold)
 }
+
+// fairOrder holds the device with one batch, queues the batches of jobs in
+// order (each its own step, so none rides with another), releases the
+// device and returns the order in which the queued batches ran.
+func fairOrder(t *testing.T, jobs []BatchJob) []string {
+	t.Helper()
+	d := NewDevice(1)
+	rec := &deviceRecorder{hold: make(chan struct{}), started: make(chan struct{})}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := d.Run(context.Background(), devJob("hold", "h", 1), 1, 0, rec.run); err != nil {
+			t.Error(err)
+		}
+	}()
+	<-rec.started
+	for i, j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := d.Run(context.Background(), j, 1, 0, rec.run); err != nil {
+				t.Error(err)
+			}
+		}()
+		waitQueued(t, d, i+1)
+	}
+	close(rec.hold)
+	wg.Wait()
+	var order []string
+	for _, b := range rec.batches[1:] {
+		order = append(order, b[0])
+	}
+	return order
+}
+
+// TestDeviceSharesTurnsByKey: a key with six batches waiting does not hold
+// another key's one behind them all: the other key's batch runs second,
+// first come first served within a key.
+func TestDeviceSharesTurnsByKey(t *testing.T) {
+	var jobs []BatchJob
+	for i := 1; i <= 6; i++ {
+		j := devJob(fmt.Sprint("s", i), fmt.Sprint("A", i), 1)
+		j.Share = Share{Key: "key-1", Weight: 1}
+		jobs = append(jobs, j)
+	}
+	b := devJob("s7", "B1", 1)
+	b.Share = Share{Key: "key-2", Weight: 1}
+	jobs = append(jobs, b)
+	got := fairOrder(t, jobs)
+	want := []string{"A1", "B1", "A2", "A3", "A4", "A5", "A6"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("order %v, want %v", got, want)
+	}
+}
+
+// TestDeviceTurnsFollowWeights: with both keys' batches waiting, a key of
+// weight 2 gets two turns for each of a weight-1 key's.
+func TestDeviceTurnsFollowWeights(t *testing.T) {
+	var jobs []BatchJob
+	for i := 1; i <= 6; i++ {
+		a := devJob(fmt.Sprint("a", i), fmt.Sprint("A", i), 1)
+		a.Share = Share{Key: "key-1", Weight: 2}
+		b := devJob(fmt.Sprint("b", i), fmt.Sprint("B", i), 1)
+		b.Share = Share{Key: "key-2", Weight: 1}
+		jobs = append(jobs, a, b)
+	}
+	got := fairOrder(t, jobs)
+	as := 0
+	for _, id := range got[:9] {
+		if id[0] == 'A' {
+			as++
+		}
+	}
+	if as != 6 {
+		t.Fatalf("the weight-2 key had %d of the first 9 turns, want 6 (order %v)", as, got)
+	}
+}

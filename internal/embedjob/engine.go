@@ -23,6 +23,8 @@ type BatchJob struct {
 	Items []SeqItem
 	// Log is the job's step log (may be nil).
 	Log *JobLog
+	// Share is whose work the batch is (the Device's turns go by share).
+	Share Share
 }
 
 // BatchRunner runs one batch: it writes the batch's missing outputs.
@@ -128,6 +130,9 @@ type StepRequest struct {
 	Seqs []SeqItem
 	// Log is the job's step log (may be nil).
 	Log *JobLog
+	// Share is whose work the step is: the fairness key and weight its
+	// activity inherited from its job.
+	Share Share
 	// Progress is called with the number of expected files present, after
 	// the initial scan and after every batch (may be nil).
 	Progress func(filesDone, filesTotal int)

@@ -224,8 +224,8 @@ func (r *stepRun) send(b []SeqItem, retried bool) *sentBatch {
 		return nil
 	}
 	r.out.Batches++
-	job := BatchJob{JobID: req.JobID, StepKey: req.StepKey, Index: r.out.Batches, Items: items, Log: req.Log}
-	req.Log.Printf("BATCH_START job_id=%s step=%s batch=%d seq_count=%d tokens=%d", req.JobID, req.StepKey, job.Index, len(items), BatchCost(items))
+	job := BatchJob{JobID: req.JobID, StepKey: req.StepKey, Index: r.out.Batches, Items: items, Log: req.Log, Share: req.Share}
+	req.Log.Printf("BATCH_START job_id=%s step=%s batch=%d seq_count=%d tokens=%d share=%s", req.JobID, req.StepKey, job.Index, len(items), BatchCost(items), shareName(req.Share))
 	if err := r.e.recheck(r.ctx, req, r.admitted, items); err != nil {
 		if r.ctx.Err() != nil {
 			return &sentBatch{job: job, items: items, done: settled(r.ctx.Err())}
@@ -366,4 +366,12 @@ func (r *stepRun) settle() {
 		}
 		return r.out.Missing[i].Path < r.out.Missing[j].Path
 	})
+}
+
+// shareName is how a step log names a batch's share.
+func shareName(s Share) string {
+	if s.Key == "" {
+		return "-"
+	}
+	return fmt.Sprintf("%s/%g", s.Key, s.Weight)
 }

@@ -183,3 +183,61 @@ func RunFairness(ctx context.Context, a, b *Tenant, backlog, rows int, lead, pol
 	slices.SortFunc(r.Backlog, func(x, y FairJob) int { return int(x.Ended - y.Ended) })
 	return r, nil
 }
+
+// WeightResult is a weighted run's figures: two keys' backlogs submitted
+// at once, and each key's jobs ended by the time the first backlog ended.
+type WeightResult struct {
+	Light, Heavy []FairJob
+	// LightDone and HeavyDone count each key's jobs ended by then.
+	LightDone, HeavyDone int
+}
+
+// Ratio is the heavier key's jobs done ÷ the lighter key's.
+func (r WeightResult) Ratio() float64 { return float64(r.HeavyDone) / float64(max(r.LightDone, 1)) }
+
+// RunWeighted submits n jobs of rows rows for light and for heavy at the
+// same moment (light's first) and counts each key's jobs ended when the
+// first of the two backlogs has ended.
+func RunWeighted(ctx context.Context, light, heavy *Tenant, n, rows int, poll time.Duration) (WeightResult, error) {
+	var r WeightResult
+	start := time.Now()
+	var (
+		wg         sync.WaitGroup
+		lErr, hErr error
+	)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		r.Light, lErr = SubmitBacklog(ctx, light, n, rows, rand.Uint64(), start, poll)
+	}()
+	go func() {
+		defer wg.Done()
+		r.Heavy, hErr = SubmitBacklog(ctx, heavy, n, rows, rand.Uint64(), start, poll)
+	}()
+	wg.Wait()
+	if lErr != nil {
+		return r, lErr
+	}
+	if hErr != nil {
+		return r, hErr
+	}
+	last := func(js []FairJob) time.Duration {
+		var m time.Duration
+		for _, j := range js {
+			m = max(m, j.Ended)
+		}
+		return m
+	}
+	cut := min(last(r.Light), last(r.Heavy))
+	for _, j := range r.Light {
+		if j.Ended <= cut {
+			r.LightDone++
+		}
+	}
+	for _, j := range r.Heavy {
+		if j.Ended <= cut {
+			r.HeavyDone++
+		}
+	}
+	return r, nil
+}

@@ -49,6 +49,8 @@ type bench struct {
 	prof              *profiler // nil without -profile
 	// withFloor runs the floor (floor.go) after each burst.
 	withFloor bool
+	// fair is the backlog of the fairness runs (fair.go); 0 skips them.
+	fair int
 }
 
 func run() error {
@@ -67,6 +69,7 @@ func run() error {
 	flag.DurationVar(&b.poll, "poll", 250*time.Millisecond, "how often each job of a burst reads its status (latencies are quantised by it)")
 	env := flag.String("env", "", "extra environment for every process, KEY=VALUE,KEY=VALUE")
 	profile := flag.String("profile", "", "write CPU profiles of one more burst of each size (2 jobs or more) into this folder: kinflow's (Go pprof) and the Temporal dev server's (perf), with summaries")
+	flag.IntVar(&b.fair, "fair", 0, "also measure one key's 150-row job behind another key's backlog of this many (first come first served, then fair by key), and two keys of weights 1 and 2 (fair.go; 0: skip)")
 	flag.BoolVar(&b.withFloor, "floor", false, "after each burst, a burst of as many no-op workflows in the shape of one of its jobs' history, on the same Temporal dev server: the jobs/s Temporal allows on this machine when the jobs do nothing (floor.go)")
 	flag.Parse()
 
@@ -101,6 +104,9 @@ func run() error {
 		if err := b.deployment(ctx, nw, bs); err != nil {
 			return err
 		}
+	}
+	if b.fair > 0 {
+		return b.fairness(ctx)
 	}
 	return nil
 }
