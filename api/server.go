@@ -82,7 +82,9 @@ type Server struct {
 	idemLocks [64]sync.Mutex
 	// statuses is the status cache and its per-job watchers
 	// (statuswatch.go); statusRate the per-key limit on status reads.
-	statuses   *statusHub
+	statuses *statusHub
+	// sharing answers unfinished jobs' `sharing` (sharing.go).
+	sharing    *sharingBoard
 	statusRate *keyRate
 	// keys caches status reads' key lookups (keycache.go).
 	keys keyCache
@@ -132,6 +134,7 @@ func New(d Deps) *Server {
 	s.statuses = newStatusHub(statusCacheTTL(d.Config), s.loadStatusSnap)
 	if d.Store != nil {
 		s.statuses.queue = newQueueBoard(d.Store.PendingSubmitTimes, d.Store.QueuePosition)
+		s.sharing = newSharingBoard(d.Store.UnfinishedWorkByKey)
 		d.Store.OnJobChange(s.statuses.changed)
 		s.statuses.complete = d.Store.SeesAllWrites
 	}

@@ -94,6 +94,9 @@ type statusBody struct {
 	// Charge is kinflow's addition, on a finished job: the rows charged
 	// and given back to the key's daily quota.
 	Charge *wire.Charge `json:"charge,omitempty"`
+	// Sharing is kinflow's addition (sharing.go), on an unfinished job:
+	// its class and the other keys' work it shares the queues with.
+	Sharing *wire.Sharing `json:"sharing,omitempty"`
 }
 
 // jobCharge is j's charge once it has finished (nil before).
@@ -633,6 +636,11 @@ func (s *Server) statusBodyOf(sn *statusSnap, now time.Time) statusBody {
 	b.Overall = overall(j, b.Status, b.QueuePosition, stages, units, now)
 	b.Similarity = sim
 	b.Charge = jobCharge(j)
+	if !sn.finished() && s.sharing != nil {
+		if work, ok := s.sharing.snapshot(context.Background()); ok {
+			b.Sharing = sharingOf(j, work)
+		}
+	}
 	b.Expired = s.jobExpired(j)
 	switch j.Status {
 	case store.JobCompleted:

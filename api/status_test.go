@@ -46,7 +46,7 @@ func TestStatusPendingShape(t *testing.T) {
 			var skip json.RawMessage
 			dec.Decode(&skip)
 		}
-		want := "jobId,status,submittedAt,elapsedSeconds,queueSeconds,computeSeconds,queuePosition,progress,progressStages,activeStageIndex,completedStageCount,totalStageCount,overall" // overall: kinflow's addition, last
+		want := "jobId,status,submittedAt,elapsedSeconds,queueSeconds,computeSeconds,queuePosition,progress,progressStages,activeStageIndex,completedStageCount,totalStageCount,overall,sharing" // overall and sharing: kinflow's additions, last
 		if strings.Join(keys, ",") != want {
 			t.Fatalf("keys %v", keys)
 		}
@@ -55,6 +55,10 @@ func TestStatusPendingShape(t *testing.T) {
 			b["queueSeconds"] != 5.0 || b["computeSeconds"] != nil || b["queuePosition"] != 2.0 || b["activeStageIndex"] != 0.0 ||
 			b["totalStageCount"] != 2.0 || b["completedStageCount"] != 0.0 {
 			t.Fatalf("status %v", b)
+		}
+		// Both jobs are one key's: none of its own work counts as shared.
+		if sh := b["sharing"].(map[string]any); sh["class"] != "interactive" || sh["otherKeys"] != 0.0 || sh["otherRows"] != 0.0 {
+			t.Fatalf("sharing %v", sh)
 		}
 		stages := b["progressStages"].([]any)
 		s0 := stages[0].(map[string]any)

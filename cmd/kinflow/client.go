@@ -480,6 +480,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if st.QueuePosition != nil && st.Status == "Pending" {
 		fmt.Fprintf(stdout, "queue position %d\n", *st.QueuePosition)
 	}
+	if st.Sharing != nil {
+		fmt.Fprintf(stdout, "sharing: %s\n", st.Sharing.Text)
+	}
 	for _, s := range st.Stages {
 		fmt.Fprintln(stdout, stageLine(s))
 		if s.Message != "" {

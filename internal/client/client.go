@@ -569,8 +569,11 @@ type Status struct {
 	Similarity *SimilarityNote `json:"similarity"`
 	// Charge is what a finished job cost the key's daily quota; nil before
 	// the job ends.
-	Charge *Charge         `json:"charge"`
-	Raw    json.RawMessage `json:"-"`
+	Charge *Charge `json:"charge"`
+	// Sharing is an unfinished job's class and the other keys' work it
+	// shares the queues with; nil once it ended or from an older server.
+	Sharing *wire.Sharing   `json:"sharing"`
+	Raw     json.RawMessage `json:"-"`
 }
 
 // Charge is the status's `charge`: the rows charged at submit, the rows

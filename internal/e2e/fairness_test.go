@@ -49,6 +49,10 @@ func checkFair(t *testing.T, base string) {
 	if err := r.Check(); err != nil {
 		t.Fatal(err)
 	}
+	// B's status said whose work it shared the queues with.
+	if r.WithBacklog.SharedWith != 1 {
+		t.Fatalf("B's job's status named %d other keys sharing the queues, want 1 (A)", r.WithBacklog.SharedWith)
+	}
 	if n := r.Overtook(); n < fairBacklog/2 {
 		t.Fatalf("B's job overtook %d of A's %d queued jobs, want at least %d: one key's backlog held another key's job (%s)",
 			n, fairBacklog, fairBacklog/2, r.Summary())

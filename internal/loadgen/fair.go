@@ -43,6 +43,9 @@ type FairJob struct {
 	Status string
 	// Submitted and Ended are measured from the run's start.
 	Submitted, Ended time.Duration
+	// SharedWith is the most other keys its status said it shared the
+	// queues with while it ran (`sharing.otherKeys`).
+	SharedWith int
 }
 
 // Took is the job's time from submit to end.
@@ -74,7 +77,11 @@ func SubmitBacklog(ctx context.Context, t *Tenant, n, rows int, seed uint64, sta
 			defer wg.Done()
 			j := &jobs[i]
 			for ctx.Err() == nil {
-				st, err := t.api.Wait(ctx, j.ID, poll, nil)
+				st, err := t.api.Wait(ctx, j.ID, poll, func(st *client.Status) {
+					if st.Sharing != nil {
+						j.SharedWith = max(j.SharedWith, st.Sharing.OtherKeys)
+					}
+				})
 				if err == nil {
 					j.Status, j.Ended = st.Status, time.Since(start)
 					return

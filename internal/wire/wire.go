@@ -82,3 +82,22 @@ type Charge struct {
 	RowsRefunded       int `json:"rowsRefunded"`
 	CachedRowsRefunded int `json:"cachedRowsRefunded"`
 }
+
+// Sharing is the status's `sharing` of an unfinished job: the class it is
+// served in and the other keys' unfinished work it shares the queues with
+// (of its class, or of a class served before it), read at most a couple of
+// seconds before. The queues take turns between keys of one class, so this
+// is the work the job's turns alternate with, not a line it waits behind
+// in full. Like the clock fields it moves under the same ETag.
+type Sharing struct {
+	// Class is interactive, normal or bulk (docs/api.md, "When the service
+	// is busy"); empty for a job submitted before classes.
+	Class string `json:"class"`
+	// OtherKeys, OtherJobs and OtherRows count the other keys' unfinished
+	// jobs (waiting and running) of this class or one served before it.
+	OtherKeys int   `json:"otherKeys"`
+	OtherJobs int64 `json:"otherJobs"`
+	OtherRows int64 `json:"otherRows"`
+	// Text is one line of it, for people.
+	Text string `json:"text"`
+}
