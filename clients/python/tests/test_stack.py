@@ -132,6 +132,18 @@ def test_submit_from_path_and_list(client: Client, tmp_path: Path) -> None:
             assert len(j.result()) == n
 
 
+def test_bulk_priority(client: Client) -> None:
+    # A job asked to be bulk is served as such; the status says so while it
+    # runs. A priority the API does not know is refused before anything is sent.
+    job = client.submit(input_rows(2, seed=21), targets="kcat", methods="B", priority="bulk")
+    sharing = job.status().raw.get("sharing")
+    if sharing is not None:  # absent only once the job has ended
+        assert sharing["class"] == "bulk", sharing
+    job.wait(progress=False, timeout=180)
+    with pytest.raises(ValueError, match="priority"):
+        client.submit(input_rows(1, seed=22), targets="kcat", methods="B", priority="high")  # type: ignore[arg-type]
+
+
 def test_typed_errors(stack: Stack, client: Client) -> None:
     with pytest.raises(Unauthorized) as ei:
         Client(stack.url, "ak_" + "0" * 64).quota()

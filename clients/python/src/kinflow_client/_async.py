@@ -124,6 +124,7 @@ class AsyncClient:
         canonicalize_substrates: bool | None = None,
         disable_gpu_precompute: bool | None = None,
         use_prediction_cache: bool | None = None,
+        priority: Literal["auto", "bulk"] | None = None,
         validate_first: bool = False,
         idempotency_key: str | None = None,
     ) -> AsyncJob:
@@ -137,6 +138,7 @@ class AsyncClient:
             canonicalize_substrates,
             disable_gpu_precompute,
             use_prediction_cache,
+            priority,
         )
         if validate_first:
             core.refuse_flagged(await self.validate(data, targets, methods))

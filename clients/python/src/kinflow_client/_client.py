@@ -162,6 +162,7 @@ class Client:
         canonicalize_substrates: bool | None = None,
         disable_gpu_precompute: bool | None = None,
         use_prediction_cache: bool | None = None,
+        priority: Literal["auto", "bulk"] | None = None,
         validate_first: bool = False,
         idempotency_key: str | None = None,
     ) -> Job:
@@ -175,6 +176,10 @@ class Client:
         canonicalised substrates, GPU precompute, the prediction cache).
         Rows whose every prediction comes from the prediction cache, and rows
         that get no prediction, are given back to the quota when the job ends.
+
+        ``priority="bulk"`` has the job served after interactive and normal
+        work when the service is busy (``"auto"``, the server's default, lets
+        the job's size decide).
 
         ``validate_first`` runs :meth:`validate` for the chosen methods and
         raises :class:`InvalidInput` with the report instead of submitting
@@ -195,6 +200,7 @@ class Client:
             canonicalize_substrates,
             disable_gpu_precompute,
             use_prediction_cache,
+            priority,
         )
         if validate_first:
             core.refuse_flagged(self.validate(data, targets, methods))

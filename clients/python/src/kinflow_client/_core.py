@@ -457,9 +457,10 @@ def submit_form(
     canonicalize_substrates: bool | None,
     disable_gpu_precompute: bool | None,
     use_prediction_cache: bool | None,
+    priority: str | None = None,
 ) -> dict[str, str]:
     """The submit's form fields (checked before anything is sent)."""
-    return _submit_form(
+    form = _submit_form(
         targets,
         methods,
         handle_long_sequences,
@@ -471,6 +472,11 @@ def submit_form(
             use_prediction_cache,
         ),
     )
+    if priority is not None:
+        if priority not in ("auto", "bulk"):
+            raise ValueError("priority must be 'auto' or 'bulk'")
+        form["priority"] = priority
+    return form
 
 
 def refuse_flagged(report: ValidationReport) -> None:
