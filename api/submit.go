@@ -280,13 +280,17 @@ func (s *Server) submit(c *gin.Context) {
 		s.log.Warn("apiuser.touch_failed", "request_id", c.GetString(requestIDKey), "error", err)
 	}
 	// 3. The workflow (id prediction:<jobId>: a second start is refused,
-	// and means a retry with the same Idempotency-Key started it).
+	// and means a retry with the same Idempotency-Key started it). A start
+	// the scheduler refused leaves nothing: the caller hears 503 with no
+	// job id, so a Failed job in its /jobs/ would be one it never had (a
+	// workflow that started after all finds no job and ends).
 	if err := s.startJob(ctx, id); err != nil && !alreadyStarted(err) {
 		s.log.Error("job.start_failed", "request_id", c.GetString(requestIDKey), "job_id", id, "error", err)
-		if ok, ferr := s.deps.Store.AbandonSubmit(ctx, id, "The job could not be queued.", false, s.now()); ferr != nil {
+		if ok, ferr := s.deps.Store.AbandonSubmit(ctx, id, "", true, s.now()); ferr != nil {
 			s.log.Error("job.fail_failed", "request_id", c.GetString(requestIDKey), "job_id", id, "error", ferr)
 		} else if ok {
 			used -= job.Charge()
+			_ = os.RemoveAll(s.mediaPath(jobfiles.DirRel(id)))
 		}
 		setRateHeaders(c, limit, limit-used, now)
 		abortError(c, http.StatusServiceUnavailable, "The job could not be queued: the scheduler is unavailable. Nothing was charged; please retry shortly.")

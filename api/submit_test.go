@@ -290,14 +290,21 @@ func TestSubmitQueueDown(t *testing.T) {
 		if r.Header().Get("X-RateLimit-Remaining") != "20000" {
 			t.Fatalf("headers %v", r.Header())
 		}
-		var j store.Job
-		if err := st.DB.Take(&j).Error; err != nil {
-			t.Fatal(err)
+		// Nothing is left of a submit the scheduler refused: no job (the
+		// 503 named none, so /jobs/ must not list one), no input folder,
+		// no charge.
+		var n int64
+		st.DB.Model(&store.Job{}).Count(&n)
+		if n != 0 {
+			t.Fatalf("%d job rows after a refused submit", n)
 		}
-		if j.Status != "Failed" || j.RefundedRows != 4 || j.ErrorMessage == "" {
-			t.Fatalf("job %+v", j)
+		if jobs := h.do("GET", "/api/v1/jobs/", ip, key, nil); !strings.Contains(jobs.Body.String(), `"jobs":[]`) {
+			t.Fatalf("jobs after a refused submit: %s", jobs.Body)
 		}
-		if used, _ := st.QuotaUsed(t.Context(), j.KeyID, store.QuotaDay(t0)); used != 0 {
+		if ents, _ := os.ReadDir(h.srv.mediaPath("jobs")); len(ents) != 0 {
+			t.Fatalf("job folders left: %v", ents)
+		}
+		if used, _ := st.QuotaUsed(t.Context(), authKeyID(t, st, ip), store.QuotaDay(t0)); used != 0 {
 			t.Fatalf("used %d after a refund", used)
 		}
 	})
