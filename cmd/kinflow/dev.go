@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -196,42 +197,121 @@ var devFairnessConfig = []string{
 // state has had fairness on since it had work.
 const devFairnessMarker = "temporal-fairness"
 
-// startTemporalDevServer starts the dev server (startDevServerAs) with
+// startTemporalDevServer starts the dev server with fairness where its state
+// allows (startDevServerFair), keeps it running (superviseDevServer) and
+// returns the function that stops it.
+func startTemporalDevServer(ctx context.Context, cli, address, namespace, dataDir string, uiPort int, log *slog.Logger) (func(), error) {
+	fair, child, err := startDevServerFair(ctx, cli, address, namespace, dataDir, uiPort, log)
+	if err != nil {
+		return nil, err
+	}
+	return superviseDevServer(ctx, child, func(ctx context.Context) (devChild, error) {
+		return startDevServerAs(ctx, cli, address, dataDir, uiPort, fair, log)
+	}, log), nil
+}
+
+// superviseDevServer restarts the dev server whenever it exits while kinflow
+// dev runs (a crash, the OOM killer): its state is on disk, so every job
+// goes on once it is back, as against a production server's restart. A
+// failed restart is tried again, waiting a second more each time, up to 30
+// s. The function returned stops it for good.
+func superviseDevServer(ctx context.Context, child devChild, start func(context.Context) (devChild, error), log *slog.Logger) func() {
+	var (
+		mu       sync.Mutex
+		current  = child
+		stopping bool
+	)
+	quit := make(chan struct{})
+	go func() {
+		wait := time.Second
+		for {
+			mu.Lock()
+			done := current.done
+			mu.Unlock()
+			select {
+			case <-quit:
+				return
+			case <-done:
+			}
+			mu.Lock()
+			if stopping {
+				mu.Unlock()
+				return
+			}
+			mu.Unlock()
+			log.Error("the Temporal dev server exited; restarting it (its state is kept on disk)")
+			for {
+				select {
+				case <-quit:
+					return
+				case <-time.After(wait):
+				}
+				c, err := start(ctx)
+				if err == nil {
+					mu.Lock()
+					if stopping {
+						mu.Unlock()
+						c.stop()
+						return
+					}
+					current = c
+					mu.Unlock()
+					log.Warn("Temporal dev server restarted after it exited")
+					wait = time.Second
+					break
+				}
+				log.Error("Temporal dev server restart failed; trying again", "error", err, "in", wait+time.Second)
+				wait = min(wait+time.Second, 30*time.Second)
+			}
+		}
+	}()
+	return func() {
+		mu.Lock()
+		stopping = true
+		c := current
+		mu.Unlock()
+		close(quit)
+		c.stop()
+	}
+}
+
+// startDevServerFair starts the dev server (startDevServerAs) with
 // fairness on where its state allows: a new state, one that has had it
 // from the start (devFairnessMarker), or an older one with no workflow
 // running, which is restarted once with it on. An older state with jobs
 // running keeps fairness off, and says so, until a start finds it idle.
-func startTemporalDevServer(ctx context.Context, cli, address, namespace, dataDir string, uiPort int, log *slog.Logger) (func(), error) {
+func startDevServerFair(ctx context.Context, cli, address, namespace, dataDir string, uiPort int, log *slog.Logger) (bool, devChild, error) {
 	marker := filepath.Join(dataDir, devFairnessMarker)
 	_, mErr := os.Stat(marker)
 	_, dbErr := os.Stat(filepath.Join(dataDir, "temporal.db"))
 	if mErr == nil || errors.Is(dbErr, fs.ErrNotExist) {
-		stop, err := startDevServerAs(ctx, cli, address, dataDir, uiPort, true, log)
+		c, err := startDevServerAs(ctx, cli, address, dataDir, uiPort, true, log)
 		if err == nil && mErr != nil {
 			err = os.WriteFile(marker, []byte("the Temporal state in this folder has had task-queue fairness on since it had work\n"), 0o644)
 			if err != nil {
-				stop()
-				return nil, err
+				c.stop()
+				return false, devChild{}, err
 			}
 		}
-		return stop, err
+		return true, c, err
 	}
-	stop, err := startDevServerAs(ctx, cli, address, dataDir, uiPort, false, log)
+	c, err := startDevServerAs(ctx, cli, address, dataDir, uiPort, false, log)
 	if err != nil {
-		return nil, err
+		return false, devChild{}, err
 	}
 	running, err := devRunningWorkflows(ctx, address, namespace)
 	if err != nil || running > 0 {
 		log.Warn("Temporal fairness is off: this Temporal state predates it and has workflows running, whose queued tasks would be stranded; it turns on at a start that finds none running",
 			"running", running, "error", err)
-		return stop, nil
+		return false, c, nil
 	}
-	stop()
+	c.stop()
 	if err := os.WriteFile(marker, []byte("fairness turned on with no workflow running\n"), 0o644); err != nil {
-		return nil, err
+		return false, devChild{}, err
 	}
 	log.Info("Temporal fairness turned on for this Temporal state (nothing was running)")
-	return startDevServerAs(ctx, cli, address, dataDir, uiPort, true, log)
+	c, err = startDevServerAs(ctx, cli, address, dataDir, uiPort, true, log)
+	return true, c, err
 }
 
 // devRunningWorkflows counts the workflows running on the dev server at
@@ -255,26 +335,33 @@ func devRunningWorkflows(ctx context.Context, address, namespace string) (int64,
 	return res.GetCount(), nil
 }
 
+// devChild is a running dev server: stop ends it; done is closed once it
+// has exited, for whatever reason.
+type devChild struct {
+	stop func()
+	done <-chan struct{}
+}
+
 // startDevServerAs starts `temporal server start-dev` as a child that dies
-// with this process (Pdeathsig), with fairness on or off, waits until it
-// answers and returns a function that stops it.
-func startDevServerAs(ctx context.Context, cli, address, dataDir string, uiPort int, fair bool, log *slog.Logger) (func(), error) {
+// with this process (Pdeathsig), with fairness on or off, and waits until it
+// answers.
+func startDevServerAs(ctx context.Context, cli, address, dataDir string, uiPort int, fair bool, log *slog.Logger) (devChild, error) {
 	host, port, err := net.SplitHostPort(address)
 	if err != nil {
-		return nil, fmt.Errorf("KINFLOW_TEMPORAL_ADDRESS %q: %w", address, err)
+		return devChild{}, fmt.Errorf("KINFLOW_TEMPORAL_ADDRESS %q: %w", address, err)
 	}
 	if host == "" || host == "localhost" {
 		host = "127.0.0.1"
 	}
 	if _, err := os.Stat(cli); err != nil {
-		return nil, fmt.Errorf("the Temporal CLI was not found at %s (run `make bin/temporal`): %w", cli, err)
+		return devChild{}, fmt.Errorf("the Temporal CLI was not found at %s (run `make bin/temporal`): %w", cli, err)
 	}
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("create %s: %w", dataDir, err)
+		return devChild{}, fmt.Errorf("create %s: %w", dataDir, err)
 	}
 	logFile, err := os.OpenFile(filepath.Join(dataDir, "temporal.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, err
+		return devChild{}, err
 	}
 	args := []string{"server", "start-dev",
 		"--ip", host, "--port", port,
@@ -313,17 +400,18 @@ func startDevServerAs(ctx context.Context, cli, address, dataDir string, uiPort 
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
-		return nil, fmt.Errorf("start Temporal dev server: %w", err)
+		return devChild{}, fmt.Errorf("start Temporal dev server: %w", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait(); logFile.Close() }()
+	done := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); logFile.Close(); close(done) }()
 	stop := func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-exited:
+		case <-done:
 		case <-time.After(10 * time.Second):
 			_ = cmd.Process.Kill()
-			<-exited
+			<-done
 		}
 	}
 	// Wait until the frontend answers a health check.
@@ -335,20 +423,20 @@ func startDevServerAs(ctx context.Context, cli, address, dataDir string, uiPort 
 			hc.Close()
 			if err == nil {
 				log.Info("Temporal dev server ready", "address", net.JoinHostPort(host, port), "ui_port", uiPort, "fairness", fair)
-				return stop, nil
+				return devChild{stop: stop, done: done}, nil
 			}
 		}
 		select {
-		case e := <-exited:
-			return nil, fmt.Errorf("the Temporal dev server exited at start (%v); see %s", e, filepath.Join(dataDir, "temporal.log"))
+		case <-done:
+			return devChild{}, fmt.Errorf("the Temporal dev server exited at start (%v); see %s", waitErr, filepath.Join(dataDir, "temporal.log"))
 		case <-ctx.Done():
 			stop()
-			return nil, ctx.Err()
+			return devChild{}, ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			stop()
-			return nil, fmt.Errorf("the Temporal dev server did not answer within 60 s; see %s", filepath.Join(dataDir, "temporal.log"))
+			return devChild{}, fmt.Errorf("the Temporal dev server did not answer within 60 s; see %s", filepath.Join(dataDir, "temporal.log"))
 		}
 	}
 }

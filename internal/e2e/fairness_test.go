@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -126,5 +128,27 @@ func BenchmarkFairShareOnProductionTopology(b *testing.B) {
 			tp.Server.Stop()
 			tp.stop()
 		}
+	}
+}
+
+// TestDevRestartsItsTemporalServer: `kinflow dev` brings its Temporal dev
+// server back when it dies (killed -9 here), and the service goes on: a job
+// submitted after the kill completes.
+func TestDevRestartsItsTemporalServer(t *testing.T) {
+	d, key := startDev(t)
+	out, err := exec.Command("pgrep", "-f", "start-dev.*"+filepath.Join(d.Dir, "temporal")).Output()
+	pids := strings.Fields(string(out))
+	if err != nil || len(pids) != 1 {
+		t.Fatalf("the dev server's process: %q %v", out, err)
+	}
+	if err := exec.Command("kill", "-9", pids[0]).Run(); err != nil {
+		t.Fatal(err)
+	}
+	r := burst(t, d.BaseURL, key, loadgen.Options{Jobs: 3, Rows: 3, Timeout: 3 * time.Minute})
+	if r.Completed != 3 {
+		t.Fatalf("%d of 3 jobs completed after the dev server's restart", r.Completed)
+	}
+	if !strings.Contains(d.Log("dev", 100000), "Temporal dev server restarted after it exited") {
+		t.Fatalf("no restart in the log:\n%s", d.Log("dev", 4000))
 	}
 }
