@@ -1,7 +1,11 @@
 package cacheadmin
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -313,5 +317,63 @@ func TestAJobsUseKeepsTheQuickCheckValid(t *testing.T) {
 		if s.Family == famH && (s.Files != 4 || s.Mismatched != 0 || s.Unhashed != 0) {
 			t.Fatalf("status after the job: %+v", s)
 		}
+	}
+}
+
+// TestStatusAndVerifyReportAForgedRecord: with a record key, a manifest
+// record rewritten to match new bytes without the key (size, times, inode
+// and SHA-256 all agree) is counted Forged by `cache status`, not as a
+// mismatch, and the check `cache verify` runs (every file hashed) sets its
+// file aside as forged, though its SHA-256 agrees (so the command exits
+// non-zero).
+func TestStatusAndVerifyReportAForgedRecord(t *testing.T) {
+	embedding.SetRecordKey([]byte("the writers' record key, outside the media root"))
+	t.Cleanup(func() { embedding.SetRecordKey(nil) })
+	fx := newFixture(t, 3)
+	ctx := context.Background()
+	if _, err := embedding.ComputeStep(ctx, fx.l, "methodh_esm2_last_mean", fx.ids, fx.seqs, nil); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := embedding.FamilyByName(famH)
+	dir := fx.l.FamilyDir(f)
+	// The forger: other bytes, and a record to match them.
+	fx.plant(t, famH, fx.ids[1], fx.ids[2])
+	path := filepath.Join(dir, fx.ids[1]+f.Suffix())
+	body, _ := os.ReadFile(path)
+	st, _ := embedding.StatFile(path)
+	var doc map[string]any
+	b, _ := os.ReadFile(filepath.Join(dir, embedding.ManifestName))
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if err := dec.Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(body)
+	e := doc["entries"].(map[string]any)[fx.ids[1]].(map[string]any)
+	e["bytes"], e["mtime_ns"], e["ctime_ns"], e["ino"], e["sha256"] = st.Bytes, st.MtimeNs, st.CtimeNs, st.Ino, hex.EncodeToString(sum[:])
+	b, _ = json.Marshal(doc)
+	if err := os.WriteFile(filepath.Join(dir, embedding.ManifestName), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sts, err := Status(fx.l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sts {
+		if s.Family == famH && (s.Forged != 1 || s.Mismatched != 0 || s.Unauthenticated != 0) {
+			t.Fatalf("status: %+v", s)
+		}
+	}
+	// Verify's hash of every file (its checkAll), which its command turns
+	// into a non-zero exit when a file is set aside.
+	in, err := checkAll(fx.l, f, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(in.Bad) != 1 || in.Bad[0].SeqID != fx.ids[1] || in.Bad[0].Reason != embedding.ForgedReason {
+		t.Fatalf("verify: %+v", in)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("forged file left in place: %v", err)
 	}
 }
