@@ -112,27 +112,47 @@ func cacheStatus(layout *embedding.Layout, asJSON bool, stdout io.Writer) error 
 		if st == nil {
 			st = []cacheadmin.FamilyStatus{}
 		}
-		return json.NewEncoder(stdout).Encode(st)
+		if err := json.NewEncoder(stdout).Encode(st); err != nil {
+			return err
+		}
+		return forgedError(st)
 	}
 	if len(st) == 0 {
 		fmt.Fprintf(stdout, "no cached artefacts under %s\n", layout.SequenceInfo())
 		return nil
 	}
-	return printCacheStatus(st, stdout)
+	if err := printCacheStatus(st, stdout); err != nil {
+		return err
+	}
+	return forgedError(st)
+}
+
+// forgedError is the error `cache status` ends with when a family holds
+// forged records (their files are not trusted and are set aside at their
+// next use), nil otherwise.
+func forgedError(st []cacheadmin.FamilyStatus) error {
+	n := 0
+	for _, s := range st {
+		n += s.Forged
+	}
+	if n == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d file(s) have a forged integrity record (its authentication code does not match: the manifest was rewritten without the record key); they are not trusted and are set aside at their next use, or now by `kinflow cache verify`", n)
 }
 
 // printCacheStatus prints the status table, then a line per family that
 // holds old-format records.
 func printCacheStatus(st []cacheadmin.FamilyStatus, stdout io.Writer) error {
 	w := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "FAMILY\tFILES\tBYTES\tORIGIN\tSYNTHETIC\tUNVERIFIED\tUNHASHED\tMISMATCHED\tOLD-FORMAT\tQUARANTINED\tFINGERPRINT\tMODEL")
+	fmt.Fprintln(w, "FAMILY\tFILES\tBYTES\tORIGIN\tSYNTHETIC\tUNVERIFIED\tUNHASHED\tMISMATCHED\tFORGED\tOLD-FORMAT\tQUARANTINED\tFINGERPRINT\tMODEL")
 	for _, s := range st {
 		fp := s.Fingerprint
 		if fp == "" {
 			fp = "(none recorded)"
 		}
-		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", s.Family, s.Files, s.Bytes, s.Origin(), s.Synthetic, s.Unverified,
-			s.Unhashed, s.Mismatched, s.OldFormat, s.Quarantined, fp, s.Model)
+		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", s.Family, s.Files, s.Bytes, s.Origin(), s.Synthetic, s.Unverified,
+			s.Unhashed, s.Mismatched, s.Forged, s.OldFormat, s.Quarantined, fp, s.Model)
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -213,6 +233,15 @@ func cacheVerify(ctx context.Context, v *cacheadmin.Verifier, sub, family string
 		return errors.New("verify failed: the cache holds files the configured step program does not reproduce")
 	}
 	if n := len(res.Integrity.Bad); n > 0 {
+		forged := 0
+		for _, b := range res.Integrity.Bad {
+			if b.Reason == embedding.ForgedReason {
+				forged++
+			}
+		}
+		if forged > 0 {
+			fmt.Fprintf(stdout, "%s: %d file(s) with a forged integrity record (its authentication code does not match), set aside\n", family, forged)
+		}
 		return fmt.Errorf("verify failed: %d file(s) differed from their records and were set aside; `kinflow cache repair --family %s` recomputes them", n, family)
 	}
 	if n := len(res.Integrity.Unrecorded); n > 0 {

@@ -24,8 +24,13 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kinflow/kinflow/internal/config"
+	"github.com/kinflow/kinflow/internal/embedding"
 	"github.com/kinflow/kinflow/internal/metrics"
 )
+
+// devRecordKeyName is the cache record key `kinflow dev` makes in its data
+// folder.
+const devRecordKeyName = "cache-record.key"
 
 // runDev runs every role in one process on the embedded defaults: a Temporal
 // dev server (child process, from bin/temporal), SQLite, ./media, the API,
@@ -71,6 +76,23 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		defer stop()
 		uiURL = fmt.Sprintf("http://127.0.0.1:%d", *uiPort)
+	}
+
+	// The cache's integrity records are authenticated with a key kept
+	// outside the media root; in dev it is made in the data folder on first
+	// start unless the operator names one.
+	if _, set := os.LookupEnv("KINFLOW_CACHE_RECORD_KEY_FILE"); !set {
+		keyFile, err := filepath.Abs(filepath.Join(*dataDir, devRecordKeyName))
+		if err != nil {
+			return err
+		}
+		if err := embedding.LoadRecordKey(keyFile, true); err != nil {
+			return err
+		}
+		cfg.CacheRecordKeyFile = keyFile
+		if err := useRecordKey(cfg); err != nil {
+			return err
+		}
 	}
 
 	st, err := openStore(ctx, cfg)

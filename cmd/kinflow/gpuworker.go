@@ -43,6 +43,9 @@ func runGPUWorker(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
+	if err := useRecordKey(cfg); err != nil {
+		return err
+	}
 	st, err := embedjob.LoadSettings(look, file, cfg.MediaRoot)
 	if err != nil {
 		return fmt.Errorf("GPU env file: %w", err)

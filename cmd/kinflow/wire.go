@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/kinflow/kinflow/api"
 	"github.com/kinflow/kinflow/internal/config"
+	"github.com/kinflow/kinflow/internal/embedding"
 	"github.com/kinflow/kinflow/internal/store"
 )
 
@@ -22,7 +25,35 @@ import (
 // loadConfig reads and validates the environment; an invalid value becomes a
 // one-line error naming the key.
 func loadConfig() (*config.Config, error) {
-	return config.FromEnv()
+	cfg, err := config.FromEnv()
+	if err != nil {
+		return nil, err
+	}
+	if err := useRecordKey(cfg); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// useRecordKey loads the cache record key (KINFLOW_CACHE_RECORD_KEY_FILE)
+// for this process's integrity records. A key inside the media root would
+// be readable by whoever can forge a record, so it is refused.
+func useRecordKey(cfg *config.Config) error {
+	path := cfg.CacheRecordKeyFile
+	if path == "" {
+		return embedding.LoadRecordKey("", false)
+	}
+	if abs, err := filepath.Abs(path); err == nil {
+		if root, err := filepath.Abs(cfg.MediaRoot); err == nil {
+			if rel, err := filepath.Rel(root, abs); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+				return fmt.Errorf("KINFLOW_CACHE_RECORD_KEY_FILE: %s is inside the media root (KINFLOW_MEDIA_ROOT); keep the record key where cache writers' storage cannot reach it", path)
+			}
+		}
+	}
+	if err := embedding.LoadRecordKey(path, false); err != nil {
+		return fmt.Errorf("KINFLOW_CACHE_RECORD_KEY_FILE: %w", err)
+	}
+	return nil
 }
 
 // newLogger writes JSON lines at the configured level, tagged with the role.

@@ -121,6 +121,17 @@ type FamilyStatus struct {
 	// once at their next use (or by `kinflow cache verify`) and recorded
 	// anew. Not counted in Mismatched.
 	OldFormat int `json:"old_format"`
+	// Forged counts the files whose record's authentication code fails
+	// (with a record key set, KINFLOW_CACHE_RECORD_KEY_FILE): a manifest
+	// rewritten by someone without the key. Never trusted: set aside at
+	// their next use or by `kinflow cache verify`. Not counted in
+	// Mismatched.
+	Forged int `json:"forged"`
+	// Unauthenticated counts the files whose record has no authentication
+	// code though a record key is set (written before the key, or by a
+	// writer without it): hashed at their next use and recorded anew with
+	// a code.
+	Unauthenticated int `json:"unauthenticated"`
 	// Quarantined counts the files integrity checks set aside
 	// (sequence_info/.quarantine/<family>/).
 	Quarantined int `json:"quarantined"`
@@ -224,7 +235,7 @@ func Status(l *embedding.Layout) ([]FamilyStatus, error) {
 			continue
 		}
 		s := FamilyStatus{Family: f.Name, Files: len(have), Quarantined: len(quarantined)}
-		if s.Unhashed, s.OldFormat, s.Mismatched, err = integrityCounts(dir, f.Suffix(), have); err != nil {
+		if err = integrityCounts(dir, f.Suffix(), have, &s); err != nil {
 			return nil, err
 		}
 		for _, n := range have {
@@ -243,34 +254,44 @@ func Status(l *embedding.Layout) ([]FamilyStatus, error) {
 	return out, nil
 }
 
-// integrityCounts stats have's files against dir's manifest records: the
-// files without a hash recorded, those whose record is of the old format
-// (no inode fields) and otherwise agrees with their stat, and those whose
-// stat differs from their record.
-func integrityCounts(dir, suffix string, have map[string]int64) (unhashed, oldFormat, mismatched int, err error) {
+// integrityCounts stats have's files against dir's manifest records into
+// s: the files without a hash recorded, those whose record's
+// authentication code fails (forged) or, with a record key, is missing,
+// those whose record is of the old format (no inode fields) and otherwise
+// agrees with their stat, and those whose stat differs from their record.
+func integrityCounts(dir, suffix string, have map[string]int64, s *FamilyStatus) error {
 	recs := embedding.ReadFileRecords(dir)
+	keyed := embedding.HaveRecordKey()
 	for sid := range have {
 		r, ok := recs[sid]
 		if !ok || !r.Hashed() {
-			unhashed++
+			s.Unhashed++
 			continue
+		}
+		authenticated, forged := embedding.RecordAuth(dir, sid, r)
+		if forged {
+			s.Forged++
+			continue
+		}
+		if keyed && !authenticated {
+			s.Unauthenticated++
 		}
 		st, err := embedding.StatFile(filepath.Join(dir, sid+suffix))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
-			return 0, 0, 0, err
+			return err
 		}
 		switch {
 		case r.Matches(st):
 		case r.OldFormat() && r.Bytes == st.Bytes && r.MtimeNs == st.MtimeNs:
-			oldFormat++
+			s.OldFormat++
 		default:
-			mismatched++
+			s.Mismatched++
 		}
 	}
-	return unhashed, oldFormat, mismatched, nil
+	return nil
 }
 
 // PurgeResult says what Purge removed.

@@ -24,20 +24,26 @@ import (
 // artefacts until the cache fits a byte budget, and never a file a running
 // job counts on:
 //
-//   - "Used" is the file's access time. A stage's plan (activities
-//     BuildPlan) sets it on every file it counted as cached, after writing
-//     its plan.json (embedding.Plan.TouchCached), so the LRU order is the order of last
-//     planned use.
+//   - "Used" is the file's last use in its family's use log (embedding
+//     UseLogName). A stage's plan (activities BuildPlan) logs every file it
+//     counted as cached, after writing its plan.json
+//     (embedding.Plan.TouchCached), so the LRU order is the order of last
+//     planned use. A file never logged (a cache from before the log) falls
+//     back to its access time, which older planners set. The file itself
+//     is never touched: that would move the inode change time its
+//     integrity record holds.
 //   - Protected are the files in the plan.json of every stage of a job
 //     still Pending or Processing (every file it expects, cached or
 //     computed), the paths of artefact claims, and files used within
 //     MinAge.
 //   - A plan that counted a file before GC read the protected set is caught
-//     without a lock: GC renames a victim to a hidden name and stats it
-//     again; an access time changed since its scan means a planner touched
-//     it, and it is renamed back. A planner whose touch finds the file gone
-//     plans again (and computes it). Either way no running job counts on a
-//     file that is removed.
+//     without a lock: GC renames a victim to a hidden name, then reads
+//     what its use log gained since the scan (and stats it again, for an
+//     older planner's access time); a use logged since means a planner
+//     counted it, and it is renamed back. A planner logs the use before it
+//     stats the file, so one whose stat finds the file gone plans again
+//     (and computes it). Either way no running job counts on a file that
+//     is removed.
 
 // GCOptions tune one GC pass.
 type GCOptions struct {
@@ -133,7 +139,10 @@ func removeQuarantined(q quarantined) error {
 type cached struct {
 	path, dir, sid string
 	size           int64
-	atime          int64
+	// used is its last logged use, else its access time (atime).
+	used, atime int64
+	// mark is where its family's use log stood at the scan.
+	mark embedding.UseMark
 }
 
 // gcHidden prefixes a victim between its rename and its removal; readers
@@ -155,13 +164,24 @@ func GC(ctx context.Context, l *embedding.Layout, o GCOptions) (GCResult, error)
 		if err != nil {
 			return res, err
 		}
+		uses, mark, err := embedding.ReadUses(dir, func(name string) bool {
+			_, ok := have[strings.TrimSuffix(name, f.Suffix())]
+			return ok
+		})
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return res, fmt.Errorf("read the use log of %s: %w", f.Name, err)
+		}
 		for sid := range have {
 			p := filepath.Join(dir, sid+f.Suffix())
 			var st unix.Stat_t
 			if err := unix.Lstat(p, &st); err != nil {
 				continue
 			}
-			files = append(files, cached{path: p, dir: dir, sid: sid, size: st.Size, atime: st.Atim.Nano()})
+			used, ok := uses[sid+f.Suffix()]
+			if !ok {
+				used = st.Atim.Nano()
+			}
+			files = append(files, cached{path: p, dir: dir, sid: sid, size: st.Size, used: used, atime: st.Atim.Nano(), mark: mark})
 			res.Files++
 			res.Bytes += st.Size
 		}
@@ -201,14 +221,14 @@ func GC(ctx context.Context, l *embedding.Layout, o GCOptions) (GCResult, error)
 			return res, err
 		}
 	}
-	sort.Slice(files, func(i, j int) bool { return files[i].atime < files[j].atime })
+	sort.Slice(files, func(i, j int) bool { return files[i].used < files[j].used })
 	cutoff := now().Add(-o.MinAge).UnixNano()
 	removed := map[string]map[string]string{} // family dir → seq id → the path removed
 	for _, c := range files {
 		if size <= o.Budget || ctx.Err() != nil {
 			break
 		}
-		if protected[cacheKey(c.path)] || c.atime > cutoff {
+		if protected[cacheKey(c.path)] || c.used > cutoff {
 			res.Protected++
 			continue
 		}
@@ -245,7 +265,7 @@ func GC(ctx context.Context, l *embedding.Layout, o GCOptions) (GCResult, error)
 	return res, ctx.Err()
 }
 
-// evict removes c unless a planner touched it since its scan (then it is
+// evict removes c unless a planner used it since its scan (then it is
 // put back and evict answers false).
 func evict(c cached) (bool, error) {
 	hidden := filepath.Join(c.dir, gcHidden+filepath.Base(c.path))
@@ -259,8 +279,12 @@ func evict(c cached) (bool, error) {
 	if err := unix.Lstat(hidden, &st); err != nil {
 		return false, err
 	}
-	if st.Atim.Nano() != c.atime {
-		// Touched by a plan between the scan and the rename: it counts on
+	usedSince, err := embedding.UsedSince(c.dir, filepath.Base(c.path), c.mark, c.used)
+	if err != nil {
+		usedSince = true // unreadable: keep the file rather than guess
+	}
+	if usedSince || st.Atim.Nano() != c.atime {
+		// Used by a plan between the scan and the rename: it counts on
 		// the file, which goes back (the plan may have read it present).
 		if err := os.Rename(hidden, c.path); err != nil {
 			return false, err

@@ -1,7 +1,11 @@
 package cacheadmin
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,16 +16,16 @@ import (
 
 	"github.com/kinflow/kinflow/internal/embedding"
 	"github.com/kinflow/kinflow/internal/fsutil"
+	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/store"
 	"github.com/kinflow/kinflow/internal/testenv"
 )
 
-// setAtime sets path's access time (its last planned use), keeping its
-// modification time.
-func setAtime(t *testing.T, path string, at time.Time) {
+// setUsed logs path's use (its last planned use) at at in its family's use
+// log, as a plan's TouchCached does.
+func setUsed(t *testing.T, path string, at time.Time) {
 	t.Helper()
-	ts := []unix.Timespec{unix.NsecToTimespec(at.UnixNano()), {Nsec: unix.UTIME_OMIT}}
-	if err := unix.UtimesNanoAt(unix.AT_FDCWD, path, ts, 0); err != nil {
+	if err := embedding.MarkUsed(filepath.Dir(path), []string{filepath.Base(path)}, at.UnixNano()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -64,7 +68,7 @@ func TestGCEvictsLeastRecentlyUsedButNeverARunningJobsFiles(t *testing.T) {
 		// A planner touches file 4 between the scan and its eviction.
 		opts.beforeRemove = func(p string) {
 			if p == path(4) {
-				setAtime(t, p, time.Now())
+				setUsed(t, p, time.Now())
 			}
 		}
 		res, err := GC(ctx, fx.l, opts)
@@ -102,9 +106,11 @@ func TestGCEvictsLeastRecentlyUsedButNeverARunningJobsFiles(t *testing.T) {
 	})
 }
 
-// TestTouchCachedMarksUseAndNoticesAnEviction: a plan's TouchCached sets
-// the access time of the files it counted as cached (not the missing ones,
-// not the modification time), and fails when one is gone.
+// TestTouchCachedMarksUseAndNoticesAnEviction: a plan's TouchCached logs
+// the use of the files it counted as cached (not the missing ones) in
+// their family's use log and leaves the files' times alone (their inode
+// change time is in the integrity record), so GC's order follows the use;
+// it fails when a file is gone.
 func TestTouchCachedMarksUseAndNoticesAnEviction(t *testing.T) {
 	fx := newFixture(t, 2)
 	ctx := context.Background()
@@ -112,9 +118,11 @@ func TestTouchCachedMarksUseAndNoticesAnEviction(t *testing.T) {
 		t.Fatal(err)
 	}
 	f, _ := embedding.FamilyByName(famH)
-	p0 := filepath.Join(fx.l.FamilyDir(f), fx.ids[0]+f.Suffix())
-	old := time.Now().Add(-48 * time.Hour)
-	setAtime(t, p0, old)
+	dir := fx.l.FamilyDir(f)
+	p0 := filepath.Join(dir, fx.ids[0]+f.Suffix())
+	p1 := filepath.Join(dir, fx.ids[1]+f.Suffix())
+	setUsed(t, p0, time.Now().Add(-48*time.Hour))
+	setUsed(t, p1, time.Now().Add(-24*time.Hour))
 	var before unix.Stat_t
 	_ = unix.Stat(p0, &before)
 	plan := &embedding.Plan{
@@ -126,8 +134,20 @@ func TestTouchCachedMarksUseAndNoticesAnEviction(t *testing.T) {
 	}
 	var after unix.Stat_t
 	_ = unix.Stat(p0, &after)
-	if time.Since(time.Unix(0, after.Atim.Nano())) > time.Minute || after.Mtim != before.Mtim {
-		t.Fatalf("atime %v mtime %v → %v", time.Unix(0, after.Atim.Nano()), before.Mtim, after.Mtim)
+	if after.Atim != before.Atim || after.Mtim != before.Mtim || after.Ctim != before.Ctim {
+		t.Fatalf("times moved: atime %v→%v mtime %v→%v ctime %v→%v", before.Atim, after.Atim, before.Mtim, after.Mtim, before.Ctim, after.Ctim)
+	}
+	uses, _, err := embedding.ReadUses(dir, func(string) bool { return true })
+	if err != nil || time.Since(time.Unix(0, uses[filepath.Base(p0)])) > time.Minute {
+		t.Fatalf("use of file 0 not logged: %v %v", uses, err)
+	}
+	// File 0 is now the more recently used: a budget of one file evicts 1.
+	fi, _ := os.Stat(p0)
+	if res, err := GC(ctx, fx.l, GCOptions{Budget: fi.Size()}); err != nil || res.Evicted != 1 {
+		t.Fatalf("pass: %+v %v", res, err)
+	}
+	if _, err := os.Stat(p1); !os.IsNotExist(err) {
+		t.Fatalf("file 1, the least recently used, kept: %v", err)
 	}
 	_ = os.Remove(p0)
 	if err := plan.TouchCached(); err == nil {
@@ -150,7 +170,7 @@ func gcFixture(t *testing.T, n int) (*fixture, embedding.Family, string, func(in
 	base := time.Now().Add(-24 * time.Hour)
 	var size int64
 	for i := range fx.ids {
-		setAtime(t, path(i), base.Add(time.Duration(i)*time.Hour))
+		setUsed(t, path(i), base.Add(time.Duration(i)*time.Hour))
 		fi, err := os.Stat(path(i))
 		if err != nil {
 			t.Fatal(err)
@@ -242,5 +262,118 @@ func TestGCCountsAndExpiresQuarantinedCopies(t *testing.T) {
 	res, err = GC(ctx, fx.l, GCOptions{Budget: 2 * size})
 	if err != nil || res.QuarantineExpired != 1 || res.Evicted != 1 || exists(newer) || exists(path(0)) || !exists(path(1)) {
 		t.Fatalf("pass two over the budget: %+v %v", res, err)
+	}
+}
+
+// TestAJobsUseKeepsTheQuickCheckValid: a job's plan counts cached files,
+// marks them used (TouchCached) and its method reads them; the check
+// after the read finds every file still matching its record by stat (none
+// to hash), the next plan hashes none, and `cache status` counts no
+// mismatch. Marking a use on the file (its access time) moved its inode
+// change time, which the record holds, so each of these failed for every
+// file a job had used.
+func TestAJobsUseKeepsTheQuickCheckValid(t *testing.T) {
+	fx := newFixture(t, 4)
+	ctx := context.Background()
+	if _, err := embedding.ComputeStep(ctx, fx.l, "methodh_esm2_last_mean", fx.ids, fx.seqs, nil); err != nil {
+		t.Fatal(err)
+	}
+	plan := func() *embedding.Plan {
+		t.Helper()
+		p, err := fx.l.BuildPlan(ctx, embedding.PlanRequest{MethodKey: "H", Target: methods.Kcat,
+			Profile: methods.ProfileMethodHESM2LastMean, SeqIDs: fx.ids, SeqIDToSeq: fx.seqs, Verify: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	p := plan()
+	if p.CachedAlready != 4 || p.Integrity == nil || p.Integrity.Checked != 4 || p.Integrity.Hashed != 0 || len(p.Integrity.Bad) != 0 {
+		t.Fatalf("first plan: cached %d, %+v", p.CachedAlready, p.Integrity)
+	}
+	if err := p.TouchCached(); err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, sid := range fx.ids {
+		for _, path := range p.ExpectedPathsBySeq[sid] {
+			if _, err := os.ReadFile(path); err != nil { // the method's read
+				t.Fatal(err)
+			}
+			paths = append(paths, path)
+		}
+	}
+	if changed := embedding.ChangedSinceCheck(paths); len(changed) != 0 {
+		t.Fatalf("after the job's use, %d of %d files fail the quick check: %v", len(changed), len(paths), changed)
+	}
+	if p := plan(); p.Integrity.Hashed != 0 || p.Integrity.Recorded != 0 || p.CachedAlready != 4 {
+		t.Fatalf("next plan: %+v", p.Integrity)
+	}
+	st, err := Status(fx.l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range st {
+		if s.Family == famH && (s.Files != 4 || s.Mismatched != 0 || s.Unhashed != 0) {
+			t.Fatalf("status after the job: %+v", s)
+		}
+	}
+}
+
+// TestStatusAndVerifyReportAForgedRecord: with a record key, a manifest
+// record rewritten to match new bytes without the key (size, times, inode
+// and SHA-256 all agree) is counted Forged by `cache status`, not as a
+// mismatch, and the check `cache verify` runs (every file hashed) sets its
+// file aside as forged, though its SHA-256 agrees (so the command exits
+// non-zero).
+func TestStatusAndVerifyReportAForgedRecord(t *testing.T) {
+	embedding.SetRecordKey([]byte("the writers' record key, outside the media root"))
+	t.Cleanup(func() { embedding.SetRecordKey(nil) })
+	fx := newFixture(t, 3)
+	ctx := context.Background()
+	if _, err := embedding.ComputeStep(ctx, fx.l, "methodh_esm2_last_mean", fx.ids, fx.seqs, nil); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := embedding.FamilyByName(famH)
+	dir := fx.l.FamilyDir(f)
+	// The forger: other bytes, and a record to match them.
+	fx.plant(t, famH, fx.ids[1], fx.ids[2])
+	path := filepath.Join(dir, fx.ids[1]+f.Suffix())
+	body, _ := os.ReadFile(path)
+	st, _ := embedding.StatFile(path)
+	var doc map[string]any
+	b, _ := os.ReadFile(filepath.Join(dir, embedding.ManifestName))
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if err := dec.Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(body)
+	e := doc["entries"].(map[string]any)[fx.ids[1]].(map[string]any)
+	e["bytes"], e["mtime_ns"], e["ctime_ns"], e["ino"], e["sha256"] = st.Bytes, st.MtimeNs, st.CtimeNs, st.Ino, hex.EncodeToString(sum[:])
+	b, _ = json.Marshal(doc)
+	if err := os.WriteFile(filepath.Join(dir, embedding.ManifestName), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sts, err := Status(fx.l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sts {
+		if s.Family == famH && (s.Forged != 1 || s.Mismatched != 0 || s.Unauthenticated != 0) {
+			t.Fatalf("status: %+v", s)
+		}
+	}
+	// Verify's hash of every file (its checkAll), which its command turns
+	// into a non-zero exit when a file is set aside.
+	in, err := checkAll(fx.l, f, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(in.Bad) != 1 || in.Bad[0].SeqID != fx.ids[1] || in.Bad[0].Reason != embedding.ForgedReason {
+		t.Fatalf("verify: %+v", in)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("forged file left in place: %v", err)
 	}
 }

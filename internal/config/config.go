@@ -118,6 +118,9 @@ type Config struct {
 	JobRetention time.Duration
 	// CacheBudgetBytes is the embedding cache's size budget; 0: none.
 	CacheBudgetBytes int64
+	// CacheRecordKeyFile holds the secret that authenticates the cache's
+	// integrity records; empty: records are not authenticated.
+	CacheRecordKeyFile string
 	// StepExecutor is how embedding steps run: synthetic or command.
 	StepExecutor string
 	// PredictionEngine is how predictions run: synthetic or command.
@@ -485,6 +488,10 @@ var Keys = []Key{
 			c.CacheBudgetBytes = int64(n) * 1_000_000_000
 			return nil
 		}},
+	{Name: "KINFLOW_CACHE_RECORD_KEY_FILE", Default: "",
+		Meaning: "File holding the secret (at least 16 bytes) that authenticates the embedding cache's integrity records (an HMAC-SHA256 in each manifest entry): a record rewritten by someone who can write the media root but not read this file is reported forged and its file is not used. Give the same file to every writer (api, worker, gpu-worker), outside the media root. Empty: records are not authenticated. `kinflow dev` makes one in its data folder on first start.",
+		Allowed: "want a path to a readable file, outside KINFLOW_MEDIA_ROOT",
+		set:     func(c *Config, v string) error { c.CacheRecordKeyFile = v; return nil }},
 	{Name: "KINFLOW_STEP_EXECUTOR", Default: "synthetic",
 		Meaning: "How embedding steps run: `synthetic` (deterministic stand-in artefacts, flagged synthetic) or `command` (the step programs of the GPU host's environment file).",
 		Allowed: "want synthetic or command",

@@ -113,6 +113,9 @@ type ManifestEntry struct {
 	MtimeNs int64  `json:"mtime_ns,omitempty"`
 	CtimeNs int64  `json:"ctime_ns,omitempty"`
 	Ino     uint64 `json:"ino,omitempty"`
+	// MAC (hex) authenticates the record with the record key
+	// (recordkey.go); empty: unauthenticated.
+	MAC string `json:"mac,omitempty"`
 }
 
 // ReadManifest returns the entries of dir/manifest.json by seq id; a missing
@@ -269,6 +272,7 @@ func mergeManifestLocked(dir string, commits []Commit, remove []string) error {
 				}
 			}
 		}
+		signEntry(dir, c.SeqID, e)
 		raw, err := encodeJSON(e)
 		if err != nil {
 			return fmt.Errorf("encode manifest entry %s: %w", c.SeqID, err)
@@ -387,7 +391,7 @@ func encodeJSON(v any) ([]byte, error) {
 }
 
 // recordKeys are a manifest entry's integrity record fields.
-var recordKeys = []string{"sha256", "mtime_ns", "ctime_ns", "ino"}
+var recordKeys = []string{"sha256", "mtime_ns", "ctime_ns", "ino", "mac"}
 
 // setRecord puts c's integrity record into entry e; a record without the
 // inode fields drops stale ones.

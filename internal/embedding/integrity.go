@@ -168,6 +168,28 @@ type slotRecord struct {
 	sha                 [sha256.Size]byte
 	hashed              bool
 	listed              bool
+	synthetic           bool
+	// mac is the record's authentication code (hex, as recorded; empty:
+	// none), checked against the record key by auth.
+	mac string
+}
+
+// auth is what r's code says of r as the record of sid in folder dir
+// (recordkey.go).
+func (r *slotRecord) auth(scope, sid string) recordAuth {
+	if !r.hashed || r.mac == "" {
+		return authNone
+	}
+	return authOf(scope, sid, r.bytes, r.mtime, r.ctime, r.ino, hex.EncodeToString(r.sha[:]), r.synthetic, []byte(r.mac))
+}
+
+// trusted reports whether r may be taken by stat alone: a full record of a
+// file whose stat is s and, with a record key, authenticated.
+func (r *slotRecord) trusted(scope, sid string, s FileStat) bool {
+	if !r.matches(s) {
+		return false
+	}
+	return !HaveRecordKey() || r.auth(scope, sid) == authOK
 }
 
 // matches is FileRecord.Matches.
@@ -178,11 +200,15 @@ func (r *slotRecord) matches(s FileStat) bool {
 
 // rawSlot is a scanned record as a slot.
 func rawSlot(r rawRecord) slotRecord {
-	return newSlot(r.Bytes, r.MtimeNs, r.CtimeNs, r.Ino, r.SHA256, true)
+	s := newSlot(r.Bytes, r.MtimeNs, r.CtimeNs, r.Ino, r.SHA256, true)
+	s.synthetic, s.mac = r.Synthetic, string(r.MAC)
+	return s
 }
 
 func toSlot(r FileRecord, listed bool) slotRecord {
-	return newSlot(r.Bytes, r.MtimeNs, r.CtimeNs, r.Ino, r.SHA256, listed)
+	s := newSlot(r.Bytes, r.MtimeNs, r.CtimeNs, r.Ino, r.SHA256, listed)
+	s.synthetic, s.mac = r.Synthetic, r.MAC
+	return s
 }
 
 // newSlot is a record as a slot, its hex SHA-256 decoded (hashed unless
@@ -290,7 +316,7 @@ func (l *Layout) checkFamily(f Family, sids []string, index map[string]int, pres
 			index[sid] = i
 		}
 	}
-	c := &familyCheck{l: l, f: f, dir: dir, dfd: dfd, sids: sids, present: present, seqLen: seqLen, o: o,
+	c := &familyCheck{l: l, f: f, dir: dir, scope: recordScope(dir), dfd: dfd, sids: sids, present: present, seqLen: seqLen, o: o,
 		recs: readSlots(dir, index, len(sids)), suffix: f.Suffix(), name: make([]byte, 0, 256)}
 	for i := range sids {
 		if present[i] {
@@ -310,6 +336,7 @@ type familyCheck struct {
 	l       *Layout
 	f       Family
 	dir     string
+	scope   string
 	dfd     int
 	sids    []string
 	present []bool
@@ -356,7 +383,15 @@ func (c *familyCheck) check(i int) {
 	}
 	rec := &c.recs[i]
 	fs := statOf(&st)
-	if !c.o.HashAll && rec.matches(fs) {
+	auth := rec.auth(c.scope, sid)
+	if auth == authForged {
+		// Rewritten without the record key: neither its stat nor its
+		// hash can be believed.
+		c.bad = append(c.bad, badFile{i: i, reason: ForgedReason, st: st})
+		return
+	}
+	authenticated := auth == authOK || !HaveRecordKey()
+	if !c.o.HashAll && authenticated && rec.matches(fs) {
 		return
 	}
 	if !rec.hashed && !c.o.AdoptUnrecorded {
@@ -389,7 +424,7 @@ func (c *familyCheck) check(i int) {
 	switch {
 	case rec.hashed:
 		if sum == rec.sha {
-			if !rec.matches(fs) || fs.Bytes != int64(len(data)) {
+			if !rec.matches(fs) || fs.Bytes != int64(len(data)) || !authenticated {
 				record()
 			}
 			return
@@ -718,7 +753,7 @@ func RecordWritten(paths []string) (map[string]string, error) {
 				bad[p] = "unreadable: " + errText(err)
 				continue
 			}
-			if recs[i].matches(fst) {
+			if recs[i].trusted(recordScope(dir), sid, fst) {
 				continue
 			}
 			data, err := os.ReadFile(p)
@@ -796,10 +831,11 @@ func ChangedSinceCheck(paths []string) []string {
 			continue
 		}
 		ps := byDir[dir]
-		recs := slotsFor(dir, sidsOf(f, ps))
+		sids := sidsOf(f, ps)
+		recs := slotsFor(dir, sids)
 		for i, p := range ps {
 			st, err := StatFile(p)
-			if err != nil || !recs[i].matches(st) {
+			if err != nil || !recs[i].trusted(recordScope(dir), sids[i], st) {
 				out = append(out, p)
 			}
 		}

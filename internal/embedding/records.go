@@ -19,6 +19,9 @@ type FileRecord struct {
 	Ino       uint64
 	SHA256    string
 	Synthetic bool
+	// MAC is the record's authentication code (hex; recordkey.go), empty
+	// when none was written.
+	MAC string
 }
 
 // Hashed reports whether the record holds a hash (older caches and the
@@ -58,6 +61,7 @@ func parseFileRecords(b []byte) map[string]FileRecord {
 			Ino       json.Number `json:"ino"`
 			SHA256    any         `json:"sha256"`
 			Synthetic any         `json:"synthetic"`
+			MAC       any         `json:"mac"`
 		}
 		if json.Unmarshal(raw, &e) != nil {
 			continue
@@ -66,6 +70,7 @@ func parseFileRecords(b []byte) map[string]FileRecord {
 			CtimeNs: numberInt(string(e.CtimeNs)), Ino: uint64(numberInt(string(e.Ino)))}
 		r.SHA256, _ = e.SHA256.(string)
 		r.Synthetic, _ = e.Synthetic.(bool)
+		r.MAC, _ = e.MAC.(string)
 		out[sid] = r
 	}
 	return out
@@ -267,6 +272,7 @@ type rawRecord struct {
 	Ino                     uint64
 	SHA256                  []byte
 	Synthetic               bool
+	MAC                     []byte
 }
 
 // scanRecords calls fn for every entry of a manifest document without
@@ -284,7 +290,7 @@ func scanRecords(b []byte, fn func(sid []byte, r rawRecord)) bool {
 			}
 			var r rawRecord
 			ok := s.objectRaw(func(field []byte) bool {
-				if c := s.peek(); (c == '"' && string(field) != "sha256") || c == '{' || c == '[' {
+				if c := s.peek(); (c == '"' && string(field) != "sha256" && string(field) != "mac") || c == '{' || c == '[' {
 					return s.skip()
 				}
 				switch string(field) {
@@ -305,12 +311,16 @@ func scanRecords(b []byte, fn func(sid []byte, r rawRecord)) bool {
 						r.Ino = uint64(v)
 					}
 					return true
-				case "sha256":
+				case "sha256", "mac":
 					if s.peek() != '"' {
 						return s.skip()
 					}
 					v, ok := s.strRaw()
-					r.SHA256 = v
+					if string(field) == "mac" {
+						r.MAC = v
+					} else {
+						r.SHA256 = v
+					}
 					return ok
 				case "synthetic":
 					tok, ok := s.tokenRaw()
@@ -358,7 +368,7 @@ func scanFileRecords(b []byte) (map[string]FileRecord, bool) {
 	out := map[string]FileRecord{}
 	ok := scanRecords(b, func(sid []byte, r rawRecord) {
 		out[string(sid)] = FileRecord{Bytes: r.Bytes, MtimeNs: r.MtimeNs, CtimeNs: r.CtimeNs, Ino: r.Ino,
-			SHA256: string(r.SHA256), Synthetic: r.Synthetic}
+			SHA256: string(r.SHA256), Synthetic: r.Synthetic, MAC: string(r.MAC)}
 	})
 	if !ok {
 		return nil, false
