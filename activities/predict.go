@@ -333,10 +333,26 @@ func (a *Activities) recheckAfterRead(ctx context.Context, ref StageRef, sr jobf
 	if err != nil {
 		return nil, 0, err
 	}
-	if len(lost) == 0 {
-		// Touched, not changed: recorded anew, the values stand.
-		log.Info("cached files touched after the check, contents unchanged", "files", len(changed))
-		return nil, 0, nil
+	moved := len(lost) == 0
+	if moved {
+		// The files hold their recorded contents now, but their inode or
+		// change time moved while the method read them, and nothing of
+		// kinflow's touches a cached file in place any more: what the method
+		// read is not known (a file overwritten before the read and put back
+		// after it looks exactly like this). The units that used them run
+		// again; the files, recorded anew, are kept.
+		byPath := map[string]string{}
+		for sid, ps := range plan.Expected {
+			for _, p := range ps {
+				byPath[p] = sid
+			}
+		}
+		lost = map[string]bool{}
+		for _, p := range changed {
+			if sid := byPath[p]; sid != "" {
+				lost[sid] = true
+			}
+		}
 	}
 	redo := map[int]bool{}
 	for _, i := range sent {
@@ -345,6 +361,9 @@ func (a *Activities) recheckAfterRead(ctx context.Context, ref StageRef, sr jobf
 		}
 	}
 	msg := fmt.Sprintf("%d cached file(s) changed after the check, while the method read them: the %d prediction(s) that used them are made again once the files are computed anew", len(lost), len(redo))
+	if moved {
+		msg = fmt.Sprintf("%d cached file(s) were changed and put back while the method read them (their contents are the recorded ones again, but what the method read is not known): the %d prediction(s) that used them are made again", len(lost), len(redo))
+	}
 	if len(in.Bad) > 0 {
 		msg += "; " + in.Summary(5)
 	}

@@ -258,3 +258,65 @@ func (e *engineBJobs) values(t *testing.T, job string) []string {
 	}
 	return out
 }
+
+// engineBFlipFlops is engineBReads played by a writer that, once, changes
+// a cached file in place just before the method reads it and puts its old
+// bytes and modification time back just after: the file looks untouched
+// by the time the job checks it again, its contents the recorded ones.
+const engineBFlipFlops = `import os
+marker = os.path.join(os.environ["METHODB_MEDIA_PATH"], "..", "flip-flop-once")
+saved = None
+if os.path.exists(marker):
+    target = open(marker).read().strip()
+    os.remove(marker)
+    st = os.stat(target)
+    with open(target, "r+b") as f:
+        saved = f.read()
+        hlen = int.from_bytes(saved[8:10], "little")
+        f.seek(10 + hlen)
+        f.write(b"\x00\x00\x00\xbf" * 1024)
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+` + engineBReads + `
+if saved is not None:
+    with open(target, "r+b") as f:
+        f.write(saved)
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+`
+
+// TestFlipFlopAroundTheReadIsCaught: a cached file changed before the
+// method reads it and put back after is not served: its contents are the
+// recorded ones again when the job checks, but its change time moved
+// while the method read it, so the rows that used it are predicted again
+// and every value is the right one.
+func TestFlipFlopAroundTheReadIsCaught(t *testing.T) {
+	e := newEngineBJobs(t, engineBFlipFlops)
+	s, media, seqs, rows := e.stack, e.media, e.seqs, e.rows
+	dir := filepath.Dir(media)
+	job1 := s.submit(rows("CCO"), []string{"kcat"}, map[string]string{"kcat": "B"})
+	if st := s.waitDone(job1, 120*time.Second); st.Status != "Completed" {
+		t.Fatalf("first job: %+v", st)
+	}
+	want := e.values(t, job1)
+	f, _ := embedding.FamilyByName(embedding.FamilyProtT5LastMean)
+	target := filepath.Join(media, "sequence_info", filepath.FromSlash(f.Dir), embedding.BaseSeqID(seqs[1])+".npy")
+	if err := os.WriteFile(filepath.Join(dir, "flip-flop-once"), []byte(target), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	job2 := s.submit(rows("CCCO"), []string{"kcat"}, map[string]string{"kcat": "B"})
+	st := s.waitDone(job2, 120*time.Second)
+	if st.Status != "Completed" {
+		t.Fatalf("second job: %+v", st)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "flip-flop-once")); !os.IsNotExist(err) {
+		t.Fatalf("the engine did not play the writer: %v", err)
+	}
+	if got := e.values(t, job2); !slices.Equal(got, want) {
+		t.Fatalf("second job's values %v, want the first job's %v", got, want)
+	}
+	if r := st.reasons(); !slices.Contains(r, "cache_files_changed_after_check:1") {
+		t.Fatalf("events %v: want cache_files_changed_after_check:1", r)
+	}
+	if err := embedding.CheckFile(target); err != nil {
+		t.Fatalf("the file, put back as it was, is not intact: %v", err)
+	}
+}
