@@ -31,6 +31,9 @@ func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	log := newLogger(cfg, stderr, "api")
 	startPprof(log)
+	if _, err := openMediaRoot(cfg, log, false); err != nil {
+		return err
+	}
 	st, err := openStore(ctx, cfg)
 	if err != nil {
 		return err

@@ -61,6 +61,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	log := newLogger(cfg, stderr, "dev")
 	startPprof(log)
+	// The embedded default ./media does not exist on a fresh clone: dev
+	// creates it (and its identity marker) at start, never later.
+	if _, err := openMediaRoot(cfg, log, true); err != nil {
+		return err
+	}
 
 	uiURL := ""
 	if *temporalCLI != "" {
