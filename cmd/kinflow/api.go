@@ -31,14 +31,14 @@ func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	log := newLogger(cfg, stderr, "api")
 	startPprof(log)
-	if _, err := openMediaRoot(cfg, log, false); err != nil {
-		return err
-	}
 	st, err := openStore(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	if _, err := openMediaRoot(cfg, log, false); err != nil {
+		return err
+	}
 	tc, err := lazyTemporal(cfg, log)
 	if err != nil {
 		return err

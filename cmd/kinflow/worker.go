@@ -37,14 +37,14 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	log := newLogger(cfg, stderr, "worker")
 	startPprof(log)
-	if _, err := openMediaRoot(cfg, log, false); err != nil {
-		return err
-	}
 	st, err := openStore(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	if _, err := openMediaRoot(cfg, log, false); err != nil {
+		return err
+	}
 	tc, err := dialTemporal(ctx, cfg, log)
 	if err != nil {
 		return err
