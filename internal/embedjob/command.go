@@ -128,6 +128,7 @@ func (r *CommandRunner) RunBatch(ctx context.Context, b BatchJob) error {
 		"KINFLOW_SEQ_ID_TO_SEQ_FILE="+mapFile,
 		"KINFLOW_MEDIA_ROOT="+r.MediaRoot,
 	)
+	cmd.Env = append(cmd.Env, mediaRootIDEnv(r.MediaRoot)...)
 	if !hasEnv(cmd.Env, "PYTHONUNBUFFERED") {
 		cmd.Env = append(cmd.Env, "PYTHONUNBUFFERED=1")
 	}

@@ -136,6 +136,10 @@ type Options struct {
 	// clone. Only Open does; a root that goes away later is never
 	// recreated.
 	CreateRoot bool
+	// ExpectID is the identity to hold the root to from the start, instead
+	// of adopting (or writing) the marker found: a step server the GPU
+	// host started passes the host's.
+	ExpectID string
 }
 
 // Root is the media root as one process sees it: its path and the
@@ -190,7 +194,7 @@ func Open(path string, o Options) (*Root, error) {
 			}
 		}
 	}
-	r := &Root{path: abs, every: CheckEvery}
+	r := &Root{path: abs, every: CheckEvery, id: o.ExpectID}
 	r.mu.Lock()
 	r.refresh()
 	r.mu.Unlock()
@@ -327,7 +331,7 @@ func (r *Root) look() error {
 	case r.id != "":
 		return &Error{Kind: KindMissing, Detail: "its identity marker is gone (the folder at its path is not the media root this process started with)"}
 	}
-	if holdsData(r.path) {
+	if HoldsData(r.path) {
 		return &Error{Kind: KindUnmarked, Detail: "it holds kinflow data but no identity marker (run `kinflow media init` once, on the right folder)"}
 	}
 	m, err = create(r.path)
@@ -338,8 +342,10 @@ func (r *Root) look() error {
 	return nil
 }
 
-// holdsData reports whether root has one of the folders kinflow writes.
-func holdsData(root string) bool {
+// HoldsData reports whether root has one of the folders kinflow writes
+// (jobs/, sequence_info/, gpu_jobs/): such a root without a marker is not
+// marked by a process, only by Init.
+func HoldsData(root string) bool {
 	for _, d := range dataDirs {
 		if _, err := os.Lstat(filepath.Join(root, d)); err == nil {
 			return true

@@ -332,3 +332,26 @@ func TestUnavailableText(t *testing.T) {
 		t.Fatalf("text %q", e.Error())
 	}
 }
+
+// TestExpectIDHoldsTheRootToTheHostsIdentity: a step server opened with
+// the GPU host's id checks the marker against it: a fresh root is not
+// marked by it (missing), another root's marker is foreign, the host's
+// passes.
+func TestExpectIDHoldsTheRootToTheHostsIdentity(t *testing.T) {
+	root := t.TempDir()
+	r := open(t, root, Options{ExpectID: "00112233445566778899aabbccddeeff"})
+	wantKind(t, r.Check(), KindMissing)
+	if _, err := os.Stat(filepath.Join(root, MarkerName)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a step server marked the root: %v", err)
+	}
+	m, err := create(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantKind(t, r.CheckNow(), KindForeign)
+	r.Close()
+	s := open(t, root, Options{ExpectID: m.ID})
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
