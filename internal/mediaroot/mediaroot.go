@@ -16,8 +16,9 @@
 //   - by the first process that finds the root present and holding no
 //     kinflow data yet (none of jobs/, sequence_info/, gpu_jobs/): a fresh
 //     root, such as a new volume or an empty folder an operator made;
-//   - by `kinflow dev` at its start, which also creates a missing root
-//     (its default ./media is made on a fresh clone);
+//   - by `kinflow dev` at its start, whatever the root holds; it also
+//     creates a missing root (its default ./media is made on a fresh
+//     clone);
 //   - by `kinflow media init`, for a root that holds data from a version
 //     without markers.
 //
@@ -131,10 +132,11 @@ func Kind(err error) string {
 
 // Options are how a process opens its root.
 type Options struct {
-	// CreateRoot lets Open create a missing root (and its marker):
-	// `kinflow dev` only, whose default ./media does not exist on a fresh
-	// clone. Only Open does; a root that goes away later is never
-	// recreated.
+	// CreateRoot lets Open create a missing root, and mark one that has
+	// none whatever it holds: `kinflow dev` only, whose default ./media
+	// does not exist on a fresh clone (and holds an older version's data
+	// on an old one). Only Open does; a root that goes away later is
+	// never recreated.
 	CreateRoot bool
 	// ExpectID is the identity to hold the root to from the start, instead
 	// of adopting (or writing) the marker found: a step server the GPU
@@ -191,6 +193,11 @@ func Open(path string, o Options) (*Root, error) {
 		if _, err := os.Stat(abs); errors.Is(err, fs.ErrNotExist) {
 			if err := os.MkdirAll(abs, 0o755); err != nil {
 				return nil, fmt.Errorf("create media root: %w", err)
+			}
+		}
+		if _, err := readMarker(abs); errors.Is(err, fs.ErrNotExist) {
+			if _, err := create(abs); err != nil {
+				return nil, fmt.Errorf("mark media root: %w", err)
 			}
 		}
 	}

@@ -221,7 +221,8 @@ func TestMkdirAllNeverCreatesTheRootInTheCheckWindow(t *testing.T) {
 // TestMissingRootIsNotCreated: a process started before its root exists
 // creates nothing and reports it missing; once an operator makes the
 // folder (empty), the next check marks and adopts it. `kinflow dev`
-// (CreateRoot) creates a missing root and its marker at start.
+// (CreateRoot) creates a missing root and its marker at start, and marks
+// an unmarked one whatever it holds.
 func TestMissingRootIsNotCreated(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "media")
 	r := open(t, root, Options{})
@@ -246,6 +247,14 @@ func TestMissingRootIsNotCreated(t *testing.T) {
 	}
 	if m, err := ReadMarker(dev); err != nil || m.ID != d.ID() {
 		t.Fatalf("dev root marker %+v: %v", m, err)
+	}
+	// An old clone's ./media: data, no marker; dev marks it at start.
+	old := t.TempDir()
+	if err := os.Mkdir(filepath.Join(old, "jobs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if o := open(t, old, Options{CreateRoot: true}); o.Check() != nil || o.ID() == "" {
+		t.Fatalf("dev on an unmarked root with data: %v", o.Check())
 	}
 	// CreateRoot is for the start only: gone later, it is not recreated.
 	away(t, dev)
