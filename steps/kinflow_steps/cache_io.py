@@ -97,13 +97,13 @@ def ensure_folder(folder: str) -> None:
     root = _media_root
     want = os.environ.get(MEDIA_ROOT_ID_ENV, "")
     target = os.path.abspath(folder)
-    if not want or not root or not target.startswith(root + os.sep):
+    if not want or not root or not (target == root or target.startswith(root + os.sep)):
         os.makedirs(folder, exist_ok=True)
         return
     if _media_root_id(root) != want:
         raise MediaRootUnavailable("media root unavailable: it is not there with its identity marker")
     current = root
-    for part in os.path.relpath(target, root).split(os.sep):
+    for part in os.path.relpath(target, root).split(os.sep) if target != root else []:
         current = os.path.join(current, part)
         try:
             os.mkdir(current)
