@@ -8,6 +8,7 @@ import (
 
 	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/jobfiles"
+	"github.com/kinflow/kinflow/internal/mediaroot"
 	"github.com/kinflow/kinflow/internal/predcache"
 	"github.com/kinflow/kinflow/internal/result"
 	"github.com/kinflow/kinflow/internal/store"
@@ -40,6 +41,13 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeRe
 			// Longer than KINFLOW_OUTAGE_RIDE_OUT_SECONDS without the
 			// database (issue 33): say so, without its address.
 			in.Message = DatabaseUnavailableMessage
+			refund = store.Refund{Rows: job.RequestedRows}
+		}
+		if mediaroot.UnavailableText(in.Message) {
+			// The media root stayed away (renamed, unmounted) past the
+			// steps' ride-out: say so in one sentence, without its
+			// paths, and give every row back.
+			in.Message = StorageUnavailableMessage
 			refund = store.Refund{Rows: job.RequestedRows}
 		}
 		if fsutil.NoSpaceText(in.Message) {
@@ -119,6 +127,11 @@ const DatabaseUnavailableMessage = "database unavailable: the server's database 
 // StorageFullMessage is a job's message when it failed because the media
 // root (or the database's disk) was full: the reason "storage full".
 const StorageFullMessage = "storage full: the server ran out of disk space while running this job. Its rows were refunded; please submit it again later."
+
+// StorageUnavailableMessage is a job's message when it failed because the
+// media root was unavailable (mediaroot: renamed away, a lost mount) for
+// longer than its steps wait.
+const StorageUnavailableMessage = "storage unavailable: the server's storage was unavailable for longer than it waits. Its rows were refunded; please submit it again later."
 
 // noteUnappliedAnnotations reports, in the message of each stage whose
 // target asked for them, a similarity dataset or experimental table that is

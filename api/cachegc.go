@@ -30,6 +30,10 @@ func (s *Server) CacheGC(ctx context.Context, minAge time.Duration) (cacheadmin.
 	if cfg == nil || cfg.MediaRoot == "" {
 		return cacheadmin.GCResult{}, nil
 	}
+	// A media root that is away would measure as an empty cache.
+	if err := s.mediaAway(true); err != nil {
+		return cacheadmin.GCResult{}, err
+	}
 	l, err := embedding.LayoutFromConfig(cfg)
 	if err != nil {
 		return cacheadmin.GCResult{}, err

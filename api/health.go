@@ -18,8 +18,9 @@ type healthResponse struct {
 	Checks    map[string]string `json:"checks"`
 }
 
-// health answers 200 {"status":"ok",…} when the database and Temporal answer,
-// else 503 with "status":"unavailable" and the failing check named.
+// health answers 200 {"status":"ok",…} when the database and Temporal answer
+// and the media root is there with its identity, else 503 with
+// "status":"unavailable" and the failing check named.
 func (s *Server) health(c *gin.Context) {
 	// Each check gets its own short deadline: a health probe must answer
 	// quickly even when a dependency hangs.
@@ -47,8 +48,12 @@ func (s *Server) health(c *gin.Context) {
 	}
 	// storage.go: "media" (and "database_storage" after a write failed
 	// for lack of space) is "ok" or "full"; full storage refuses submits
-	// (503) but reads still work, so it does not make /health/ fail.
-	s.storageChecks(checks)
+	// (503) but reads still work, so it does not make /health/ fail. A
+	// media root that is not there with its identity fails reads and
+	// writes alike: it does.
+	if s.storageChecks(checks) {
+		status, code = "unavailable", http.StatusServiceUnavailable
+	}
 	// mmseqs is reported when a similarity dataset is configured, but it
 	// does not make the API unavailable: only /validate/'s runSimilarity
 	// and the similarity columns depend on it.

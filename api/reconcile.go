@@ -73,6 +73,12 @@ func (s *Server) ReconcileSubmits(ctx context.Context) (queued, undone int, err 
 			queued++
 			continue
 		}
+		if merr := s.mediaAway(true); merr != nil {
+			// The input may be there, on a media root that is away:
+			// settle it once the root is back.
+			log.Warn("submit.reconcile_media_unavailable", "error", merr)
+			continue
+		}
 		ok, err := s.deps.Store.AbandonSubmit(ctx, j.ID, "", true, s.now())
 		if err != nil {
 			log.Warn("submit.reconcile_undo_failed", "error", err)

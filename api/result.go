@@ -46,11 +46,20 @@ func (s *Server) result(c *gin.Context) {
 		s.internalError(c, "result.no_output", fmt.Errorf("job %s is Completed without an output path", j.ID))
 		return
 	}
+	// The result lives under the media root: while that is not there with
+	// its identity (storage.go), 503 with Retry-After, not a 500 naming
+	// what is missing; a read that fails because it went away meanwhile
+	// answers the same.
+	if err := s.mediaAway(false); err != nil {
+		s.log.Warn("result.media_unavailable", "request_id", c.GetString(requestIDKey), "job_id", j.ID, "media_root", s.mediaRoot(), "error", err)
+		refuseMediaRead(c)
+		return
+	}
 	path := s.mediaPath(j.OutputPath)
 	if c.Query("format") == "json" {
 		raw, err := os.ReadFile(path)
 		if err != nil {
-			s.internalError(c, "result.read_failed", err)
+			s.resultReadFailed(c, "result.read_failed", err)
 			return
 		}
 		body, err := resultJSON(j.ID, raw, j.Synthetic)
@@ -68,7 +77,7 @@ func (s *Server) result(c *gin.Context) {
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		s.internalError(c, "result.open_failed", err)
+		s.resultReadFailed(c, "result.open_failed", err)
 		return
 	}
 	defer f.Close()
@@ -79,6 +88,17 @@ func (s *Server) result(c *gin.Context) {
 	}
 	c.Header("Content-Disposition", `attachment; filename="kinflow-`+j.ID+`-results.csv"`)
 	c.DataFromReader(http.StatusOK, fi.Size(), "text/csv", f, nil)
+}
+
+// resultReadFailed answers a result file that could not be read: 503 when
+// the media root went away (refuseMediaRead), else 500.
+func (s *Server) resultReadFailed(c *gin.Context, what string, err error) {
+	if merr := s.mediaAway(true); merr != nil {
+		s.log.Warn(what, "request_id", c.GetString(requestIDKey), "media_root", s.mediaRoot(), "error", err, "media", merr)
+		refuseMediaRead(c)
+		return
+	}
+	s.internalError(c, what, err)
 }
 
 // mediaPath resolves a path recorded on a job (relative to the media root, or

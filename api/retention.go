@@ -56,6 +56,11 @@ func (s *Server) refuseExpired(c *gin.Context, j *store.Job) {
 // ExpireJobs removes the folders of up to batch jobs that ended more than
 // KINFLOW_JOB_RETENTION_DAYS ago, and returns how many.
 func (s *Server) ExpireJobs(ctx context.Context, batch int) (int, error) {
+	// Removing a folder of a media root that is away removes nothing:
+	// the jobs would be marked expired with their files still there.
+	if err := s.mediaAway(true); err != nil {
+		return 0, err
+	}
 	now := s.now()
 	jobs, err := s.deps.Store.ExpiringJobs(ctx, now.Add(-s.jobRetention()), batch)
 	if err != nil {

@@ -203,6 +203,11 @@ func (s *Server) submit(c *gin.Context) {
 		refuseStorageFull(c)
 		return
 	}
+	if err := s.mediaAway(false); err != nil { // storage.go: 503, nothing charged
+		s.log.Error("job.media_unavailable", "request_id", c.GetString(requestIDKey), "media_root", s.mediaRoot(), "error", err)
+		refuseStorageUnavailable(c)
+		return
+	}
 	k := authKey(c)
 	notifyURL, ok := s.submitNotifyURL(c, b, k)
 	if !ok {
@@ -261,7 +266,9 @@ func (s *Server) submit(c *gin.Context) {
 		// Storage full or not writable at all (storage.go): 503, the
 		// charge refunded by abandon. The error, with its path, goes to
 		// the log only.
-		if full, down := fsutil.NoSpace(err), fsutil.Unwritable(err); full || down {
+		// A root that went away after the check above fails the write
+		// with a missing folder: that is the storage's failure too.
+		if full, down := fsutil.NoSpace(err), fsutil.Unwritable(err) || s.mediaAway(true) != nil; full || down {
 			s.log.Error("job.input_failed", "request_id", c.GetString(requestIDKey), "error", err)
 			setRateHeaders(c, limit, limit-used+job.Charge(), now)
 			if full {
@@ -432,7 +439,7 @@ func (s *Server) replaySubmit(c *gin.Context, ctx context.Context, j *store.Job,
 	if j.Status == store.JobSubmitting {
 		if _, err := os.Stat(s.mediaPath(j.InputPath)); err != nil {
 			if err := s.writeInput(j.InputPath, sub.Table); err != nil {
-				if fsutil.NoSpace(err) || fsutil.Unwritable(err) {
+				if fsutil.NoSpace(err) || fsutil.Unwritable(err) || s.mediaAway(true) != nil {
 					// The job stays Submitting: a retry finishes it, or
 					// the reconciler refunds and removes it.
 					s.log.Error("job.input_failed", "request_id", rid, "job_id", j.ID, "error", err)

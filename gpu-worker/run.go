@@ -15,6 +15,8 @@ import (
 
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/embedjob"
+	"github.com/kinflow/kinflow/internal/mediaroot"
+	"github.com/kinflow/kinflow/internal/mediaroot/rideout"
 	"github.com/kinflow/kinflow/internal/metrics"
 )
 
@@ -99,6 +101,11 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 		), log); err != nil {
 			return nil, err
 		}
+	}
+	if r := mediaroot.Lookup(cfg.MediaRoot); r != nil {
+		// Step activities wait for a media root that went away instead of
+		// failing (rideout).
+		wo.Interceptors = append(wo.Interceptors, rideout.Interceptor(r, cfg.OutageRideOut, log))
 	}
 	w := embedjob.NewWorker(d.Client, wo, acts)
 	small := embedjob.NewSmallWorker(d.Client, wo, acts)

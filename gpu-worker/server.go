@@ -27,6 +27,7 @@ import (
 
 	"github.com/kinflow/kinflow/internal/embedjob"
 	"github.com/kinflow/kinflow/internal/fsutil"
+	"github.com/kinflow/kinflow/internal/mediaroot"
 	"github.com/kinflow/kinflow/internal/stepserver"
 )
 
@@ -435,6 +436,11 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	in, err := s.Submit(r.Context(), id, work, order)
 	if err != nil {
 		s.log.Error("submit GPU job", "job_id", id, "error", err)
+		if mediaroot.Unavailable(err) {
+			// Its text names the work file's path: the log has it.
+			writeDetail(w, http.StatusServiceUnavailable, "could not start the job: "+mediaroot.ErrUnavailable.Error())
+			return
+		}
 		writeDetail(w, http.StatusServiceUnavailable, "could not start the job: "+err.Error())
 		return
 	}

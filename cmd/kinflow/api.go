@@ -36,6 +36,9 @@ func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer st.Close()
+	if _, err := openMediaRoot(cfg, log, false); err != nil {
+		return err
+	}
 	tc, err := lazyTemporal(cfg, log)
 	if err != nil {
 		return err

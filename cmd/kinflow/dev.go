@@ -67,6 +67,12 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	log := newLogger(cfg, stderr, "dev")
 	startPprof(log)
+	// The embedded default ./media does not exist on a fresh clone (and
+	// has no identity marker on an older one): dev creates and marks it
+	// at start, never later.
+	if _, err := openMediaRoot(cfg, log, true); err != nil {
+		return err
+	}
 
 	uiURL := ""
 	if *temporalCLI != "" {

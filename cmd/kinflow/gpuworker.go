@@ -52,6 +52,12 @@ func runGPUWorker(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	log := newLogger(cfg, stderr, "gpu-worker")
 	startPprof(log)
+	if !*check {
+		// --check embeds into a scratch root of its own.
+		if _, err := openMediaRoot(cfg, log, false); err != nil {
+			return err
+		}
+	}
 	if *check {
 		fmt.Fprintf(stdout, "kinflow gpu-worker --check: executor %s\n", cfg.StepExecutor)
 		res, err := embedjob.Check(ctx, cfg, st, log, stdout)

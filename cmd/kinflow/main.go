@@ -37,6 +37,7 @@ func commands() []command {
 		{"seqmap", "seqmap import FILE: take over a reference seqmap.sqlite3, keeping its ids", runSeqmap},
 		{"plan", "show the embedding plan of a method over a FASTA or CSV file", runPlan},
 		{"cache", "cache status|verify|adopt|purge: the embedding cache's files and provenance (operator)", runCache},
+		{"media", "media show|init: the media root's identity marker (operator)", runMedia},
 		{"key", "key status|generate|revoke: this address's API key (client); key limit|weight|block|unblock KEY, key usage: operator", runKey},
 		{"keys", "keys usage: every key's unfinished work, by class (operator; the same as key usage)", runKey},
 		{"methods", "list the methods by target (client)", runMethods},

@@ -17,6 +17,7 @@ import (
 	"github.com/kinflow/kinflow/api"
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/mediaroot"
 	"github.com/kinflow/kinflow/internal/store"
 )
 
@@ -54,6 +55,27 @@ func useRecordKey(cfg *config.Config) error {
 		return fmt.Errorf("KINFLOW_CACHE_RECORD_KEY_FILE: %w", err)
 	}
 	return nil
+}
+
+// openMediaRoot opens the media root's identity (mediaroot) for a
+// long-running role, before it writes anything: the role remembers the
+// identity it finds (marking a fresh root), checks it before each write,
+// and never recreates a root that goes away. create lets `kinflow dev`
+// make a missing root at its start. A root that is missing or unmarked
+// now is logged, not fatal: the role starts, refuses to write into the
+// root, and adopts it once it is there and marked.
+func openMediaRoot(cfg *config.Config, log *slog.Logger, create bool) (*mediaroot.Root, error) {
+	r, err := mediaroot.Open(cfg.MediaRoot, mediaroot.Options{CreateRoot: create})
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Check(); err != nil {
+		log.Error("media root unavailable: nothing is written into it until it is there with its identity marker",
+			"media_root", r.Path(), "kind", mediaroot.Kind(err), "error", err)
+	} else {
+		log.Info("media root", "media_root", r.Path(), "id", r.ID())
+	}
+	return r, nil
 }
 
 // newLogger writes JSON lines at the configured level, tagged with the role.

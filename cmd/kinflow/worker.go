@@ -16,6 +16,8 @@ import (
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/embedding"
 	"github.com/kinflow/kinflow/internal/embedjob"
+	"github.com/kinflow/kinflow/internal/mediaroot"
+	"github.com/kinflow/kinflow/internal/mediaroot/rideout"
 	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/metrics"
 	"github.com/kinflow/kinflow/internal/store"
@@ -40,6 +42,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer st.Close()
+	if _, err := openMediaRoot(cfg, log, false); err != nil {
+		return err
+	}
 	tc, err := dialTemporal(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -91,7 +96,7 @@ func runCPUWorker(ctx context.Context, cfg *config.Config, st *store.Store, tc c
 		return err
 	}
 	defer steps.Close()
-	ws, err := newCPUWorkers(tc, cfg, m)
+	ws, err := newCPUWorkers(tc, cfg, m, log)
 	if err != nil {
 		return err
 	}
@@ -146,8 +151,13 @@ type cpuWorkers struct {
 	started []worker.Worker
 }
 
-func newCPUWorkers(tc client.Client, cfg *config.Config, m *metrics.Metrics) (*cpuWorkers, error) {
+func newCPUWorkers(tc client.Client, cfg *config.Config, m *metrics.Metrics, log *slog.Logger) (*cpuWorkers, error) {
 	ics := []interceptor.WorkerInterceptor{m.WorkerInterceptor()}
+	if r := mediaroot.Lookup(cfg.MediaRoot); r != nil {
+		// Activities wait for a media root that went away instead of
+		// failing (rideout); the notices and the GPU probe never touch it.
+		ics = append(ics, rideout.Interceptor(r, cfg.OutageRideOut, log.With("role", "worker"), "NotifyJob", "HasNotice", "GPUHealth"))
+	}
 	cpu := worker.New(tc, cfg.CPUTaskQueue, worker.Options{
 		// CPU-bound activities: a few at a time per worker process; scale
 		// by adding workers (KINFLOW_CPU_ACTIVITY_SLOTS).

@@ -251,7 +251,7 @@ var Keys = []Key{
 		Meaning: "Task queue of `kinflow gpu-worker` (one activity per GPU step key).", Allowed: "want a non-empty name",
 		set: func(c *Config, v string) error { return setName(&c.GPUTaskQueue, v) }},
 	{Name: "KINFLOW_MEDIA_ROOT", Default: "./media",
-		Meaning: "Media root: `sequence_info/` (the shared embedding cache), `jobs/`, the binding-site table. Shared storage in production.",
+		Meaning: "Media root: `sequence_info/` (the shared embedding cache), `jobs/`, the binding-site table. Shared storage in production. It must exist (only `kinflow dev` creates it) and carries the identity marker `.kinflow-media-root` (docs/production.md, \"The media root's identity\").",
 		Allowed: "want a directory path",
 		set:     func(c *Config, v string) error { return setName(&c.MediaRoot, v) }},
 	{Name: "KINFLOW_API_LISTEN", Default: "127.0.0.1:8000",

@@ -103,6 +103,7 @@ func newStack(t testing.TB, env map[string]string, roleEnv map[string]map[string
 	for k, v := range env {
 		s.env[k] = v
 	}
+	s.makeMediaRoot()
 	t.Cleanup(s.stop)
 	for _, role := range []string{"api", "worker", "gpu-worker"} {
 		s.start(role)
@@ -110,6 +111,16 @@ func newStack(t testing.TB, env map[string]string, roleEnv map[string]map[string
 	s.waitHealthy()
 	s.key = s.generateKey()
 	return s
+}
+
+// makeMediaRoot creates the stack's media root, as an operator (or a
+// volume) does: the roles create no missing root, and mark a fresh one at
+// start.
+func (s *stack) makeMediaRoot() {
+	s.t.Helper()
+	if err := os.MkdirAll(s.env["KINFLOW_MEDIA_ROOT"], 0o755); err != nil {
+		s.t.Fatal(err)
+	}
 }
 
 func (s *stack) start(role string) { s.startAs(role, role) }

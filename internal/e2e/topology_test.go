@@ -104,6 +104,7 @@ func startTopology(t testing.TB, opts TopologyOptions) *Topology {
 	for k, v := range opts.Env {
 		s.env[k] = v
 	}
+	s.makeMediaRoot()
 	tp := &Topology{stack: s, Server: srv, opts: opts, counts: map[string]int{}}
 	t.Cleanup(func() {
 		s.stop()

@@ -17,6 +17,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kinflow/kinflow/internal/mediaroot"
 )
 
 // The integrity check (DESIGN.md §8: the cache is only worth what its files
@@ -525,7 +527,7 @@ func (c *familyCheck) setAside(b badFile, fresh map[string]FileRecord) bool {
 // reason file, and returns its new path relative to sequence_info/.
 func (l *Layout) quarantine(f Family, name, reason string) (string, error) {
 	qdir := filepath.Join(l.SequenceInfo(), QuarantineDir, filepath.FromSlash(f.Dir))
-	if err := os.MkdirAll(qdir, 0o755); err != nil {
+	if err := mediaroot.MkdirAll(qdir, 0o755); err != nil {
 		return "", fmt.Errorf("quarantine folder: %w", err)
 	}
 	dst := filepath.Join(qdir, name+"."+strconv.FormatInt(time.Now().UnixNano(), 10))

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/kinflow/kinflow/internal/config"
+	"github.com/kinflow/kinflow/internal/mediaroot"
 	"github.com/kinflow/kinflow/internal/methods"
 )
 
@@ -266,7 +266,7 @@ func (l *Layout) ProfileSteps(profile string, t methods.Target) ([]StepSpec, err
 
 // ensureDir creates dir (and parents) for a writer.
 func ensureDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := mediaroot.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create cache folder: %w", err)
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kinflow/kinflow/internal/mediaroot"
 	"github.com/kinflow/kinflow/internal/procio"
 	"github.com/kinflow/kinflow/internal/stepserver"
 )
@@ -81,7 +82,7 @@ func (r *CommandRunner) RunBatch(ctx context.Context, b BatchJob) error {
 	if !ok {
 		return &ConfigError{Msg: fmt.Sprintf("no program for step %s: set %s%s (resident) or %s%s (one-shot) in the GPU host's env file", b.StepKey, EnvStepServerPrefix, strings.ToUpper(b.StepKey), EnvStepCmdPrefix, strings.ToUpper(b.StepKey))}
 	}
-	if err := os.MkdirAll(r.Settings.ScratchDir, 0o755); err != nil {
+	if err := mediaroot.MkdirAll(r.Settings.ScratchDir, 0o755); err != nil {
 		return fmt.Errorf("create scratch dir: %w", err)
 	}
 	dir, err := os.MkdirTemp(r.Settings.ScratchDir, b.JobID+"-"+b.StepKey+"-")
@@ -127,6 +128,7 @@ func (r *CommandRunner) RunBatch(ctx context.Context, b BatchJob) error {
 		"KINFLOW_SEQ_ID_TO_SEQ_FILE="+mapFile,
 		"KINFLOW_MEDIA_ROOT="+r.MediaRoot,
 	)
+	cmd.Env = append(cmd.Env, mediaRootIDEnv(r.MediaRoot)...)
 	if !hasEnv(cmd.Env, "PYTHONUNBUFFERED") {
 		cmd.Env = append(cmd.Env, "PYTHONUNBUFFERED=1")
 	}

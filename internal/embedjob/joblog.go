@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kinflow/kinflow/internal/mediaroot"
 )
 
 // JobLogs keeps the per-job step logs, <Dir>/<job_id>.log, in the
@@ -38,7 +40,7 @@ func (l *JobLogs) Open(jobID string) (*JobLog, error) {
 	if err := CheckSeqID(jobID); err != nil {
 		return nil, fmt.Errorf("job log for %q: %w", jobID, err)
 	}
-	if err := os.MkdirAll(l.Dir, 0o755); err != nil {
+	if err := mediaroot.MkdirAll(l.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create job log dir: %w", err)
 	}
 	f, err := os.OpenFile(l.Path(jobID), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)

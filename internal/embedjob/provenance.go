@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/mediaroot"
 	"github.com/kinflow/kinflow/internal/provenance"
 	"github.com/kinflow/kinflow/internal/stepserver"
 )
@@ -325,6 +326,23 @@ func flagUnlistedSynthetic(dir, suffix string) error {
 	return embedding.MergeManifest(dir, commits, nil)
 }
 
+// EnvMediaRootID names, in a step program's environment, the media root's
+// identity this host found at start (mediaroot): the program creates
+// folders under the root only while its marker holds that id.
+const EnvMediaRootID = "KINFLOW_MEDIA_ROOT_ID"
+
+// mediaRootIDEnv is EnvMediaRootID=<id> when this process opened the root
+// at mediaRoot and adopted its identity; nothing otherwise (a scratch
+// root, a test).
+func mediaRootIDEnv(mediaRoot string) []string {
+	if r := mediaroot.Lookup(mediaRoot); r != nil {
+		if id := r.ID(); id != "" {
+			return []string{EnvMediaRootID + "=" + id}
+		}
+	}
+	return nil
+}
+
 // serverSpec is the resident server's spec for step (tmpl is its
 // GPU_EMBED_STEP_SERVER_* template).
 func (r *CommandRunner) serverSpec(step string, tmpl []string) stepserver.Spec {
@@ -337,5 +355,6 @@ func (r *CommandRunner) serverSpec(step string, tmpl []string) stepserver.Spec {
 		"KINFLOW_STEP_KEY="+step,
 		"KINFLOW_MEDIA_ROOT="+r.MediaRoot,
 	)
+	env = append(env, mediaRootIDEnv(r.MediaRoot)...)
 	return stepserver.Spec{Key: step, Argv: argv, Env: env}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/embedding"
+	"github.com/kinflow/kinflow/internal/mediaroot"
 	"github.com/kinflow/kinflow/internal/provenance"
 	"github.com/kinflow/kinflow/internal/stepserver"
 )
@@ -160,6 +161,16 @@ func StepServerMain(ctx context.Context, args []string, stdin io.Reader, stdout,
 	if err != nil {
 		fmt.Fprintln(stderr, "step-server:", err)
 		return 1
+	}
+	if id := os.Getenv(EnvMediaRootID); id != "" && cfg.MediaRoot != "" {
+		// The host's identity of the media root: the artefacts' folders
+		// are created only while the root holds it (mediaroot.MkdirAll).
+		r, err := mediaroot.Open(cfg.MediaRoot, mediaroot.Options{ExpectID: id})
+		if err != nil {
+			fmt.Fprintln(stderr, "step-server:", err)
+			return 1
+		}
+		defer r.Close()
 	}
 	delay := time.Duration(0)
 	if v := os.Getenv(EnvSyntheticDelayMS); v != "" {

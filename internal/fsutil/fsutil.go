@@ -21,6 +21,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kinflow/kinflow/internal/mediaroot"
 )
 
 // Temp is a file written under its hidden temp name and not yet renamed into
@@ -58,13 +60,15 @@ func TempPattern(final string) string {
 	return "." + strings.TrimSuffix(base, ext) + ".*" + ext
 }
 
-// WriteTemp creates final's folder if needed and writes a hidden temp file
-// beside final with write, then sets perm. With sync set the file is fsynced;
+// WriteTemp creates final's folder if needed (mediaroot.MkdirAll: under
+// the media root only while it is there with its identity, never the root
+// itself) and writes a hidden temp file beside final with write, then sets
+// perm. With sync set the file is fsynced;
 // a batch writer passes false and calls SyncTemps once before committing its
 // files. On error nothing is left behind.
 func WriteTemp(final string, perm os.FileMode, sync bool, write func(io.Writer) error) (Temp, error) {
 	dir := filepath.Dir(final)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := mediaroot.MkdirAll(dir, 0o755); err != nil {
 		return Temp{}, fmt.Errorf("create %s: %w", dir, err)
 	}
 	f, err := os.CreateTemp(dir, TempPattern(final))

@@ -6,6 +6,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kinflow/kinflow/internal/mediaroot"
 )
 
 // FreeBytes is the space available to unprivileged writers on the file
@@ -51,9 +53,14 @@ func NoSpaceText(msg string) bool {
 // (EACCES, EPERM: a root that changed owner, an NFS export that squashes
 // the writer), failing (EIO) or gone from under an NFS client (ESTALE), or
 // a folder on the path that is a file (ENOTDIR: the layout under the root
-// is broken). Such a failure is the storage's, not the request's: a retry
+// is broken), or a media root that is not there with the identity this
+// process started with (mediaroot.ErrUnavailable: renamed away, a lost
+// mount). Such a failure is the storage's, not the request's: a retry
 // after an operator's fix succeeds. Lack of space is NoSpace's.
 func Unwritable(err error) bool {
+	if errors.Is(err, mediaroot.ErrUnavailable) {
+		return true
+	}
 	for _, e := range []syscall.Errno{syscall.EROFS, syscall.EACCES, syscall.EPERM, syscall.EIO, syscall.ESTALE, syscall.ENOTDIR} {
 		if errors.Is(err, e) {
 			return true

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/kinflow/kinflow/internal/mediaroot"
 )
 
 // TestUnwritable: the errors of a file system that cannot be written at
@@ -35,5 +37,40 @@ func TestUnwritable(t *testing.T) {
 	err := WriteFileAtomic(filepath.Join(dir, "jobs", "x", "input.csv"), []byte("a\n"), 0o644)
 	if !Unwritable(err) || NoSpace(err) {
 		t.Fatalf("a write under a file: %v", err)
+	}
+}
+
+// TestWriteUnderAbsentMediaRoot: a write under an open media root that
+// was renamed away fails as Unwritable (so the api answers 503), names no
+// path in mediaroot's part of the error, and recreates nothing at the old
+// path; once the root is back the same write succeeds.
+func TestWriteUnderAbsentMediaRoot(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "media")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r, err := mediaroot.Open(root, mediaroot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := os.Rename(root, root+".aside"); err != nil {
+		t.Fatal(err)
+	}
+	_ = r.CheckNow()
+	final := filepath.Join(root, "jobs", "x", "input.csv")
+	err = WriteFileAtomic(final, []byte("a\n"), 0o644)
+	if !Unwritable(err) || NoSpace(err) || !errors.Is(err, mediaroot.ErrUnavailable) {
+		t.Fatalf("a write under the absent root: %v", err)
+	}
+	if _, err := os.Lstat(root); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the root was recreated: %v", err)
+	}
+	if err := os.Rename(root+".aside", root); err != nil {
+		t.Fatal(err)
+	}
+	_ = r.CheckNow()
+	if err := WriteFileAtomic(final, []byte("a\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -33,6 +33,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/kinflow/kinflow/internal/mediaroot"
 )
 
 // Leases manages the lease files under Dir.
@@ -93,7 +95,7 @@ func (l *Leases) TryAcquire(key string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if err := os.MkdirAll(l.Dir, 0o755); err != nil {
+	if err := mediaroot.MkdirAll(l.Dir, 0o755); err != nil {
 		return false, err
 	}
 	l.maybeSweep()

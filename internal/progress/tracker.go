@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/kinflow/kinflow/internal/mediaroot"
 )
 
 // Defaults of Options.
@@ -254,7 +256,7 @@ func (t *Tracker) watchAndTrack(ctx context.Context) error {
 	for _, d := range dirs {
 		// fsnotify watches existing folders only, and is not recursive:
 		// every folder an expected file lives in is created and watched.
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := mediaroot.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("create watch folder %s: %w", d, err)
 		}
 	}

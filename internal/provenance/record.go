@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kinflow/kinflow/internal/fsutil"
+	"github.com/kinflow/kinflow/internal/mediaroot"
 )
 
 // RecordName is the file beside a family's artefacts that records the
@@ -70,7 +71,7 @@ func ReadRecorded(dir string) (*Recorded, error) {
 
 // Write replaces dir's record with r atomically (fsutil), creating dir.
 func Write(dir string, r *Recorded) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := mediaroot.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
 	r.ID = r.Fingerprint.ID()
@@ -172,7 +173,7 @@ func AdmitWith(dir, family string, fp Fingerprint, onTakeover func() error) (Ver
 	if v == Mismatch {
 		return v, &MismatchError{Family: family, Recorded: rec.ID, Writer: fp.ID()}
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := mediaroot.MkdirAll(dir, 0o755); err != nil {
 		return v, fmt.Errorf("create %s: %w", dir, err)
 	}
 	unlock, err := lock(filepath.Join(dir, lockName))

@@ -31,6 +31,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/kinflow/kinflow/internal/mediaroot"
 )
 
 // Search parameters of WIRE-CONTRACT §4.8, the reference's values.
@@ -204,7 +206,7 @@ func (s *Searcher) BuildDir(ctx context.Context, d Dataset) (string, error) {
 // buildDB makes dir's database under its build lock (BuildDir).
 func (s *Searcher) buildDB(ctx context.Context, d Dataset, dir, hash string) (string, error) {
 	done := filepath.Join(dir, "db", "DONE")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := mediaroot.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("similarity build folder: %w", err)
 	}
 	unlock, err := lockFile(ctx, filepath.Join(dir, "build.lock"))

@@ -54,6 +54,65 @@ def point(what: str) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+#: The media root's identity marker, at its top (internal/mediaroot.MarkerName).
+MEDIA_MARKER = ".kinflow-media-root"
+
+#: The identity the GPU host found at its start (the marker's id), in the step
+#: programs' environment; unset (a test, a scratch root) checks nothing.
+MEDIA_ROOT_ID_ENV = "KINFLOW_MEDIA_ROOT_ID"
+
+_media_root = ""
+
+
+class MediaRootUnavailable(OSError):
+    """The media root is not there with its identity marker: renamed away, unmounted,
+    another root at its path. The text is kinflow's (internal/mediaroot)."""
+
+
+def use_media_root(root: str) -> None:
+    """Name the media root the batches write under (their manifests' ``media_root``):
+    ``ensure_folder`` creates folders below it only while it holds its marker."""
+    global _media_root
+    _media_root = os.path.abspath(root) if root else ""
+
+
+def _media_root_id(root: str) -> str:
+    try:
+        with open(os.path.join(root, MEDIA_MARKER), encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return ""
+    return str(doc.get("id", "")) if isinstance(doc, dict) else ""
+
+
+def ensure_folder(folder: str) -> None:
+    """Create folder for a writer. Under the media root (``use_media_root``), when the
+    GPU host passed its identity (KINFLOW_MEDIA_ROOT_ID), only while the root holds a
+    marker with that id, one level at a time below it and never the root itself, as
+    kinflow's Go writers do (internal/mediaroot): a root renamed away or unmounted
+    during a batch fails the write instead of growing a new tree at its old path that
+    the real root later hides. Elsewhere: os.makedirs."""
+    if os.path.isdir(folder):
+        return
+    root = _media_root
+    want = os.environ.get(MEDIA_ROOT_ID_ENV, "")
+    target = os.path.abspath(folder)
+    if not want or not root or not (target == root or target.startswith(root + os.sep)):
+        os.makedirs(folder, exist_ok=True)
+        return
+    if _media_root_id(root) != want:
+        raise MediaRootUnavailable("media root unavailable: it is not there with its identity marker")
+    current = root
+    for part in os.path.relpath(target, root).split(os.sep) if target != root else []:
+        current = os.path.join(current, part)
+        try:
+            os.mkdir(current)
+        except FileExistsError:
+            pass
+        except FileNotFoundError as exc:
+            raise MediaRootUnavailable("media root unavailable: it went away during the write") from exc
+
+
 MANIFEST_LOCK = ".manifest.lock"
 BINDING_SITE_HEADER = "PDB\tPred_BS_Scores"
 BINDING_SITE_TABLE = "binding_sites_all.tsv"
@@ -88,7 +147,7 @@ def write_bytes_atomic(path: str, data: bytes) -> int:
     """Write data to path through a hidden temp file + fsync + rename; return its size."""
     folder, name = os.path.split(path)
     stem, suffix = os.path.splitext(name)
-    os.makedirs(folder, exist_ok=True)
+    ensure_folder(folder)
     fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=suffix, dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -135,7 +194,7 @@ def stage_bytes(path: str, data: bytes) -> Staged:
     return its integrity record."""
     folder, name = os.path.split(path)
     stem, suffix = os.path.splitext(name)
-    os.makedirs(folder, exist_ok=True)
+    ensure_folder(folder)
     fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=suffix, dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -195,7 +254,7 @@ def merge_manifest(folder: str, commits: Iterable[Commit]) -> None:
     commits = list(commits)
     if not commits:
         return
-    os.makedirs(folder, exist_ok=True)
+    ensure_folder(folder)
     with flocked(os.path.join(folder, MANIFEST_LOCK)):
         path = os.path.join(folder, MANIFEST_NAME)
         doc, entries = _read_manifest(path)
@@ -336,7 +395,7 @@ def append_binding_sites(path: str, rows: dict[str, Iterable[float]]) -> list[st
     for sid in rows:
         if not valid_seq_id(sid):
             raise ValueError(f"binding sites: invalid seq id {sid!r}")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    ensure_folder(os.path.dirname(path))
     with flocked(path + ".lock"):
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         with os.fdopen(fd, "r+b") as f:

@@ -102,6 +102,8 @@ def parse_manifest(doc: Any) -> Batch:
         bad = set(s.sequence) - LETTERS
         if not s.sequence or bad:
             raise BatchError(f"seq {s.seq_id}: bad sequence (characters {''.join(sorted(bad)) or 'none'})")
+    # The batch's writes create folders below this root only while it is there.
+    cache_io.use_media_root(b.media_root)
     return b
 
 

@@ -82,3 +82,45 @@ def test_record_renamed_leaves_a_changed_file_to_the_hash(tmp_path):
     cache_io.record_renamed(str(tmp_path), [c])
     e = json.loads((tmp_path / "manifest.json").read_text())["entries"]["s"]
     assert e["ctime_ns"] == st.ctime_ns and e["ctime_ns"] != os.stat(path).st_ctime_ns
+
+
+def test_folders_are_created_only_under_the_identified_media_root(tmp_path, monkeypatch):
+    """With the GPU host's media-root identity in the environment, a write creates its
+    family folder only while the root holds a marker with that id: with the root renamed
+    away (or another root's marker at its path) it raises MediaRootUnavailable and
+    creates nothing at the old path; once the root is back, the write goes through.
+    Without the identity (a test, a scratch root) folders are simply made."""
+    import json
+    import os
+
+    import pytest
+
+    root = tmp_path / "media"
+    root.mkdir()
+    (root / cache_io.MEDIA_MARKER).write_text(json.dumps({"id": "abc123", "created": "2026-01-01T00:00:00Z"}))
+    monkeypatch.setenv(cache_io.MEDIA_ROOT_ID_ENV, "abc123")
+    cache_io.use_media_root(str(root))
+    try:
+        path = str(root / "sequence_info" / "prot_t5_last" / "mean_vecs" / "s1.npy")
+        aside = tmp_path / "media.aside"
+        os.rename(root, aside)
+        with pytest.raises(cache_io.MediaRootUnavailable, match="media root unavailable"):
+            cache_io.write_bytes_atomic(path, b"x")
+        assert not root.exists()
+        root.mkdir()
+        (root / cache_io.MEDIA_MARKER).write_text(json.dumps({"id": "other", "created": "2026-01-01T00:00:00Z"}))
+        with pytest.raises(cache_io.MediaRootUnavailable):
+            cache_io.stage_bytes(path, b"x")
+        assert sorted(os.listdir(root)) == [cache_io.MEDIA_MARKER]
+        (root / cache_io.MEDIA_MARKER).unlink()
+        root.rmdir()
+        os.rename(aside, root)
+        assert cache_io.write_bytes_atomic(path, b"x") == 1
+        assert (root / "sequence_info" / "prot_t5_last" / "mean_vecs" / "s1.npy").read_bytes() == b"x"
+
+        monkeypatch.delenv(cache_io.MEDIA_ROOT_ID_ENV)
+        os.rename(root, aside)
+        cache_io.write_bytes_atomic(path, b"y")
+        assert (root / "sequence_info" / "prot_t5_last" / "mean_vecs" / "s1.npy").read_bytes() == b"y"
+    finally:
+        cache_io.use_media_root("")
