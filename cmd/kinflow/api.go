@@ -169,6 +169,7 @@ var (
 // cannot read is refused with one line (store.SchemaTooNewError).
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("migrate", stderr)
+	acceptOlder := fs.Bool("accept-older-workflows", false, "after a rollback, once no job is unfinished: let this release's workers start although a newer release's ran here")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -189,5 +190,12 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stdout, "applied %s\n", id)
 	}
 	fmt.Fprintf(stdout, "%s database is up to date\n", st.Dialect)
+	if *acceptOlder {
+		was, err := st.AcceptOlderWorkflows(ctx, workflows.Level())
+		if err != nil {
+			return fmt.Errorf("older workflows not accepted: %w", err)
+		}
+		fmt.Fprintf(stdout, "workflow level %d accepted (was %d): this release's workers may start\n", workflows.Level(), was)
+	}
 	return nil
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/kinflow/kinflow/internal/config"
 	"github.com/kinflow/kinflow/internal/embedding"
 	"github.com/kinflow/kinflow/internal/metrics"
+	"github.com/kinflow/kinflow/workflows"
 )
 
 // devRecordKeyName is the cache record key `kinflow dev` makes in its data
@@ -106,6 +107,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer st.Close()
+	if err := st.ClaimWorkflowLevel(ctx, workflows.Level()); err != nil {
+		return err
+	}
 	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	tc, err := dialTemporal(wctx, cfg, log)
 	cancel()

@@ -7,7 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"fmt"
 	"github.com/kinflow/kinflow/internal/store"
+	"github.com/kinflow/kinflow/workflows"
+	"time"
 )
 
 // TestMigrateCommand: `kinflow migrate` prints the id of each migration it
@@ -62,5 +65,48 @@ func TestMigrateCommand(t *testing.T) {
 		if out != "" || errb != "kinflow "+cmd+": "+want {
 			t.Fatalf("%s on a schema too new: stdout %q, stderr %q", cmd, out, errb)
 		}
+	}
+}
+
+// TestOlderWorkerRefusedAfterANewerOne: once a newer release's workers ran
+// here (a higher workflow level recorded), this release's worker exits 1
+// with one line naming both levels, before it takes any work;
+// `migrate --accept-older-workflows` lets it start only once no job is
+// unfinished.
+func TestOlderWorkerRefusedAfterANewerOne(t *testing.T) {
+	dir := t.TempDir()
+	url := "sqlite:" + filepath.Join(dir, "k.db")
+	t.Setenv("KINFLOW_DATABASE_URL", url)
+	t.Setenv("KINFLOW_MEDIA_ROOT", filepath.Join(dir, "media"))
+	t.Setenv("KINFLOW_TEMPORAL_ADDRESS", "127.0.0.1:1") // never reached
+	ctx := context.Background()
+	cli := func(want int, args ...string) (string, string) {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if rc := run(ctx, args, &out, &errb); rc != want {
+			t.Fatalf("%v: rc %d, want %d: %s%s", args, rc, want, out.String(), errb.String())
+		}
+		return out.String(), errb.String()
+	}
+	cli(0, "migrate")
+	st, err := store.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	newer := workflows.Level() + 1
+	st.DB.Exec("UPDATE schema_compat SET workflow_level = ?", newer)
+	_, errb := cli(1, "worker")
+	want := fmt.Sprintf("kinflow worker: jobs begun by a newer kinflow (workflow level %d) may still be running, and this kinflow's workflows (level %d) cannot go on with them: run the newer release, or once no job is unfinished run `kinflow migrate --accept-older-workflows`\n", newer, workflows.Level())
+	if !strings.HasSuffix(errb, want) {
+		t.Fatalf("worker after a newer one: %q", errb)
+	}
+	st.DB.Create(&store.Job{ID: "running", Status: store.JobPending, SubmittedAt: time.Now().UTC()})
+	if _, errb := cli(1, "migrate", "--accept-older-workflows"); !strings.Contains(errb, "1 jobs are unfinished") {
+		t.Fatalf("accept with a job pending: %q", errb)
+	}
+	st.DB.Model(&store.Job{}).Where("id = ?", "running").Update("status", store.JobCompleted)
+	if out, _ := cli(0, "migrate", "--accept-older-workflows"); !strings.Contains(out, fmt.Sprintf("workflow level %d accepted (was %d)", workflows.Level(), newer)) {
+		t.Fatalf("accept: %q", out)
 	}
 }

@@ -42,6 +42,11 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer st.Close()
+	// A worker older than one that ran here refuses to start rather than
+	// take workflow tasks of runs it cannot replay.
+	if err := st.ClaimWorkflowLevel(ctx, workflows.Level()); err != nil {
+		return err
+	}
 	if _, err := openMediaRoot(cfg, log, false); err != nil {
 		return err
 	}

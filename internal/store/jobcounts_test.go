@@ -2,7 +2,9 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,6 +138,43 @@ func TestUnfinishedWorkByKeyAndWeights(t *testing.T) {
 		}
 		if w, err := s.KeyWeight(ctx, 999999); err != nil || w != nil {
 			t.Fatalf("no such key: %v %v", w, err)
+		}
+	})
+}
+
+// TestWorkflowLevelRefusesOlderWorkers: a worker's level is recorded; a
+// lower one is refused with one sentence naming both levels; the level is
+// lowered again only with no job unfinished.
+func TestWorkflowLevelRefusesOlderWorkers(t *testing.T) {
+	testenv.EachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		if err := s.ClaimWorkflowLevel(ctx, 13); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.ClaimWorkflowLevel(ctx, 14); err != nil {
+			t.Fatal(err)
+		}
+		err := s.ClaimWorkflowLevel(ctx, 13)
+		var tooNew *store.WorkflowTooNewError
+		if !errors.As(err, &tooNew) || tooNew.Recorded != 14 || tooNew.Mine != 13 || strings.Contains(err.Error(), "\n") {
+			t.Fatalf("older worker: %v", err)
+		}
+		if err := s.ClaimWorkflowLevel(ctx, 14); err != nil {
+			t.Fatalf("same level: %v", err)
+		}
+		job := &store.Job{ID: "running", Status: store.JobProcessing, SubmittedAt: time.Now().UTC()}
+		if err := s.DB.Create(job).Error; err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.AcceptOlderWorkflows(ctx, 13); !errors.Is(err, store.ErrJobsUnfinished) {
+			t.Fatalf("accept with a job running: %v", err)
+		}
+		s.DB.Model(job).Update("status", store.JobCompleted)
+		if was, err := s.AcceptOlderWorkflows(ctx, 13); err != nil || was != 14 {
+			t.Fatalf("accept: %d %v", was, err)
+		}
+		if err := s.ClaimWorkflowLevel(ctx, 13); err != nil {
+			t.Fatalf("after accepting: %v", err)
 		}
 	})
 }

@@ -40,6 +40,9 @@ const compatMigration = "0014_schema_compat"
 type SchemaCompat struct {
 	ID           int    `gorm:"primaryKey"`
 	OldestReader string `gorm:"column:oldest_reader;size:255;not null;default:''"`
+	// WorkflowLevel is the newest workflow code level that has run here
+	// (ClaimWorkflowLevel).
+	WorkflowLevel int `gorm:"column:workflow_level;not null;default:0"`
 }
 
 // TableName implements gorm's Tabler.
