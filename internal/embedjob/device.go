@@ -135,10 +135,14 @@ func (d *Device) release() {
 	}
 	d.pass[key] += 1 / w
 	if len(d.pass) > 4096 {
-		// Keys that have nothing in line start at now when they come
-		// back: forgetting them changes nothing.
+		// A key with nothing in line starts at now when it comes back, so
+		// forgetting one whose time is behind now changes nothing.
+		inLine := map[string]bool{}
+		for _, o := range d.line {
+			inLine[o.job.Share.Key] = true
+		}
 		for k := range d.pass {
-			if d.pass[k] <= d.now {
+			if !inLine[k] && d.pass[k] <= d.now {
 				delete(d.pass, k)
 			}
 		}
