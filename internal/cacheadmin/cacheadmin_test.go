@@ -537,3 +537,41 @@ func TestOldFormatRecordsAreNotMismatches(t *testing.T) {
 		}
 	}
 }
+
+// TestAdoptSignsRecordsWrittenBeforeTheKey: records written before the
+// record key was set carry no code and, with the key, are not believed (a
+// plan sets their files aside as unsigned); `kinflow cache adopt`, run once
+// after setting the key, checks a recomputed sample and records every file
+// whose bytes still match its record with a code: the next plan is a stat
+// per file.
+func TestAdoptSignsRecordsWrittenBeforeTheKey(t *testing.T) {
+	fx := newFixture(t, 4)
+	fx.writeIndependently(t, famH, fx.ids)
+	v := fx.commandVerifier(t)
+	if _, err := v.Adopt(context.Background(), famH, 2); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := embedding.FamilyByName(famH)
+	dir := fx.l.FamilyDir(f)
+	for sid, e := range embedding.ReadManifest(dir) {
+		if e.MAC != "" || e.SHA256 == "" {
+			t.Fatalf("%s recorded without a key: %+v", sid, e)
+		}
+	}
+	embedding.SetRecordKey([]byte("a record key set after the cache was written"))
+	t.Cleanup(func() { embedding.SetRecordKey(nil) })
+	res, err := v.Adopt(context.Background(), famH, 2)
+	if err != nil || res.Adopted != 4 {
+		t.Fatalf("adopt with the key: %+v %v", res, err)
+	}
+	for sid, e := range embedding.ReadManifest(dir) {
+		if e.MAC == "" {
+			t.Fatalf("%s not recorded with a code: %+v", sid, e)
+		}
+	}
+	p, err := fx.l.BuildPlan(context.Background(), embedding.PlanRequest{MethodKey: "H", Profile: methods.ProfileMethodHESM2LastMean,
+		Target: methods.Kcat, SeqIDs: fx.ids, SeqIDToSeq: fx.seqs, Verify: true})
+	if err != nil || !p.Complete() || p.Integrity.Hashed != 0 || len(p.Integrity.Bad) != 0 {
+		t.Fatalf("plan after adopt: %+v %v", p.Integrity, err)
+	}
+}

@@ -43,6 +43,10 @@ import (
 // no integrity record.
 const UnrecordedReason = "no integrity record (unverified: a damaged manifest or a foreign writer); computed again, or checked and recorded by `kinflow cache adopt`"
 
+// UnsignedReason is the reason given for a file set aside because, with a
+// record key, its record carried no authentication code.
+const UnsignedReason = "integrity record without its authentication code (written before the record key, by a writer without it, or rewritten); computed again, or checked and recorded by `kinflow cache adopt`"
+
 // QuarantineDir is the folder under sequence_info/ that bad files are moved
 // into, by family: `.quarantine/<family>/<file>.<unix nanoseconds>`, each
 // with a `.reason` file beside it. Hidden, so no listing counts it.
@@ -360,6 +364,8 @@ type badFile struct {
 	reason     string
 	st         unix.Stat_t
 	unrecorded bool
+	// unsigned: its record, with a record key, had no code.
+	unsigned bool
 }
 
 // nameOf is file i's NUL-terminated name (for fstatat).
@@ -396,11 +402,20 @@ func (c *familyCheck) check(i int) {
 	if !c.o.HashAll && authenticated && rec.matches(fs) {
 		return
 	}
-	if !rec.hashed && !c.o.AdoptUnrecorded {
+	// With a record key, a record without its code is no record at all: a
+	// writer of the storage who rewrote a file could have rewritten its
+	// record to match and dropped the code. Only `kinflow cache adopt`
+	// takes such a file, after its recomputed sample matched.
+	believed := rec.hashed && (authenticated || c.o.AdoptUnrecorded)
+	if !believed && !c.o.AdoptUnrecorded {
 		// Never trusted on first read (see the top of this file).
 		if c.o.KeepUnrecorded {
 			c.present[i] = false
 			c.res.Unrecorded = append(c.res.Unrecorded, sid)
+			return
+		}
+		if rec.hashed {
+			c.bad = append(c.bad, badFile{i: i, reason: UnsignedReason, st: st, unsigned: true})
 			return
 		}
 		c.bad = append(c.bad, badFile{i: i, reason: UnrecordedReason, st: st, unrecorded: true})
@@ -424,7 +439,7 @@ func (c *familyCheck) check(i int) {
 	}
 	var reason string
 	switch {
-	case rec.hashed:
+	case believed:
 		if sum == rec.sha {
 			if !rec.matches(fs) || fs.Bytes != int64(len(data)) || !authenticated {
 				record()
@@ -517,6 +532,15 @@ func (c *familyCheck) setAside(b badFile, fresh map[string]FileRecord) bool {
 			// renames): the next check compares it.
 			c.present[b.i] = false
 			return false
+		}
+	}
+	if b.unsigned {
+		if r, ok := fresh[c.sids[b.i]]; ok {
+			if authed, _ := RecordAuth(c.dir, c.sids[b.i], r); authed {
+				// A writer with the key recorded it meanwhile.
+				c.present[b.i] = false
+				return false
+			}
 		}
 	}
 	c.present[b.i] = false

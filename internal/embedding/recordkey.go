@@ -38,8 +38,26 @@ import (
 // record's authentication code failed.
 const ForgedReason = "forged integrity record: its authentication code does not match (the manifest was rewritten by a writer without the record key)"
 
-// recordKey is the process's record key (nil: none).
-var recordKey atomic.Pointer[[]byte]
+// recordKey is the process's record key (nil: none); recordKeyFile the
+// file it was read from ("" when set directly or none).
+var (
+	recordKey     atomic.Pointer[[]byte]
+	recordKeyFile atomic.Pointer[string]
+)
+
+// RecordKeyFile is the file the process's record key was read from (""
+// without one): the GPU host hands it to its step programs
+// (EnvRecordKeyFile), so that the records they write carry their code.
+func RecordKeyFile() string {
+	if p := recordKeyFile.Load(); p != nil && HaveRecordKey() {
+		return *p
+	}
+	return ""
+}
+
+// EnvRecordKeyFile is the variable that names the record key's file, for
+// kinflow's roles (KINFLOW_CACHE_RECORD_KEY_FILE) and its step programs.
+const EnvRecordKeyFile = "KINFLOW_CACHE_RECORD_KEY_FILE"
 
 // SetRecordKey sets the key that authenticates integrity records; nil or
 // empty: none.
@@ -99,6 +117,10 @@ func LoadRecordKey(path string, create bool) error {
 		return fmt.Errorf("cache record key %s: %d bytes, want at least %d", path, len(key), minRecordKeyBytes)
 	}
 	SetRecordKey(key)
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	recordKeyFile.Store(&path)
 	return nil
 }
 

@@ -129,6 +129,7 @@ func (r *CommandRunner) RunBatch(ctx context.Context, b BatchJob) error {
 		"KINFLOW_MEDIA_ROOT="+r.MediaRoot,
 	)
 	cmd.Env = append(cmd.Env, mediaRootIDEnv(r.MediaRoot)...)
+	cmd.Env = append(cmd.Env, recordKeyEnv()...)
 	if !hasEnv(cmd.Env, "PYTHONUNBUFFERED") {
 		cmd.Env = append(cmd.Env, "PYTHONUNBUFFERED=1")
 	}

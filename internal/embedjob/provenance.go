@@ -343,6 +343,17 @@ func mediaRootIDEnv(mediaRoot string) []string {
 	return nil
 }
 
+// recordKeyEnv names the record key's file for a step program, so that the
+// records it writes carry their code (none without a key): a record
+// without one would be set aside by any job that planned on the file before
+// this host recorded it after the batch.
+func recordKeyEnv() []string {
+	if f := embedding.RecordKeyFile(); f != "" {
+		return []string{embedding.EnvRecordKeyFile + "=" + f}
+	}
+	return nil
+}
+
 // serverSpec is the resident server's spec for step (tmpl is its
 // GPU_EMBED_STEP_SERVER_* template).
 func (r *CommandRunner) serverSpec(step string, tmpl []string) stepserver.Spec {
@@ -356,5 +367,6 @@ func (r *CommandRunner) serverSpec(step string, tmpl []string) stepserver.Spec {
 		"KINFLOW_MEDIA_ROOT="+r.MediaRoot,
 	)
 	env = append(env, mediaRootIDEnv(r.MediaRoot)...)
+	env = append(env, recordKeyEnv()...)
 	return stepserver.Spec{Key: step, Argv: argv, Env: env}
 }

@@ -162,6 +162,12 @@ func StepServerMain(ctx context.Context, args []string, stdin io.Reader, stdout,
 		fmt.Fprintln(stderr, "step-server:", err)
 		return 1
 	}
+	// The host names its record key (recordKeyEnv): the records written
+	// here carry their code, as the host's own do.
+	if err := embedding.LoadRecordKey(cfg.CacheRecordKeyFile, false); err != nil {
+		fmt.Fprintln(stderr, "step-server:", err)
+		return 1
+	}
 	if id := os.Getenv(EnvMediaRootID); id != "" && cfg.MediaRoot != "" {
 		// The host's identity of the media root: the artefacts' folders
 		// are created only while the root holds it (mediaroot.MkdirAll).

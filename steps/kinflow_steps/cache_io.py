@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import hmac
 import io
 import json
 import os
@@ -270,12 +271,16 @@ def merge_manifest(folder: str, commits: Iterable[Commit]) -> None:
                 e.pop("synthetic", None)
             if c.sha256:
                 e.update(sha256=c.sha256, mtime_ns=c.mtime_ns)
-                # The step records without the record key: a code left from
-                # the old record would make the new one look forged. The GPU
-                # host hashes the file and records it with a code.
+                # A code left from the old record would make the new one
+                # look forged; with the host's record key the new record
+                # carries its own (record_mac), so a job that plans on the
+                # file before the host records it after the batch believes it.
                 e.pop("mac", None)
                 if c.ctime_ns or c.ino:
                     e.update(ctime_ns=c.ctime_ns, ino=c.ino)
+                    mac = record_mac(folder, c.seq_id, c.nbytes, c.mtime_ns, c.ctime_ns, c.ino, c.sha256, c.synthetic)
+                    if mac:
+                        e["mac"] = mac
                 else:
                     e.pop("ctime_ns", None)
                     e.pop("ino", None)
@@ -289,6 +294,61 @@ def merge_manifest(folder: str, commits: Iterable[Commit]) -> None:
 
 
 RECORD_KEYS = ("sha256", "mtime_ns", "ctime_ns", "ino", "mac")
+
+# The record key's file, named by the GPU host (internal/embedding,
+# recordkey.go): the same key, and the same code, as kinflow's Go writers.
+ENV_RECORD_KEY_FILE = "KINFLOW_CACHE_RECORD_KEY_FILE"
+_MIN_RECORD_KEY_BYTES = 16
+
+
+def _record_key() -> bytes | None:
+    path = os.environ.get(ENV_RECORD_KEY_FILE, "")
+    if not path:
+        return None
+    with open(path, "rb") as f:
+        key = f.read().rstrip(b" \t\r\n")
+    if len(key) < _MIN_RECORD_KEY_BYTES:
+        raise ValueError(f"cache record key {path}: {len(key)} bytes, want at least {_MIN_RECORD_KEY_BYTES}")
+    return key
+
+
+def _record_scope(folder: str) -> str:
+    d = os.path.normpath(folder).replace(os.sep, "/")
+    i = d.rfind("/sequence_info/")
+    if i >= 0:
+        return d[i + len("/sequence_info/") :]
+    return os.path.basename(d)
+
+
+def record_mac(
+    folder: str, seq_id: str, nbytes: int, mtime_ns: int, ctime_ns: int, ino: int, sha256: str, synthetic: bool
+) -> str:
+    """The record's authentication code under the host's record key ("" without one):
+    HMAC-SHA256 over length-prefixed strings and big-endian 64-bit numbers, as
+    internal/embedding's recordMAC makes it."""
+    key = _record_key()
+    if key is None:
+        return ""
+    m = hmac.new(key, digestmod=hashlib.sha256)
+
+    def text(v: str) -> None:
+        b = v.encode()
+        m.update(len(b).to_bytes(8, "big"))
+        m.update(b)
+
+    def num(v: int) -> None:
+        m.update((v & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big"))
+
+    text("kinflow cache record v1")
+    text(_record_scope(folder))
+    text(seq_id)
+    num(nbytes)
+    num(mtime_ns)
+    num(ctime_ns)
+    num(ino)
+    text(sha256.lower())
+    num(1 if synthetic else 0)
+    return m.hexdigest()
 
 
 def _read_manifest(path: str) -> tuple[dict, dict]:
@@ -339,6 +399,14 @@ def record_renamed(folder: str, commits: Iterable[Commit]) -> None:
             e = entries.get(c.seq_id)
             if isinstance(e, dict) and e.get("sha256") == c.sha256 and e.get("ino") == c.ino:
                 e["ctime_ns"] = ctime_ns
+                # The code covers the change time: made again for the new one.
+                mac = record_mac(
+                    folder, c.seq_id, c.nbytes, c.mtime_ns, ctime_ns, c.ino, c.sha256, bool(e.get("synthetic"))
+                )
+                if mac:
+                    e["mac"] = mac
+                else:
+                    e.pop("mac", None)
                 changed = True
         if changed:
             _write_manifest(path, doc, entries, time.time())

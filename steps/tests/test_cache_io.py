@@ -124,3 +124,72 @@ def test_folders_are_created_only_under_the_identified_media_root(tmp_path, monk
         assert (root / "sequence_info" / "prot_t5_last" / "mean_vecs" / "s1.npy").read_bytes() == b"y"
     finally:
         cache_io.use_media_root("")
+
+
+# The Go writers' codes of the same records (internal/embedding,
+# recordkey_test.go recordMACVectors).
+RECORD_MAC_VECTORS = [
+    (
+        "/srv/media/sequence_info/prot_t5_last/mean_vecs",
+        "0b2b6b8411d2",
+        4224,
+        1700000000123456789,
+        1700000000223456789,
+        5310708,
+        "AB12",
+        True,
+        "19fe4591df54756dcc3d735cf6eab2360f06a379257d723bee5908f34343890c",
+    ),
+    (
+        "esm2_layer_last_mean",
+        "c9e7ae8c70d7",
+        10,
+        1,
+        2,
+        3,
+        "ff",
+        False,
+        "772a761757a1af1dba3c65a4e14b4021097c3527778642bdcd808d09a87715a6",
+    ),
+]
+
+
+def test_record_mac_matches_the_go_writers(tmp_path, monkeypatch):
+    key = tmp_path / "record.key"
+    key.write_bytes(b"kinflow shared test vector key\n")
+    monkeypatch.setenv(cache_io.ENV_RECORD_KEY_FILE, str(key))
+    for folder, sid, size, mt, ct, ino, sha, synthetic, want in RECORD_MAC_VECTORS:
+        assert cache_io.record_mac(folder, sid, size, mt, ct, ino, sha, synthetic) == want, sid
+    monkeypatch.delenv(cache_io.ENV_RECORD_KEY_FILE)
+    assert cache_io.record_mac("x", "s", 1, 1, 1, 1, "ab", False) == ""
+
+
+def test_written_records_carry_the_hosts_code(tmp_path, monkeypatch):
+    """With the host's record key, each record the writer leaves (after the rename,
+    whose new change time it records) carries the code of its final fields; without
+    the key it carries none."""
+    import json
+    import os
+
+    from kinflow_steps.steps import Writer
+
+    key = tmp_path / "record.key"
+    key.write_bytes(b"a record key of at least sixteen bytes")
+    folder = tmp_path / "sequence_info" / "esm2_layer_last_mean"
+    path = str(folder / "abc.npy")
+    monkeypatch.setenv(cache_io.ENV_RECORD_KEY_FILE, str(key))
+    w = Writer()
+    w.put(path, "abc", b"\x93NUMPY payload")
+    w.commit()
+    e = json.loads((folder / "manifest.json").read_text())["entries"]["abc"]
+    st = os.stat(path)
+    assert e["ctime_ns"] == st.st_ctime_ns
+    assert e["mac"] == cache_io.record_mac(
+        str(folder), "abc", e["bytes"], e["mtime_ns"], e["ctime_ns"], e["ino"], e["sha256"], False
+    )
+    monkeypatch.delenv(cache_io.ENV_RECORD_KEY_FILE)
+    w = Writer()
+    w.put(path, "abc", b"\x93NUMPY other payload")
+    w.commit()
+    e = json.loads((folder / "manifest.json").read_text())["entries"]["abc"]
+    assert "mac" not in e
