@@ -444,11 +444,21 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		done := "-"
 		if j.CompletedAt != nil {
-			done = *j.CompletedAt
+			done = listTime(*j.CompletedAt)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", j.JobID, j.Status, strings.Join(tm, ","), j.Rows, j.SubmittedAt, done)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", j.JobID, j.Status, strings.Join(tm, ","), j.Rows, listTime(j.SubmittedAt), done)
 	}
 	return tw.Flush()
+}
+
+// listTime is an API time (ISO 8601 with microseconds) as `kinflow jobs`
+// lists it: to the second, in UTC; a time it cannot read is shown as sent.
+func listTime(s string) string {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return s
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
 }
 
 // runStatus is `kinflow status JOB`.
@@ -582,6 +592,11 @@ func writeResult(ctx context.Context, c *client.Client, jobID string, asJSON boo
 	if err := fsutil.WriteFileAtomic(path, buf.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
+	where := path
+	if abs, err := filepath.Abs(path); err == nil {
+		where = abs
+	}
+	fmt.Fprintf(stderr, "wrote %s (%d bytes)\n", where, buf.Len())
 	noteColumns(ctx, c, jobID, stderr)
 	return nil
 }

@@ -119,3 +119,16 @@ func TestOneChemistryPerProcess(t *testing.T) {
 		t.Fatal("two RDKit pools in one process")
 	}
 }
+
+// TestListTime: `kinflow jobs` lists times to the second, in UTC.
+func TestListTime(t *testing.T) {
+	for in, want := range map[string]string{
+		"2026-03-04T14:30:02.123456+00:00": "2026-03-04 14:30:02Z",
+		"2026-03-04T16:30:02.9+02:00":      "2026-03-04 14:30:02Z",
+		"not a time":                       "not a time",
+	} {
+		if got := listTime(in); got != want {
+			t.Errorf("listTime(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

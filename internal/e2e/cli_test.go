@@ -208,7 +208,7 @@ func TestCLIAgainstStack(t *testing.T) {
 		t.Fatalf("result --json: %v %s", err, rj.stdout)
 	}
 	jf := filepath.Join(t.TempDir(), "res.json")
-	s.cli(withKey, "result", job1, "--json", "-o", jf).want(t, "result --json -o", 0)
+	s.cli(withKey, "result", job1, "--json", "-o", jf).want(t, "result --json -o", 0, "err:wrote "+jf+" (")
 	if b, err := os.ReadFile(jf); err != nil || !json.Valid(b) {
 		t.Fatalf("result -o json: %v %q", err, b)
 	}
