@@ -132,6 +132,9 @@ func runMethods(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			if b := d.InputBehaviorByTarget[t]; b != "" {
 				input = "; Substrates lists: " + b
 			}
+			if u := d.Uncertainty; u != nil {
+				input += fmt.Sprintf("; gives uncertainty (%s: %s)", u.Measure, strings.Join(u.Parts, ", "))
+			}
 			fmt.Fprintf(stdout, "  %-5s %-24s columns: %s; %s%s\n", d.ID, d.DisplayName, strings.Join(d.Required, ", "), limit, input)
 		}
 	}

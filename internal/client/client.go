@@ -209,6 +209,12 @@ type Method struct {
 	// target (WIRE §13.4).
 	AcceptedCSVTypes      []string          `json:"acceptedCsvTypes"`
 	InputBehaviorByTarget map[string]string `json:"inputBehaviorByTarget"`
+	// Uncertainty is set for a method whose results carry an uncertainty
+	// beside each value (nil for the others).
+	Uncertainty *struct {
+		Measure string   `json:"measure"`
+		Parts   []string `json:"parts"`
+	} `json:"uncertainty"`
 }
 
 // Methods is GET /api/v1/methods/: methods by target, and the targets in order.

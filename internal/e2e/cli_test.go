@@ -96,7 +96,8 @@ func TestCLIAgainstStack(t *testing.T) {
 	withKey := map[string]string{"KINFLOW_API_KEY": key}
 	badKey := map[string]string{"KINFLOW_API_KEY": "ak_" + strings.Repeat("0", 64)}
 
-	s.cli(nil, "methods").want(t, "methods", 0, "out:kcat:", "out:Km:", "out:kcat/Km:", "out:  B ")
+	s.cli(nil, "methods").want(t, "methods", 0, "out:kcat:", "out:Km:", "out:kcat/Km:", "out:  B ",
+		"out:gives uncertainty (standard deviation of log10 of the value: total, aleatoric, epistemic)")
 
 	// validate
 	s.cli(withKey, "validate", example).want(t, "validate example", 0, "out:3 rows", "out:no row problems")
