@@ -489,7 +489,7 @@ var Keys = []Key{
 			return nil
 		}},
 	{Name: "KINFLOW_CACHE_RECORD_KEY_FILE", Default: "",
-		Meaning: "File holding the secret (at least 16 bytes) that authenticates the embedding cache's integrity records (an HMAC-SHA256 in each manifest entry): a record rewritten by someone who can write the media root but not read this file is reported forged and its file is not used. Give the same file to every writer (api, worker, gpu-worker), outside the media root. Empty: records are not authenticated. `kinflow dev` makes one in its data folder on first start.",
+		Meaning: "File holding the secret (at least 16 bytes) that authenticates the embedding cache's integrity records (an HMAC-SHA256 in each manifest entry): a record rewritten by someone who can write the media root but not read this file is reported forged, one without its code is not believed, and neither file is used. Give the same file to every writer (api, worker, gpu-worker), outside the media root. Empty: records are not authenticated. `kinflow dev` makes one in its data folder on first start.",
 		Allowed: "want a path to a readable file, outside KINFLOW_MEDIA_ROOT",
 		set:     func(c *Config, v string) error { c.CacheRecordKeyFile = v; return nil }},
 	{Name: "KINFLOW_STEP_EXECUTOR", Default: "synthetic",
