@@ -144,14 +144,18 @@ func printKeyUsage(ctx context.Context, st *store.Store, w io.Writer) error {
 			s[3] += kw.Rows
 		}
 	}
+	ids := make([]int64, 0, len(order))
 	for _, l := range order {
-		wt, err := st.KeyWeight(ctx, l.key)
-		if err != nil {
-			return err
-		}
-		weight := fairness.DefaultWeight
-		if wt != nil {
-			weight = *wt
+		ids = append(ids, l.key)
+	}
+	weights, err := st.KeyWeights(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for _, l := range order {
+		weight, ok := weights[l.key]
+		if !ok {
+			weight = fairness.DefaultWeight
 		}
 		s := sums[l]
 		fmt.Fprintf(tw, "%s\t%g\t%s\t%d\t%d\t%d\t%d\n", fairness.Key(l.key), weight, l.class, s[0], s[1], s[2], s[3])

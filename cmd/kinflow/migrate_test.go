@@ -21,14 +21,7 @@ func TestMigrateCommand(t *testing.T) {
 	url := "sqlite:" + filepath.Join(t.TempDir(), "k.db")
 	t.Setenv("KINFLOW_DATABASE_URL", url)
 	ctx := context.Background()
-	cli := func(want int, args ...string) (string, string) {
-		t.Helper()
-		var out, errb bytes.Buffer
-		if rc := run(ctx, args, &out, &errb); rc != want {
-			t.Fatalf("%v: rc %d, want %d: %s%s", args, rc, want, out.String(), errb.String())
-		}
-		return out.String(), errb.String()
-	}
+	cli := func(want int, args ...string) (string, string) { t.Helper(); return runWant(t, want, args...) }
 	out, _ := cli(0, "migrate")
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 	if len(lines) < 3 || lines[0] != "applied 0001_initial" || !strings.Contains(out, "applied 0014_schema_compat\n") ||
@@ -80,14 +73,7 @@ func TestOlderWorkerRefusedAfterANewerOne(t *testing.T) {
 	t.Setenv("KINFLOW_MEDIA_ROOT", filepath.Join(dir, "media"))
 	t.Setenv("KINFLOW_TEMPORAL_ADDRESS", "127.0.0.1:1") // never reached
 	ctx := context.Background()
-	cli := func(want int, args ...string) (string, string) {
-		t.Helper()
-		var out, errb bytes.Buffer
-		if rc := run(ctx, args, &out, &errb); rc != want {
-			t.Fatalf("%v: rc %d, want %d: %s%s", args, rc, want, out.String(), errb.String())
-		}
-		return out.String(), errb.String()
-	}
+	cli := func(want int, args ...string) (string, string) { t.Helper(); return runWant(t, want, args...) }
 	cli(0, "migrate")
 	st, err := store.Open(ctx, url)
 	if err != nil {
@@ -109,4 +95,15 @@ func TestOlderWorkerRefusedAfterANewerOne(t *testing.T) {
 	if out, _ := cli(0, "migrate", "--accept-older-workflows"); !strings.Contains(out, fmt.Sprintf("workflow level %d accepted (was %d)", workflows.Level(), newer)) {
 		t.Fatalf("accept: %q", out)
 	}
+}
+
+// runWant runs the kinflow command line args and requires exit code want;
+// it returns stdout and stderr.
+func runWant(t *testing.T, want int, args ...string) (string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if rc := run(context.Background(), args, &out, &errb); rc != want {
+		t.Fatalf("%v: rc %d, want %d: %s%s", args, rc, want, out.String(), errb.String())
+	}
+	return out.String(), errb.String()
 }

@@ -130,6 +130,9 @@ func TestUnfinishedWorkByKeyAndWeights(t *testing.T) {
 		if w, err := s.KeyWeight(ctx, k.ID); err != nil || w == nil || *w != 2 {
 			t.Fatalf("weight: %v %v", w, err)
 		}
+		if ws, err := s.KeyWeights(ctx, []int64{k.ID, 999999}); err != nil || len(ws) != 1 || ws[k.ID] != 2 {
+			t.Fatalf("weights: %v %v", ws, err)
+		}
 		if err := s.SetKeyWeight(ctx, k.ID, nil); err != nil {
 			t.Fatal(err)
 		}

@@ -94,3 +94,24 @@ func (s *Store) KeyWeight(ctx context.Context, id int64) (*float64, error) {
 	}
 	return ws[0].FairnessWeight, nil
 }
+
+// KeyWeights returns the fairness weights of keys ids that have one set
+// (a key without one is absent: the default), in one read.
+func (s *Store) KeyWeights(ctx context.Context, ids []int64) (map[int64]float64, error) {
+	var rows []struct {
+		ID             int64
+		FairnessWeight *float64
+	}
+	if len(ids) > 0 {
+		if err := s.DB.WithContext(ctx).Model(&APIKey{}).Select("id, fairness_weight").Where("id IN ?", ids).Scan(&rows).Error; err != nil {
+			return nil, fmt.Errorf("read key weights: %w", err)
+		}
+	}
+	out := make(map[int64]float64, len(rows))
+	for _, r := range rows {
+		if r.FairnessWeight != nil {
+			out[r.ID] = *r.FairnessWeight
+		}
+	}
+	return out, nil
+}
