@@ -115,7 +115,7 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 		if err != nil {
 			return PredictResult{}, err
 		}
-		eng.apply(&out, toSend, d)
+		eng.apply(&out, toSend, d, methods.Target(sr.Target))
 		if len(redo) > 0 {
 			toSend = dropRedo(&out, toSend, redo)
 		}
@@ -237,17 +237,32 @@ func (a *Activities) runEngine(ctx context.Context, ref StageRef, job *store.Job
 }
 
 // apply writes the engine's answer for each unit of toSend into out: its
-// reason, no prediction for a missing or non-finite value, or the value.
-func (eng engineOutput) apply(out *jobfiles.StagePredictions, toSend []int, d *methods.Descriptor) {
+// reason, no prediction for a missing or non-finite value, why an answer
+// is not in the method's declared form (methods.Output), or the value
+// converted into the column's unit.
+func (eng engineOutput) apply(out *jobfiles.StagePredictions, toSend []int, d *methods.Descriptor, t methods.Target) {
+	form := d.OutputOf(t)
+	if out.Synthetic && !form.IsRange() {
+		// The synthetic engine's stand-ins are already in the column's
+		// unit; its range stand-ins are class midpoints, checked as any.
+		form = methods.Output{Form: methods.FormLinear}
+	}
 	for k, i := range toSend {
 		r := &out.Results[i]
+		var v float64
+		var bad string
+		if eng.vals[k] != nil {
+			v, bad = form.Convert(*eng.vals[k])
+		}
 		switch reason, ok := eng.reasons[k]; {
 		case ok:
 			r.Error = reason
 		case eng.vals[k] == nil || math.IsNaN(*eng.vals[k]) || math.IsInf(*eng.vals[k], 0):
 			r.Error = methods.ReasonNoPrediction
+		case bad != "":
+			r.Error = d.DisplayName + ": " + bad
 		default:
-			r.Value, r.Source = eng.vals[k], out.Source
+			r.Value, r.Source = &v, out.Source
 			if u, ok := eng.uncs[k]; ok && d.Uncertainty {
 				r.Uncertainty = &u
 			}
@@ -404,6 +419,7 @@ func (a *Activities) predictSynthetic(ctx context.Context, ref StageRef, d *meth
 		return nil, err
 	}
 	lo, hi := syntheticRange(sr.Target)
+	form := d.OutputOf(methods.Target(sr.Target))
 	vals := make([]*float64, len(send))
 	for k, i := range send {
 		if k%500 == 0 {
@@ -422,6 +438,10 @@ func (a *Activities) predictSynthetic(ctx context.Context, ref StageRef, d *meth
 		u := float64(binary.BigEndian.Uint64(h.Sum(nil)[:8])>>11) / float64(1<<53)
 		v := math.Pow(10, lo+u*(hi-lo))
 		v = math.Round(v*1e4) / 1e4
+		if form.IsRange() {
+			// A range method's program answers a class midpoint.
+			v = form.Midpoint(min(int(u*float64(form.Classes())), form.Classes()-1))
+		}
 		vals[k] = &v
 	}
 	return vals, nil
@@ -495,6 +515,11 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 	for k, i := range send {
 		rows[k] = methods.EngineRow{Seq: sr.Units[i].Seq, Kwargs: sr.Units[i].Kwargs}
 	}
+	if d.RowSeqID {
+		if err := a.rowSeqIDs(ctx, dir, rows); err != nil {
+			return nil, nil, nil, false, err
+		}
+	}
 	last := 0
 	var lastWrite time.Time
 	unconverted := false
@@ -530,4 +555,41 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 		return nil, nil, nil, false, temporal.NewNonRetryableApplicationError(sr.Target+": "+ee.Msg, ErrPrediction, ee.Err)
 	}
 	return vals, reasons, uncs, unconverted, err
+}
+
+// rowSeqIDs sets each row's SeqID: the id the stage's plan used for its
+// sequence (the id of its files in the shared cache), else the id store's
+// (created when new, as planning creates them). A program given seq_id
+// never keys its own files by row position, so one job's row can never
+// read another job's file.
+func (a *Activities) rowSeqIDs(ctx context.Context, dir string, rows []methods.EngineRow) error {
+	var plan struct {
+		SeqIDToSeq map[string]string `json:"seq_id_to_seq"`
+	}
+	if err := fsutil.ReadJSON(filepath.Join(dir, jobfiles.PlanFile), &plan); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	sidOf := make(map[string]string, len(plan.SeqIDToSeq))
+	for sid, seq := range plan.SeqIDToSeq {
+		sidOf[seq] = sid
+	}
+	var missing []string
+	for k := range rows {
+		if rows[k].SeqID = sidOf[rows[k].Seq]; rows[k].SeqID == "" {
+			missing = append(missing, rows[k].Seq)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	ids, err := a.Store.SeqIDs(ctx, missing)
+	if err != nil {
+		return fmt.Errorf("sequence ids for the method's rows: %w", err)
+	}
+	for k, j := range rows {
+		if j.SeqID == "" {
+			rows[k].SeqID, ids = ids[0], ids[1:]
+		}
+	}
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kinflow/kinflow/internal/input"
 	"github.com/kinflow/kinflow/internal/methods"
+	"github.com/kinflow/kinflow/internal/wire"
 )
 
 // methodObject is one /methods/ entry (WIRE §1.3), keys in order.
@@ -38,6 +39,10 @@ type methodObject struct {
 	// Uncertainty is kinflow's addition: what the method says about the
 	// uncertainty of each value, null for a method that gives none.
 	Uncertainty *uncertaintyInfo `json:"uncertainty"`
+	// RangeClasses is kinflow's addition: for a method that answers range
+	// classes rather than values, each target's classes (texts, edges and
+	// midpoints, in ascending order); null for a method that answers values.
+	RangeClasses *ordered[wire.RangeClasses] `json:"rangeClasses"`
 }
 
 // uncertaintyInfo describes the uncertainty columns a method's results
@@ -146,6 +151,15 @@ func toMethodObject(d *methods.Descriptor) methodObject {
 	if d.Uncertainty {
 		u := methodUncertainty
 		o.Uncertainty = &u
+	}
+	for _, t := range d.Supports {
+		if rc, ok := rangeClassesOf(d, t); ok {
+			if o.RangeClasses == nil {
+				o.RangeClasses = &ordered[wire.RangeClasses]{}
+			}
+			o.RangeClasses.keys = append(o.RangeClasses.keys, string(t))
+			o.RangeClasses.vals = append(o.RangeClasses.vals, rc)
+		}
 	}
 	return o
 }

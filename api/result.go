@@ -70,7 +70,11 @@ func (s *Server) result(c *gin.Context) {
 		if p, ok := s.readProvenance(j); ok {
 			body = withProvenance(body, p)
 		}
-		body = withColumnNotes(body, columnNotes(s.similarityNote(j)))
+		ranges := s.rangeClasses(j)
+		if ranges != nil {
+			body = withKey(body, "rangeClasses", ranges)
+		}
+		body = withColumnNotes(body, rangeNotes(columnNotes(s.similarityNote(j)), ranges))
 		body = withCharge(body, jobCharge(j))
 		c.Data(http.StatusOK, "application/json; charset=utf-8", body)
 		return
@@ -224,16 +228,10 @@ func writeJSON(b *bytes.Buffer, v any) {
 
 // withCharge adds `"charge": {...}` as the last key of a JSON result object.
 func withCharge(body []byte, ch *wire.Charge) []byte {
-	if ch == nil || len(body) == 0 || body[len(body)-1] != '}' {
+	if ch == nil {
 		return body
 	}
-	enc, err := json.Marshal(ch)
-	if err != nil {
-		return body
-	}
-	out := append(body[:len(body)-1:len(body)-1], `,"charge":`...)
-	out = append(out, enc...)
-	return append(out, '}')
+	return withKey(body, "charge", ch)
 }
 
 // jobError is a Failed job's error as users read it (its status's error).

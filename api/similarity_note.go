@@ -108,14 +108,8 @@ func columnNotes(n *wire.SimilarityNote) map[string]string {
 // withColumnNotes adds `"columnNotes": {...}` as the last key of a JSON
 // result object; nothing when there is no note.
 func withColumnNotes(body []byte, notes map[string]string) []byte {
-	if len(notes) == 0 || len(body) == 0 || body[len(body)-1] != '}' {
+	if len(notes) == 0 {
 		return body
 	}
-	enc, err := json.Marshal(notes)
-	if err != nil {
-		return body
-	}
-	out := append(body[:len(body)-1:len(body)-1], `,"columnNotes":`...)
-	out = append(out, enc...)
-	return append(out, '}')
+	return withKey(body, "columnNotes", notes)
 }

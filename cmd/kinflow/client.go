@@ -10,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -134,6 +135,9 @@ func runMethods(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			}
 			if u := d.Uncertainty; u != nil {
 				input += fmt.Sprintf("; gives uncertainty (%s: %s)", u.Measure, strings.Join(u.Parts, ", "))
+			}
+			if rc, ok := d.RangeClasses[t]; ok {
+				input += fmt.Sprintf("; answers a range class, not a value (%d classes: %s)", len(rc.Classes), strings.Join(rc.Classes, " | "))
 			}
 			fmt.Fprintf(stdout, "  %-5s %-24s columns: %s; %s%s\n", d.ID, d.DisplayName, strings.Join(d.Required, ", "), limit, input)
 		}
@@ -575,6 +579,7 @@ func runResult(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return err
 		}
 		warnSynthetic(stderr, buf.Bytes())
+		noteRanges(stderr, buf.Bytes())
 		if _, err := stdout.Write(buf.Bytes()); err != nil {
 			return err
 		}
@@ -592,6 +597,7 @@ func writeResult(ctx context.Context, c *client.Client, jobID string, asJSON boo
 		return err
 	}
 	warnSynthetic(stderr, buf.Bytes())
+	noteRanges(stderr, buf.Bytes())
 	if err := fsutil.WriteFileAtomic(path, buf.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
@@ -612,6 +618,27 @@ func noteColumns(ctx context.Context, c *client.Client, jobID string, stderr io.
 		return
 	}
 	fmt.Fprintf(stderr, "note: %s\n", st.Similarity.Message)
+}
+
+// rangeMidpoint matches the column a range-class column puts its midpoint
+// in ("Derived kcat range midpoint (1/s)").
+var rangeMidpoint = regexp.MustCompile(`"?Derived ([^,"]+) range midpoint \(([^)"]*)\)"?`)
+
+// noteRanges tells the user on stderr which targets of a result hold range
+// classes: their cells are texts such as "1 to 10 s^-1", to be read as
+// categories, never parsed as numbers.
+func noteRanges(stderr io.Writer, result []byte) {
+	head, _, _ := bytes.Cut(result, []byte("\n"))
+	if bytes.HasPrefix(head, []byte("{")) {
+		head = result // the JSON form: its "columns" list
+	}
+	seen := map[string]bool{}
+	for _, m := range rangeMidpoint.FindAllSubmatch(head, -1) {
+		if p := string(m[1]); !seen[p] {
+			seen[p] = true
+			fmt.Fprintf(stderr, "note: %s is given as a range class (e.g. \"1 to 10 s^-1\"), not a value and not a confidence interval; its class midpoint is in \"Derived %s range midpoint (%s)\"\n", p, p, m[2])
+		}
+	}
 }
 
 // syntheticMarker is how the synthetic prediction backend labels every

@@ -215,6 +215,9 @@ type Method struct {
 		Measure string   `json:"measure"`
 		Parts   []string `json:"parts"`
 	} `json:"uncertainty"`
+	// RangeClasses is set, per target, for a method that answers range
+	// classes rather than values (nil for the others).
+	RangeClasses map[string]wire.RangeClasses `json:"rangeClasses"`
 }
 
 // Methods is GET /api/v1/methods/: methods by target, and the targets in order.

@@ -167,7 +167,8 @@ func TestComputeStepIdempotentResumableSynthetic(t *testing.T) {
 
 func TestFamiliesAndShapes(t *testing.T) {
 	dims := map[string]int{FamilyProtT5LastMean: 1024, FamilyESM2Layer26Weighted: 1280, FamilyESMCLayer24Mean: 1152,
-		FamilyESM1bMethodD: 1280, FamilyESM1v: 1280, FamilyMethodGESM2: 1280, FamilyESM2LayerLastMean: 1280, FamilyMethodIProtT5Residues: 1024}
+		FamilyESM1bMethodD: 1280, FamilyESM1v: 1280, FamilyMethodGESM2: 1280, FamilyESM2LayerLastMean: 1280, FamilyMethodIProtT5Residues: 1024,
+		FamilyMethodKESMC: 1152}
 	for name, dim := range dims {
 		f, ok := FamilyByName(name)
 		if !ok || f.Dim != dim {
@@ -180,7 +181,7 @@ func TestFamiliesAndShapes(t *testing.T) {
 			t.Errorf("%s persistent=%v", f.Name, f.Persistent)
 		}
 	}
-	if len(Families()) != 17 {
+	if len(Families()) != 18 {
 		t.Errorf("%d families", len(Families()))
 	}
 	seq := strings.Repeat("A", 1500)

@@ -113,6 +113,7 @@ const (
 	FamilyMethodGESM2           = "methodg_esm2"
 	FamilyESM2LayerLastMean     = "esm2_layer_last_mean"
 	FamilyMethodIProtT5Residues = "methodi_prot_t5_residues"
+	FamilyMethodKESMC           = "methodk_esmc"
 	FamilyMethodEESM2Prefix     = "methode_esm2"
 	FamilyMethodJContacts       = "methodj_contacts"
 )
@@ -167,6 +168,9 @@ func Families() []Family {
 		fam(FamilyMethodGESM2, FormatPT, DimESM2650M, true, false, modelESM2, "layer-33 per-residue tensor"),
 		fam(FamilyESM2LayerLastMean, FormatNPY, DimESM2650M, false, true, modelESM2, "layer-33 mean vector"),
 		fam(FamilyMethodIProtT5Residues, FormatNPY, DimProtT5XL, true, false, modelProtT5, "ProtT5 per-residue tensor"),
+		// Method K's vector is ESM C's final trunk embedding (after the
+		// last norm), not one of method A's ESM C hidden-state layers.
+		fam(FamilyMethodKESMC, FormatNPY, DimESMC600M, false, true, modelESMC, "mean of the final (normed) residue embeddings"),
 	)
 	return out
 }

@@ -213,6 +213,8 @@ func (l *Layout) Step(stepKey string) (StepSpec, error) {
 		return StepSpec{Key: key, Families: pick(FamilyESM2LayerLastMean)}, nil
 	case methods.StepMethodIProtT5Residues:
 		return StepSpec{Key: key, Families: pick(FamilyMethodIProtT5Residues)}, nil
+	case methods.StepMethodKESMCMean:
+		return StepSpec{Key: key, Families: pick(FamilyMethodKESMC)}, nil
 	case methods.StepMethodEEmbedKcat, methods.StepMethodEEmbedKm:
 		t := methods.Kcat
 		if key == methods.StepMethodEEmbedKm {
@@ -248,7 +250,8 @@ func (l *Layout) ProfileSteps(profile string, t methods.Target) ([]StepSpec, err
 			return nil, fmt.Errorf("method E has no artefacts for target %q", t)
 		}
 	case methods.ProfileProtT5Mean, methods.ProfileMethodDESM1b, methods.ProfileMethodFESM1v,
-		methods.ProfileMethodGESM2, methods.ProfileMethodHESM2LastMean, methods.ProfileMethodIProtT5Residues:
+		methods.ProfileMethodGESM2, methods.ProfileMethodHESM2LastMean, methods.ProfileMethodIProtT5Residues,
+		methods.ProfileMethodKESMCMean:
 		keys = []string{profile}
 	default:
 		return nil, fmt.Errorf("unknown planner profile %q", profile)

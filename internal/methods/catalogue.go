@@ -343,7 +343,14 @@ func builtinMethodA(label, variant string, single []ColumnKwarg, kcatKm map[Targ
 	}, label)
 }
 
-// builtin is the built-in catalogue (A–J), one descriptor per method key.
+// Range classes of method K (the reference's CatRange): kcat in s^-1 and Km
+// in M, the edges its classifier was trained on.
+var (
+	methodKKcatEdges = []float64{0, 1e-8, 1e-2, 0.1, 1, 10, 100, 1000, 1e8}
+	methodKKmEdges   = []float64{1e-14, 1e-5, 1e-4, 1e-3, 1e-2, 0.1, 1e4}
+)
+
+// builtin is the built-in catalogue (A–K), one descriptor per method key.
 func builtin() []*Descriptor {
 	single := []ColumnKwarg{{Column: "Substrate", Kwarg: "smiles"}}
 	kcatKm := map[Target]string{Kcat: ColumnKcat, Km: ColumnKm}
@@ -443,5 +450,25 @@ func builtin() []*Descriptor {
 			// its location is passed so the method's code can find it.
 			EnvPaths: builtinEnv("METHODJ_CACHE_DIR", "{methodj_cache_dir}"),
 		}, "J"),
+		// Method K answers a range class (the class midpoint), not a value:
+		// its columns hold the class's range text, in the program's own
+		// units (s^-1, M), with the midpoint beside it.
+		builtinBiblio(&Descriptor{
+			Key: "K", Supports: []Target{Kcat, Km}, InputFormat: InputSingle,
+			OutputCols: map[Target]string{Kcat: "Predicted kcat range: kcat (1/s)", Km: "Predicted KM range: kM (M)"},
+			MaxSeqLen:  1024, ModelVersion: "2",
+			MoreInfo: "Predicts the range class of each value (e.g. 1 to 10 s^-1), not a number: a class is not a confidence " +
+				"interval or an error bound. Its columns hold the class's range as text, with the class midpoint beside it.",
+			ColToKwarg: []ColumnKwarg{{Column: "Substrate", Kwarg: "substrates"}}, RowSeqID: true,
+			TargetKwargs: builtinKineticsTypes(Kcat, Km), Engine: EngineGeneric,
+			Outputs: map[Target]Output{
+				Kcat: {Form: FormClassMidpoint, Edges: slices.Clone(methodKKcatEdges), Unit: "s^-1"},
+				Km:   {Form: FormClassMidpoint, Edges: slices.Clone(methodKKmEdges), Unit: "M"},
+			},
+			Profile: ProfileMethodKESMCMean, GPUEligible: true, StepKeys: []string{StepMethodKESMCMean},
+			EmbeddingsUsed: []string{"methodk_esmc"},
+			EnvPaths: builtinEnv("METHODK_REPO_ROOT", "{model_dir}", "METHODK_MODELS_DIR", "{model_dir}",
+				"METHODK_MEDIA_DIR", "{media}", "METHODK_ESMC_PYTHON", "{esmc_python}"),
+		}, "K"),
 	}
 }

@@ -60,6 +60,9 @@ func writeEngineInput(ctx context.Context, d *Descriptor, req CommandRequest) (*
 			for k, v := range r.Kwargs {
 				row[k] = v
 			}
+			if d.RowSeqID && r.SeqID != "" {
+				row["seq_id"] = r.SeqID
+			}
 			in.Rows = append(in.Rows, row)
 		}
 		if err := fsutil.WriteJSONAtomic(run.in, in); err != nil {

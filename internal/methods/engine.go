@@ -56,6 +56,9 @@ type Chemistry interface {
 type EngineRow struct {
 	Seq    string
 	Kwargs map[string]string
+	// SeqID is the sequence's id in kinflow's id store, sent as the JSON
+	// row's `seq_id` when the descriptor asks for it (RowSeqID).
+	SeqID string
 }
 
 // CommandRequest is one run of a method's program by RunCommand.

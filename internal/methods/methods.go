@@ -136,6 +136,7 @@ const (
 	ProfileMethodGESM2           = "methodg_esm2"
 	ProfileMethodHESM2LastMean   = "methodh_esm2_last_mean"
 	ProfileMethodIProtT5Residues = "methodi_prot_t5_residues"
+	ProfileMethodKESMCMean       = "methodk_esmc_mean"
 	// ProfileNone is the empty profile of a method without shared-cache
 	// planning (method J).
 	ProfileNone = ""
@@ -144,7 +145,8 @@ const (
 // Profiles returns every planner profile kinflow knows, ProfileNone excluded.
 func Profiles() []string {
 	return []string{ProfileMethodAFull, ProfileProtT5Mean, ProfileMethodDESM1b, ProfileMethodEEmbed,
-		ProfileMethodFESM1v, ProfileMethodGESM2, ProfileMethodHESM2LastMean, ProfileMethodIProtT5Residues}
+		ProfileMethodFESM1v, ProfileMethodGESM2, ProfileMethodHESM2LastMean, ProfileMethodIProtT5Residues,
+		ProfileMethodKESMCMean}
 }
 
 // ColumnKwarg is one entry of a descriptor's ordered column mapping: the CSV
@@ -309,6 +311,15 @@ type Descriptor struct {
 	// contract's `uncertainties`): the result then has the uncertainty
 	// columns of its target, and /methods/ says so (issue 28).
 	Uncertainty bool `json:"uncertainty,omitempty" yaml:"uncertainty,omitempty"`
+	// Outputs declares, per target, the form of the program's answer
+	// (output.go): linear (the default), log10, or range-class midpoints.
+	// kinflow converts each answer into the column's value and fails the
+	// row of an answer not in that form.
+	Outputs map[Target]Output `json:"outputs,omitempty" yaml:"outputs,omitempty"`
+	// RowSeqID gives each row of the generic JSON contract its `seq_id`:
+	// the id of its sequence in kinflow's id store and shared cache, so a
+	// program that keeps files per sequence finds them under kinflow's ids.
+	RowSeqID bool `json:"row_seq_id,omitempty" yaml:"row_seq_id,omitempty"`
 }
 
 // DefaultModelVersion is the model version of every method that names none.
@@ -422,6 +433,13 @@ func (d *Descriptor) Clone() *Descriptor {
 			c.TargetKwargs[k] = m
 		}
 	}
+	if d.Outputs != nil {
+		c.Outputs = make(map[Target]Output, len(d.Outputs))
+		for k, v := range d.Outputs {
+			v.Edges = slices.Clone(v.Edges)
+			c.Outputs[k] = v
+		}
+	}
 	if d.Command != nil {
 		cmd := *d.Command
 		cmd.Argv = slices.Clone(d.Command.Argv)
@@ -468,6 +486,17 @@ func (d *Descriptor) Validate() error {
 		seen[t] = true
 		if d.OutputCols[t] == "" {
 			return fmt.Errorf("method %q: no output column for target %q", d.Key, t)
+		}
+	}
+	for t, o := range d.Outputs {
+		if !seen[t] {
+			return fmt.Errorf("method %q: outputs for unsupported target %q", d.Key, t)
+		}
+		if err := o.validate(); err != nil {
+			return fmt.Errorf("method %q: outputs %s: %w", d.Key, t, err)
+		}
+		if o.IsRange() && d.Uncertainty {
+			return fmt.Errorf("method %q: a range-class target has no uncertainty columns", d.Key)
 		}
 	}
 	if d.InputFormat != InputSingle && d.InputFormat != InputMulti {

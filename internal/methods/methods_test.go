@@ -10,7 +10,7 @@ import (
 
 func TestDefaultCatalogueMatchesWire(t *testing.T) {
 	c := Default()
-	if got, want := c.Keys(), []string{"A-H", "A-L", "B", "C", "D", "E", "F", "G", "G-O2", "H", "I", "J"}; !reflect.DeepEqual(got, want) {
+	if got, want := c.Keys(), []string{"A-H", "A-L", "B", "C", "D", "E", "F", "G", "G-O2", "H", "I", "J", "K"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("registry order = %v, want %v", got, want)
 	}
 	type row struct {
@@ -41,6 +41,8 @@ func TestDefaultCatalogueMatchesWire(t *testing.T) {
 		"I": {[]Target{KcatKm}, "single", 1000, single, EngineGeneric, "methodi_prot_t5_residues", true,
 			map[Target]string{KcatKm: "kcat/Km (1/(s*mM))"}},
 		"J": {[]Target{Km}, "single", 500, single, EngineGeneric, "", false, map[Target]string{Km: "KM (mM)"}},
+		"K": {[]Target{Kcat, Km}, "single", 1024, single, EngineGeneric, "methodk_esmc_mean", true,
+			map[Target]string{Kcat: "Predicted kcat range: kcat (1/s)", Km: "Predicted KM range: kM (M)"}},
 	}
 	for key, w := range want {
 		d, ok := c.Get(key)
@@ -80,8 +82,8 @@ func TestDefaultCatalogueMatchesWire(t *testing.T) {
 func TestValidKeysPerTarget(t *testing.T) {
 	c := Default()
 	cases := map[Target][]string{
-		Kcat:   {"A-H", "A-L", "B", "C", "D", "E", "F", "G", "G-O2", "H"},
-		Km:     {"A-H", "B", "C", "E", "F", "G", "G-O2", "H", "J"},
+		Kcat:   {"A-H", "A-L", "B", "C", "D", "E", "F", "G", "G-O2", "H", "K"},
+		Km:     {"A-H", "B", "C", "E", "F", "G", "G-O2", "H", "J", "K"},
 		KcatKm: {"B", "I"},
 	}
 	for tg, want := range cases {
@@ -112,7 +114,8 @@ func TestValidKeysPerTarget(t *testing.T) {
 
 func TestStepKeys(t *testing.T) {
 	want := []string{"methoda_t5_full", "methoda_esm2_layers", "methoda_esmc_layers", "prot_t5_mean", "methodd_esm1b",
-		"methodf_esm1v", "methode_embed_kcat", "methode_embed_km", "methodg_esm2", "methodh_esm2_last_mean", "methodi_prot_t5_residues"}
+		"methodf_esm1v", "methode_embed_kcat", "methode_embed_km", "methodg_esm2", "methodh_esm2_last_mean", "methodi_prot_t5_residues",
+		"methodk_esmc_mean"}
 	if got := ActiveSteps(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("ActiveSteps = %v", got)
 	}
@@ -164,8 +167,8 @@ methods:
       python: /opt/b/bin/python
       script: /opt/b/predict.py
       extra_args: [--fast]
-  - key: K
-    display_name: Method K
+  - key: L
+    display_name: Method L
     supports: [Km]
     output_cols: {Km: "KM (mM)"}
     max_seq_len: 0
@@ -182,7 +185,7 @@ methods:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := c.Keys(), []string{"A-L", "A-high", "B", "C", "D", "E", "F", "G", "G-O2", "H", "I", "K"}; !reflect.DeepEqual(got, want) {
+	if got, want := c.Keys(), []string{"A-L", "A-high", "B", "C", "D", "E", "F", "G", "G-O2", "H", "I", "K", "L"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("keys %v, want %v", got, want)
 	}
 	b, _ := c.Get("B")
@@ -196,14 +199,14 @@ methods:
 	if def, _ := Default().Get("B"); def.Command != nil {
 		t.Error("operator file changed the built-in catalogue")
 	}
-	k, _ := c.Get("K")
+	k, _ := c.Get("L")
 	if k.InputFormat != "single" || k.Engine != EngineGeneric || k.MaxSeqLen != 0 {
-		t.Errorf("K defaults %+v", k)
+		t.Errorf("L defaults %+v", k)
 	}
 	if got := k.Command.Render(k.FileContract, map[string]string{"input": "i", "output": "o", "target": "Km"}); !reflect.DeepEqual(got, []string{"/opt/k/run", "i", "o", "Km"}) {
-		t.Errorf("K argv %v", got)
+		t.Errorf("L argv %v", got)
 	}
-	if got := c.ValidKeys(Km); !reflect.DeepEqual(got, []string{"A-high", "B", "C", "E", "F", "G", "G-O2", "H", "K"}) {
+	if got := c.ValidKeys(Km); !reflect.DeepEqual(got, []string{"A-high", "B", "C", "E", "F", "G", "G-O2", "H", "K", "L"}) {
 		t.Errorf("Km keys %v", got)
 	}
 }
@@ -254,7 +257,7 @@ func TestOperatorFileJSONAndErrors(t *testing.T) {
 	if cols, _ := c.RequiredColumns("X"); !reflect.DeepEqual(cols, []string{"Protein Sequence", "Substrates", "Products"}) {
 		t.Errorf("cols %v", cols)
 	}
-	if c, err := Parse(nil); err != nil || len(c.Keys()) != 12 {
+	if c, err := Parse(nil); err != nil || len(c.Keys()) != 13 {
 		t.Errorf("empty file: %v", err)
 	}
 	bad := map[string]string{

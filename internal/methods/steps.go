@@ -14,6 +14,7 @@ const (
 	StepMethodGESM2                   = "methodg_esm2"
 	StepMethodHESM2LastMean           = "methodh_esm2_last_mean"
 	StepMethodIProtT5Residues         = "methodi_prot_t5_residues"
+	StepMethodKESMCMean               = "methodk_esmc_mean"
 	DeprecatedStepMethodABindsites    = "methoda_bindsites"
 	DeprecatedStepMethodAProtT5Layers = "methoda_prott5_layers"
 )
@@ -22,7 +23,7 @@ const (
 func ActiveSteps() []string {
 	return []string{StepMethodAT5Full, StepMethodAESM2Layers, StepMethodAESMCLayers, StepProtT5Mean,
 		StepMethodDESM1b, StepMethodFESM1v, StepMethodEEmbedKcat, StepMethodEEmbedKm, StepMethodGESM2,
-		StepMethodHESM2LastMean, StepMethodIProtT5Residues}
+		StepMethodHESM2LastMean, StepMethodIProtT5Residues, StepMethodKESMCMean}
 }
 
 // DeprecatedSteps returns the deprecated step keys, each mapped to the active
@@ -40,7 +41,7 @@ func IsActiveStep(key string) bool {
 	switch key {
 	case StepMethodAT5Full, StepMethodAESM2Layers, StepMethodAESMCLayers, StepProtT5Mean,
 		StepMethodDESM1b, StepMethodFESM1v, StepMethodEEmbedKcat, StepMethodEEmbedKm, StepMethodGESM2,
-		StepMethodHESM2LastMean, StepMethodIProtT5Residues:
+		StepMethodHESM2LastMean, StepMethodIProtT5Residues, StepMethodKESMCMean:
 		return true
 	}
 	return false

@@ -137,7 +137,11 @@ type stage struct {
 	target, valueCol, display string
 	// unc is true when the method gives uncertainties: the result then
 	// has its uncertainty columns.
-	unc  bool
+	unc bool
+	// rng is the method's range classes for the target (a numeric form
+	// when it answers values): the result then has the target's range
+	// midpoint and experimental columns.
+	rng  methods.Output
 	rows jobfiles.StageRows
 	pred jobfiles.StagePredictions
 	// has: the stage's rows and predictions were read and match.
@@ -175,6 +179,7 @@ func (b *builder) loadStages() {
 		st := stage{target: t, valueCol: "kcat (1/s)", display: key}
 		if d, ok := b.job.Catalogue.Get(key); ok {
 			st.valueCol, st.display, st.unc = d.OutputCols[methods.Target(t)], d.DisplayName, d.Uncertainty
+			st.rng = d.OutputOf(methods.Target(t))
 		}
 		sd, err := jobfiles.StageDir(b.job.MediaRoot, b.job.ID, i)
 		if err == nil {
@@ -233,7 +238,12 @@ func (b *builder) header() {
 	generated := map[string]bool{}
 	var h []string
 	for _, st := range b.stages {
-		for _, c := range TargetColumns(st.valueCol, st.target) {
+		cols := TargetColumns(st.valueCol, st.target)
+		if st.rng.IsRange() {
+			mid, exp := methods.RangeColumns(methods.Target(st.target))
+			cols = append(cols, mid, exp)
+		}
+		for _, c := range cols {
 			h = append(h, c)
 			generated[c] = true
 		}

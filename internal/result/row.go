@@ -1,16 +1,21 @@
 package result
 
 import (
+	"encoding/json"
 	"strconv"
+	"strings"
 
 	"github.com/kinflow/kinflow/internal/experimental"
 	"github.com/kinflow/kinflow/internal/jobfiles"
+	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/units"
 )
 
 // cell is one target's part of a row.
 type cell struct {
 	cells [3]string
+	// rangeCells are a range target's midpoint and experimental cells.
+	rangeCells [2]string
 	// full: the target has a value (or an experimental one) in this row.
 	full bool
 	// failed is the reason the target has no value ("" when it has one).
@@ -33,6 +38,9 @@ func (b *builder) row(r int, record []string) []string {
 		st := &b.stages[i]
 		c := b.cell(st, r)
 		record = append(record, c.cells[:]...)
+		if st.rng.IsRange() {
+			record = append(record, c.rangeCells[:]...)
+		}
 		full = full && c.full
 		fromCache = fromCache && c.fromCache
 		sent = sent || c.sent
@@ -109,6 +117,11 @@ func (b *builder) cell(st *stage, r int) cell {
 	if legacy || !st.has {
 		if cells, ok := experimentalCells(b.an, st.target, st.display, r, model, b.skip[r]); ok {
 			c.cells, c.full = cells, true
+			if st.rng.IsRange() {
+				// A measured value is no class: its range and midpoint
+				// stay blank, the value has its own column.
+				c.rangeCells[1], c.cells[0] = cells[0], ""
+			}
 			return c
 		}
 	}
@@ -125,8 +138,62 @@ func (b *builder) cell(st *stage, r int) cell {
 		if !reduced.Filled {
 			c.failed = reduced.Source
 		}
+		if reduced.Filled && st.rng.IsRange() {
+			c.rangeCells[0] = reduced.Value
+			text, ok := rangeText(st.rng, reduced.Value)
+			if !ok {
+				// Every served answer was checked against the classes;
+				// a cell that still names none is never shown as one.
+				c.cells, c.rangeCells, c.full = [3]string{"", reasonNotAClass, ""}, [2]string{}, false
+				c.failed = reasonNotAClass
+				return c
+			}
+			c.cells[0] = text
+		}
 	}
 	return c
+}
+
+// reasonNotAClass is the Source of a range cell whose value names no class.
+const reasonNotAClass = "Prediction is not a known range class"
+
+// rangeText is the range text of a range target's reduced value: the
+// class of a single midpoint, or a JSON list of classes (null for a
+// missing one) for an array cell; false when a value is not a class
+// midpoint.
+func rangeText(o methods.Output, value string) (string, bool) {
+	if !strings.HasPrefix(value, "[") {
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			return "", false
+		}
+		i, ok := o.ClassOf(v)
+		if !ok {
+			return "", false
+		}
+		return o.Label(i), true
+	}
+	var vals []*float64
+	if err := json.Unmarshal([]byte(value), &vals); err != nil {
+		return "", false
+	}
+	texts := make([]*string, len(vals))
+	for k, v := range vals {
+		if v == nil {
+			continue
+		}
+		i, ok := o.ClassOf(*v)
+		if !ok {
+			return "", false
+		}
+		t := o.Label(i)
+		texts[k] = &t
+	}
+	enc, err := json.Marshal(texts)
+	if err != nil {
+		return "", false
+	}
+	return string(enc), true
 }
 
 // cellUncertainty is the uncertainty of a row's scalar value cell: the

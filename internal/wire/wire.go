@@ -101,3 +101,18 @@ type Sharing struct {
 	// Text is one line of it, for people.
 	Text string `json:"text"`
 }
+
+// RangeClasses describes one result column that holds range classes (a
+// method that answers a class, not a value): the classes' texts in
+// ascending order, each one's midpoint, and the columns beside it. The JSON
+// result's `rangeClasses` maps the column's name to it; /methods/ gives a
+// method's per target (Column empty there).
+type RangeClasses struct {
+	Target             string    `json:"target"`
+	Unit               string    `json:"unit"`
+	Edges              []float64 `json:"edges"`
+	Classes            []string  `json:"classes"`
+	Midpoints          []float64 `json:"midpoints"`
+	MidpointColumn     string    `json:"midpointColumn"`
+	ExperimentalColumn string    `json:"experimentalColumn"`
+}
