@@ -68,7 +68,8 @@ func rangeHeader(cols ...string) []string {
 // program's contract: the rows carry `substrates` and the seq_id under
 // which the GPU host wrote each sequence's embedding, the program's
 // midpoints come back as range texts with the midpoint beside them, and an
-// answer that is no class midpoint fails its row instead of being served.
+// answer that is no class midpoint fails its row instead of being served;
+// the prediction cache serves the same job again without the program.
 func TestRangeClassesOnTheCommandEngine(t *testing.T) {
 	py := input.DefaultPython
 	if err := exec.Command(py, "-c", "import json, math").Run(); err != nil {
@@ -143,6 +144,27 @@ func TestRangeClassesOnTheCommandEngine(t *testing.T) {
 				t.Errorf("%s row %d: no embedding under its seq_id: %v", kt, i, err)
 			}
 		}
+		if err := os.Remove(filepath.Join(dir, "k-rows-"+kt+".json")); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The same job again: the prediction cache keeps the classes (and the
+	// row that had none): the program is not run, the result is the same.
+	again := s.submit(in, []string{"kcat", "Km"}, map[string]string{"kcat": "K", "Km": "K"})
+	if st := s.waitDone(again, 2*time.Minute); st.Status != "Completed" {
+		t.Fatalf("repeated job: %s %s", st.Status, st.Error)
+	}
+	var cs cacheStatus
+	s.do("GET", "/api/v1/status/"+again+"/", nil, "", &cs)
+	if cs.Progress.PredictionsCached != 2*len(seqs) {
+		t.Errorf("repeated job: %d predictions cached, want %d", cs.Progress.PredictionsCached, 2*len(seqs))
+	}
+	if _, err := os.Stat(filepath.Join(dir, "k-rows-KCAT.json")); err == nil {
+		t.Error("the program ran again for a job the cache holds")
+	}
+	if first, second := s.resultCSV(id), s.resultCSV(again); first != second {
+		t.Errorf("the cached result differs:\n%s\n%s", first, second)
 	}
 }
 

@@ -351,6 +351,9 @@ var (
 )
 
 // builtin is the built-in catalogue (A–K), one descriptor per method key.
+// Methods G, G-O2, H, I and K keep files per sequence, so their rows carry
+// seq_id (RowSeqID): the id of the sequence's files in the shared cache,
+// never a row position that another job's row would share.
 func builtin() []*Descriptor {
 	single := []ColumnKwarg{{Column: "Substrate", Kwarg: "smiles"}}
 	kcatKm := map[Target]string{Kcat: ColumnKcat, Km: ColumnKm}
@@ -407,7 +410,7 @@ func builtin() []*Descriptor {
 				"METHODF_DELETE_EMBEDDINGS_AFTER_RUN", "{methodf_delete_embeddings}"),
 		}, "F"),
 		builtinBiblio(&Descriptor{
-			Key: "G", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, MaxSeqLen: 1000,
+			Key: "G", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, RowSeqID: true, MaxSeqLen: 1000,
 			ColToKwarg: single, TargetKwargs: builtinKineticsTypes(Kcat, Km), Engine: EngineGeneric,
 			Profile: ProfileMethodGESM2, GPUEligible: true, StepKeys: []string{StepMethodGESM2},
 			EmbeddingsUsed: []string{"methodg_esm2"}, EphemeralFamilies: []string{"methodg_esm2"},
@@ -418,7 +421,7 @@ func builtin() []*Descriptor {
 		// profile, step and ephemeral family, its own checkpoint (the
 		// operator's command.paths model_dir for this key).
 		builtinBiblio(&Descriptor{
-			Key: "G-O2", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, MaxSeqLen: 1000,
+			Key: "G-O2", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, RowSeqID: true, MaxSeqLen: 1000,
 			ColToKwarg: single, TargetKwargs: builtinVariant(builtinKineticsTypes(Kcat, Km), "o2denet"), Engine: EngineGeneric,
 			Profile: ProfileMethodGESM2, GPUEligible: true, StepKeys: []string{StepMethodGESM2},
 			EmbeddingsUsed: []string{"methodg_esm2"}, EphemeralFamilies: []string{"methodg_esm2"},
@@ -426,14 +429,14 @@ func builtin() []*Descriptor {
 				"METHODG_ADDITIONAL_DATA", "{data_dir}"),
 		}, "G-O2"),
 		builtinBiblio(&Descriptor{
-			Key: "H", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, MaxSeqLen: 1022,
+			Key: "H", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, RowSeqID: true, MaxSeqLen: 1022,
 			ColToKwarg: single, TargetKwargs: builtinKineticsTypes(Kcat, Km), Engine: EngineGeneric,
 			Profile: ProfileMethodHESM2LastMean, GPUEligible: true, StepKeys: []string{StepMethodHESM2LastMean},
 			EmbeddingsUsed: []string{"esm2_layer_last_mean"},
 			EnvPaths:       builtinEnv("METHODH_DATA", "{model_dir}"),
 		}, "H"),
 		builtinBiblio(&Descriptor{
-			Key: "I", Supports: []Target{KcatKm}, InputFormat: InputSingle,
+			Key: "I", Supports: []Target{KcatKm}, InputFormat: InputSingle, RowSeqID: true,
 			OutputCols: map[Target]string{KcatKm: ColumnKcatKm}, MaxSeqLen: 1000,
 			ColToKwarg: single, Engine: EngineGeneric,
 			Profile: ProfileMethodIProtT5Residues, GPUEligible: true, StepKeys: []string{StepMethodIProtT5Residues},

@@ -1,6 +1,8 @@
 package methods
 
 import (
+	"context"
+	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
@@ -51,4 +53,29 @@ func FuzzEngineOutputs(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestJSONRowsCarrySeqID: a method that keeps files per sequence (H, K)
+// gets each row's seq_id in its JSON input, so its program never keys a
+// file by row position; a method that does not ask for it (B) gets none.
+func TestJSONRowsCarrySeqID(t *testing.T) {
+	for key, want := range map[string]bool{"H": true, "K": true, "G": true, "I": true, "B": false} {
+		d, _ := Default().Get(key)
+		dir := t.TempDir()
+		rows := []EngineRow{{Seq: "MKT", Kwargs: map[string]string{"x": "CCO"}, SeqID: "abc123"}, {Seq: "MKV", SeqID: "def456"}}
+		run, err := writeEngineInput(context.Background(), d, CommandRequest{JobID: "j1", Target: string(d.Supports[0]), Rows: rows, Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var in EngineInput
+		raw, _ := os.ReadFile(run.in)
+		if err := json.Unmarshal(raw, &in); err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range in.Rows {
+			if got := r["seq_id"]; (got == rows[i].SeqID) != want || (!want && got != "") {
+				t.Errorf("%s row %d: seq_id %q", key, i, got)
+			}
+		}
+	}
 }
