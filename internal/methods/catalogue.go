@@ -350,6 +350,16 @@ var (
 	methodKKmEdges   = []float64{1e-14, 1e-5, 1e-4, 1e-3, 1e-2, 0.1, 1e4}
 )
 
+// Classes of method H's classifiers (the reference's RealKcat): its
+// program answers a class index; the reference serves the mean of the
+// class's range, kcat in s^-1 and Km in M.
+var (
+	methodHKcatRanges = [][2]float64{{0, 3.32e-8}, {3.33e-8, 1e-2}, {1.01e-2, 1e-1}, {1.01e-1, 1}, {1.001, 10},
+		{1.004e1, 1e2}, {1.0025e2, 1e3}, {1.002e3, 7e7}}
+	methodHKmRanges = [][2]float64{{1e-10, 1e-5}, {1.01e-5, 1e-4}, {1.002e-4, 1e-3}, {1.002e-3, 1e-2},
+		{1.008e-2, 1e-1}, {1.01e-1, 1.02e2}}
+)
+
 // builtin is the built-in catalogue (A–K), one descriptor per method key.
 // Methods G, G-O2, H, I and K keep files per sequence, so their rows carry
 // seq_id (RowSeqID): the id of the sequence's files in the shared cache,
@@ -431,6 +441,11 @@ func builtin() []*Descriptor {
 		builtinBiblio(&Descriptor{
 			Key: "H", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, RowSeqID: true, MaxSeqLen: 1022,
 			ColToKwarg: single, TargetKwargs: builtinKineticsTypes(Kcat, Km), Engine: EngineGeneric,
+			// Its Km classes are in M; the column is in mM.
+			Outputs: map[Target]Output{
+				Kcat: {Form: FormClassIndex, Ranges: slices.Clone(methodHKcatRanges)},
+				Km:   {Form: FormClassIndex, Ranges: slices.Clone(methodHKmRanges), Factor: 1000},
+			},
 			Profile: ProfileMethodHESM2LastMean, GPUEligible: true, StepKeys: []string{StepMethodHESM2LastMean},
 			EmbeddingsUsed: []string{"esm2_layer_last_mean"},
 			EnvPaths:       builtinEnv("METHODH_DATA", "{model_dir}"),
@@ -439,6 +454,9 @@ func builtin() []*Descriptor {
 			Key: "I", Supports: []Target{KcatKm}, InputFormat: InputSingle, RowSeqID: true,
 			OutputCols: map[Target]string{KcatKm: ColumnKcatKm}, MaxSeqLen: 1000,
 			ColToKwarg: single, Engine: EngineGeneric,
+			// Its program answers log10 of kcat/Km per (s·M); the column is
+			// linear per (s·mM).
+			Outputs: map[Target]Output{KcatKm: {Form: FormLog10, Factor: 0.001}},
 			Profile: ProfileMethodIProtT5Residues, GPUEligible: true, StepKeys: []string{StepMethodIProtT5Residues},
 			EmbeddingsUsed:    []string{"methodi_prot_t5_residues"},
 			EphemeralFamilies: []string{"methodi_prot_t5_residues"},

@@ -437,6 +437,7 @@ func (d *Descriptor) Clone() *Descriptor {
 		c.Outputs = make(map[Target]Output, len(d.Outputs))
 		for k, v := range d.Outputs {
 			v.Edges = slices.Clone(v.Edges)
+			v.Ranges = slices.Clone(v.Ranges)
 			c.Outputs[k] = v
 		}
 	}

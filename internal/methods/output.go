@@ -16,6 +16,11 @@ const (
 	FormLinear = "linear"
 	// FormLog10 is log10 of the value; the column holds 10^answer × Factor.
 	FormLog10 = "log10"
+	// FormClassIndex is the 0-based index of one of the declared Ranges:
+	// the column holds that range's arithmetic mean × Factor, as the
+	// reference serves its classifier's classes (a value column, not a
+	// range column).
+	FormClassIndex = "class_index"
 	// FormClassMidpoint is the midpoint of one of the declared range
 	// classes (Edges, in Unit): the column holds the class, shown as its
 	// range text, and the midpoint goes in the target's midpoint column.
@@ -35,6 +40,9 @@ type Output struct {
 	Edges []float64 `json:"edges,omitempty" yaml:"edges,omitempty"`
 	// Unit is the unit written in a class's range text ("s^-1", "M").
 	Unit string `json:"unit,omitempty" yaml:"unit,omitempty"`
+	// Ranges are the [low, high] of each class of FormClassIndex, in the
+	// program's unit, by index.
+	Ranges [][2]float64 `json:"ranges,omitempty" yaml:"ranges,omitempty"`
 }
 
 // IsRange reports whether the form is range classes.
@@ -42,10 +50,24 @@ func (o Output) IsRange() bool { return o.Form == FormClassMidpoint }
 
 // validate checks o's consistency for a descriptor's target.
 func (o Output) validate() error {
+	if o.Form != FormClassIndex && len(o.Ranges) > 0 {
+		return fmt.Errorf("ranges belong to form %s", FormClassIndex)
+	}
 	switch o.Form {
-	case "", FormLinear, FormLog10:
+	case "", FormLinear, FormLog10, FormClassIndex:
 		if len(o.Edges) > 0 || o.Unit != "" {
 			return fmt.Errorf("edges and unit belong to form %s", FormClassMidpoint)
+		}
+		if o.Form != FormClassIndex {
+			break
+		}
+		if len(o.Ranges) == 0 {
+			return fmt.Errorf("form %s needs the ranges of its classes", FormClassIndex)
+		}
+		for i, r := range o.Ranges {
+			if math.IsNaN(r[0]) || math.IsInf(r[1], 0) || math.IsNaN(r[1]) || r[0] < 0 || r[1] <= r[0] {
+				return fmt.Errorf("class %d's range %v is not low < high, both finite and non-negative", i, r)
+			}
 		}
 	case FormClassMidpoint:
 		if o.Factor != 0 {
@@ -66,7 +88,7 @@ func (o Output) validate() error {
 			return fmt.Errorf("form %s needs the unit of its range texts", FormClassMidpoint)
 		}
 	default:
-		return fmt.Errorf("form %q (want %s, %s or %s)", o.Form, FormLinear, FormLog10, FormClassMidpoint)
+		return fmt.Errorf("form %q (want %s, %s, %s or %s)", o.Form, FormLinear, FormLog10, FormClassIndex, FormClassMidpoint)
 	}
 	if o.Factor < 0 || math.IsNaN(o.Factor) || math.IsInf(o.Factor, 0) {
 		return fmt.Errorf("factor %v is not a finite, positive number", o.Factor)
@@ -146,6 +168,12 @@ func (o Output) Convert(v float64) (float64, string) {
 			return 0, fmt.Sprintf("the method's log10 answer %s is outside the range of a number", strconv.FormatFloat(v, 'g', -1, 64))
 		}
 		return out, ""
+	case FormClassIndex:
+		i := int(v)
+		if float64(i) != v || i < 0 || i >= len(o.Ranges) {
+			return 0, fmt.Sprintf("the method's answer %s is not one of its %d class indices (0 to %d)", strconv.FormatFloat(v, 'g', -1, 64), len(o.Ranges), len(o.Ranges)-1)
+		}
+		return (o.Ranges[i][0] + o.Ranges[i][1]) / 2 * factor, ""
 	case FormClassMidpoint:
 		i, ok := o.ClassOf(v)
 		if !ok {

@@ -98,15 +98,43 @@ func TestOutputValidation(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	c, err := Parse([]byte(`{"methods": [{"key": "I", "outputs": {"kcat/Km": {"form": "log10", "factor": 0.001}}}]}`))
+	c, err := Parse([]byte(`{"methods": [{"key": "B", "outputs": {"kcat/Km": {"form": "log10", "factor": 0.001}}}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	i, _ := c.Get("I")
-	if o := i.OutputOf(KcatKm); o.Form != FormLog10 || o.Factor != 0.001 {
-		t.Errorf("I's declared form %+v", o)
+	b, _ := c.Get("B")
+	if o := b.OutputOf(KcatKm); o.Form != FormLog10 || o.Factor != 0.001 {
+		t.Errorf("B's declared form %+v", o)
 	}
-	if d, _ := Default().Get("I"); d.OutputOf(KcatKm).Form != FormLinear {
+	if d, _ := Default().Get("B"); d.OutputOf(KcatKm).Form != FormLinear {
 		t.Error("the operator file changed the built-in catalogue")
+	}
+	if _, err := Parse([]byte(`{"methods": [{"key": "B", "outputs": {"kcat": {"form": "class_index", "ranges": [[2, 1]]}}}]}`)); err == nil {
+		t.Error("a class range with low > high accepted")
+	}
+	if _, err := Parse([]byte(`{"methods": [{"key": "B", "outputs": {"kcat": {"form": "class_index"}}}]}`)); err == nil {
+		t.Error("class_index without ranges accepted")
+	}
+}
+
+// TestBuiltinOutputForms: method H's programs answer class indices (Km
+// classes in M, its column in mM) and I's log10 of kcat/Km per (s·M) (its
+// column per (s·mM)); each is served converted, never as the raw answer.
+func TestBuiltinOutputForms(t *testing.T) {
+	h, _ := Default().Get("H")
+	if v, bad := h.OutputOf(Kcat).Convert(3); bad != "" || v != (1.01e-1+1)/2 {
+		t.Errorf("H kcat class 3 = %v (%q), want the mean of 0.101 and 1 s^-1", v, bad)
+	}
+	if v, bad := h.OutputOf(Km).Convert(0); bad != "" || math.Abs(v-(1e-10+1e-5)/2*1000) > 1e-15 {
+		t.Errorf("H Km class 0 = %v mM (%q)", v, bad)
+	}
+	for _, v := range []float64{8, -1, 2.5} {
+		if _, bad := h.OutputOf(Kcat).Convert(v); !strings.Contains(bad, "not one of its 8 class indices") {
+			t.Errorf("H kcat answer %v: %q", v, bad)
+		}
+	}
+	i, _ := Default().Get("I")
+	if v, bad := i.OutputOf(KcatKm).Convert(4); bad != "" || math.Abs(v-10) > 1e-12 {
+		t.Errorf("I log10 4 per (s·M) = %v per (s·mM) (%q), want 10", v, bad)
 	}
 }
