@@ -190,11 +190,13 @@ function sortBy(c) {
   if (table.sortCol === c) table.sortDir = -table.sortDir;
   else { table.sortCol = c; table.sortDir = 1; }
   const dir = table.sortDir;
-  // A range column sorts by its rows' midpoints, not by its texts.
+  // A range column sorts by its rows' midpoints, not by its texts (each
+  // row's worked out once, not at every comparison).
   const r = rangeOf(table.ranges, c);
-  const key = r ? (row) => rangeSortKey(row, c, r) : (row) => row[c];
+  const keys = r ? new Map(table.rows.map((it) => [it.n, rangeSortKey(it.row, c, r)])) : null;
+  const key = keys ? (it) => keys.get(it.n) : (it) => it.row[c];
   table.rows.sort((a, b) => {
-    const x = key(a.row), y = key(b.row);
+    const x = key(a), y = key(b);
     const blankX = x == null || x === "", blankY = y == null || y === "";
     if (blankX || blankY) return blankX === blankY ? a.n - b.n : blankX ? 1 : -1;
     return dir * compareCells(x, y) || a.n - b.n;
