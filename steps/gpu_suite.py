@@ -16,7 +16,10 @@ DIR/gpu_suite.jsonl and a table at the end:
   padded batch against each sequence alone in fp16 and in fp32; tokens/s;
 * ``esmc``: ESM C 600M (EvolutionaryScale's esm, from ``--esmc-site``) in bf16 under
   autocast: a padded batch against each sequence alone through the library's own
-  ``ESMC.logits`` (bf16 autocast) and in fp32; tokens/s;
+  ``ESMC.logits`` (bf16 autocast) and in fp32, for method A's hidden states (layers 24,
+  32) and method K's final normed embeddings (``methodk_esmc_mean``, also the step's
+  file: the length-bucketed passes' device mean against the worker's own vector);
+  tokens/s;
 * ``tf32`` (issue 32): TF32 matrix products on the fp32 paths at full width — ESM-2
   padded and unpadded, ESM-1b and ESM-1v padded (both written here, sharpened) — against
   each sequence alone through fair-esm in fp32 with TF32 off (``--tf32-seeds 2,3``: ESM-2
@@ -88,6 +91,15 @@ def sync() -> None:
 
     if torch.cuda.is_available():
         torch.cuda.synchronize()
+
+
+def cmp_vec(got, want) -> dict[str, Any]:
+    """Figures of one pooled vector against another (kinflow_steps.equivalence's pooled
+    bound)."""
+    from kinflow_steps.equivalence import compare
+
+    p = compare(got, want)
+    return {"pooled_cos": p.min_cosine, "max_abs_diff": p.max_abs_diff, "ok": bool(p.ok), "why": p.reason}
 
 
 def cmp_rows(got, want) -> dict[str, Any]:
@@ -532,7 +544,8 @@ def part_esmc(a) -> None:
     from esm.sdk.api import ESMProteinTensor, LogitsConfig
     from esm.tokenization import get_esmc_model_tokenizers
 
-    from kinflow_steps.models import ESMC
+    from kinflow_steps.device import reduce_means
+    from kinflow_steps.models import ESMC, FINAL
 
     dev = device()
     path = os.path.join(a.work, "esmc_suite.pth")
@@ -549,9 +562,11 @@ def part_esmc(a) -> None:
         return m.eval().to(dev).to(dt)
 
     layers = [24, 32]
+    # Method K's final normed embeddings (methodk_esmc_mean) come from the same passes.
+    both = [*layers, FINAL]
     seqs = [rand_seq(1500, 401), rand_seq(700, 402), rand_seq(1, 403)]
     t = time.monotonic()
-    got = fm.embed(seqs, layers)
+    got = fm.embed(seqs, both)
     sync()
     emit(
         a.out,
@@ -567,21 +582,44 @@ def part_esmc(a) -> None:
     from kinflow_steps.steps import LENGTH_SPREAD, Seq, pack
 
     bucketed: list[Any] = [None] * len(seqs)
+    k_file: list[Any] = [None] * len(seqs)
     for g in pack([Seq(str(i), s, [], []) for i, s in enumerate(seqs)], 0, LENGTH_SPREAD["esmc"]):
-        out = fm.embed([x.sequence for x in g], layers)
+        out = fm.embed([x.sequence for x in g], both)
         for j, x in enumerate(g):
-            bucketed[int(x.seq_id)] = {layer: out[layer][j] for layer in layers}
+            bucketed[int(x.seq_id)] = {layer: out[layer][j] for layer in both}
+        # methodk_esmc_mean's file as PooledStep.forward computes it: upper-cased (its
+        # fit), the float64 mean over the residue rows on the device.
+        reps = fm.embed_device([x.sequence.upper() for x in g], [FINAL])
+        vecs = reduce_means(reps.residues(FINAL), reps.seg, reps.rows, None).float().cpu().numpy()
+        for j, x in enumerate(g):
+            k_file[int(x.seq_id)] = vecs[j]
+        del reps
     for name, dt in (("library bf16 (ESMC.logits)", torch.bfloat16), ("fp32", torch.float32)):
         if dev.type != "cuda" and dt == torch.bfloat16:
             continue
         m = lib(dt)
         for i, s in enumerate(seqs):
+            # The tokens of ESMC.encode(ESMProtein(sequence=s.upper())), the methods' call
+            # (s is upper case).
             toks = m._tokenize([s]).to(dev)
             if dt == torch.bfloat16:
-                hs = m.logits(ESMProteinTensor(sequence=toks[0]), LogitsConfig(return_hidden_states=True)).hidden_states
+                cfg = LogitsConfig(return_hidden_states=True, return_embeddings=True)
+                res = m.logits(ESMProteinTensor(sequence=toks[0]), cfg)
             else:
                 with torch.no_grad():
-                    hs = m(sequence_tokens=toks).hidden_states
+                    res = m(sequence_tokens=toks)
+            hs = res.hidden_states
+            emb = res.embeddings[0, 1 : len(s) + 1].float()
+            # The method K worker's vector: its own mean of the final embeddings.
+            k_want = emb.mean(0).cpu().numpy()
+            emb = emb.cpu().numpy()
+            k = "methodk_esmc_mean (final embeddings)"
+            emit(a.out, {"part": "esmc", "case": f"{k}: padded {prod_dt} vs alone {name}", "len": len(s),
+                         "layer": FINAL, **cmp_rows(got[FINAL][i], emb)})  # fmt: skip
+            emit(a.out, {"part": "esmc", "case": f"{k}: length-bucketed {prod_dt} vs alone {name}", "len": len(s),
+                         "layer": FINAL, **cmp_rows(bucketed[i][FINAL], emb)})  # fmt: skip
+            emit(a.out, {"part": "esmc", "case": f"{k}: the step's file (device mean, length-bucketed {prod_dt}) vs "
+                         f"the worker's vector alone {name}", "len": len(s), **cmp_vec(k_file[i], k_want)})  # fmt: skip
             for layer in layers:
                 want = hs[layer][0, 1 : len(s) + 1].float().cpu().numpy()
                 emit(a.out, {"part": "esmc", "case": f"padded {prod_dt} vs alone {name}", "len": len(s), "layer": layer,
@@ -789,13 +827,16 @@ def summary(out: str) -> None:
                   f"{share} of measured bf16 peak ({done})")  # fmt: skip
     worst: dict[str, list] = {}
     for r in rows:
-        if "residue_min_cos" in r:
-            w = worst.setdefault(f"{r['part']}: {r['case']}", [1.0, 1.0, True])
-            w[0] = min(w[0], r["residue_min_cos"])
+        # Residue rows (cmp_rows) and pooled vectors alone (cmp_vec); not part reduce's.
+        if "pooled_cos" in r and "ok" in r and "max_rel_diff" not in r:
+            w = worst.setdefault(f"{r['part']}: {r['case']}", [None, 1.0, True])
+            if "residue_min_cos" in r:
+                w[0] = min(1.0 if w[0] is None else w[0], r["residue_min_cos"])
             w[1] = min(w[1], r["pooled_cos"])
             w[2] = w[2] and r["ok"]
     for k, (rc, pc, ok) in worst.items():
-        print(f"{k}: worst residue cos {rc:.7f}, pooled {pc:.9f}, {'within' if ok else 'OUTSIDE'} the bound")
+        res = "—" if rc is None else f"{rc:.7f}"
+        print(f"{k}: worst residue cos {res}, pooled {pc:.9f}, {'within' if ok else 'OUTSIDE'} the bound")
 
 
 def main() -> int:

@@ -30,6 +30,7 @@ WEIGHTS: dict[str, tuple[tuple[str, ...], ...]] = {
     "methodg_esm2": _ESM2,
     "methodh_esm2_last_mean": _ESM2,
     "methoda_esmc_layers": (("KINFLOW_ESMC_600M_PATH",),),
+    "methodk_esmc_mean": (("KINFLOW_ESMC_600M_PATH",),),
     "methodd_esm1b": (("KINFLOW_ESM1B_PATH",), ("KINFLOW_METHODD_CHECKPOINT",)),
     "methodf_esm1v": (("KINFLOW_ESM1V_PATH", "METHODF_MODEL_PATH"),),
     # Method E's features come from ESM-2 650M (steps.py's MethodEEmbed.load).

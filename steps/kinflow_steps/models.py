@@ -13,7 +13,10 @@ Facts taken from the reference's public workers (Toepfer-Lab/webKinPred):
   EOS; ``hidden_states[layer + 1]`` is encoder layer ``layer`` (0 is the embedding
   output) and ``hidden_states[-1]`` the last (after the final layer norm); residues are
   the first ``attention_mask.sum() - 1`` positions.
-* ESMC: ``hidden_states[layer]`` of the model output, BOS/EOS removed.
+* ESMC: ``hidden_states[layer]`` of the model output (block ``layer``'s output, before
+  the final norm), or with ``FINAL`` the output's ``embeddings`` (the last block's
+  output after the trunk's final layer norm, what ``LogitsConfig(return_embeddings=True)``
+  returns); BOS/EOS removed.
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ from kinflow_steps.device import DeviceReps, to_device
 from kinflow_steps.errors import ConfigError
 
 LAST = "last"
+#: ESM C's final trunk embeddings (``ESMCOutput.embeddings``: the last block's output
+#: after the trunk's final layer norm), as a layer value of ``ESMC.embed``. Not a hidden
+#: state: ``LAST`` is ``hidden_states[-1]``, the same block's output before that norm.
+FINAL = "embeddings"
 
 _OOM_TYPES: tuple[type[BaseException], ...] = (
     (torch.cuda.OutOfMemoryError,) if hasattr(torch.cuda, "OutOfMemoryError") else ()
@@ -584,19 +591,29 @@ class ESMC:
         with torch.autocast(device_type=self.device.type, dtype=self.dtype):
             return self.model(sequence_tokens=tokens)
 
+    def _rep(self, out: Any, layer: Any) -> torch.Tensor:
+        """The [B, T, D] representation of layer in a forward pass's output: FINAL the
+        final normed ``embeddings``, LAST the last block's hidden state, an int that
+        block's (``hidden_states[layer]``)."""
+        if layer == FINAL:
+            return out.embeddings
+        i = self.num_layers - 1 if layer == LAST else int(layer)
+        if not 0 <= i < self.num_layers:
+            raise ConfigError(f"ESM C layer {layer} outside 0..{self.num_layers - 1}")
+        return out.hidden_states[i]
+
     @torch.inference_mode()
     def embed(self, seqs: list[str], layers: list[Any]) -> dict[Any, list[np.ndarray]]:
         out = self._forward(seqs)
         result: dict[Any, list[np.ndarray]] = {}
         for layer in layers:
-            i = self.num_layers - 1 if layer == LAST else int(layer)
-            h = out.hidden_states[i].float().cpu().numpy()
+            h = self._rep(out, layer).float().cpu().numpy()
             result[layer] = [h[row, 1 : len(s) + 1].copy() for row, s in enumerate(seqs)]
         return result
 
     @torch.inference_mode()
     def embed_device(self, seqs: list[str], layers: list[Any], max_tokens: int | None = None) -> DeviceReps:
-        """embed()'s forward pass with the hidden states left on the device."""
+        """embed()'s forward pass with the representations left on the device."""
         out = self._forward(seqs)
-        reps = {layer: out.hidden_states[self.num_layers - 1 if layer == LAST else int(layer)] for layer in layers}
+        reps = {layer: self._rep(out, layer) for layer in layers}
         return DeviceReps.padded(reps, [len(s) for s in seqs], 1)

@@ -25,6 +25,7 @@ from kinflow_steps import cache_io
 from kinflow_steps.errors import BatchError, ConfigError, NonFiniteError
 from kinflow_steps.models import (
     ESMC,
+    FINAL,
     LAST,
     FairESM,
     ProtT5,
@@ -672,11 +673,22 @@ class MethodDESM1b(Step):
 # --- ESMC 600M --------------------------------------------------------------------
 
 
-class MethodAESMCLayers(PooledStep):
+class ESMCStep(PooledStep):
+    """A step over ESM C 600M (KINFLOW_ESMC_600M_PATH), padded batches at the family's
+    precision and length spread (LENGTH_SPREAD)."""
+
+    family = "esmc"
+
+    def load(self) -> dict[str, str]:
+        path = require_path("KINFLOW_ESMC_600M_PATH", what="the ESMC 600M weights esmc_600m_2024_12_v0.pth")
+        self.model = ESMC(path, self.device, self.dtype)
+        return {"model": os.path.basename(path)}
+
+
+class MethodAESMCLayers(ESMCStep):
     """Method A: ESMC 600M layers 24 and 32, mean and binding-site-weighted."""
 
     key = "methoda_esmc_layers"
-    family = "esmc"
     spec = {
         "esmc_layer_24/mean_vecs": (24, "mean"),
         "esmc_layer_24/weighted_vecs": (24, "weighted"),
@@ -684,10 +696,19 @@ class MethodAESMCLayers(PooledStep):
         "esmc_layer_32/weighted_vecs": (32, "weighted"),
     }
 
-    def load(self) -> dict[str, str]:
-        path = require_path("KINFLOW_ESMC_600M_PATH", what="the ESMC 600M weights esmc_600m_2024_12_v0.pth")
-        self.model = ESMC(path, self.device, self.dtype)
-        return {"model": os.path.basename(path)}
+
+class MethodKESMCMean(ESMCStep):
+    """Method K: the mean over residues (BOS/EOS excluded) of ESM C 600M's final trunk
+    embeddings (``ESMCOutput.embeddings``, after the final layer norm; not a hidden
+    state), [1152] per sequence. The method's worker upper-cases the sequence before
+    ``ESMProtein(sequence=...)``, so the model sees it upper-cased here too (methoda's
+    ESM C step keeps case, as method A's code does)."""
+
+    key = "methodk_esmc_mean"
+    spec = {"methodk_esmc": (FINAL, "mean")}
+
+    def fit(self, seq: str) -> str:
+        return seq.upper()
 
 
 # --- ProtT5-XL --------------------------------------------------------------------
@@ -993,6 +1014,7 @@ STEPS: dict[str, Callable[[], Step]] = {
         MethodAT5Full,
         MethodAESM2Layers,
         MethodAESMCLayers,
+        MethodKESMCMean,
         MethodDESM1b,
         MethodFESM1v,
         MethodEEmbedKcat,

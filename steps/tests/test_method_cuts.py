@@ -389,3 +389,35 @@ def test_esmc_lower_case_and_nonstandard_residues_follow_its_tokenizer(tmp_path)
         np.load(out_path(media, "esmc_layer_24/mean_vecs", "mixed")),
         np.load(out_path(media, "esmc_layer_24/mean_vecs", "upper")),
     )
+
+
+@pytest.mark.esmc
+def test_methodk_esmc_upper_cases_then_follows_its_tokenizer(tmp_path):
+    """ESM C for method K (methodk_esmc_mean): the method's worker upper-cases the
+    sequence before ``ESMProtein(sequence=...)``, then ESM C's tokenizer applies (J is
+    <unk>; X, B, U, Z, O tokens). Every sequence of ODD_SEQS through the library here on
+    seq.upper(), the mean of the final embeddings (BOS/EOS excluded), equal to the
+    program's file; a lower-case sequence's file is its upper-case one's."""
+    from conftest import Server, _require
+
+    _require("torch", "numpy", "esm.models.esmc", "esm.tokenization")
+    import make_tiny_models
+    from test_esmc import SHAPE, esmc_env, reference_final_mean
+
+    path = make_tiny_models.write_esmc(str(tmp_path), SHAPE, name="esmc_cuts_k", qk_ln_scale=2.0)
+    media = str(tmp_path / "media")
+    fams = [("methodk_esmc", ".npy")]
+    s = Server("methodk_esmc_mean", esmc_env(path), str(tmp_path))
+    try:
+        assert s.ready.get("ready") is True, s.stderr()
+        seqs = {**ODD_SEQS, "upper": ODD_SEQS["mixed"].upper()}
+        assert s.send(manifest("methodk_esmc_mean", media, seqs, fams))["status"] == "done", s.stderr()
+    finally:
+        assert s.close() == 0, s.stderr()
+    for sid, seq in seqs.items():
+        want = reference_final_mean(path, seq)[0]
+        np.testing.assert_allclose(np.load(out_path(media, "methodk_esmc", sid)), want, err_msg=sid, **TOL)
+    for a, b in (("mixed", "upper"), ("lower", "upper")):
+        np.testing.assert_allclose(
+            np.load(out_path(media, "methodk_esmc", a)), np.load(out_path(media, "methodk_esmc", b)), **TOL
+        )

@@ -41,6 +41,7 @@ def test_length_buckets_keep_short_sequences_apart(monkeypatch):
         b.seqs.append(Seq(s.seq_id, s.sequence, [out], [out]))
     assert len(STEPS["prot_t5_mean"]().plan(b)[0]) == 3
     assert STEPS["methoda_esmc_layers"]().spread == 4
+    assert STEPS["methodk_esmc_mean"]().spread == 4
     assert STEPS["methodh_esm2_last_mean"]().spread == 0
     monkeypatch.setenv("KINFLOW_STEPS_LENGTH_SPREAD", "0")
     assert len(STEPS["prot_t5_mean"]().plan(b)[0]) == 1

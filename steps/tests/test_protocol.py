@@ -73,6 +73,7 @@ def test_missing_weights_path_never_ready(tiny, tmp_path):
         ("methodh_esm2_last_mean", "KINFLOW_ESM2_650M_PATH"),
         ("prot_t5_mean", "KINFLOW_PROT_T5_PATH"),
         ("methoda_esmc_layers", "KINFLOW_ESMC_600M_PATH"),
+        ("methodk_esmc_mean", "KINFLOW_ESMC_600M_PATH"),
         ("methodd_esm1b", "KINFLOW_METHODD_CHECKPOINT"),
         ("methode_embed_kcat", "KINFLOW_CATPRED_ROOT"),
     ):
