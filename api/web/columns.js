@@ -1,7 +1,9 @@
-// columns.js: what the result's columns are (WIRE §3.1): each target's
-// value, Source and Extra Info triple, the similarity and uncertainty
-// columns, and the input's own columns, and the order the page shows them
-// in. The CSV and JSON keep the wire's order; only the table reorders.
+// columns.js: what the result's columns are: each target's value, Source
+// and Extra Info triple (for a method that answers range classes, the
+// range column's midpoint and experimental columns too), the similarity
+// and uncertainty columns, and the input's own columns, and the order the
+// page shows them in. The CSV and JSON keep the wire's order; only the
+// table reorders.
 
 /** SYNTHETIC matches a Source cell of the synthetic backends. */
 export const SYNTHETIC = /synthetic placeholder|synthetic backend/i;
@@ -25,22 +27,42 @@ export function uncertaintyCol(target, part) { return "Uncertainty " + target + 
 const blank = (v) => v == null || v === "";
 
 /**
+ * rangeOf is the description of range column c in the JSON result's
+ * `rangeClasses` (its classes in ascending order, their midpoints, the
+ * midpoint and experimental columns beside it), or null when c holds
+ * values. A range cell is a class's text, never a number.
+ */
+export function rangeOf(ranges, c) {
+  const r = ranges && Object.prototype.hasOwnProperty.call(ranges, c) ? ranges[c] : null;
+  if (!r || !Array.isArray(r.classes) || !r.classes.every((x) => typeof x === "string")) return null;
+  return r;
+}
+
+/**
  * displayColumns orders the table for a scientist: the row's identity
  * first (the enzyme: the input's name column when it has one, else its
  * sequence; then the substrate), then each target's value with its total
- * uncertainty beside it, then whatever else varies from row to row.
- * Similarity columns blank on every row, and Source / Extra Info columns
- * that hold the same text on every row, are folded: not columns, but one
- * note above the table (returned in `folded`, column → text). `pinned` is
- * how many leading columns (with "#") stay in view when the table scrolls
- * sideways.
+ * uncertainty beside it (a range column with its midpoint and experimental
+ * columns; `ranges` is the result's `rangeClasses`), then whatever else
+ * varies from row to row. Similarity and experimental columns blank on
+ * every row, and Source / Extra Info columns that hold the same text on
+ * every row, are folded: not columns, but one note above the table
+ * (returned in `folded`, column → text). `pinned` is how many leading
+ * columns (with "#") stay in view when the table scrolls sideways.
  */
-export function displayColumns(cols, rows) {
+export function displayColumns(cols, rows, ranges) {
   const values = cols.filter((c, i) => i + 1 < cols.length && cols[i + 1] === "Source " + targetOf(cols, i));
   const sims = cols.filter((c) => SIMILARITY_COL.test(c));
   const meta = cols.filter((c) => /^(Source|Extra Info) /.test(c));
   const unc = cols.filter((c) => UNCERTAINTY_COL.test(c));
-  const input = cols.filter((c) => !values.includes(c) && !sims.includes(c) && !meta.includes(c) && !unc.includes(c));
+  // Each range column's midpoint and experimental columns, in that order.
+  const beside = {};
+  values.forEach((v) => {
+    const r = rangeOf(ranges, v);
+    if (r) beside[v] = [r.midpointColumn, r.experimentalColumn].filter((c) => typeof c === "string" && cols.includes(c));
+  });
+  const derived = [].concat(...Object.values(beside));
+  const input = cols.filter((c) => !values.includes(c) && !sims.includes(c) && !meta.includes(c) && !unc.includes(c) && !derived.includes(c));
   const name = input.find((c) => NAME_COL.test(c.trim()));
   const seq = input.find((c) => SEQUENCE_COL.test(c));
   const sub = input.find((c) => SUBSTRATE_COL.test(c));
@@ -50,6 +72,11 @@ export function displayColumns(cols, rows) {
   const folded = {};
   const fold = (c, text) => { folded[c] = text; };
   sims.forEach((c) => { if (rows.every((r) => blank(r[c]))) fold(c, ""); });
+  // No experimental value anywhere (no look-up asked, or none found).
+  values.forEach((v) => {
+    const e = (rangeOf(ranges, v) || {}).experimentalColumn;
+    if (derived.includes(e) && rows.every((r) => blank(r[e]))) fold(e, "");
+  });
   // A one-row result has nothing to fold; a list cell (substrates,
   // candidates) is the row's own detail even when it repeats.
   meta.forEach((c) => {
@@ -63,6 +90,7 @@ export function displayColumns(cols, rows) {
     const t = targetOf(cols, cols.indexOf(v));
     const total = uncertaintyCol(t, "total");
     if (unc.includes(total)) order.push(total);
+    (beside[v] || []).forEach((c) => { if (!(c in folded)) order.push(c); });
     void k;
   });
   const shown = new Set(order);

@@ -1,22 +1,27 @@
 // plots.js: the result's distribution plots (one log-scale histogram per
-// value column, stacked by source) and, for a method that gives an
-// uncertainty, its uncertainty panels. Plain SVG built with DOM calls; no
-// inline styles. Synthetic sources are hatched and named so.
+// value column, stacked by source; for a range column, the count of rows
+// per class) and, for a method that gives an uncertainty, its uncertainty
+// panels. Plain SVG built with DOM calls; no inline styles. Synthetic
+// sources are hatched and named so.
 import { $, el, svgEl, fmtNum, fmtPow } from "./dom.js";
-import { SYNTHETIC, targetOf, uncertaintyCol } from "./columns.js";
+import { SYNTHETIC, rangeOf, targetOf, uncertaintyCol } from "./columns.js";
 
 // stackedBars draws a histogram's frame and bars into svg: the hatch
 // pattern for synthetic sources, the count grid with its ticks, the bars
 // of each bin stacked by group (o.groups, o.counts[group][bin]) with a
 // tooltip each, a hatch over every bar of a synthetic group, and the axes.
+// o.gap is the room between bars (1 unless given); o.bin(b), when given,
+// is the group each bin's bars are drawn into; o.grid, when given, the
+// fractions of top the count grid marks (0, half and top unless given).
 const stackedBars = (svg, o) => {
   const { L, T, pw, ph, nb, bw, top } = o;
+  const gap = o.gap || 1;
   const defs = svgEl("defs");
   const pat = svgEl("pattern", { id: o.hatchID, width: 6, height: 6, patternUnits: "userSpaceOnUse", patternTransform: "rotate(45)" });
   pat.append(svgEl("rect", { width: 6, height: 6, fill: "#ffffff", "fill-opacity": 0 }), svgEl("line", { x1: 0, y1: 0, x2: 0, y2: 6, stroke: "#3d2800", "stroke-width": 2 }));
   defs.append(pat);
   svg.append(defs);
-  [0, 0.5, 1].forEach((f) => {
+  (o.grid || [0, 0.5, 1]).forEach((f) => {
     const y = T + ph - f * ph;
     svg.append(svgEl("line", { x1: L, x2: L + pw, y1: y, y2: y }, "grid"));
     const t = svgEl("text", { x: L - 4, y: y + 3, "text-anchor": "end" }, "tick");
@@ -25,20 +30,22 @@ const stackedBars = (svg, o) => {
   });
   for (let b = 0; b < nb; b++) {
     let y = T + ph;
+    const into = o.bin ? o.bin(b) : svg;
     o.groups.forEach((l, g) => {
       const n = o.counts[g][b];
       if (!n) return;
       const h = (n / top) * ph;
       y -= h;
-      const attrs = { x: L + b * bw + 0.5, y: y, width: Math.max(1, bw - 1), height: h, fill: o.fill(l, g) };
+      const attrs = { x: L + b * bw + gap / 2, y: y, width: Math.max(1, bw - gap), height: h, fill: o.fill(l, g) };
       const r = svgEl("rect", attrs, "bar");
       if (o.tagSource) r.dataset.source = l;
       const tip = svgEl("title");
       tip.textContent = o.tip(l, n, b);
       r.append(tip);
-      svg.append(r);
-      if (o.hatched(l)) svg.append(svgEl("rect", Object.assign({}, attrs, { fill: "url(#" + o.hatchID + ")" }), "hatch"));
+      into.append(r);
+      if (o.hatched(l)) into.append(svgEl("rect", Object.assign({}, attrs, { fill: "url(#" + o.hatchID + ")" }), "hatch"));
     });
+    if (into !== svg) svg.append(into);
   }
   svg.append(svgEl("polyline", { points: L + "," + T + " " + L + "," + (T + ph) + " " + (L + pw) + "," + (T + ph) }, "axis"));
 };
@@ -53,6 +60,25 @@ function sourceLabel(src) {
   const m = /^Prediction from (.+)$/.exec(s);
   if (m) return m[1];
   return s || "No source";
+}
+
+// sourceLegend is a plot's legend: one swatch per source in the plot's
+// colours (a synthetic one hatched and named so) with n(label) beside it.
+function sourceLegend(labels, n, hatchID) {
+  const legend = el("ul", null, "legend");
+  labels.forEach((l, g) => {
+    const li = el("li");
+    const sw = svgEl("svg", { viewBox: "0 0 14 14", "aria-hidden": "true" });
+    sw.append(svgEl("rect", { width: 14, height: 14, fill: PALETTE[g % PALETTE.length] }));
+    if (l === "Synthetic stand-in") {
+      const p2 = svgEl("pattern", { id: hatchID + "-l" + g, width: 6, height: 6, patternUnits: "userSpaceOnUse", patternTransform: "rotate(45)" });
+      p2.append(svgEl("line", { x1: 0, y1: 0, x2: 0, y2: 6, stroke: "#3d2800", "stroke-width": 2 }));
+      sw.append(p2, svgEl("rect", { width: 14, height: 14, fill: "url(#" + hatchID + "-l" + g + ")" }));
+    }
+    li.append(sw, el("span", l + " (" + n(l) + ")" + (l === "Synthetic stand-in" ? " — not a prediction" : "")));
+    legend.append(li);
+  });
+  return legend;
 }
 
 // plotValues collects one value column's positive numbers by source; a
@@ -80,13 +106,20 @@ function plotValues(res, col, srcCol) {
 
 
 // bars stacked by source; synthetic sources are hatched and named so.
-/** renderPlots draws a histogram of log10(value) per value column, bars stacked by source. */
+/** renderPlots draws a histogram of log10(value) per value column, bars
+ * stacked by source; a range column (a key of the result's `rangeClasses`)
+ * gets its count of rows per class instead. */
 export function renderPlots(res, cols, valueCols, synthetic) {
   const box = $("result-plots");
   box.replaceChildren();
   valueCols.forEach((col, k) => {
     const i = cols.indexOf(col);
     const srcCol = "Source " + targetOf(cols, i);
+    const range = rangeOf(res.rangeClasses, col);
+    if (range) {
+      renderRangeCounts(box, res, col, srcCol, range, synthetic, k);
+      return;
+    }
     const { groups, blank, nonPositive } = plotValues(res, col, srcCol);
     const all = [].concat(...groups.values());
     const fig = el("figure", null, "plot");
@@ -139,19 +172,7 @@ export function renderPlots(res, cols, valueCols, synthetic) {
       w.textContent = "SYNTHETIC — not predictions";
       svg.append(w);
     }
-    const legend = el("ul", null, "legend");
-    labels.forEach((l, g) => {
-      const li = el("li");
-      const sw = svgEl("svg", { viewBox: "0 0 14 14", "aria-hidden": "true" });
-      sw.append(svgEl("rect", { width: 14, height: 14, fill: PALETTE[g % PALETTE.length] }));
-      if (l === "Synthetic stand-in") {
-        const p2 = svgEl("pattern", { id: hatchID + "-l" + g, width: 6, height: 6, patternUnits: "userSpaceOnUse", patternTransform: "rotate(45)" });
-        p2.append(svgEl("line", { x1: 0, y1: 0, x2: 0, y2: 6, stroke: "#3d2800", "stroke-width": 2 }));
-        sw.append(p2, svgEl("rect", { width: 14, height: 14, fill: "url(#" + hatchID + "-l" + g + ")" }));
-      }
-      li.append(sw, el("span", l + " (" + groups.get(l).length + ")" + (l === "Synthetic stand-in" ? " — not a prediction" : "")));
-      legend.append(li);
-    });
+    const legend = sourceLegend(labels, (l) => groups.get(l).length, hatchID);
     const notes = [];
     if (blank) notes.push(blank + " row(s) without a value");
     if (nonPositive) notes.push(nonPositive + " value(s) ≤ 0 not shown on the log scale");
@@ -316,5 +337,124 @@ function renderUncertainty(box, res, col, target, srcCol, labels, synthetic, k) 
     "(an SD of 0.3 is a factor of about 2 either way); total median " + fmtNum(med) + " (" + fold(med) + ")" +
     (parts.length ? ", " + parts.join(", ") : "") + "." + (synthetic ? " Synthetic stand-ins, not predictions." : "");
   fig.append(hist, ivs, legend, el("figcaption", cap));
+  box.append(fig);
+}
+
+// rangeCounts counts one range column's cells per class, by source: a
+// cell names its class by its text; a list cell (one class per substrate)
+// counts each of its classes. Blank rows are counted apart, with those
+// that hold an experimental value instead; a text that names no class of
+// the column (never expected) is counted apart too, not drawn.
+function rangeCounts(res, col, srcCol, r) {
+  const groups = new Map();
+  let blank = 0, experimental = 0, unknown = 0, total = 0;
+  const count = (label, text) => {
+    const c = r.classes.indexOf(text);
+    if (c < 0) { unknown++; return; }
+    if (!groups.has(label)) groups.set(label, new Array(r.classes.length).fill(0));
+    groups.get(label)[c]++;
+    total++;
+  };
+  (res.data || []).forEach((row) => {
+    const v = row[col];
+    let texts = [];
+    if (typeof v === "string" && v[0] === "[") {
+      try { const a = JSON.parse(v); if (Array.isArray(a)) texts = a.filter((x) => typeof x === "string"); } catch (_) { /* not a list */ }
+    } else if (typeof v === "string" && v !== "") texts = [v];
+    if (!texts.length) {
+      blank++;
+      const e = r.experimentalColumn ? row[r.experimentalColumn] : null;
+      if (e != null && e !== "") experimental++;
+      return;
+    }
+    const label = sourceLabel(row[srcCol]);
+    texts.forEach((t) => count(label, t));
+  });
+  return { groups, blank, experimental, unknown, total };
+}
+
+// renderRangeCounts draws a range column's count per class: one bar per
+// class in the classes' order (every class, a class no row has at 0),
+// stacked by source in the value plots' colours, the class texts under
+// the axis, each bar's count above it; synthetic stand-ins hatched and
+// named so. A class is a range, not an interval around a value, so there
+// is no log axis and no midpoint in it.
+function renderRangeCounts(box, res, col, srcCol, r, synthetic, k) {
+  const { groups, blank, experimental, unknown, total } = rangeCounts(res, col, srcCol, r);
+  const fig = el("figure", null, "plot range");
+  fig.dataset.col = col;
+  fig.dataset.kind = "range";
+  const nb = r.classes.length;
+  const notes = [];
+  if (blank) notes.push(blank + " row(s) without a class" + (experimental ? " (" + experimental + " with an experimental value in " + r.experimentalColumn + ")" : ""));
+  if (unknown) notes.push(unknown + " cell(s) naming no class of this column, not counted");
+  if (!total || !nb) {
+    fig.append(el("figcaption", col + ": no range classes to count" + (notes.length ? " (" + notes.join("; ") + ")" : "") + "."));
+    box.append(fig);
+    return;
+  }
+  const labels = [...groups.keys()];
+  const counts = labels.map((l) => groups.get(l));
+  const perClass = r.classes.map((_, c) => labels.reduce((s, _l, g) => s + counts[g][c], 0));
+  const top = Math.max(...perClass);
+  // The class texts stand under the axis turned by TURN degrees; their
+  // room is estimated (about 5.6 px a character at 10 px), as the page
+  // cannot measure text before the result is shown.
+  const TURN = 50, CH = 5.6;
+  const longest = Math.max(...r.classes.map((c) => c.length));
+  const sin = Math.sin(TURN * Math.PI / 180), cos = Math.cos(TURN * Math.PI / 180);
+  const W = 360, R = 12, T = 30, ph = 120;
+  const L = Math.max(40, Math.ceil(r.classes[0].length * CH * cos - 12));
+  const B = Math.ceil(12 + longest * CH * sin) + 22;
+  const H = T + ph + B, pw = W - L - R, bw = pw / nb;
+  const svg = svgEl("svg", { viewBox: "0 0 " + W + " " + H, role: "img" }, "class-counts");
+  const desc = col + ": count of " + total + " value(s) per predicted range class, " + nb + " classes in ascending order, by source" +
+    (synthetic ? "; synthetic stand-ins, not predictions" : "") + ".";
+  svg.setAttribute("aria-label", desc);
+  const title = svgEl("title"); title.textContent = desc; svg.append(title);
+  const hatchID = "hatch-r" + k;
+  const bins = r.classes.map((c, b) => {
+    const g = svgEl("g", null, "class-bar");
+    g.dataset.class = c;
+    g.dataset.count = String(perClass[b]);
+    const tip = svgEl("title");
+    tip.textContent = c + ": " + perClass[b] + " value(s)";
+    g.append(tip);
+    return g;
+  });
+  stackedBars(svg, {
+    L, T, pw, ph, nb, bw, top, groups: labels, counts, hatchID, tagSource: true, gap: Math.min(8, bw / 4),
+    // Whole counts on the grid: 0, the whole half and the top.
+    grid: top >= 2 ? [0, Math.floor(top / 2) / top, 1] : [0, 1],
+    fill: (l, g) => PALETTE[g % PALETTE.length],
+    hatched: (l) => l === "Synthetic stand-in",
+    tip: (l, n, b) => l + ": " + n + " value(s) in class " + r.classes[b],
+    bin: (b) => bins[b],
+  });
+  r.classes.forEach((c, b) => {
+    const x = L + (b + 0.5) * bw;
+    const n = svgEl("text", { x: x, y: T + ph - (perClass[b] / top) * ph - 3, "text-anchor": "middle" }, "tick count");
+    n.textContent = String(perClass[b]);
+    bins[b].append(n);
+    svg.append(svgEl("line", { x1: x, x2: x, y1: T + ph, y2: T + ph + 4 }, "axis"));
+    const y = T + ph + 12;
+    const t = svgEl("text", { x: x, y: y, "text-anchor": "end", transform: "rotate(-" + TURN + " " + x + " " + y + ")" }, "tick class-label");
+    t.textContent = c;
+    svg.append(t);
+  });
+  const xl = svgEl("text", { x: L + pw / 2, y: H - 4, "text-anchor": "middle" }, "label");
+  xl.textContent = col + " (class)";
+  svg.append(xl);
+  const yl = svgEl("text", { x: L, y: 12 }, "label");
+  yl.textContent = "count";
+  svg.append(yl);
+  if (synthetic) {
+    const w = svgEl("text", { x: L + pw, y: 12, "text-anchor": "end" }, "warn");
+    w.textContent = "SYNTHETIC — not predictions";
+    svg.append(w);
+  }
+  const legend = sourceLegend(labels, (l) => groups.get(l).reduce((s, n) => s + n, 0), hatchID);
+  fig.append(svg, legend, el("figcaption", desc + " A class is a predicted range, not an interval around a value." +
+    (notes.length ? " " + notes.join("; ") + "." : "")));
   box.append(fig);
 }

@@ -1,9 +1,9 @@
 // table.js: the result as a sortable, paged table that leads with each
 // row's identity (the enzyme and the substrate), then each value with its
-// uncertainty beside it; what is the same on every row is said once above
-// the table instead of in a column.
+// uncertainty beside it (a range class with its midpoint); what is the
+// same on every row is said once above the table instead of in a column.
 import { $, el, setText } from "./dom.js";
-import { SYNTHETIC, displayColumns } from "./columns.js";
+import { SYNTHETIC, displayColumns, rangeOf } from "./columns.js";
 import { renderPlots } from "./plots.js";
 
 // A cell longer than SHORTEN_AT without spaces (a sequence, a SMILES) is
@@ -11,7 +11,7 @@ import { renderPlots } from "./plots.js";
 const SHORTEN_AT = 24;
 
 /** table is the state of the result table (exported for the page's wiring). */
-export const table = { res: null, cols: [], pinned: 0, order: [], sortCol: null, sortDir: 1, page: 0, size: 100, notes: {}, rows: [] };
+export const table = { res: null, cols: [], pinned: 0, order: [], sortCol: null, sortDir: 1, page: 0, size: 100, notes: {}, rows: [], ranges: {} };
 
 // arrayCell turns a result cell holding a JSON array (WIRE §13: a Km or
 // kcat/Km list per substrate, an Extra Info list of substrates or
@@ -47,6 +47,47 @@ function arrayCell(v) {
     }
   });
   return lines.join("\n");
+}
+
+// rangeCell turns a range column's cell into its text: the class's text
+// as the server wrote it, or for a per-substrate list (a JSON list of
+// class texts or null) one line per substrate. Never read as a number.
+function rangeCell(v) {
+  if (typeof v === "string" && v[0] === "[") {
+    let a = null;
+    try { a = JSON.parse(v); } catch (e) { a = null; }
+    if (Array.isArray(a)) {
+      if (a.length === 0) return "(none)";
+      return a.map((x, i) => "substrate " + (i + 1) + ": " + (x == null ? "no class" : String(x))).join("\n");
+    }
+  }
+  return v == null ? "" : String(v);
+}
+
+// firstNumber is a number cell's value, or the first number of a list
+// cell (a per-substrate list, JSON text); null when there is none.
+function firstNumber(v) {
+  if (typeof v === "number") return Number.isFinite(v) ? v : null;
+  if (typeof v !== "string" || v === "") return null;
+  if (v[0] !== "[") { const x = Number(v); return Number.isFinite(x) ? x : null; }
+  let a;
+  try { a = JSON.parse(v); } catch (e) { return null; }
+  const x = Array.isArray(a) ? a.find((y) => typeof y === "number") : undefined;
+  return x === undefined ? null : x;
+}
+
+// rangeSortKey is what a range column sorts by: the row's midpoint (the
+// midpoint column, a number column; a list cell by its first substrate's),
+// else the midpoint of the class the cell names; null for a blank.
+function rangeSortKey(row, c, r) {
+  const m = firstNumber(row[r.midpointColumn]);
+  if (m !== null) return m;
+  let text = row[c];
+  if (typeof text === "string" && text[0] === "[") {
+    try { const a = JSON.parse(text); text = Array.isArray(a) ? a.find((x) => x != null) : null; } catch (e) { text = null; }
+  }
+  const i = r.classes.indexOf(text);
+  return i >= 0 && Array.isArray(r.midpoints) && typeof r.midpoints[i] === "number" ? r.midpoints[i] : null;
 }
 
 function sortKey(v) {
@@ -95,7 +136,8 @@ export function renderResult(res) {
   table.res = res;
   table.cols = res.columns || [];
   const data = res.data || [];
-  const d = displayColumns(table.cols, data);
+  table.ranges = res.rangeClasses && typeof res.rangeClasses === "object" ? res.rangeClasses : {};
+  const d = displayColumns(table.cols, data, table.ranges);
   table.order = d.order;
   table.pinned = d.pinned;
   table.values = d.values;
@@ -148,8 +190,13 @@ function sortBy(c) {
   if (table.sortCol === c) table.sortDir = -table.sortDir;
   else { table.sortCol = c; table.sortDir = 1; }
   const dir = table.sortDir;
+  // A range column sorts by its rows' midpoints, not by its texts (each
+  // row's worked out once, not at every comparison).
+  const r = rangeOf(table.ranges, c);
+  const keys = r ? new Map(table.rows.map((it) => [it.n, rangeSortKey(it.row, c, r)])) : null;
+  const key = keys ? (it) => keys.get(it.n) : (it) => it.row[c];
   table.rows.sort((a, b) => {
-    const x = a.row[c], y = b.row[c];
+    const x = key(a), y = key(b);
     const blankX = x == null || x === "", blankY = y == null || y === "";
     if (blankX || blankY) return blankX === blankY ? a.n - b.n : blankX ? 1 : -1;
     return dir * compareCells(x, y) || a.n - b.n;
@@ -172,9 +219,16 @@ export function goPage(p) {
   renderPage();
 }
 
-// cellNode renders one cell: array cells as lines, long cells shortened
-// behind a button that shows the whole text in a wrapping box.
+// cellNode renders one cell: a range column's class as its text, array
+// cells as lines, long cells shortened behind a button that shows the
+// whole text in a wrapping box.
 function cellNode(v, c) {
+  if (rangeOf(table.ranges, c)) {
+    const text = rangeCell(v);
+    const td = el("td", text, text.includes("\n") ? "cells range" : "range");
+    if (typeof v === "string" && v[0] === "[") td.title = v;
+    return td;
+  }
   const arr = arrayCell(v);
   if (arr != null) { const td = el("td", arr, "cells"); td.title = v; return td; }
   if (typeof v === "number") return el("td", v, "num");

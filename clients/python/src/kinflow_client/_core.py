@@ -95,6 +95,8 @@ def _methods_from_json(body: Any) -> list[MethodInfo]:
                 continue
             msl = m.get("maxSeqLen")
             req = m.get("requiredColumns")
+            ranges = m.get("rangeClasses")
+            rc = ranges.get(target) if isinstance(ranges, dict) else None
             out.append(
                 MethodInfo(
                     target=str(target),
@@ -105,6 +107,7 @@ def _methods_from_json(body: Any) -> list[MethodInfo]:
                     required_columns=[str(c) for c in req] if isinstance(req, list) else [],
                     raw=m,
                     gives_uncertainty=m.get("uncertainty") is not None and m.get("uncertainty") is not False,
+                    range_classes=rc if isinstance(rc, dict) else None,
                 )
             )
     return out

@@ -111,6 +111,14 @@ class MethodInfo:
     raw: dict[str, Any] = field(repr=False)
     #: Whether the method gives an uncertainty with each value (extra result columns).
     gives_uncertainty: bool = False
+    #: For a method that answers a range class of this target rather than a value: its
+    #: classes (``classes`` in ascending order, ``edges``, ``midpoints``, ``unit``); None otherwise.
+    range_classes: dict[str, Any] | None = None
+
+    @property
+    def gives_range(self) -> bool:
+        """Whether the method answers a range class (a category, not a number) for this target."""
+        return self.range_classes is not None
 
 
 @dataclass(frozen=True)

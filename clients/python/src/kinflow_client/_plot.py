@@ -1,4 +1,5 @@
-"""One call to see a result: the distribution of each predicted value (matplotlib, the ``plot`` extra)."""
+"""One call to see a result: the distribution of each predicted value, or the count per class of a
+predicted range (matplotlib, the ``plot`` extra)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ._results import uncertainty_columns, value_columns
+from ._results import range_columns, uncertainty_columns, value_columns
 
 if TYPE_CHECKING:
+    from matplotlib.artist import Artist
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
@@ -52,6 +54,79 @@ def _label(source: str, kind: str) -> str:
     if kind == "synthetic":
         return f"{source} — SYNTHETIC, not a prediction" if "synthetic" not in source.lower() else source
     return source
+
+
+def _class_texts(cell: object) -> list[str]:
+    """The class texts of a range cell: its text, or each text of a per-substrate list; none for a blank."""
+    if isinstance(cell, list):
+        return [x for x in cell if isinstance(x, str)]
+    if isinstance(cell, str) and cell.startswith("["):
+        try:
+            items = json.loads(cell)
+        except ValueError:
+            return []
+        return [x for x in items if isinstance(x, str)] if isinstance(items, list) else []
+    return [cell] if isinstance(cell, str) and cell else []
+
+
+def _range_panel(
+    ax: Axes, df: pd.DataFrame, target: str, col: str, src_col: str, classes: list[str], synthetic: bool, width: float
+) -> tuple[bool, dict[str, Artist]]:
+    """Draw a range column's count per class on ``ax``: one bar per class in the classes' order
+    (a class no row has at 0), stacked and coloured by source, the count above each bar. Returns
+    whether any bar was synthetic, and each source's bars by legend label (the caller draws one
+    legend below the panels, where it covers no bar)."""
+    from matplotlib.ticker import MaxNLocator
+
+    counts: dict[str, list[int]] = {}
+    kinds: dict[str, str] = {}
+    blank = experimental = unknown = 0
+    ranges = df.attrs.get("range_classes")
+    desc = ranges.get(col) if isinstance(ranges, dict) else None
+    exp_col = desc.get("experimentalColumn") if isinstance(desc, dict) else None
+    exp = df[exp_col] if isinstance(exp_col, str) and exp_col in df.columns else None
+    for i, (cell, src) in enumerate(zip(df[col], df[src_col].astype(str), strict=True)):
+        texts = _class_texts(cell)
+        if not texts:
+            blank += 1
+            if exp is not None and not pd.isna(exp.iloc[i]):
+                experimental += 1
+            continue
+        for text in texts:
+            if text not in classes:
+                unknown += 1
+                continue
+            counts.setdefault(src, [0] * len(classes))[classes.index(text)] += 1
+            kinds[src] = "synthetic" if synthetic else _kind(src)
+    order = sorted(counts, key=lambda s: (_ORDER.index(kinds[s]), s))
+    xs = list(range(len(classes)))
+    bottom = [0] * len(classes)
+    handles: dict[str, Artist] = {}
+    for s in order:
+        bars = ax.bar(
+            xs, counts[s], bottom=bottom, color=_COLOURS[kinds[s]], label=_label(s, kinds[s]),
+            hatch="//" if kinds[s] == "synthetic" else None, edgecolor="white", linewidth=0.5,
+        )  # fmt: skip
+        # One bar stands for its source in the legend (colour and hatch).
+        handles[_label(s, kinds[s])] = bars.patches[0]
+        bottom = [b + n for b, n in zip(bottom, counts[s], strict=True)]
+    for x, n in zip(xs, bottom, strict=True):
+        ax.text(x, n, str(n), ha="center", va="bottom", fontsize="small")
+    # Headroom for the counts above the bars; whole counts on the axis.
+    ax.set_ylim(0, max(1.0, max(bottom, default=0) * 1.15))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xticks(xs, classes, rotation=40, ha="right", rotation_mode="anchor", fontsize="small")
+    ax.set_xlabel(f"{col} (class)")
+    ax.set_ylabel("rows")
+    caption = f"{sum(bottom)} values in {len(classes)} classes (ranges, not intervals)"
+    if blank:
+        caption += f", {blank} rows without a class"
+        if experimental:
+            caption += f" ({experimental} with an experimental value)"
+    if unknown:
+        caption += f", {unknown} cells naming no class left out"
+    ax.set_title(f"{target} range class\n{_fit(caption, width, 10)}", fontsize="medium")
+    return any(k == "synthetic" for k in kinds.values()), handles
 
 
 # The most rows whose ±1 SD interval the uncertainty panel draws (an even
@@ -135,7 +210,11 @@ def plot_result(
 ) -> Figure:
     """The distribution of each predicted value of a result, one panel per target.
 
-    ``df`` is what :meth:`Job.result` returns. Each panel is a histogram on a
+    ``df`` is what :meth:`Job.result` returns. A target given as range classes
+    (a range column, see ``df.attrs["range_classes"]``) gets a bar chart of
+    the count per class instead: every class in ascending order, 0 for a
+    class no row has, the class texts on the x axis, bars stacked by source,
+    one legend below the panels. Each other panel is a histogram on a
     logarithmic axis (kinetic parameters span orders of magnitude), its bars
     stacked and coloured by the ``Source`` of each value (a method's
     prediction, an experimental value, ...). Synthetic stand-ins are grey,
@@ -160,6 +239,7 @@ def plot_result(
     if not panels:
         raise ValueError("this frame has no predicted values to plot (no value column before a 'Source <target>')")
     synthetic_result = bool(df.attrs.get("synthetic"))
+    ranged = range_columns(df)
     uncertain = {target: uncertainty_columns(df, target) for target, _, _ in panels}
     n_rows = 3 if any(uncertain.values()) else 1
     # The constrained layout keeps the figure's title (suptitle) and the
@@ -188,7 +268,14 @@ def plot_result(
             synthetic_result = True
         drawn += [ax_sd, ax_iv]
     any_synthetic = synthetic_result
+    # The range panels' sources, for one legend below the panels.
+    range_handles: dict[str, Artist] = {}
     for ax, (target, col, src_col) in zip(axes, panels, strict=True):
+        if col in ranged:
+            synthetic_bars, handles = _range_panel(ax, df, target, col, src_col, ranged[col], synthetic_result, width)
+            any_synthetic = any_synthetic or synthetic_bars
+            range_handles.update(handles)
+            continue
         values = pd.to_numeric(df[col], errors="coerce")
         sources = df[src_col].astype(str)
         ok = values.notna() & (values > 0)
@@ -249,6 +336,12 @@ def plot_result(
                 fontsize=28, color="grey", alpha=0.25, rotation=20,
             )  # fmt: skip
     fig.suptitle(_fit(heading, width * len(panels), 12))
+    if range_handles:
+        # Outside every axes: the constrained layout makes room for it below the panels.
+        fig.legend(
+            list(range_handles.values()), list(range_handles), loc="outside lower center",
+            ncols=min(2, len(range_handles)), fontsize="small",
+        )  # fmt: skip
     return fig
 
 

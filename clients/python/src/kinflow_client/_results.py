@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,12 @@ UNCERTAINTY_PREFIX = "Uncertainty "
 # are blank, their unit): {"column name": "note"}. Read defensively: a server
 # without it, or with another shape, leaves df.attrs["column_notes"] empty.
 COLUMN_NOTES_FIELD = "columnNotes"
+
+# Where a server describes the result's range columns (a method that answers
+# a range class, not a value): {"range column": {"target", "classes" (in
+# ascending order), "midpoints", "midpointColumn", "experimentalColumn", ...}}.
+# Absent when the job has no such method.
+RANGE_CLASSES_FIELD = "rangeClasses"
 
 
 def example_frame() -> pd.DataFrame:
@@ -57,6 +64,63 @@ def uncertainty_columns(df: pd.DataFrame, target: str) -> list[str]:
     """A target's uncertainty columns (total first, then its parts); empty when the method gives none."""
     head = f"{UNCERTAINTY_PREFIX}{target} "
     return [str(c) for c in df.columns if str(c).startswith(head)]
+
+
+def range_classes(payload: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The result's range columns, each with its description (``classes`` a list of texts);
+    an entry of another shape is left out."""
+    ranges = payload.get(RANGE_CLASSES_FIELD)
+    if not isinstance(ranges, Mapping):
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for col, desc in ranges.items():
+        if not isinstance(desc, Mapping):
+            continue
+        classes = desc.get("classes")
+        if isinstance(classes, list) and classes and all(isinstance(c, str) for c in classes):
+            out[str(col)] = dict(desc)
+    return out
+
+
+def range_columns(df: pd.DataFrame) -> dict[str, list[str]]:
+    """A result frame's range columns (from ``df.attrs["range_classes"]``), each with its classes in order."""
+    ranges = df.attrs.get("range_classes")
+    if not isinstance(ranges, Mapping):
+        return {}
+    return {
+        str(c): [str(x) for x in d["classes"]]
+        for c, d in ranges.items()
+        if str(c) in df.columns and isinstance(d, Mapping) and isinstance(d.get("classes"), list)
+    }
+
+
+def _range_series(values: list[Any], classes: list[str]) -> pd.Series[Any]:
+    """A range column: an ordered Categorical of its class texts (NaN for a blank). With a
+    per-substrate cell (a JSON list of class texts or null) the column is objects instead: such a
+    cell becomes a list of texts and None, another cell its text, a blank None. A cell that names
+    no class leaves the column as text (objects), never read as a number."""
+    present = [v for v in values if not _missing(v)]
+    if all(isinstance(v, str) and v in classes for v in present):
+        cat = pd.Categorical([None if _missing(v) else v for v in values], categories=classes, ordered=True)
+        series: pd.Series[Any] = pd.Series(cat)
+        return series
+    cells: list[Any] = []
+    for v in values:
+        if _missing(v):
+            cells.append(None)
+            continue
+        text = str(v)
+        if text.startswith("["):
+            try:
+                items = json.loads(text)
+            except ValueError:
+                items = None
+            if isinstance(items, list):
+                cells.append([None if x is None else str(x) for x in items])
+                continue
+        cells.append(text)
+    objects: pd.Series[Any] = pd.Series(cells, dtype=object)
+    return objects
 
 
 def _column_notes(payload: Mapping[str, Any]) -> dict[str, str]:
@@ -103,20 +167,33 @@ def result_frame(payload: Mapping[str, Any], *, base_url: str) -> pd.DataFrame:
     Numeric columns are float64 with NaN for blanks (a column of whole numbers
     with no blank stays int64), the ``Source …`` and ``Extra Info …`` columns
     are strings ("" for blank), other text columns keep NaN for blanks as
-    ``pandas.read_csv`` does. Everything beside the rows goes to ``df.attrs``,
-    with ``column_notes`` (column → note from the server) and
-    ``similarity_note`` (why the similarity columns are blank, when they are).
+    ``pandas.read_csv`` does. A range column (a key of the result's
+    ``rangeClasses``: a method that answers a range class, such as
+    ``Predicted kcat range: kcat (1/s)``) is an ordered pandas Categorical
+    whose categories are its classes in ascending order, NaN for a blank; a
+    class is a range, not a number or an interval around one. When the
+    column holds a per-substrate Km cell (a JSON list of class texts or
+    null), it is an object column instead: such a cell becomes a list of
+    class texts and None, another cell its text. The midpoint column beside
+    it is float like any number column. Everything beside the rows goes to
+    ``df.attrs``, with ``column_notes`` (column → note from the server),
+    ``similarity_note`` (why the similarity columns are blank, when they
+    are) and ``range_classes`` (the result's ``rangeClasses``, {} without
+    range columns).
     """
     columns = payload.get("columns")
     data = payload.get("data")
     if not isinstance(columns, list) or not isinstance(data, list):
         raise ValueError("the result has no 'columns' and 'data' lists")
     cols = [str(c) for c in columns]
+    ranges = range_classes(payload)
     series: dict[str, pd.Series[Any]] = {}
     for c in cols:
         values = [row.get(c) if isinstance(row, Mapping) else None for row in data]
         present = [v for v in values if not _missing(v)]
-        if c.startswith(_TEXT_PREFIXES):
+        if c in ranges:
+            series[c] = _range_series(values, [str(x) for x in ranges[c]["classes"]])
+        elif c.startswith(_TEXT_PREFIXES):
             series[c] = pd.Series(["" if _missing(v) else str(v) for v in values], dtype=str)
         elif all(_is_number(v) for v in present):
             if present and len(present) == len(values) and all(isinstance(v, int) for v in present):
@@ -129,8 +206,10 @@ def result_frame(payload: Mapping[str, Any], *, base_url: str) -> pd.DataFrame:
     frame: pd.DataFrame = pd.DataFrame(series, columns=cols)
     # One spelling per key, the documented one: the payload's camelCase keys
     # that have a snake_case name here (jobId → job_id, columnNotes →
-    # column_notes) are kept under that name only.
-    attrs: dict[str, Any] = {k: v for k, v in payload.items() if k not in ("data", "jobId", "columnNotes")}
+    # column_notes, rangeClasses → range_classes) are kept under that name only.
+    attrs: dict[str, Any] = {
+        k: v for k, v in payload.items() if k not in ("data", "jobId", COLUMN_NOTES_FIELD, RANGE_CLASSES_FIELD)
+    }
     attrs["job_id"] = payload.get("jobId")
     attrs["synthetic"] = payload.get("synthetic") is True
     attrs["source"] = base_url
@@ -139,5 +218,7 @@ def result_frame(payload: Mapping[str, Any], *, base_url: str) -> pd.DataFrame:
     # The similarity columns' note on its own, the first place a reader looks.
     sim = [v for k, v in notes.items() if "similarity" in k.lower()]
     attrs["similarity_note"] = sim[0] if sim else None
+    raw_ranges = payload.get(RANGE_CLASSES_FIELD)
+    attrs["range_classes"] = dict(raw_ranges) if isinstance(raw_ranges, Mapping) else {}
     frame.attrs.update(attrs)
     return frame
