@@ -24,7 +24,9 @@ import (
 	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/heartbeat"
 	"github.com/kinflow/kinflow/internal/jobfiles"
+	"github.com/kinflow/kinflow/internal/mediaroot"
 	"github.com/kinflow/kinflow/internal/methods"
+	"github.com/kinflow/kinflow/internal/seqmapfile"
 	"github.com/kinflow/kinflow/internal/store"
 	"github.com/kinflow/kinflow/internal/units"
 )
@@ -509,24 +511,37 @@ func (a *Activities) checkArtefacts(ref StageRef) error {
 // predictCommand runs the method's own program with the command engine
 // (methods.RunCommand) over the stage's valid rows: heartbeats while it
 // runs, its progress stored on the stage, its failures reported as
-// non-retryable PredictionFailed errors.
+// non-retryable PredictionFailed errors. Before the program starts, the
+// rows' seq ids are written into the media root's seqmap.sqlite3, where
+// the reference's programs look them up (writeSeqmapFile).
 func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonicalize bool, d *methods.Descriptor, sr jobfiles.StageRows, send []int, dir string) ([]*float64, map[int]string, map[int]units.Uncertainty, bool, error) {
 	rows := make([]methods.EngineRow, len(send))
 	for k, i := range send {
 		rows[k] = methods.EngineRow{Seq: sr.Units[i].Seq, Kwargs: sr.Units[i].Kwargs}
 	}
-	if d.RowSeqID {
-		if err := a.rowSeqIDs(ctx, dir, rows); err != nil {
+	// Heartbeat while the program runs even if it prints nothing.
+	stopBeat := heartbeat.Start(ctx)
+	defer stopBeat()
+	if d.RowSeqID || d.Command != nil {
+		ids, err := a.rowSeqIDs(ctx, dir, rows)
+		if err != nil {
 			return nil, nil, nil, false, err
+		}
+		if d.RowSeqID {
+			for k := range rows {
+				rows[k].SeqID = ids[k]
+			}
+		}
+		if d.Command != nil {
+			if err := a.writeSeqmapFile(ctx, sr.Target, d, rows, ids); err != nil {
+				return nil, nil, nil, false, err
+			}
 		}
 	}
 	last := 0
 	var lastWrite time.Time
 	unconverted := false
 	uncs := map[int]units.Uncertainty{}
-	// Heartbeat while the program runs even if it prints nothing.
-	stopBeat := heartbeat.Start(ctx)
-	defer stopBeat()
 	vals, reasons, err := methods.RunCommand(ctx, d, methods.CommandRequest{
 		JobID: ref.JobID, Target: sr.Target, Canonicalize: canonicalize, Rows: rows, Dir: dir,
 		Vars: map[string]string{
@@ -557,39 +572,69 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 	return vals, reasons, uncs, unconverted, err
 }
 
-// rowSeqIDs sets each row's SeqID: the id the stage's plan used for its
+// rowSeqIDs returns each row's seq id: the id the stage's plan used for its
 // sequence (the id of its files in the shared cache), else the id store's
 // (created when new, as planning creates them). A program given seq_id
 // never keys its own files by row position, so one job's row can never
 // read another job's file.
-func (a *Activities) rowSeqIDs(ctx context.Context, dir string, rows []methods.EngineRow) error {
+func (a *Activities) rowSeqIDs(ctx context.Context, dir string, rows []methods.EngineRow) ([]string, error) {
 	var plan struct {
 		SeqIDToSeq map[string]string `json:"seq_id_to_seq"`
 	}
 	if err := fsutil.ReadJSON(filepath.Join(dir, jobfiles.PlanFile), &plan); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+		return nil, err
 	}
 	sidOf := make(map[string]string, len(plan.SeqIDToSeq))
 	for sid, seq := range plan.SeqIDToSeq {
 		sidOf[seq] = sid
 	}
+	out := make([]string, len(rows))
 	var missing []string
 	for k := range rows {
-		if rows[k].SeqID = sidOf[rows[k].Seq]; rows[k].SeqID == "" {
+		if out[k] = sidOf[rows[k].Seq]; out[k] == "" {
 			missing = append(missing, rows[k].Seq)
 		}
 	}
 	if len(missing) == 0 {
-		return nil
+		return out, nil
 	}
 	ids, err := a.Store.SeqIDs(ctx, missing)
 	if err != nil {
-		return fmt.Errorf("sequence ids for the method's rows: %w", err)
+		return nil, fmt.Errorf("sequence ids for the method's rows: %w", err)
 	}
-	for k, j := range rows {
-		if j.SeqID == "" {
-			rows[k].SeqID, ids = ids[0], ids[1:]
+	for k := range out {
+		if out[k] == "" {
+			out[k], ids = ids[0], ids[1:]
 		}
 	}
-	return nil
+	return out, nil
+}
+
+// writeSeqmapFile puts the rows' seq ids into <media>/sequence_info/
+// seqmap.sqlite3 before the method's program runs: the reference's
+// programs look each sequence's id up there (its seqmap tool, or the file
+// read directly) and read the sequence's cached files by that id, so they
+// must find kinflow's ids. A file that disagrees with kinflow's ids fails
+// the stage (its program would read another sequence's files); a file
+// another process kept locked past the busy timeout is a retryable error
+// (the next attempt finds it free); any other failure fails the stage. The
+// messages name the file by its place under the media root only.
+func (a *Activities) writeSeqmapFile(ctx context.Context, target string, d *methods.Descriptor, rows []methods.EngineRow, ids []string) error {
+	es := make([]seqmapfile.Entry, len(rows))
+	for k := range rows {
+		es[k] = seqmapfile.Entry{ID: ids[k], Seq: rows[k].Seq}
+	}
+	err := seqmapfile.Write(ctx, a.Config.MediaRoot, es)
+	var ce *seqmapfile.ConflictError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ce):
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: %s cannot run: %s; its program would read another sequence's files, so an operator must reconcile that file with kinflow's sequence ids",
+			target, d.DisplayName, ce.Error()), ErrPrediction, err)
+	case seqmapfile.Busy(err), mediaroot.Unavailable(err), ctx.Err() != nil:
+		return fmt.Errorf("%s: %w", seqmapfile.RelPath, err)
+	}
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: %s cannot run: the sequence map its program reads (%s) could not be written (see the worker's log)",
+		target, d.DisplayName, seqmapfile.RelPath), ErrPrediction, err)
 }
