@@ -197,8 +197,8 @@ func getPresenceFixture(b *testing.B) *presenceFixture {
 // for 10,000; one that stats only the requested ids grows with n.
 //
 // Runs only when -bench names it (or with KINFLOW_BENCH_PRESENCE set):
-// the fixture takes about 1.2 GB of disk (one block per file and the
-// manifest) and a minute or two to write.
+// the fixture takes about 1.3 GB of disk (one block per file and the
+// manifest), a minute or two to write and about as long to remove.
 func BenchmarkPlanPresence300k(b *testing.B) {
 	if !presenceBenchSelected() {
 		b.Skip("writes 300,000 files: name it in -bench, or set " + presenceBenchEnv)
