@@ -448,10 +448,10 @@ type familyOrigin struct {
 // the family's fingerprint record (one small file) and, only when the record
 // says the folder holds synthetic files beside others, its manifest (the
 // per-file origin). With realOnly, synthetic files are not marked present;
-// a folder whose record says all its files are synthetic is not even
-// looked up. So planning costs one extra small read per family, not per
-// file. seen, when not nil, gets the stat of each file marked present
-// (listPresent).
+// in a folder whose record says all its files are synthetic the files are
+// looked up only to count them as ignored. So planning costs one extra
+// small read per family, not per file. seen, when not nil, gets the stat
+// of each file marked present (listPresent).
 func presentWithOrigin(dir, suffix string, index map[string]int, present []bool, realOnly bool, seen []FileStat) (familyOrigin, error) {
 	var o familyOrigin
 	rec, err := provenance.ReadRecorded(dir)
