@@ -58,8 +58,8 @@ test-containers: ## build the images from local base images and run the README's
 	bash scripts/container-deps.sh || { [ "$${CI:-}" != true ] && echo "test-containers: no Docker engine here; the container test will skip"; }
 	$(GO) test -tags containers -count=1 -timeout 60m -v -run '^TestComposeUpFirstJob$$' ./docker
 
-bench: bin/temporal bin/temporal-server ## run the Go benchmarks (BenchmarkRealServerAhead: the GPU host sending ahead to the real step server on the CPU) and the step server's CPU overlap benchmark (figures go to docs/BENCHMARKS.md)
-	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) ./...
+bench: bin/temporal bin/temporal-server ## run the Go benchmarks (BenchmarkRealServerAhead: the GPU host sending ahead to the real step server on the CPU; BenchmarkPlanPresence300k: a plan against 300,000 cached files of one family, about 1.3 GB of temp disk) and the step server's CPU overlap benchmark (figures go to docs/BENCHMARKS.md)
+	KINFLOW_BENCH_PRESENCE=1 $(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) ./...
 	$(STEPS_PY) steps/bench.py --model esm2 --size tiny --esm2-step g --n 300 --min-len 20 --max-len 60 --toks-per-batch 1024 --set KINFLOW_STEPS_DEVICE=cpu --pipeline-compare
 
 # make bench-load PROFILE=dir also profiles one more burst of each size

@@ -25,7 +25,7 @@ const ManifestName = "manifest.json"
 // manifestLockName is the lock file that serialises manifest merges among
 // kinflow writers (the reference's writers do not take it; a merge racing
 // with one of theirs can lose entries, which is harmless because presence is
-// decided by the directory listing, see Presence).
+// decided by the files themselves, see listPresent).
 const manifestLockName = ".manifest.lock"
 
 // ManifestVersion is the manifest format version.

@@ -371,6 +371,39 @@ func TestFileRecordsScannerMatchesJSON(t *testing.T) {
 	}
 }
 
+// TestScanRecordsOfChecksWhatItSkips: an entry skipped because it was not
+// asked for is checked as strictly as one decoded, so a document the full
+// scan refuses (and so falls back to encoding/json) is refused with a
+// filter too, and the entries asked for read the same.
+func TestScanRecordsOfChecksWhatItSkips(t *testing.T) {
+	docs := []string{
+		`{"count":2,"entries":{"a":{"bytes":10,"sha256":"ab","mtime_ns":5},"b":{"bytes":3,"x":[1,{"y":"}"}]}},"version":1}`,
+		`{"entries":{"a":{"bytes":1},"b":{"bytes" 2}}}`,
+		`{"entries":{"a":{"bytes":1},"b":{"bytes":}}}`,
+		`{"entries":{"a":{"bytes":1},"b":{"sha256":"ab}}}`,
+		`{"entries":{"b":{"bytes":1,},"a":{"bytes":1}}}`,
+		`{"entries":{"a":{"bytes":1},"b":[1,2}}`,
+		`{"entries":{"a":{"bytes":1},"b":{"bytes":2}}`,
+	}
+	for _, d := range docs {
+		all := map[string]rawRecord{}
+		okAll := scanRecords([]byte(d), func(sid []byte, r rawRecord) { all[string(sid)] = r })
+		some := map[string]rawRecord{}
+		okSome := scanRecordsOf([]byte(d), func(sid []byte) bool { return string(sid) == "a" },
+			func(sid []byte, r rawRecord) { some[string(sid)] = r })
+		if okAll != okSome {
+			t.Errorf("%s: full scan ok=%v, filtered ok=%v", d, okAll, okSome)
+			continue
+		}
+		if _, ok := some["b"]; ok {
+			t.Errorf("%s: an entry not asked for was decoded", d)
+		}
+		if okAll && !reflect.DeepEqual(all["a"], some["a"]) {
+			t.Errorf("%s: a: full %+v, filtered %+v", d, all["a"], some["a"])
+		}
+	}
+}
+
 // jsonFileRecords is parseFileRecords through encoding/json only.
 func jsonFileRecords(b []byte) map[string]FileRecord {
 	out := map[string]FileRecord{}

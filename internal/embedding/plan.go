@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kinflow/kinflow/internal/methods"
 	"github.com/kinflow/kinflow/internal/provenance"
@@ -129,15 +130,13 @@ type PlanRequest struct {
 }
 
 // BuildPlan builds the plan for req. A profile without shared cache (method
-// J) returns ErrNoCacheProfile. Presence is read with one directory listing
-// per cache folder, never one stat per file, and the binding-site table is
-// read once.
+// J) returns ErrNoCacheProfile. Presence is one lookup per requested file
+// (listPresent), never a listing of the folder, and the binding-site table
+// is read once.
 //
 // The manifest is not consulted for presence: an artefact is present exactly
-// when its folder's listing holds the regular file `<sid><suffix>`. This
-// never trusts a manifest entry whose file is gone (the reference's
-// stale-manifest bug, WIRE §12.23) and, since a listing is needed anyway to
-// check the entries, costs nothing extra.
+// when the lookup of `<sid><suffix>` finds a regular file. This never trusts
+// a manifest entry whose file is gone (the reference's stale-manifest bug).
 func (l *Layout) BuildPlan(ctx context.Context, req PlanRequest) (*Plan, error) {
 	steps, err := l.ProfileSteps(req.Profile, req.Target)
 	if err != nil {
@@ -243,6 +242,11 @@ func (b *planBuilder) scanFamilies(ctx context.Context) (*Integrity, error) {
 	b.present = make([][]bool, len(b.fams))
 	b.origins = make([]familyOrigin, len(b.fams))
 	var integrity *Integrity
+	// The stat each lookup found, for the integrity check of a persistent
+	// family: each file is looked up once, its stat serving both presence
+	// and the comparison with its record. Reused family after family (an
+	// entry is read only where this family's lookup marked the file present).
+	var seen []FileStat
 	for fi, f := range b.fams {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -250,14 +254,22 @@ func (b *planBuilder) scanFamilies(ctx context.Context) (*Integrity, error) {
 		var err error
 		b.dirs[fi] = b.l.FamilyDir(f)
 		b.present[fi] = make([]bool, n)
-		if b.origins[fi], err = presentWithOrigin(b.dirs[fi], f.Suffix(), b.index, b.present[fi], b.req.RealOnly); err != nil {
+		check := b.req.Verify && f.Persistent
+		if check && seen == nil {
+			seen = make([]FileStat, n)
+		}
+		var famSeen []FileStat
+		if check {
+			famSeen = seen
+		}
+		if b.origins[fi], err = presentWithOrigin(b.dirs[fi], f.Suffix(), b.index, b.present[fi], b.req.RealOnly, famSeen); err != nil {
 			return nil, err
 		}
-		if b.req.Verify && f.Persistent {
+		if check {
 			if integrity == nil {
 				integrity = &Integrity{}
 			}
-			got, err := b.l.checkFamily(f, b.sids, b.index, b.present[fi], seqLenOf(b.sids, b.req.SeqIDToSeq), CheckOptions{})
+			got, err := b.l.checkFamily(f, b.sids, b.index, b.present[fi], famSeen, seqLenOf(b.sids, b.req.SeqIDToSeq), CheckOptions{})
 			if err != nil {
 				return nil, err
 			}
@@ -436,9 +448,11 @@ type familyOrigin struct {
 // the family's fingerprint record (one small file) and, only when the record
 // says the folder holds synthetic files beside others, its manifest (the
 // per-file origin). With realOnly, synthetic files are not marked present;
-// a folder whose record says all its files are synthetic is not even
-// listed. So planning costs one extra small read per family, not per file.
-func presentWithOrigin(dir, suffix string, index map[string]int, present []bool, realOnly bool) (familyOrigin, error) {
+// in a folder whose record says all its files are synthetic the files are
+// looked up only to count them as ignored. So planning costs one extra
+// small read per family, not per file. seen, when not nil, gets the stat
+// of each file marked present (listPresent).
+func presentWithOrigin(dir, suffix string, index map[string]int, present []bool, realOnly bool, seen []FileStat) (familyOrigin, error) {
 	var o familyOrigin
 	rec, err := provenance.ReadRecorded(dir)
 	if err != nil {
@@ -446,10 +460,10 @@ func presentWithOrigin(dir, suffix string, index map[string]int, present []bool,
 	}
 	allSynthetic := rec.AllSynthetic() && !rec.Unverified
 	if realOnly && allSynthetic {
-		// Every file is synthetic: nothing counts, and no listing is needed
+		// Every file is synthetic: nothing counts, and no lookup is needed
 		// except to say how many were ignored.
 		tmp := make([]bool, len(present))
-		if err := listPresent(dir, suffix, index, tmp); err != nil {
+		if err := listPresent(dir, suffix, index, tmp, nil); err != nil {
 			return o, err
 		}
 		for _, b := range tmp {
@@ -460,7 +474,7 @@ func presentWithOrigin(dir, suffix string, index map[string]int, present []bool,
 		o.id = rec.ID
 		return o, nil
 	}
-	if err := listPresent(dir, suffix, index, present); err != nil {
+	if err := listPresent(dir, suffix, index, present, seen); err != nil {
 		return o, err
 	}
 	if rec != nil {
@@ -499,62 +513,50 @@ func presentWithOrigin(dir, suffix string, index map[string]int, present []bool,
 }
 
 // listPresent marks present[i] for every regular file `<sid><suffix>` in dir
-// whose sid is index's key i. Hidden names (temp files, locks) and
-// manifest.json never match. A missing folder has nothing present.
+// whose sid is index's key i and, when seen is not nil, sets seen[i] to
+// that file's stat. Hidden names (temp files, locks) and manifest.json
+// never match. A missing folder has nothing present.
 //
-// Up to statPresentMax sids are looked up one by one (an lstat each);
-// more list the folder once. A cache folder holds every sequence ever
-// embedded: listing 100,000 names for a 3-row job cost more than the job,
-// and under a burst of small jobs the listing grew with every job.
-func listPresent(dir, suffix string, index map[string]int, present []bool) error {
-	if len(index) <= statPresentMax {
-		for sid, i := range index {
-			name := sid + suffix
-			if len(name) <= len(suffix) || isTempName(name) || strings.ContainsRune(name, os.PathSeparator) {
-				continue
-			}
-			fi, err := os.Lstat(filepath.Join(dir, name))
-			switch {
-			case err == nil:
-				present[i] = fi.Mode().IsRegular()
-			case errors.Is(err, os.ErrNotExist):
-			default:
-				return fmt.Errorf("look up %s in the cache: %w", name, err)
-			}
-		}
+// Each requested sid is looked up on its own: one fstatat relative to the
+// folder, opened once, so the cost follows the job, not the folder. The
+// folder is never listed: a cache folder holds every sequence ever
+// embedded, and listing 300,000 names took a quarter of a second on a
+// local disk for any job (BenchmarkPlanPresence300k); the reference
+// deployment saw minutes on sshfs and NFS, where each batch of names is a
+// round trip.
+func listPresent(dir, suffix string, index map[string]int, present []bool, seen []FileStat) error {
+	if len(index) == 0 {
 		return nil
 	}
-	f, err := os.Open(dir)
-	if errors.Is(err, os.ErrNotExist) {
+	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("list cache folder %s: %w", dir, err)
+		return fmt.Errorf("open cache folder %s: %w", dir, err)
 	}
-	defer f.Close()
-	for {
-		// Batches bound memory on folders of 100,000+ files.
-		ents, err := f.ReadDir(4096)
-		for _, e := range ents {
-			name := e.Name()
-			if len(name) <= len(suffix) || !strings.HasSuffix(name, suffix) || isTempName(name) || !e.Type().IsRegular() {
-				continue
-			}
-			if i, ok := index[name[:len(name)-len(suffix)]]; ok {
-				present[i] = true
-			}
+	defer unix.Close(dfd)
+	name := make([]byte, 0, 128)
+	var st unix.Stat_t
+	for sid, i := range index {
+		if sid == "" || isTempName(sid) || strings.ContainsRune(sid, os.PathSeparator) {
+			continue
 		}
-		if errors.Is(err, io.EOF) || (err == nil && len(ents) == 0) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("list cache folder %s: %w", dir, err)
+		name = append(append(append(name[:0], sid...), suffix...), 0)
+		err := fstatatName(dfd, name, &st)
+		switch {
+		case err == nil:
+			present[i] = st.Mode&unix.S_IFMT == unix.S_IFREG
+			if seen != nil {
+				seen[i] = statOf(&st)
+			}
+		case errors.Is(err, unix.ENOENT):
+		default:
+			return fmt.Errorf("look up %s in the cache: %w", sid+suffix, err)
 		}
 	}
+	return nil
 }
-
-// statPresentMax is the most sids listPresent looks up one by one.
-const statPresentMax = 64
 
 // SeqIDMapper maps sequences to seq ids, one per input, in order
 // (implemented by *store.Store).

@@ -1,6 +1,7 @@
 package embedding
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -150,23 +151,27 @@ func (s *jscan) str() (string, bool) {
 	return "", false
 }
 
-// strRaw reads a string without copying it when it has no escape.
+// strRaw reads a string without copying it when it has no escape. The
+// closing quote and a backslash before it are found with bytes.IndexByte,
+// not byte by byte: a manifest is mostly strings (hashes, names), and a
+// plan of a large family scans tens of megabytes of them.
 func (s *jscan) strRaw() ([]byte, bool) {
 	if s.peek() != '"' {
 		return nil, false
 	}
 	start := s.i
-	for j := start + 1; j < len(s.b); j++ {
-		switch s.b[j] {
-		case '\\':
-			str, ok := s.str()
-			return []byte(str), ok
-		case '"':
-			s.i = j + 1
-			return s.b[start+1 : j], true
-		}
+	j := bytes.IndexByte(s.b[start+1:], '"')
+	if j < 0 {
+		return nil, false
 	}
-	return nil, false
+	end := start + 1 + j
+	if bytes.IndexByte(s.b[start+1:end], '\\') >= 0 {
+		// An escape: the first quote may be escaped; decode it all.
+		str, ok := s.str()
+		return []byte(str), ok
+	}
+	s.i = end + 1
+	return s.b[start+1 : end], true
 }
 
 // tokenRaw reads a number or literal without copying it.
@@ -279,13 +284,21 @@ type rawRecord struct {
 // allocating per entry (sid and r.SHA256 are slices of b, valid during fn);
 // ok is false when the document is not what it expects.
 func scanRecords(b []byte, fn func(sid []byte, r rawRecord)) bool {
+	return scanRecordsOf(b, nil, fn)
+}
+
+// scanRecordsOf is scanRecords for the entries whose sid want accepts (all
+// when want is nil): any other entry is skipped with the same checks of
+// its structure, its fields not decoded. A plan of 1,000 ids reads 1,000
+// records of a manifest of 300,000.
+func scanRecordsOf(b []byte, want func(sid []byte) bool, fn func(sid []byte, r rawRecord)) bool {
 	s := &jscan{b: b}
 	ok := s.object(func(key string) bool {
 		if key != "entries" || s.peek() != '{' {
 			return s.skip()
 		}
 		return s.objectRaw(func(sid []byte) bool {
-			if s.peek() != '{' {
+			if s.peek() != '{' || (want != nil && !want(sid)) {
 				return s.skip()
 			}
 			var r rawRecord

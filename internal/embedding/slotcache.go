@@ -1,7 +1,7 @@
 package embedding
 
 import (
-	"io"
+	"bytes"
 	"os"
 	"sync"
 	"time"
@@ -129,6 +129,31 @@ func cachedSlots(path, dir string, index map[string]int, slots []slotRecord) (do
 	return true
 }
 
+// manifestCount is the entry count a manifest document opens with
+// (`{"count":N,` as kinflow's writers put it, keys sorted), or -1 when it
+// does not open so. Only a hint, for what to keep: a wrong count costs a
+// family its place in the cache, never a record.
+func manifestCount(b []byte) int {
+	rest, ok := bytes.CutPrefix(b, []byte(`{"count":`))
+	if !ok {
+		return -1
+	}
+	n := 0
+	for i, c := range rest {
+		if c < '0' || c > '9' {
+			if i == 0 {
+				return -1
+			}
+			return n
+		}
+		if n > (1<<31)/10 {
+			return -1
+		}
+		n = n*10 + int(c-'0')
+	}
+	return -1
+}
+
 // readManifestForSlots reads the manifest at path with the key of what it
 // read; quiet reports that it had been left alone for slotCacheQuiet, so
 // that its records may be kept.
@@ -142,9 +167,14 @@ func readManifestForSlots(path string) (b []byte, key manifestKey, quiet bool, e
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return nil, key, false, err
 	}
-	if b, err = io.ReadAll(f); err != nil {
+	// One buffer of the size the stat gave (io.ReadAll's doubling copied
+	// and cleared a 77 MB manifest several times over); a manifest that
+	// grew meanwhile is still read to its end.
+	buf := bytes.NewBuffer(make([]byte, 0, max(st.Size, 0)+bytes.MinRead))
+	if _, err := buf.ReadFrom(f); err != nil {
 		return nil, key, false, err
 	}
+	b = buf.Bytes()
 	quiet = time.Since(time.Unix(0, st.Ctim.Nano())) >= slotCacheQuiet && int64(len(b)) == st.Size
 	return b, manifestKeyOf(&st), quiet, nil
 }

@@ -113,3 +113,49 @@ func TestSlotCacheBound(t *testing.T) {
 		t.Fatal("a family over the bound replaced what was kept")
 	}
 }
+
+// TestSlotCacheSkipsFamiliesOverTheBound: a manifest whose count says it
+// holds more records than the cache keeps is read for the records asked
+// for and not kept (no record is gathered for it); a wrong count costs
+// only the caching, never a record.
+func TestSlotCacheSkipsFamiliesOverTheBound(t *testing.T) {
+	for doc, want := range map[string]int{
+		`{"count":300000,"entries":{}}`: 300000,
+		`{"count":0,"entries":{}}`:      0,
+		`{"entries":{},"count":3}`:      -1,
+		`{"count":"3"}`:                 -1,
+		`{"count":`:                     -1,
+		`{"count":99999999999999}`:      -1,
+	} {
+		if got := manifestCount([]byte(doc)); got != want {
+			t.Errorf("manifestCount(%s) = %d, want %d", doc, got, want)
+		}
+	}
+	dir := t.TempDir()
+	sum := "00000000000000000000000000000000000000000000000000000000000000aa"
+	if err := MergeManifest(dir, []Commit{{SeqID: "aaa", Suffix: ".npy", Bytes: 1000, SHA256: sum, MtimeNs: 1, CtimeNs: 2, Ino: 3}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, ManifestName)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lied := bytes.Replace(b, []byte(`{"count":1,`), []byte(`{"count":`+strconv.Itoa(slotCacheMaxRecords+1)+`,`), 1)
+	if bytes.Equal(lied, b) {
+		t.Fatalf("manifest does not open with its count: %s", b)
+	}
+	if err := os.WriteFile(path, lied, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(slotCacheQuiet + 100*time.Millisecond)
+	h := slotHits()
+	for range 2 {
+		if s := slotsFor(dir, []string{"aaa", "bbb"}); !s[0].listed || s[0].bytes != 1000 || !s[0].hashed || s[1].listed {
+			t.Fatalf("records: %+v", s)
+		}
+	}
+	if slotHits() != h {
+		t.Fatalf("a family over the bound was kept (%d hits)", slotHits()-h)
+	}
+}

@@ -66,8 +66,8 @@ func EncodeArtefact(format Format, t Tensor) ([]byte, error) {
 }
 
 // ComputeStep runs one step with the synthetic embedder: for every id it
-// writes each of the step's artefacts that does not exist yet (one directory
-// listing per folder decides), through the cache write protocol, calling
+// writes each of the step's artefacts that does not exist yet (one lookup
+// per file decides, listPresent), through the cache write protocol, calling
 // onFile (may be nil) with each path written; methoda_t5_full also appends the
 // missing binding-site rows. It is idempotent and resumable: a rerun after a
 // crash or cancellation writes only what is still missing. It stops at ctx's
@@ -167,7 +167,7 @@ func admitSynthetic(l *Layout, spec StepSpec, ids []string, index map[string]int
 	for fi, f := range spec.Families {
 		dirs[fi] = l.FamilyDir(f)
 		present[fi] = make([]bool, len(ids))
-		if err := listPresent(dirs[fi], f.Suffix(), index, present[fi]); err != nil {
+		if err := listPresent(dirs[fi], f.Suffix(), index, present[fi], nil); err != nil {
 			return nil, nil, err
 		}
 		// The check before the write (internal/provenance): a synthetic
@@ -189,8 +189,8 @@ func admitSynthetic(l *Layout, spec StepSpec, ids []string, index map[string]int
 // only then the renames. A file is thus listed as synthetic before it
 // becomes visible: a writer killed at any point leaves no unlisted
 // synthetic file that a reader could take for a real model's (the entries
-// of files never renamed are harmless: presence is decided by the
-// listing). Each file still appears complete or not at all, at a fraction
+// of files never renamed are harmless: presence is decided by the files
+// themselves). Each file still appears complete or not at all, at a fraction
 // of the cost of an fsync per file.
 type syntheticWriter struct {
 	ctx     context.Context

@@ -24,7 +24,11 @@ func TestMain(m *testing.M) {
 	if at := os.Getenv(killAtEnv); at != "" {
 		os.Exit(killedWriter(at))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	for _, f := range afterTests {
+		f()
+	}
+	os.Exit(code)
 }
 
 // killSeqs are the sequences of the kill test.
