@@ -31,9 +31,12 @@ var slotCache = &familyCache{fams: map[string]*cachedFamily{}}
 
 const (
 	// slotCacheMaxRecords bounds the records kept for all families (about
-	// 150 bytes each, so about 30 MB): the least recently read families go
-	// first, and a family larger than this is never kept.
-	slotCacheMaxRecords = 200_000
+	// 150 bytes each, so at most about 150 MB): the least recently read
+	// families go first, and a family larger than this is never kept. A
+	// cache at the reference deployment's scale holds families of 300,000
+	// files, whose manifest (77 MB) a job's plan would otherwise read whole
+	// each time (BenchmarkPlanPresence300k: ×60 a bare stat loop).
+	slotCacheMaxRecords = 1_000_000
 	// slotCacheQuiet is how long a manifest must have been left alone
 	// before it is kept.
 	slotCacheQuiet = time.Second
