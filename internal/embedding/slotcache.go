@@ -112,10 +112,11 @@ func (c *familyCache) keep(dir string, key manifestKey, recs map[string]slotReco
 	}
 }
 
-// cachedSlots fills slots (by index) from dir's kept records; it reports
-// false when they are not kept (the caller reads the manifest, see
+// cachedSlots fills slots (by index) from dir's kept records, only those
+// of sids[i] with wanted[i] set when wanted is given; it reports false when
+// they are not kept (the caller reads the manifest, see
 // readManifestForSlots). A missing manifest has no records.
-func cachedSlots(path, dir string, index map[string]int, slots []slotRecord) (done bool) {
+func cachedSlots(path, dir string, index map[string]int, sids []string, wanted []bool, slots []slotRecord) (done bool) {
 	var st unix.Stat_t
 	if unix.Stat(path, &st) != nil {
 		return true
@@ -123,6 +124,17 @@ func cachedSlots(path, dir string, index map[string]int, slots []slotRecord) (do
 	recs := slotCache.lookup(dir, manifestKeyOf(&st))
 	if recs == nil {
 		return false
+	}
+	if wanted != nil {
+		for i, w := range wanted {
+			if !w {
+				continue
+			}
+			if r, ok := recs[sids[i]]; ok {
+				slots[i] = r
+			}
+		}
+		return true
 	}
 	for sid, i := range index {
 		if r, ok := recs[sid]; ok {
