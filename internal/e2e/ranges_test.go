@@ -1,12 +1,10 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"math"
-	"mime/multipart"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -186,27 +184,14 @@ func TestRangeClassesOnTheSyntheticEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := "Protein Sequence,Substrate\n" + measured + ",\"" + inchi + "\"\nMKTAYIAKQRQISFVKS,CCC\n"
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	fw, _ := mw.CreateFormFile("file", "input.csv")
-	_, _ = fw.Write([]byte(in))
-	for k, v := range map[string]string{"targets": `["kcat","Km"]`, "methods": `{"kcat":"K","Km":"K"}`, "useExperimental": "true"} {
-		_ = mw.WriteField(k, v)
-	}
-	_ = mw.Close()
-	var sub struct {
-		JobID string `json:"jobId"`
-	}
-	if code := s.do("POST", "/api/v1/submit/", &buf, mw.FormDataContentType(), &sub); code != 201 {
-		t.Fatalf("submit: %d", code)
-	}
+	subID := s.submitExperimental(t, in)
 	listID := s.submit("Protein Sequence,Substrates\nMKTAYIAKQRQISF,CCO;CCN\n", []string{"kcat", "Km"}, map[string]string{"kcat": "K", "Km": "K"})
-	for _, id := range []string{sub.JobID, listID} {
+	for _, id := range []string{subID, listID} {
 		if st := s.waitDone(id, 2*time.Minute); st.Status != "Completed" {
 			t.Fatalf("job: %s %s", st.Status, st.Error)
 		}
 	}
-	recs, err := csv.NewReader(strings.NewReader(s.resultCSV(sub.JobID))).ReadAll()
+	recs, err := csv.NewReader(strings.NewReader(s.resultCSV(subID))).ReadAll()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +242,7 @@ func TestRangeClassesOnTheSyntheticEngine(t *testing.T) {
 		RangeClasses map[string]json.RawMessage `json:"rangeClasses"`
 		Synthetic    bool                       `json:"synthetic"`
 	}
-	if code := s.do("GET", "/api/v1/result/"+sub.JobID+"/?format=json", nil, "", &res); code != 200 {
+	if code := s.do("GET", "/api/v1/result/"+subID+"/?format=json", nil, "", &res); code != 200 {
 		t.Fatalf("JSON result: %d", code)
 	}
 	var rc struct {
