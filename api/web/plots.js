@@ -83,6 +83,22 @@ function sourceLegend(labels, n, hatchID) {
 
 // plotValues collects one value column's positive numbers by source; a
 // list cell (one value per substrate) counts each of its numbers.
+/** countTitles writes a count plot's x label, its "count" y label and, for
+ * synthetic values, the warning in its top right corner. */
+function countTitles(svg, L, pw, H, xlabel, synthetic) {
+  const xl = svgEl("text", { x: L + pw / 2, y: H - 4, "text-anchor": "middle" }, "label");
+  xl.textContent = xlabel;
+  svg.append(xl);
+  const yl = svgEl("text", { x: L, y: 12 }, "label");
+  yl.textContent = "count";
+  svg.append(yl);
+  if (synthetic) {
+    const w = svgEl("text", { x: L + pw, y: 12, "text-anchor": "end" }, "warn");
+    w.textContent = "SYNTHETIC — not predictions";
+    svg.append(w);
+  }
+}
+
 function plotValues(res, col, srcCol) {
   const groups = new Map();
   let blank = 0, nonPositive = 0;
@@ -161,17 +177,7 @@ export function renderPlots(res, cols, valueCols, synthetic) {
       t.textContent = fmtPow(e);
       svg.append(t);
     }
-    const xl = svgEl("text", { x: L + pw / 2, y: H - 4, "text-anchor": "middle" }, "label");
-    xl.textContent = col + " (log scale)";
-    svg.append(xl);
-    const yl = svgEl("text", { x: L, y: 12 }, "label");
-    yl.textContent = "count";
-    svg.append(yl);
-    if (synthetic) {
-      const w = svgEl("text", { x: L + pw, y: 12, "text-anchor": "end" }, "warn");
-      w.textContent = "SYNTHETIC — not predictions";
-      svg.append(w);
-    }
+    countTitles(svg, L, pw, H, col + " (log scale)", synthetic);
     const legend = sourceLegend(labels, (l) => groups.get(l).length, hatchID);
     const notes = [];
     if (blank) notes.push(blank + " row(s) without a value");
@@ -442,17 +448,7 @@ function renderRangeCounts(box, res, col, srcCol, r, synthetic, k) {
     t.textContent = c;
     svg.append(t);
   });
-  const xl = svgEl("text", { x: L + pw / 2, y: H - 4, "text-anchor": "middle" }, "label");
-  xl.textContent = col + " (class)";
-  svg.append(xl);
-  const yl = svgEl("text", { x: L, y: 12 }, "label");
-  yl.textContent = "count";
-  svg.append(yl);
-  if (synthetic) {
-    const w = svgEl("text", { x: L + pw, y: 12, "text-anchor": "end" }, "warn");
-    w.textContent = "SYNTHETIC — not predictions";
-    svg.append(w);
-  }
+  countTitles(svg, L, pw, H, col + " (class)", synthetic);
   const legend = sourceLegend(labels, (l) => groups.get(l).reduce((s, n) => s + n, 0), hatchID);
   fig.append(svg, legend, el("figcaption", desc + " A class is a predicted range, not an interval around a value." +
     (notes.length ? " " + notes.join("; ") + "." : "")));
