@@ -43,9 +43,9 @@ preds, reasons = [], {}
 for i, row in enumerate(job["rows"]):
     print("Progress: %d/%d" % (i + 1, len(job["rows"])), flush=True)
     preds.append(len(row["sequence"]) * mult)
-    if row["smiles"] == "O":
+    if row["substrates"] == "O":
         reasons[str(i)] = "water is not a substrate"
-    if row["smiles"] == "OO":
+    if row["substrates"] == "OO":
         reasons[str(i)] = "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
 print("engine stderr line", file=sys.stderr)
 json.dump({"predictions": preds, "invalid_indices": [], "invalid_reasons": reasons}, open(out, "w"))
@@ -306,7 +306,7 @@ func TestPredictGenericJSONContract(t *testing.T) {
 			t.Fatal(err)
 		}
 		if in.Method != "B" || in.Target != "Km" || in.PublicID != "jobjson01" || len(in.Rows) != 4 ||
-			in.Params["kinetics_type"] != "KM" || in.Params["canonicalize_substrates"] != true || in.Rows[0]["smiles"] != "CCO" {
+			in.Params["kinetics_type"] != "KM" || in.Params["canonicalize_substrates"] != true || in.Rows[0]["substrates"] != "CCO" {
 			t.Errorf("engine input %+v", in)
 		}
 		// Paths fill the env; an unconfigured path leaves its variable unset.

@@ -30,7 +30,7 @@ mult = {"KCAT": 3, "KM": 2}[job["params"]["kinetics_type"]]
 rows, preds, reasons = job["rows"], [], {}
 for i, row in enumerate(rows):
     preds.append(len(row["sequence"]) * mult)
-    if row["smiles"] == "O":
+    if row["substrates"] == "O":
         reasons[str(i)] = "water is not a substrate"
     print("Progress: %d/%d" % (i + 1, len(rows)), flush=True)
 json.dump({"predictions": preds, "invalid_indices": [], "invalid_reasons": reasons}, open(out, "w"))

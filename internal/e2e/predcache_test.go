@@ -26,8 +26,8 @@ time.sleep(len(rows) * float(os.environ.get("MS_PER_ROW", "0")) / 1000)
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "rows.log"), "a") as f:
     f.write("%d\n" % len(rows))
 for i, row in enumerate(rows):
-    preds.append(len(row["sequence"]) * 3 + len(row["smiles"]))
-    if row["smiles"] == "O":
+    preds.append(len(row["sequence"]) * 3 + len(row["substrates"]))
+    if row["substrates"] == "O":
         reasons[str(i)] = "water is not a substrate"
 json.dump({"predictions": preds, "invalid_indices": [], "invalid_reasons": reasons}, open(out, "w"))
 `

@@ -118,7 +118,12 @@ func Default() *Catalogue {
 // the method with that key (only the fields it names; maps are merged, lists
 // replaced) or, for a new key, adds a full descriptor.
 //
-//	base: builtin            # or "empty": start with no methods
+// Base "reference" is the built-in table under the reference deployment's
+// method keys (KinForm-H … CatRange), each with its program's environment
+// names, row keys, parameters and publication (reference.go): its operator
+// names only each method's command (python, script, paths).
+//
+//	base: builtin            # or "empty" (no methods), or "reference"
 //	remove: [J]
 //	rename: {A-H: A-high}
 //	methods:
@@ -165,13 +170,20 @@ func Parse(data []byte) (*Catalogue, error) {
 		}
 		return nil, fmt.Errorf("parse: %w", err)
 	}
+	if err := checkTargetKwargs(f.Methods); err != nil {
+		return nil, err
+	}
 	var list []*Descriptor
+	similarity := DefaultSimilarityDatasets()
 	switch f.Base {
 	case "", "builtin":
 		list = builtin()
 	case "empty":
+	case "reference":
+		list = reference(builtin())
+		similarity = renameSimilarity(similarity, referenceKeys())
 	default:
-		return nil, fmt.Errorf("base %q: want builtin or empty", f.Base)
+		return nil, fmt.Errorf("base %q: want builtin, empty or reference", f.Base)
 	}
 	index := func(key string) int {
 		return slices.IndexFunc(list, func(d *Descriptor) bool { return d.Key == key })
@@ -251,7 +263,7 @@ func Parse(data []byte) (*Catalogue, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.similarity = renameSimilarity(c.similarity, f.Rename)
+	c.similarity = renameSimilarity(similarity, f.Rename)
 	if f.Similarity != nil {
 		c.similarity = *f.Similarity
 	}
@@ -259,6 +271,46 @@ func Parse(data []byte) (*Catalogue, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// checkTargetKwargs refuses a boolean or number among the target_kwargs of
+// the file's methods: target kwargs are text, so `false` would reach a
+// program's params as the string "false", which Python reads as true. Such
+// a value belongs in `params`, which keeps its JSON type.
+func checkTargetKwargs(nodes []yaml.Node) error {
+	for n := range nodes {
+		node := &nodes[n]
+		if node.Kind != yaml.MappingNode {
+			continue
+		}
+		for i := 0; i+1 < len(node.Content); i += 2 {
+			if node.Content[i].Value != "target_kwargs" || node.Content[i+1].Kind != yaml.MappingNode {
+				continue
+			}
+			targets := node.Content[i+1].Content
+			for j := 0; j+1 < len(targets); j += 2 {
+				if targets[j+1].Kind != yaml.MappingNode {
+					continue
+				}
+				kw := targets[j+1].Content
+				for k := 0; k+1 < len(kw); k += 2 {
+					v := kw[k+1]
+					if v.Kind == yaml.ScalarNode && (v.Tag == "!!bool" || v.Tag == "!!int" || v.Tag == "!!float") {
+						return fmt.Errorf("methods[%d]: target_kwargs %s.%s is a %s: write it under params (kept as a JSON %s) or quote it",
+							n, targets[j].Value, kw[k].Value, strings.TrimPrefix(v.Tag, "!!"), jsonKind(v.Tag))
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func jsonKind(tag string) string {
+	if tag == "!!bool" {
+		return "boolean"
+	}
+	return "number"
 }
 
 // descriptorFieldNames is the set of YAML/JSON field names of Descriptor.
@@ -365,7 +417,12 @@ var (
 // seq_id (RowSeqID): the id of the sequence's files in the shared cache,
 // never a row position that another job's row would share.
 func builtin() []*Descriptor {
+	// The dedicated contracts (A, C, F) put the substrate in their own
+	// file's column whatever its row key is; the json contract's programs
+	// read the row key `substrates`, as every reference descriptor maps
+	// the Substrate column (a row without it is invalid to them).
 	single := []ColumnKwarg{{Column: "Substrate", Kwarg: "smiles"}}
+	substrates := []ColumnKwarg{{Column: "Substrate", Kwarg: "substrates"}}
 	kcatKm := map[Target]string{Kcat: ColumnKcat, Km: ColumnKm}
 	return []*Descriptor{
 		builtinMethodA("A-H", "H", single, kcatKm, Kcat, Km),
@@ -373,7 +430,7 @@ func builtin() []*Descriptor {
 		builtinBiblio(&Descriptor{
 			Key: "B", Supports: []Target{Kcat, Km, KcatKm}, InputFormat: InputSingle,
 			OutputCols: map[Target]string{Kcat: ColumnKcat, Km: ColumnKm, KcatKm: ColumnKcatKm}, MaxSeqLen: 1000,
-			ColToKwarg: single, TargetKwargs: builtinKineticsTypes(Kcat, Km, KcatKm), Engine: EngineGeneric,
+			ColToKwarg: substrates, TargetKwargs: builtinKineticsTypes(Kcat, Km, KcatKm), Engine: EngineGeneric,
 			Profile: ProfileProtT5Mean, GPUEligible: true, StepKeys: []string{StepProtT5Mean},
 			EmbeddingsUsed: []string{"prot_t5_mean"},
 			EnvPaths:       builtinEnv("METHODB_MEDIA_PATH", "{media}", "METHODB_TOOLS_PATH", "{tools}", "METHODB_MODEL_ROOT", "{model_dir}"),
@@ -397,7 +454,7 @@ func builtin() []*Descriptor {
 			Key: "E", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, MaxSeqLen: 2048,
 			// Method E's kcat model reads the ordered substrate list whole.
 			InputBehaviors: map[Target]string{Kcat: BehaviorNativeMulti},
-			ColToKwarg:     single, TargetKwargs: builtinKineticsTypes(Kcat, Km), Engine: EngineGeneric,
+			ColToKwarg:     substrates, TargetKwargs: builtinKineticsTypes(Kcat, Km), Engine: EngineGeneric,
 			Profile: ProfileMethodEEmbed, GPUEligible: true,
 			StepKeys:       []string{StepMethodEEmbedKcat, StepMethodEEmbedKm},
 			EmbeddingsUsed: []string{"methode_esm2"},
@@ -421,10 +478,10 @@ func builtin() []*Descriptor {
 		}, "F"),
 		builtinBiblio(&Descriptor{
 			Key: "G", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, RowSeqID: true, MaxSeqLen: 1000,
-			ColToKwarg: single, TargetKwargs: builtinKineticsTypes(Kcat, Km), Engine: EngineGeneric,
+			ColToKwarg: substrates, TargetKwargs: builtinKineticsTypes(Kcat, Km), Engine: EngineGeneric,
 			Profile: ProfileMethodGESM2, GPUEligible: true, StepKeys: []string{StepMethodGESM2},
 			EmbeddingsUsed: []string{"methodg_esm2"}, EphemeralFamilies: []string{"methodg_esm2"},
-			EnvPaths: builtinEnv("METHODG_EMBED_CACHE_DIR", "{sequence_info}/methodg_esm2", "METHODG_CACHE_DIR", "{model_dir}",
+			EnvPaths: builtinEnv("METHODG_EMBED_CACHE_DIR", "{folder:methodg_esm2}", "METHODG_CACHE_DIR", "{model_dir}",
 				"METHODG_ADDITIONAL_DATA", "{data_dir}"),
 		}, "G"),
 		// G-O2 is a second variant of method G (WIRE §13.4): method G's
@@ -432,15 +489,15 @@ func builtin() []*Descriptor {
 		// operator's command.paths model_dir for this key).
 		builtinBiblio(&Descriptor{
 			Key: "G-O2", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, RowSeqID: true, MaxSeqLen: 1000,
-			ColToKwarg: single, TargetKwargs: builtinVariant(builtinKineticsTypes(Kcat, Km), "o2denet"), Engine: EngineGeneric,
+			ColToKwarg: substrates, TargetKwargs: builtinVariant(builtinKineticsTypes(Kcat, Km), "o2denet"), Engine: EngineGeneric,
 			Profile: ProfileMethodGESM2, GPUEligible: true, StepKeys: []string{StepMethodGESM2},
 			EmbeddingsUsed: []string{"methodg_esm2"}, EphemeralFamilies: []string{"methodg_esm2"},
-			EnvPaths: builtinEnv("METHODG_EMBED_CACHE_DIR", "{sequence_info}/methodg_esm2", "METHODG_CACHE_DIR", "{model_dir}",
+			EnvPaths: builtinEnv("METHODG_EMBED_CACHE_DIR", "{folder:methodg_esm2}", "METHODG_CACHE_DIR", "{model_dir}",
 				"METHODG_ADDITIONAL_DATA", "{data_dir}"),
 		}, "G-O2"),
 		builtinBiblio(&Descriptor{
 			Key: "H", Supports: []Target{Kcat, Km}, InputFormat: InputSingle, OutputCols: kcatKm, RowSeqID: true, MaxSeqLen: 1022,
-			ColToKwarg: single, TargetKwargs: builtinKineticsTypes(Kcat, Km), Engine: EngineGeneric,
+			ColToKwarg: substrates, TargetKwargs: builtinKineticsTypes(Kcat, Km), Engine: EngineGeneric,
 			// Its Km classes are in M; the column is in mM.
 			Outputs: map[Target]Output{
 				Kcat: {Form: FormClassIndex, Ranges: slices.Clone(methodHKcatRanges)},
@@ -453,19 +510,19 @@ func builtin() []*Descriptor {
 		builtinBiblio(&Descriptor{
 			Key: "I", Supports: []Target{KcatKm}, InputFormat: InputSingle, RowSeqID: true,
 			OutputCols: map[Target]string{KcatKm: ColumnKcatKm}, MaxSeqLen: 1000,
-			ColToKwarg: single, Engine: EngineGeneric,
+			ColToKwarg: substrates, Engine: EngineGeneric,
 			// Its program answers log10 of kcat/Km per (s·M); the column is
 			// linear per (s·mM).
 			Outputs: map[Target]Output{KcatKm: {Form: FormLog10, Factor: 0.001}},
 			Profile: ProfileMethodIProtT5Residues, GPUEligible: true, StepKeys: []string{StepMethodIProtT5Residues},
 			EmbeddingsUsed:    []string{"methodi_prot_t5_residues"},
 			EphemeralFamilies: []string{"methodi_prot_t5_residues"},
-			EnvPaths:          builtinEnv("METHODI_DATA", "{data_dir}", "METHODI_EMBED_DIR", "{sequence_info}/methodi_prot_t5_residues"),
+			EnvPaths:          builtinEnv("METHODI_DATA", "{data_dir}", "METHODI_EMBED_DIR", "{folder:methodi_prot_t5_residues}"),
 		}, "I"),
 		builtinBiblio(&Descriptor{
 			Key: "J", Supports: []Target{Km}, InputFormat: InputSingle,
 			OutputCols: map[Target]string{Km: ColumnKm}, MaxSeqLen: 500,
-			ColToKwarg: single, TargetKwargs: builtinKineticsTypes(Km), Engine: EngineGeneric,
+			ColToKwarg: substrates, TargetKwargs: builtinKineticsTypes(Km), Engine: EngineGeneric,
 			Profile: ProfileNone, GPUEligible: false,
 			// Method J's contact-map cache is method-local (SEED-SPEC §2.5);
 			// its location is passed so the method's code can find it.
@@ -480,7 +537,7 @@ func builtin() []*Descriptor {
 			MaxSeqLen:  1024, ModelVersion: "2",
 			MoreInfo: "Predicts the range class of each value (e.g. 1 to 10 s^-1), not a number: a class is not a confidence " +
 				"interval or an error bound. Its columns hold the class's range as text, with the class midpoint beside it.",
-			ColToKwarg: []ColumnKwarg{{Column: "Substrate", Kwarg: "substrates"}}, RowSeqID: true,
+			ColToKwarg: substrates, RowSeqID: true,
 			TargetKwargs: builtinKineticsTypes(Kcat, Km), Engine: EngineGeneric,
 			Outputs: map[Target]Output{
 				Kcat: {Form: FormClassMidpoint, Edges: slices.Clone(methodKKcatEdges), Unit: "s^-1"},

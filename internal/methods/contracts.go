@@ -55,6 +55,9 @@ func writeEngineInput(ctx context.Context, d *Descriptor, req CommandRequest) (*
 		for k, v := range d.TargetKwargs[Target(req.Target)] {
 			in.Params[k] = v
 		}
+		for k, v := range d.Params[Target(req.Target)] {
+			in.Params[k] = v
+		}
 		for _, r := range req.Rows {
 			row := map[string]string{"sequence": r.Seq}
 			for k, v := range r.Kwargs {
@@ -129,7 +132,9 @@ func writeEngineInput(ctx context.Context, d *Descriptor, req CommandRequest) (*
 		}
 		kw := d.TargetKwargs[Target(req.Target)]
 		run.vars["task"] = methodATask(req.Target)
-		if v := kw["model_variant"]; v != "" {
+		if v := kw["model_config"]; v != "" {
+			run.vars["model_config"] = v
+		} else if v := kw["model_variant"]; v != "" {
 			run.vars["model_config"] = "A-" + v
 		} else {
 			run.vars["model_config"] = d.Key

@@ -289,8 +289,9 @@ func exitError(d *Descriptor, err error) error {
 	return &EngineError{Msg: d.DisplayName + " prediction failed with an internal error (see the job's engine log).", Err: err}
 }
 
-// unfilledPlaceholder finds a {name} left in a rendered env value.
-var unfilledPlaceholder = regexp.MustCompile(`\{[a-z0-9_]+\}`)
+// unfilledPlaceholder finds a {name} or {folder:<family>} left in a
+// rendered env value.
+var unfilledPlaceholder = regexp.MustCompile(`\{[a-z0-9_]+(:[A-Za-z0-9_./-]+)?\}`)
 
 // readEngineOutput parses the generic engine's output (WIRE §4.7): a bare list
 // or {"predictions", "invalid_indices", "invalid_reasons"}, and kinflow's

@@ -49,7 +49,7 @@ func program(t *testing.T, key, body string, rows int) (*methods.Descriptor, met
 	}
 	req := methods.CommandRequest{JobID: "job1", Target: "kcat", Dir: work, Env: []string{"PATH=" + os.Getenv("PATH")}}
 	for i := range rows {
-		req.Rows = append(req.Rows, methods.EngineRow{Seq: strings.Repeat("M", i+1), Kwargs: map[string]string{"smiles": "CCO"}})
+		req.Rows = append(req.Rows, methods.EngineRow{Seq: strings.Repeat("M", i+1), Kwargs: map[string]string{"substrates": "CCO"}})
 	}
 	return d, req, dir
 }
@@ -123,7 +123,7 @@ func TestRunCommandFailuresAreEngineErrors(t *testing.T) {
 		})
 	}
 	d, req, _ := program(t, "G", "pass\n", 2)
-	delete(req.Rows[1].Kwargs, "smiles")
+	delete(req.Rows[1].Kwargs, "substrates")
 	_, _, err := methods.RunCommand(context.Background(), d, req)
 	var me *methods.EngineError
 	if !errors.As(err, &me) || me.Msg != "Missing column required for Method G: Substrate" {

@@ -83,7 +83,9 @@ const (
 	// `{python} {script} <extra_args…> --mode predict --task {task}
 	// --model_config {model_config} --save_results {output} --data_path
 	// {input}`; output column `y_pred`, rows matched by (sequence, smiles)
-	// when the output has those columns, else by position.
+	// when the output has those columns, else by position. {model_config}
+	// is the target kwarg `model_config` when set (the reference profile:
+	// KinForm-H, KinForm-L), else `A-<model_variant>`, else the key.
 	ContractMethodA FileContract = "methoda"
 )
 
@@ -168,6 +170,9 @@ type ColumnKwarg struct {
 //     ephemeral artefacts)
 //   - {tools}, {model_dir}, {data_dir}, {esm_python}, {esmc_python},
 //     {t5_python}, {pseq2sites_python}: the method's command.paths entries
+//   - {folder:<family>}: the absolute folder of the embedding family named
+//     by kinflow (e.g. {folder:methodg_esm2}), in the folder names the
+//     operator's layout gives the shared cache
 //
 // A variable whose value still holds a placeholder after rendering is left
 // unset.
@@ -281,7 +286,16 @@ type Descriptor struct {
 	// columns, after `Protein Sequence`, are the required input columns.
 	ColToKwarg []ColumnKwarg `json:"col_to_kwarg" yaml:"col_to_kwarg"`
 	// TargetKwargs maps a target to the static engine arguments for it.
+	// They are text: the json contract writes each one into the input's
+	// `params` as a JSON string. A boolean or a number belongs in Params
+	// (Parse refuses one here, since "false" would reach a Python program
+	// as a true value).
 	TargetKwargs map[Target]map[string]string `json:"target_kwargs" yaml:"target_kwargs"`
+	// Params maps a target to typed static arguments of the json contract:
+	// each value reaches the input's `params` as the JSON value it is
+	// (true/false, a number, a string, a list), after TargetKwargs and
+	// replacing one of the same name. Only the json contract has params.
+	Params map[Target]map[string]any `json:"params,omitempty" yaml:"params,omitempty"`
 	// Engine is how predictions run.
 	Engine EngineKind `json:"engine" yaml:"engine"`
 	// Profile is the planner profile; ProfileNone for no shared-cache plan.
@@ -433,6 +447,12 @@ func (d *Descriptor) Clone() *Descriptor {
 			c.TargetKwargs[k] = m
 		}
 	}
+	if d.Params != nil {
+		c.Params = make(map[Target]map[string]any, len(d.Params))
+		for k, v := range d.Params {
+			c.Params[k] = maps.Clone(v)
+		}
+	}
 	if d.Outputs != nil {
 		c.Outputs = make(map[Target]Output, len(d.Outputs))
 		for k, v := range d.Outputs {
@@ -498,6 +518,14 @@ func (d *Descriptor) Validate() error {
 		}
 		if o.IsRange() && d.Uncertainty {
 			return fmt.Errorf("method %q: a range-class target has no uncertainty columns", d.Key)
+		}
+	}
+	for t := range d.Params {
+		if !seen[t] {
+			return fmt.Errorf("method %q: params for unsupported target %q", d.Key, t)
+		}
+		if d.FileContract.OrJSON() != ContractJSON {
+			return fmt.Errorf("method %q: params need file_contract json (only its input file has params)", d.Key)
 		}
 	}
 	if d.InputFormat != InputSingle && d.InputFormat != InputMulti {
