@@ -2,6 +2,10 @@ package methods
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"maps"
 	"os/exec"
 	"slices"
@@ -71,6 +75,7 @@ func EngineFingerprint(d *Descriptor, hc *provenance.HashCache, extra ...string)
 		return provenance.Fingerprint{}, err
 	}
 	fp.Program = d.Key + " command engine"
+	fp.Call = callDigest(d)
 	if c.Python != "" {
 		fp.Libraries = map[string]string{"rdkit": RDKitVersion(c.Python)}
 	}
@@ -126,4 +131,40 @@ func RDKitVersion(python string) string {
 	}
 	rdkitVersions.Store(exe, rdkitProbed{version: v, at: time.Now()})
 	return v
+}
+
+// callDigest is the SHA-256 of how kinflow calls d's program beyond the
+// files the fingerprint hashes: its argument templates and flags, static
+// arguments and typed params, environment, working directory, row keys,
+// input behaviours, file contract and declared output forms. Each can
+// change the numbers the program answers or how kinflow reads them, so a
+// changed one makes the prediction cache miss without a model_version bump.
+func callDigest(d *Descriptor) string {
+	c := d.Command
+	call := struct {
+		Argv           []string                     `json:"argv"`
+		InputFlag      string                       `json:"input_flag"`
+		OutputFlag     string                       `json:"output_flag"`
+		ExtraArgs      []string                     `json:"extra_args"`
+		ExtraEnv       map[string]string            `json:"extra_env"`
+		WorkDir        string                       `json:"workdir"`
+		Env            []EnvVar                     `json:"env"`
+		ColToKwarg     []ColumnKwarg                `json:"col_to_kwarg"`
+		TargetKwargs   map[Target]map[string]string `json:"target_kwargs"`
+		Params         map[Target]map[string]any    `json:"params"`
+		InputBehaviors map[Target]string            `json:"input_behaviors"`
+		FileContract   FileContract                 `json:"file_contract"`
+		Outputs        map[Target]Output            `json:"outputs"`
+		RowSeqID       bool                         `json:"row_seq_id"`
+	}{c.Argv, c.InputFlag, c.OutputFlag, c.ExtraArgs, c.ExtraEnv, c.WorkDir, d.EnvPaths, d.ColToKwarg,
+		d.TargetKwargs, d.Params, d.InputBehaviors, d.FileContract.OrJSON(), d.Outputs, d.RowSeqID}
+	// encoding/json sorts map keys, so equal calls give equal bytes.
+	b, err := json.Marshal(call)
+	if err != nil {
+		// Params hold YAML-decoded values, which always encode; an
+		// unencodable one still gives a distinct, stable digest.
+		b = []byte(fmt.Sprintf("%#v", call))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }

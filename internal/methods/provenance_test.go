@@ -118,3 +118,50 @@ func TestEngineFingerprintCoversDataCheckpointsAndRDKit(t *testing.T) {
 		t.Fatalf("fingerprints %s %s %s %s: each change must show", base, afterData, afterCkpt, afterRDKit)
 	}
 }
+
+// TestEngineFingerprintCoversHowTheProgramIsCalled: the same files called
+// with another static argument, typed param, environment value, row key or
+// declared output form have another fingerprint, so the prediction cache
+// never serves numbers a differently called program answered; an equal
+// descriptor has an equal one.
+func TestEngineFingerprintCoversHowTheProgramIsCalled(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "predict.py")
+	if err := os.WriteFile(script, []byte("print(1)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := func() *Descriptor {
+		d, _ := Default().Get("G")
+		d = d.Clone()
+		d.Command = &Command{Python: "/usr/bin/python3", Script: script}
+		return d
+	}
+	id := func(d *Descriptor) string {
+		fp, err := EngineFingerprint(d, provenance.NewHashCache(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fp.ID()
+	}
+	ref := id(base())
+	if id(base()) != ref {
+		t.Fatal("equal descriptors must have equal fingerprints")
+	}
+	changes := map[string]func(d *Descriptor){
+		"target kwarg": func(d *Descriptor) { d.TargetKwargs[Kcat]["kinetics_type"] = "KM" },
+		"typed param":  func(d *Descriptor) { d.Params = map[Target]map[string]any{Kcat: {"cleanup_embeddings_after_run": false}} },
+		"environment":  func(d *Descriptor) { d.EnvPaths = append(d.EnvPaths, EnvVar{Name: "X", Value: "1"}) },
+		"extra env":    func(d *Descriptor) { d.Command.ExtraEnv = map[string]string{"OMP_NUM_THREADS": "1"} },
+		"row key":      func(d *Descriptor) { d.ColToKwarg = []ColumnKwarg{{Column: "Substrate", Kwarg: "smiles"}} },
+		"output form":  func(d *Descriptor) { d.Outputs = map[Target]Output{Kcat: {Form: FormLog10}} },
+		"row seq_id":   func(d *Descriptor) { d.RowSeqID = !d.RowSeqID },
+		"extra args":   func(d *Descriptor) { d.Command.ExtraArgs = []string{"--fast"} },
+	}
+	for name, change := range changes {
+		d := base()
+		change(d)
+		if id(d) == ref {
+			t.Errorf("a changed %s left the engine's fingerprint as it was", name)
+		}
+	}
+}

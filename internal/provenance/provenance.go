@@ -50,6 +50,11 @@ type Fingerprint struct {
 	// version (a step program's package version, a file's SHA-256, …).
 	Program        string `json:"program,omitempty"`
 	ProgramVersion string `json:"program_version,omitempty"`
+	// Call is, for a method's engine, the SHA-256 of how kinflow calls the
+	// program beyond its files: arguments, parameters, environment, row
+	// keys and the declared output forms. Changing any of them changes the
+	// numbers a program answers or how they are read, so it changes the id.
+	Call string `json:"call,omitempty"`
 }
 
 // Canonical is the fingerprint's canonical JSON: compact, fields in
