@@ -149,13 +149,15 @@ func TestEngineFingerprintCoversHowTheProgramIsCalled(t *testing.T) {
 	}
 	changes := map[string]func(d *Descriptor){
 		"target kwarg": func(d *Descriptor) { d.TargetKwargs[Kcat]["kinetics_type"] = "KM" },
-		"typed param":  func(d *Descriptor) { d.Params = map[Target]map[string]any{Kcat: {"cleanup_embeddings_after_run": false}} },
-		"environment":  func(d *Descriptor) { d.EnvPaths = append(d.EnvPaths, EnvVar{Name: "X", Value: "1"}) },
-		"extra env":    func(d *Descriptor) { d.Command.ExtraEnv = map[string]string{"OMP_NUM_THREADS": "1"} },
-		"row key":      func(d *Descriptor) { d.ColToKwarg = []ColumnKwarg{{Column: "Substrate", Kwarg: "smiles"}} },
-		"output form":  func(d *Descriptor) { d.Outputs = map[Target]Output{Kcat: {Form: FormLog10}} },
-		"row seq_id":   func(d *Descriptor) { d.RowSeqID = !d.RowSeqID },
-		"extra args":   func(d *Descriptor) { d.Command.ExtraArgs = []string{"--fast"} },
+		"typed param": func(d *Descriptor) {
+			d.Params = map[Target]map[string]any{Kcat: {"cleanup_embeddings_after_run": false}}
+		},
+		"environment": func(d *Descriptor) { d.EnvPaths = append(d.EnvPaths, EnvVar{Name: "X", Value: "1"}) },
+		"extra env":   func(d *Descriptor) { d.Command.ExtraEnv = map[string]string{"OMP_NUM_THREADS": "1"} },
+		"row key":     func(d *Descriptor) { d.ColToKwarg = []ColumnKwarg{{Column: "Substrate", Kwarg: "smiles"}} },
+		"output form": func(d *Descriptor) { d.Outputs = map[Target]Output{Kcat: {Form: FormLog10}} },
+		"row seq_id":  func(d *Descriptor) { d.RowSeqID = !d.RowSeqID },
+		"extra args":  func(d *Descriptor) { d.Command.ExtraArgs = []string{"--fast"} },
 	}
 	for name, change := range changes {
 		d := base()
