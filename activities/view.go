@@ -79,7 +79,8 @@ var viewLink = os.Symlink
 
 // stageView is one stage's view of the media root.
 type stageView struct {
-	root string
+	root  string
+	media string
 	// files are the shared files the view gives, by seq id.
 	files []viewFile
 }
@@ -115,7 +116,7 @@ func (a *Activities) buildView(ctx context.Context, ref StageRef, dir string, ro
 	if err := os.RemoveAll(root); err != nil {
 		return nil, fmt.Errorf("stage view: %w", err)
 	}
-	v := &stageView{root: root}
+	v := &stageView{root: root, media: filepath.Clean(a.Config.MediaRoot)}
 	if err := os.MkdirAll(filepath.Join(root, embedding.SequenceInfoDir), 0o755); err != nil {
 		return nil, fmt.Errorf("stage view: %w", err)
 	}
@@ -161,6 +162,10 @@ func (a *Activities) buildView(ctx context.Context, ref StageRef, dir string, ro
 			v.files = append(v.files, vf)
 		}
 	}
+	if err := v.linkShared(a.sharedExtras(media, v)); err != nil {
+		v.remove()
+		return nil, err
+	}
 	if len(rows) > 0 {
 		if err := a.writeSeqmapInto(ctx, root, rows, sids); err != nil {
 			v.remove()
@@ -168,6 +173,53 @@ func (a *Activities) buildView(ctx context.Context, ref StageRef, dir string, ro
 		}
 	}
 	return v, nil
+}
+
+// sharedExtras are the other shared files a program reads beside its
+// planned ones: each linked family folder's manifest.json (the reference's
+// presence checks read it) and method A's binding-site table. kinflow
+// replaces a manifest by a rename and appends to the table under its lock,
+// so neither is checked after the run like a planned file; a program that
+// deletes or replaces them through the view removes only its link.
+func (a *Activities) sharedExtras(media string, v *stageView) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, f := range v.files {
+		m := filepath.Join(filepath.Dir(f.shared), embedding.ManifestName)
+		if !seen[m] {
+			seen[m] = true
+			out = append(out, m)
+		}
+	}
+	if a.Layout != nil {
+		out = append(out, a.Layout.BindingSiteTable())
+	}
+	return out
+}
+
+// linkShared links each of paths (files under the media root that exist)
+// into the view at its place under the media root.
+func (v *stageView) linkShared(paths []string) error {
+	for _, p := range paths {
+		p = filepath.Clean(p)
+		rel, err := filepath.Rel(v.media, p)
+		if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			continue
+		}
+		if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
+			continue
+		}
+		dst := filepath.Join(v.root, rel)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return fmt.Errorf("stage view: %w", err)
+		}
+		if err := viewLink(p, dst); err != nil {
+			if err := copyFile(p, dst); err != nil {
+				return fmt.Errorf("stage view: %w", err)
+			}
+		}
+	}
+	return nil
 }
 
 // copyFile copies src to dst, read-only: the view's entry where no link

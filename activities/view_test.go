@@ -33,6 +33,7 @@ keep = os.environ["KEEP_DIR"]
 mode = open(os.path.join(keep, "mode")).read().strip() if os.path.exists(os.path.join(keep, "mode")) else ""
 job = json.load(open(inp))
 fam = os.path.join(si, "esm2_layer_last_mean")
+manifest = os.path.exists(os.path.join(fam, "manifest.json"))
 preds, read = [], []
 for r in job["rows"]:
     p = os.path.join(fam, r["seq_id"] + ".npy")
@@ -47,7 +48,7 @@ for p in read:
             f.write(b"not an array any more")
 if mode == "delete":
     shutil.rmtree(fam, ignore_errors=True)
-json.dump({"media": media, "si": si, "seqmap": os.path.exists(os.path.join(media, "sequence_info", "seqmap.sqlite3"))},
+json.dump({"media": media, "si": si, "seqmap": os.path.exists(os.path.join(media, "sequence_info", "seqmap.sqlite3")), "manifest": manifest},
           open(os.path.join(keep, "seen.json"), "w"))
 json.dump({"predictions": preds}, open(out, "w"))
 `
@@ -144,17 +145,18 @@ func (h *viewHarness) want(paths []string) []string {
 	return out
 }
 
-func (h *viewHarness) seen() (media, si string, seqmap bool) {
+func (h *viewHarness) seen() (media, si string, seqmap, manifest bool) {
 	h.t.Helper()
 	var s struct {
-		Media  string `json:"media"`
-		SI     string `json:"si"`
-		Seqmap bool   `json:"seqmap"`
+		Media    string `json:"media"`
+		SI       string `json:"si"`
+		Seqmap   bool   `json:"seqmap"`
+		Manifest bool   `json:"manifest"`
 	}
 	if err := fsutil.ReadJSON(filepath.Join(h.keep, "seen.json"), &s); err != nil {
 		h.t.Fatal(err)
 	}
-	return s.Media, s.SI, s.Seqmap
+	return s.Media, s.SI, s.Seqmap, s.Manifest
 }
 
 func stats(t *testing.T, paths []string) []embedding.FileStat {
@@ -193,10 +195,13 @@ func TestProgramDeletingItsFilesLeavesTheSharedCache(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantValues(t, p, want...)
-		media, si, seqmap := h.seen()
+		media, si, seqmap, manifest := h.seen()
 		view, _ := h.a.stageViewDir("jobview01", 0)
-		if media != view || si != filepath.Join(view, "sequence_info") || !seqmap {
-			t.Errorf("program given media %q, sequence_info %q (seqmap there: %v); want the view %q", media, si, seqmap, view)
+		if media != view || si != filepath.Join(view, "sequence_info") || !seqmap || !manifest {
+			t.Errorf("program given media %q, sequence_info %q (seqmap there: %v, manifest: %v); want the view %q", media, si, seqmap, manifest, view)
+		}
+		if _, err := os.Stat(filepath.Join(filepath.Dir(paths[0]), embedding.ManifestName)); err != nil {
+			t.Errorf("the shared manifest: %v", err)
 		}
 		if after := stats(t, paths); fmt.Sprint(after) != fmt.Sprint(before) {
 			t.Errorf("shared files changed: before %v, after %v", before, after)
