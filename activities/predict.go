@@ -572,7 +572,11 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 			return engineOutput{}, err
 		}
 		defer view.remove()
-		mv = &methods.MediaView{MediaRoot: a.Config.MediaRoot, Root: view.root}
+		mv = &methods.MediaView{MediaRoot: view.media, Root: view.root}
+	}
+	media := a.Config.MediaRoot
+	if view != nil {
+		media = view.media
 	}
 	last := 0
 	var lastWrite time.Time
@@ -581,8 +585,8 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 	eng.vals, eng.reasons, err = methods.RunCommand(ctx, d, methods.CommandRequest{
 		JobID: ref.JobID, Target: sr.Target, Canonicalize: canonicalize, Rows: rows, Dir: dir,
 		Vars: map[string]string{
-			"media":                   a.Config.MediaRoot,
-			"sequence_info":           filepath.Join(a.Config.MediaRoot, "sequence_info"),
+			"media":                   media,
+			"sequence_info":           filepath.Join(media, "sequence_info"),
 			"methode_checkpoint_root": a.Config.MethodECheckpointRoot,
 			"methodj_cache_dir":       a.Config.MethodJCacheDir,
 		},

@@ -109,14 +109,23 @@ func (a *Activities) stageViewDir(jobID string, index int) (string, error) {
 // (or copied), and a private seqmap.sqlite3 with the rows' ids. A view left
 // by an attempt that died is removed first.
 func (a *Activities) buildView(ctx context.Context, ref StageRef, dir string, rows []methods.EngineRow, sids []string) (*stageView, error) {
+	// Absolute paths: the program runs in its own working folder, and the
+	// plan's paths are absolute.
+	media, err := filepath.Abs(a.Config.MediaRoot)
+	if err != nil {
+		return nil, err
+	}
 	root, err := a.stageViewDir(ref.JobID, ref.StageIndex)
 	if err != nil {
+		return nil, err
+	}
+	if root, err = filepath.Abs(root); err != nil {
 		return nil, err
 	}
 	if err := os.RemoveAll(root); err != nil {
 		return nil, fmt.Errorf("stage view: %w", err)
 	}
-	v := &stageView{root: root, media: filepath.Clean(a.Config.MediaRoot)}
+	v := &stageView{root: root, media: media}
 	if err := os.MkdirAll(filepath.Join(root, embedding.SequenceInfoDir), 0o755); err != nil {
 		return nil, fmt.Errorf("stage view: %w", err)
 	}
@@ -127,7 +136,6 @@ func (a *Activities) buildView(ctx context.Context, ref StageRef, dir string, ro
 		v.remove()
 		return nil, err
 	}
-	media := filepath.Clean(a.Config.MediaRoot)
 	cache := filepath.Join(media, embedding.SequenceInfoDir) + string(filepath.Separator)
 	seen := map[string]bool{}
 	for _, sid := range sids {
