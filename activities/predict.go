@@ -572,7 +572,9 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 			return engineOutput{}, err
 		}
 		defer view.remove()
-		mv = &methods.MediaView{MediaRoot: view.media, Root: view.root}
+		// Method J's contact maps are its program's own cache, which
+		// kinflow does not plan: it stays where the program keeps it.
+		mv = &methods.MediaView{MediaRoot: view.media, Root: view.root, Keep: map[string]bool{"methodj_cache_dir": true}}
 	}
 	media := a.Config.MediaRoot
 	if view != nil {

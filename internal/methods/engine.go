@@ -104,6 +104,10 @@ type MediaView struct {
 	MediaRoot string
 	// Root is the view's folder, which stands in for MediaRoot.
 	Root string
+	// Keep names placeholders left as they are: a program's own writable
+	// cache that kinflow neither plans nor reads (method J's contact maps,
+	// by default under sequence_info/).
+	Keep map[string]bool
 }
 
 // ViewVars rewrites, in place, every value of vars that is the media root,
@@ -118,7 +122,7 @@ func ViewVars(vars map[string]string, v MediaView) {
 	for k, val := range vars {
 		c := filepath.Clean(val)
 		switch {
-		case val == "":
+		case val == "" || v.Keep[k]:
 		case c == root:
 			vars[k] = v.Root
 		case c == cache || strings.HasPrefix(c, cache+string(filepath.Separator)):
