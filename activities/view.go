@@ -35,6 +35,8 @@ import (
 //     stage's plan for the sequences sent to the program (a copy where no
 //     link can be made), so that a program deleting or renaming "its"
 //     files removes only links;
+//   - a link to each such family folder's manifest.json and to method A's
+//     binding-site table (sharedExtras);
 //   - sequence_info/seqmap.sqlite3: a private database with the stage's
 //     rows (SQLite's -wal and -shm files go by path, so a shared database
 //     reached through a link would be unsafe).
