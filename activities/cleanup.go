@@ -20,6 +20,13 @@ import (
 // them: an earlier stage keeps its claims, and the last releases its own and
 // theirs, so the files are not deleted and computed again between them.
 func (a *Activities) Cleanup(ctx context.Context, ref StageRef) error {
+	// The stage's view of the media root (view.go), left when the worker
+	// died while its program ran: links and copies only.
+	if v, err := a.stageViewDir(ref.JobID, ref.StageIndex); err == nil {
+		if err := os.RemoveAll(v); err != nil {
+			return err
+		}
+	}
 	release := []int{ref.StageIndex}
 	if stages, err := a.Store.JobStages(ctx, ref.JobID); err == nil {
 		fams := a.ephemeralOf(stages, ref.StageIndex)

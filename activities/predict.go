@@ -113,13 +113,14 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 		// The method has read its files: any that changed since the plan's
 		// check are checked again, and the units of a changed file run
 		// again in another round, after the file is computed anew.
-		redo, changed, err := a.recheckAfterRead(ctx, ref, sr, toSend, log)
+		kept := eng.keep(toSend)
+		redo, changed, err := a.recheckAfterRead(ctx, ref, sr, kept, log)
 		if err != nil {
 			return PredictResult{}, err
 		}
 		eng.apply(&out, toSend, d, methods.Target(sr.Target))
 		if len(redo) > 0 {
-			toSend = dropRedo(&out, toSend, redo)
+			kept = dropRedo(&out, kept, redo)
 		}
 		switch {
 		case pc != nil && eng.unconverted:
@@ -128,7 +129,7 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 			// tokens as sent to kinflow) does not describe.
 			log.Warn("prediction cache: not storing this stage's values, its substrates went unconverted")
 		case pc != nil:
-			a.storeComputed(ctx, pc, d, out.Results, toSend, log)
+			a.storeComputed(ctx, pc, d, out.Results, kept, log)
 		}
 		if len(redo) > 0 {
 			if err := writePartial(partialFile, out, send, redo); err != nil {
@@ -217,6 +218,9 @@ type engineOutput struct {
 	// unconverted: the program saw the substrates as given (the chemistry
 	// helper was not used).
 	unconverted bool
+	// failed are the units whose shared file changed while the program
+	// ran (view.go), with their reason: their values are not served.
+	failed map[int]string
 }
 
 // runEngine predicts the units toSend with the configured engine (none
@@ -233,7 +237,7 @@ func (a *Activities) runEngine(ctx context.Context, ref StageRef, job *store.Job
 			eng.uncs = syntheticUncertainties(d, sr, toSend)
 		}
 	default:
-		eng.vals, eng.reasons, eng.uncs, eng.unconverted, err = a.predictCommand(ctx, ref, job.CanonicalizeSubstrates, d, sr, toSend, dir)
+		eng, err = a.predictCommand(ctx, ref, job.CanonicalizeSubstrates, d, sr, toSend, dir)
 	}
 	return eng, err
 }
@@ -251,6 +255,10 @@ func (eng engineOutput) apply(out *jobfiles.StagePredictions, toSend []int, d *m
 	}
 	for k, i := range toSend {
 		r := &out.Results[i]
+		if reason, ok := eng.failed[k]; ok {
+			*r = units.Result{Error: reason}
+			continue
+		}
 		var v float64
 		var bad string
 		if eng.vals[k] != nil {
@@ -270,6 +278,21 @@ func (eng engineOutput) apply(out *jobfiles.StagePredictions, toSend []int, d *m
 			}
 		}
 	}
+}
+
+// keep is the units of toSend the engine's answer may be used for: all
+// but those whose shared file changed while the program ran.
+func (eng engineOutput) keep(toSend []int) []int {
+	if len(eng.failed) == 0 {
+		return toSend
+	}
+	out := toSend[:0:0]
+	for k, i := range toSend {
+		if _, ok := eng.failed[k]; !ok {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // dropRedo clears the results of the units to run again and returns the
@@ -514,7 +537,7 @@ func (a *Activities) checkArtefacts(ref StageRef) error {
 // non-retryable PredictionFailed errors. Before the program starts, the
 // rows' seq ids are written into the media root's seqmap.sqlite3, where
 // the reference's programs look them up (writeSeqmapFile).
-func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonicalize bool, d *methods.Descriptor, sr jobfiles.StageRows, send []int, dir string) ([]*float64, map[int]string, map[int]units.Uncertainty, bool, error) {
+func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonicalize bool, d *methods.Descriptor, sr jobfiles.StageRows, send []int, dir string) (engineOutput, error) {
 	rows := make([]methods.EngineRow, len(send))
 	for k, i := range send {
 		rows[k] = methods.EngineRow{Seq: sr.Units[i].Seq, Kwargs: sr.Units[i].Kwargs}
@@ -522,10 +545,11 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 	// Heartbeat while the program runs even if it prints nothing.
 	stopBeat := heartbeat.Start(ctx)
 	defer stopBeat()
+	var ids []string
 	if d.RowSeqID || d.Command != nil {
-		ids, err := a.rowSeqIDs(ctx, dir, rows)
-		if err != nil {
-			return nil, nil, nil, false, err
+		var err error
+		if ids, err = a.rowSeqIDs(ctx, dir, rows); err != nil {
+			return engineOutput{}, err
 		}
 		if d.RowSeqID {
 			for k := range rows {
@@ -534,26 +558,45 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 		}
 		if d.Command != nil {
 			if err := a.writeSeqmapFile(ctx, sr.Target, d, rows, ids); err != nil {
-				return nil, nil, nil, false, err
+				return engineOutput{}, err
 			}
 		}
 	}
+	// The program sees its own view of the media root (view.go), never
+	// the shared cache other jobs planned on.
+	var view *stageView
+	var mv *methods.MediaView
+	if d.Command != nil {
+		var err error
+		if view, err = a.buildView(ctx, ref, dir, rows, ids); err != nil {
+			return engineOutput{}, err
+		}
+		defer view.remove()
+		// Method J's contact maps are its program's own cache, which
+		// kinflow does not plan: it stays where the program keeps it.
+		mv = &methods.MediaView{MediaRoot: view.media, Root: view.root, Keep: map[string]bool{"methodj_cache_dir": true}}
+	}
+	media := a.Config.MediaRoot
+	if view != nil {
+		media = view.media
+	}
 	last := 0
 	var lastWrite time.Time
-	unconverted := false
-	uncs := map[int]units.Uncertainty{}
-	vals, reasons, err := methods.RunCommand(ctx, d, methods.CommandRequest{
+	eng := engineOutput{uncs: map[int]units.Uncertainty{}}
+	var err error
+	eng.vals, eng.reasons, err = methods.RunCommand(ctx, d, methods.CommandRequest{
 		JobID: ref.JobID, Target: sr.Target, Canonicalize: canonicalize, Rows: rows, Dir: dir,
 		Vars: map[string]string{
-			"media":                   a.Config.MediaRoot,
-			"sequence_info":           filepath.Join(a.Config.MediaRoot, "sequence_info"),
+			"media":                   media,
+			"sequence_info":           filepath.Join(media, "sequence_info"),
 			"methode_checkpoint_root": a.Config.MethodECheckpointRoot,
 			"methodj_cache_dir":       a.Config.MethodJCacheDir,
 		},
+		View:        mv,
 		Env:         config.ChildEnv(os.Environ()),
 		Chem:        a.Chem,
-		Unconverted: func() { unconverted = true },
-		Uncertainty: func(row int, u units.Uncertainty) { uncs[row] = u },
+		Unconverted: func() { eng.unconverted = true },
+		Uncertainty: func(row int, u units.Uncertainty) { eng.uncs[row] = u },
 		Progress: func(done int) {
 			activity.RecordHeartbeat(ctx, done)
 			// Progress is stored at most every half second, and only
@@ -564,12 +607,33 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 			}
 		},
 	})
+	// Whatever the program's end, the shared files it was given are
+	// checked: the units of one it changed are not served, and the file
+	// goes to the integrity check.
+	if view != nil {
+		if ch := view.check(); !ch.empty() {
+			bySid := ch.failedSeqs()
+			eng.failed = map[int]string{}
+			for k := range rows {
+				if r, ok := bySid[ids[k]]; ok {
+					eng.failed[k] = r
+				}
+			}
+			log := a.Log.With("job_id", ref.JobID, "stage", ref.StageIndex, "method", d.Key, "target", sr.Target, "step", "predict")
+			if rerr := a.reportViewChanges(context.WithoutCancel(ctx), ref, ch, len(eng.failed), log); rerr != nil && err == nil {
+				return engineOutput{}, rerr
+			}
+		}
+	}
 	var ee *methods.EngineError
 	if errors.As(err, &ee) {
 		// The job's error text names the target (WIRE §13.3).
-		return nil, nil, nil, false, temporal.NewNonRetryableApplicationError(sr.Target+": "+ee.Msg, ErrPrediction, ee.Err)
+		return engineOutput{}, temporal.NewNonRetryableApplicationError(sr.Target+": "+ee.Msg, ErrPrediction, ee.Err)
 	}
-	return vals, reasons, uncs, unconverted, err
+	if err != nil {
+		return engineOutput{}, err
+	}
+	return eng, nil
 }
 
 // rowSeqIDs returns each row's seq id: the id the stage's plan used for its

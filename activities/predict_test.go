@@ -309,11 +309,13 @@ func TestPredictGenericJSONContract(t *testing.T) {
 			in.Params["kinetics_type"] != "KM" || in.Params["canonicalize_substrates"] != true || in.Rows[0]["substrates"] != "CCO" {
 			t.Errorf("engine input %+v", in)
 		}
-		// Paths fill the env; an unconfigured path leaves its variable unset.
+		// Paths fill the env; an unconfigured path leaves its variable unset;
+		// the media path is the stage's own view of the media root.
+		view, _ := h.a.stageViewDir("jobjson01", 1)
 		var env map[string]*string
 		_ = json.Unmarshal([]byte(h.kept("env.json")), &env)
 		if env["METHODB_MODEL_ROOT"] == nil || *env["METHODB_MODEL_ROOT"] != "/models/b" || env["METHODB_TOOLS_PATH"] != nil ||
-			env["METHODB_MEDIA_PATH"] == nil || *env["METHODB_MEDIA_PATH"] != h.a.Config.MediaRoot ||
+			env["METHODB_MEDIA_PATH"] == nil || *env["METHODB_MEDIA_PATH"] != view ||
 			env["KINFLOW_DATABASE_URL"] != nil || env["GPU_EMBED_SERVICE_TOKEN"] != nil || env["PATH"] == nil {
 			t.Errorf("engine env %v", env)
 		}

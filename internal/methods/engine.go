@@ -91,6 +91,44 @@ type CommandRequest struct {
 	// Uncertainty, when set, is called for each row the program gave an
 	// uncertainty for (the JSON contract's optional `uncertainties`).
 	Uncertainty func(row int, u units.Uncertainty)
+	// View, when set, is the stage's private view of the media root: every
+	// placeholder value that names the media root or a path in its shared
+	// cache is rendered into it (ViewVars), so the program never gets a
+	// path to a file another job planned on.
+	View *MediaView
+}
+
+// MediaView maps the media root onto a stage's private view of it.
+type MediaView struct {
+	// MediaRoot is the absolute media root.
+	MediaRoot string
+	// Root is the view's folder, which stands in for MediaRoot.
+	Root string
+	// Keep names placeholders left as they are: a program's own writable
+	// cache that kinflow neither plans nor reads (method J's contact maps,
+	// by default under sequence_info/).
+	Keep map[string]bool
+}
+
+// ViewVars rewrites, in place, every value of vars that is the media root,
+// its sequence_info/ folder or a path below that folder (the shared
+// embedding cache: {media}, {sequence_info}, {folder:<family>}, an
+// operator's path into the cache) into the same place under the view's
+// root. Other paths under the media root (checkpoints an operator keeps
+// there) are left as they are: they are not the shared cache.
+func ViewVars(vars map[string]string, v MediaView) {
+	root := filepath.Clean(v.MediaRoot)
+	cache := filepath.Join(root, "sequence_info")
+	for k, val := range vars {
+		c := filepath.Clean(val)
+		switch {
+		case val == "" || v.Keep[k]:
+		case c == root:
+			vars[k] = v.Root
+		case c == cache || strings.HasPrefix(c, cache+string(filepath.Separator)):
+			vars[k] = filepath.Join(v.Root, strings.TrimPrefix(c, root))
+		}
+	}
 }
 
 // EngineError is a failure of a method's program or of its files that
@@ -253,6 +291,9 @@ func commandVars(d *Descriptor, req CommandRequest, run *engineRun) map[string]s
 	}
 	maps.Copy(vars, run.vars)
 	maps.Copy(vars, d.Command.Paths)
+	if req.View != nil {
+		ViewVars(vars, *req.View)
+	}
 	return vars
 }
 

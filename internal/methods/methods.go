@@ -162,8 +162,10 @@ type ColumnKwarg struct {
 // process (WIRE §7.3). Value is a template; the runtime (RunCommand)
 // replaces these placeholders and keeps the rest literal:
 //
-//   - {media}: the media root (KINFLOW_MEDIA_ROOT)
-//   - {sequence_info}: <media root>/sequence_info, the shared embedding cache
+//   - {media}: the media root (KINFLOW_MEDIA_ROOT); for the command
+//     engine, the stage's private view of it (CommandRequest.View)
+//   - {sequence_info}: <media root>/sequence_info, the shared embedding
+//     cache; for the command engine, the view's sequence_info/
 //   - {methode_checkpoint_root}: METHODE_CHECKPOINT_ROOT
 //   - {methodj_cache_dir}: METHODJ_CACHE_DIR
 //   - {methodf_delete_embeddings}: always 0 (kinflow's Cleanup deletes
