@@ -124,3 +124,32 @@ func TestUncertaintyFromDeclaredLists(t *testing.T) {
 		}
 	}
 }
+
+// TestProgressAndUncertaintySourceFields: E reads tqdm bars, every other
+// built-in method Progress lines alone; a methods file's progress and
+// uncertainty_from are checked.
+func TestProgressAndUncertaintySourceFields(t *testing.T) {
+	for _, d := range methods.Default().All() {
+		want := methods.ProgressForm("")
+		if d.Key == "E" {
+			want = methods.ProgressTqdm
+		}
+		if d.Progress != want {
+			t.Errorf("%s: progress %q, want %q", d.Key, d.Progress, want)
+		}
+	}
+	for file, ok := range map[string]bool{
+		"methods: [{key: B, progress: tqdm}]":                                             true,
+		"methods: [{key: B, progress: lines}]":                                            true,
+		"methods: [{key: B, progress: bars}]":                                             false,
+		"methods: [{key: E, uncertainty_from: {total: SD_total, form: var}}]":             true,
+		"methods: [{key: E, uncertainty_from: {total: SD_total, form: cv}}]":              false,
+		"methods: [{key: E, uncertainty_from: {aleatoric: SD_aleatoric}}]":                false,
+		"methods: [{key: B, uncertainty_from: {total: SD_total}}]":                        false,
+		"methods: [{key: E, file_contract: substrate_csv, uncertainty_from: {total: x}}]": false,
+	} {
+		if _, err := methods.Parse([]byte(file)); (err == nil) != ok {
+			t.Errorf("%s: error %v, want ok %v", file, err, ok)
+		}
+	}
+}
