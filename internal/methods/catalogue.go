@@ -459,8 +459,18 @@ func builtin() []*Descriptor {
 			StepKeys:       []string{StepMethodEEmbedKcat, StepMethodEEmbedKm},
 			EmbeddingsUsed: []string{"methode_esm2"},
 			// CatPred's inference reports a standard deviation of log10 of
-			// each value (total, aleatoric, epistemic) beside it.
+			// each value (total, aleatoric, epistemic) beside it. The
+			// reference's program (its webKinPred adapter) drops them and
+			// writes only predictions, invalid_indices and invalid_reasons:
+			// with it the columns stay blank; a program that passes them on
+			// in `uncertainties` (or lists named by uncertainty_from) fills
+			// them.
 			Uncertainty: true,
+			// CatPred prints no `Progress:` line until it is done; its
+			// progress is its tqdm bars on stderr: the ensemble's models,
+			// each model's batches nested under them (the reference's
+			// engine estimates CatPred's progress from the same bars).
+			Progress: ProgressTqdm,
 			// CatPred refuses checkpoints outside CATPRED_TRUSTED_DESERIALIZATION_ROOTS
 			// (catpred/security/deserialization.py); the reference sets it to its
 			// checkpoint folder.

@@ -36,6 +36,9 @@ type engineRun struct {
 	keys [][2]string
 	// notes go to the stage's engine log before the command runs.
 	notes []string
+	// unc is where the JSON output gives uncertainties (nil: kinflow's
+	// `uncertainties`).
+	unc *UncertaintySource
 }
 
 // writeEngineInput writes the input file of d's file contract for the
@@ -43,7 +46,7 @@ type engineRun struct {
 // canonicalizeSubstrates asks for the dedicated contracts (WIRE §4.5).
 func writeEngineInput(ctx context.Context, d *Descriptor, req CommandRequest) (*engineRun, error) {
 	jobID, dir := req.JobID, req.Dir
-	run := &engineRun{contract: d.FileContract.OrJSON(), vars: map[string]string{}}
+	run := &engineRun{contract: d.FileContract.OrJSON(), vars: map[string]string{}, unc: d.UncertaintyFrom}
 	fail := func(err error) (*engineRun, error) {
 		return nil, &EngineError{Msg: d.DisplayName + " could not write its input file", Err: err}
 	}
@@ -223,7 +226,7 @@ func conversionNote(form string, converted bool) string {
 func readEngineResult(run *engineRun, n int, name string) ([]*float64, map[int]string, []*units.Uncertainty, error) {
 	switch run.contract {
 	case ContractJSON:
-		return readEngineOutput(run.out, n, name)
+		return readEngineOutput(run.out, n, name, run.unc)
 	case ContractSubstrateCSV:
 		vals, err := readOutputColumn(run.out, colPredictedValue, n, nil, name)
 		return vals, nil, nil, err

@@ -17,6 +17,7 @@ func FuzzEngineOutputs(f *testing.F) {
 	f.Add([]byte("[1.5, \"none\", 1e999]"), uint8(3))
 	f.Add([]byte(`{"predictions":[1,2],"uncertainties":[{"sd_total":0.4,"sd_aleatoric":0.3,"sd_epistemic":-1},null]}`), uint8(2))
 	f.Add([]byte(`{"predictions":[1],"uncertainties":[{"sd_total":"x"},{}]}`), uint8(1))
+	f.Add([]byte(`{"predictions":[1,2],"SD_total":[0.4,null],"SD_aleatoric":["x",0.1],"v":[-1,4]}`), uint8(0x82))
 	f.Add([]byte("smiles,sequence,y_pred\nCCO,MK,1\n\"a,b\",MK,nan\n"), uint8(2))
 	f.Add([]byte("Predicted Value\n1\n2\n"), uint8(2))
 	f.Add([]byte("\ufeffkcat [s^(-1)],x\n3\n\"unterminated\n"), uint8(1))
@@ -25,12 +26,16 @@ func FuzzEngineOutputs(f *testing.F) {
 		if err := os.WriteFile(path, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		rows := int(n % 16)
+		rows := int(n & 0x0f)
 		keys := make([][2]string, rows)
 		for i := range keys {
 			keys[i] = [2]string{"MK", "CCO"}
 		}
-		if vals, reasons, uncs, err := readEngineOutput(path, rows, "M"); err == nil {
+		var src *UncertaintySource
+		if n&0x80 != 0 {
+			src = &UncertaintySource{Total: "SD_total", Aleatoric: "SD_aleatoric", Epistemic: "v", Form: UncertaintyVar}
+		}
+		if vals, reasons, uncs, err := readEngineOutput(path, rows, "M", src); err == nil {
 			if len(vals) != rows || (uncs != nil && len(uncs) != rows) {
 				t.Fatalf("json: %d values, %d uncertainties for %d rows", len(vals), len(uncs), rows)
 			}

@@ -84,7 +84,9 @@ type CommandRequest struct {
 	// helper could not convert them (none configured, or it failed): the
 	// program then saw other text than a converting helper would send.
 	Unconverted func()
-	// Progress is called on each `Progress: x/y` line with x (may be nil).
+	// Progress is called on each `Progress: x/y` line with x, and, for a
+	// method whose progress is tqdm, with the rows its bars say are done
+	// (may be nil; never called concurrently).
 	// Keeping the activity alive while the program is silent is the
 	// caller's (internal/heartbeat).
 	Progress func(done int)
@@ -186,9 +188,15 @@ func RunCommand(ctx context.Context, d *Descriptor, req CommandRequest) ([]*floa
 			}
 		}
 	}
-	progress := req.Progress
-	if progress == nil {
-		progress = func(int) {}
+	// The program's stdout and stderr are read in goroutines of their
+	// own: progress is passed on one call at a time.
+	var progMu sync.Mutex
+	progress := func(done int) {
+		if req.Progress != nil {
+			progMu.Lock()
+			defer progMu.Unlock()
+			req.Progress(done)
+		}
 	}
 	dir := req.Dir
 	run, err := writeEngineInput(ctx, d, req)
@@ -240,6 +248,19 @@ func RunCommand(ctx context.Context, d *Descriptor, req CommandRequest) ([]*floa
 	}}
 	stderr := &procio.LineWriter{Line: func(line string) { logLine("stderr", line) }}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
+	var bars []*tqdmScanner
+	if d.Progress == ProgressTqdm {
+		// Each stream has its own cursor; one fraction for the run, as a
+		// count of its rows.
+		est := &tqdmProgress{}
+		onBar := func(b tqdmBar) {
+			if f, ok := est.Add(b); ok {
+				progress(int(f * float64(len(req.Rows))))
+			}
+		}
+		bars = []*tqdmScanner{{Bar: onBar}, {Bar: onBar}}
+		cmd.Stdout, cmd.Stderr = io.MultiWriter(stdout, bars[0]), io.MultiWriter(stderr, bars[1])
+	}
 	for _, n := range append(run.notes, unset...) {
 		logLine("kinflow", n)
 	}
@@ -250,6 +271,9 @@ func RunCommand(ctx context.Context, d *Descriptor, req CommandRequest) ([]*floa
 	err = cmd.Wait()
 	stdout.Flush()
 	stderr.Flush()
+	for _, b := range bars {
+		b.Flush()
+	}
 	if errors.Is(err, exec.ErrWaitDelay) {
 		// The program exited cleanly; a process it left behind kept its
 		// output open and was cut off.
@@ -339,7 +363,10 @@ var unfilledPlaceholder = regexp.MustCompile(`\{[a-z0-9_]+(:[A-Za-z0-9_./-]+)?\}
 // optional "uncertainties" (one entry per prediction, null or
 // {"sd_total", "sd_aleatoric", "sd_epistemic"}: standard deviations of log10
 // of the value, CatPred's own three numbers).
-func readEngineOutput(path string, n int, name string) ([]*float64, map[int]string, []*units.Uncertainty, error) {
+//
+// When src is set, the uncertainties are read from the lists it names
+// instead, and `uncertainties` is not read.
+func readEngineOutput(path string, n int, name string, src *UncertaintySource) ([]*float64, map[int]string, []*units.Uncertainty, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, nil, nil, &EngineError{Msg: name + " output file could not be read.", Err: err}
@@ -364,7 +391,12 @@ func readEngineOutput(path string, n int, name string) ([]*float64, map[int]stri
 		return nil, nil, nil, &EngineError{Msg: fmt.Sprintf("%s produced %d prediction(s) for %d input(s).", name, len(obj.Predictions), n)}
 	}
 	var uncs []*units.Uncertainty
-	if obj.Uncertainties != nil {
+	if src != nil {
+		var err error
+		if uncs, err = src.read(raw, n, name); err != nil {
+			return nil, nil, nil, err
+		}
+	} else if obj.Uncertainties != nil {
 		if len(obj.Uncertainties) != n {
 			return nil, nil, nil, &EngineError{Msg: fmt.Sprintf("%s produced %d uncertainties for %d input(s).", name, len(obj.Uncertainties), n)}
 		}

@@ -27,6 +27,13 @@ import (
 // with KEEP_DIR set to the returned folder, and a request over rows.
 func program(t *testing.T, key, body string, rows int) (*methods.Descriptor, methods.CommandRequest, string) {
 	t.Helper()
+	return programFields(t, key, body, rows, "")
+}
+
+// programFields is program with more descriptor fields (YAML lines of the
+// method's entry, each indented by four spaces).
+func programFields(t *testing.T, key, body string, rows int, fields string) (*methods.Descriptor, methods.CommandRequest, string) {
+	t.Helper()
 	if err := exec.Command(input.DefaultPython, "-c", "import json").Run(); err != nil {
 		testenv.Unavailable(t, "the engine programs need %s", input.DefaultPython)
 	}
@@ -38,7 +45,7 @@ func program(t *testing.T, key, body string, rows int) (*methods.Descriptor, met
 	cat, err := methods.Parse(fmt.Appendf(nil, `methods:
   - key: %s
     command: {python: %s, script: %s, extra_env: {KEEP_DIR: %s}}
-`, key, input.DefaultPython, script, dir))
+%s`, key, input.DefaultPython, script, dir, fields))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -327,6 +327,15 @@ type Descriptor struct {
 	// contract's `uncertainties`): the result then has the uncertainty
 	// columns of its target, and /methods/ says so (issue 28).
 	Uncertainty bool `json:"uncertainty,omitempty" yaml:"uncertainty,omitempty"`
+	// UncertaintyFrom, when set, names where the JSON contract's output
+	// gives each row's uncertainty in place of `uncertainties` (for a
+	// program that passes CatPred's own per-row numbers through). Needs
+	// Uncertainty.
+	UncertaintyFrom *UncertaintySource `json:"uncertainty_from,omitempty" yaml:"uncertainty_from,omitempty"`
+	// Progress is how the program reports progress: `lines` (the default,
+	// `Progress: x/y` on stdout) or `tqdm` (its tqdm bars as well, see
+	// ProgressTqdm).
+	Progress ProgressForm `json:"progress,omitempty" yaml:"progress,omitempty"`
 	// Outputs declares, per target, the form of the program's answer
 	// (output.go): linear (the default), log10, or range-class midpoints.
 	// kinflow converts each answer into the column's value and fails the
@@ -463,6 +472,10 @@ func (d *Descriptor) Clone() *Descriptor {
 			c.Outputs[k] = v
 		}
 	}
+	if d.UncertaintyFrom != nil {
+		u := *d.UncertaintyFrom
+		c.UncertaintyFrom = &u
+	}
 	if d.Command != nil {
 		cmd := *d.Command
 		cmd.Argv = slices.Clone(d.Command.Argv)
@@ -555,6 +568,22 @@ func (d *Descriptor) Validate() error {
 	}
 	if !d.Engine.valid() {
 		return fmt.Errorf("method %q: engine %q (want dedicated, generic or batch_script)", d.Key, d.Engine)
+	}
+	switch d.Progress {
+	case "", ProgressLines, ProgressTqdm:
+	default:
+		return fmt.Errorf("method %q: progress %q (want lines or tqdm)", d.Key, d.Progress)
+	}
+	if u := d.UncertaintyFrom; u != nil {
+		if !d.Uncertainty {
+			return fmt.Errorf("method %q: uncertainty_from needs uncertainty: true", d.Key)
+		}
+		if d.FileContract.OrJSON() != ContractJSON {
+			return fmt.Errorf("method %q: uncertainty_from needs the json file contract", d.Key)
+		}
+		if err := u.validate(); err != nil {
+			return fmt.Errorf("method %q: uncertainty_from: %w", d.Key, err)
+		}
 	}
 	if d.FileContract != "" && !slices.Contains(FileContracts(), d.FileContract) {
 		return fmt.Errorf("method %q: file_contract %q (want json, substrate_csv, reaction_csv or methoda)", d.Key, d.FileContract)
