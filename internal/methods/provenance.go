@@ -136,7 +136,8 @@ func RDKitVersion(python string) string {
 // callDigest is the SHA-256 of how kinflow calls d's program beyond the
 // files the fingerprint hashes: its argument templates and flags, static
 // arguments and typed params, environment, working directory, row keys,
-// input behaviours, file contract and declared output forms. Each can
+// input behaviours, file contract, declared output forms and where its
+// uncertainties are read. Each can
 // change the numbers the program answers or how kinflow reads them, so a
 // changed one makes the prediction cache miss without a model_version bump.
 func callDigest(d *Descriptor) string {
@@ -156,8 +157,9 @@ func callDigest(d *Descriptor) string {
 		FileContract   FileContract                 `json:"file_contract"`
 		Outputs        map[Target]Output            `json:"outputs"`
 		RowSeqID       bool                         `json:"row_seq_id"`
+		Uncertainty    *UncertaintySource           `json:"uncertainty_from"`
 	}{c.Argv, c.InputFlag, c.OutputFlag, c.ExtraArgs, c.ExtraEnv, c.WorkDir, d.EnvPaths, d.ColToKwarg,
-		d.TargetKwargs, d.Params, d.InputBehaviors, d.FileContract.OrJSON(), d.Outputs, d.RowSeqID}
+		d.TargetKwargs, d.Params, d.InputBehaviors, d.FileContract.OrJSON(), d.Outputs, d.RowSeqID, d.UncertaintyFrom}
 	// encoding/json sorts map keys, so equal calls give equal bytes.
 	b, err := json.Marshal(call)
 	if err != nil {
