@@ -20,7 +20,6 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/kinflow/kinflow/internal/config"
-	"github.com/kinflow/kinflow/internal/embedding"
 	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/heartbeat"
 	"github.com/kinflow/kinflow/internal/jobfiles"
@@ -342,7 +341,7 @@ func (a *Activities) recheckAfterRead(ctx context.Context, ref StageRef, sr jobf
 		seen[sid] = true
 		paths = append(paths, plan.Expected[sid]...)
 	}
-	changed := embedding.ChangedSinceCheck(paths)
+	changed := a.Layout.ChangedSinceCheck(paths)
 	if len(changed) == 0 {
 		return nil, 0, nil
 	}
@@ -549,6 +548,12 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 			"sequence_info":           filepath.Join(a.Config.MediaRoot, "sequence_info"),
 			"methode_checkpoint_root": a.Config.MethodECheckpointRoot,
 			"methodj_cache_dir":       a.Config.MethodJCacheDir,
+		},
+		Folder: func(family string) (string, bool) {
+			if a.Layout == nil {
+				return "", false
+			}
+			return a.Layout.FolderOf(family)
 		},
 		Env:         config.ChildEnv(os.Environ()),
 		Chem:        a.Chem,

@@ -223,7 +223,7 @@ func TestGCKeepsTheRecordOfAFileComputedDuringThePass(t *testing.T) {
 func TestGCCountsAndExpiresQuarantinedCopies(t *testing.T) {
 	fx, f, _, path, size := gcFixture(t, 3)
 	ctx := context.Background()
-	qdir := filepath.Join(fx.l.SequenceInfo(), embedding.QuarantineDir, filepath.FromSlash(f.Dir))
+	qdir := fx.l.QuarantineFolder(f)
 	if err := os.MkdirAll(qdir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ func TestAJobsUseKeepsTheQuickCheckValid(t *testing.T) {
 			paths = append(paths, path)
 		}
 	}
-	if changed := embedding.ChangedSinceCheck(paths); len(changed) != 0 {
+	if changed := fx.l.ChangedSinceCheck(paths); len(changed) != 0 {
 		t.Fatalf("after the job's use, %d of %d files fail the quick check: %v", len(changed), len(paths), changed)
 	}
 	if p := plan(); p.Integrity.Hashed != 0 || p.Integrity.Recorded != 0 || p.CachedAlready != 4 {

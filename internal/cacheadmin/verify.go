@@ -180,6 +180,9 @@ func (v *Verifier) verify(ctx context.Context, family string, sample int) (Verif
 	}
 	defer os.RemoveAll(scratch)
 	sl, err := embedding.NewLayout(filepath.Join(scratch, "media"), "", v.Layout.MethodECheckpointRoot, v.Layout.BindingSiteDir)
+	if err == nil {
+		sl.Folders = v.Layout.Folders
+	}
 	if err != nil {
 		return res, err
 	}
@@ -343,7 +346,7 @@ func (v *Verifier) recompute(ctx context.Context, sl *embedding.Layout, step str
 	pool := stepserver.NewPool(po)
 	defer pool.Close()
 	runner := &embedjob.CommandRunner{Settings: v.Settings, MediaRoot: sl.MediaRoot, Pool: pool}
-	eng := &embedjob.Engine{Runner: runner, Settings: v.Settings, Log: po.Log}
+	eng := &embedjob.Engine{Runner: runner, Settings: v.Settings, Log: po.Log, Layout: sl}
 	el := embedjob.EmbeddingLayout{L: sl}
 	items := make([]embedjob.SeqItem, 0, len(ids))
 	for _, sid := range ids {

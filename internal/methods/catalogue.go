@@ -424,7 +424,7 @@ func builtin() []*Descriptor {
 			ColToKwarg: single, TargetKwargs: builtinKineticsTypes(Kcat, Km), Engine: EngineGeneric,
 			Profile: ProfileMethodGESM2, GPUEligible: true, StepKeys: []string{StepMethodGESM2},
 			EmbeddingsUsed: []string{"methodg_esm2"}, EphemeralFamilies: []string{"methodg_esm2"},
-			EnvPaths: builtinEnv("METHODG_EMBED_CACHE_DIR", "{sequence_info}/methodg_esm2", "METHODG_CACHE_DIR", "{model_dir}",
+			EnvPaths: builtinEnv("METHODG_EMBED_CACHE_DIR", "{folder:methodg_esm2}", "METHODG_CACHE_DIR", "{model_dir}",
 				"METHODG_ADDITIONAL_DATA", "{data_dir}"),
 		}, "G"),
 		// G-O2 is a second variant of method G (WIRE §13.4): method G's
@@ -435,7 +435,7 @@ func builtin() []*Descriptor {
 			ColToKwarg: single, TargetKwargs: builtinVariant(builtinKineticsTypes(Kcat, Km), "o2denet"), Engine: EngineGeneric,
 			Profile: ProfileMethodGESM2, GPUEligible: true, StepKeys: []string{StepMethodGESM2},
 			EmbeddingsUsed: []string{"methodg_esm2"}, EphemeralFamilies: []string{"methodg_esm2"},
-			EnvPaths: builtinEnv("METHODG_EMBED_CACHE_DIR", "{sequence_info}/methodg_esm2", "METHODG_CACHE_DIR", "{model_dir}",
+			EnvPaths: builtinEnv("METHODG_EMBED_CACHE_DIR", "{folder:methodg_esm2}", "METHODG_CACHE_DIR", "{model_dir}",
 				"METHODG_ADDITIONAL_DATA", "{data_dir}"),
 		}, "G-O2"),
 		builtinBiblio(&Descriptor{
@@ -460,7 +460,7 @@ func builtin() []*Descriptor {
 			Profile: ProfileMethodIProtT5Residues, GPUEligible: true, StepKeys: []string{StepMethodIProtT5Residues},
 			EmbeddingsUsed:    []string{"methodi_prot_t5_residues"},
 			EphemeralFamilies: []string{"methodi_prot_t5_residues"},
-			EnvPaths:          builtinEnv("METHODI_DATA", "{data_dir}", "METHODI_EMBED_DIR", "{sequence_info}/methodi_prot_t5_residues"),
+			EnvPaths:          builtinEnv("METHODI_DATA", "{data_dir}", "METHODI_EMBED_DIR", "{folder:methodi_prot_t5_residues}"),
 		}, "I"),
 		builtinBiblio(&Descriptor{
 			Key: "J", Supports: []Target{Km}, InputFormat: InputSingle,
