@@ -19,5 +19,5 @@ def test_reference_folders_come_from_the_manifest(tmp_path):
     with pytest.raises(BatchError, match="does not write esm1b_turnup"):
         step.pending(parse_manifest(doc))
     doc["folders"] = {"esm1b_turnup": "esm1b_methodd"}
-    (s, want), = step.pending(parse_manifest(doc))
+    ((s, want),) = step.pending(parse_manifest(doc))
     assert s.seq_id == "d1" and want == {"esm1b_methodd": out_path(media, "esm1b_turnup", "d1")}
