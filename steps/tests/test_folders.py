@@ -4,11 +4,10 @@ path's family from the manifest's ``folders`` and never builds a folder itself."
 from __future__ import annotations
 
 import pytest
+from conftest import manifest, out_path
 
 from kinflow_steps.errors import BatchError
 from kinflow_steps.steps import STEPS, parse_manifest
-
-from conftest import manifest, out_path
 
 
 def test_reference_folders_come_from_the_manifest(tmp_path):
