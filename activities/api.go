@@ -67,6 +67,10 @@ type Policy struct {
 	// bookkeeping steps retry through an outage (0 in histories from
 	// before it).
 	OutageRideOutSeconds int `json:"outage_ride_out_seconds,omitempty"`
+	// CacheFolders is KINFLOW_CACHE_FOLDERS, handed to the GPU and local
+	// steps so that a host of another naming refuses them (empty in
+	// histories from before it: kinflow).
+	CacheFolders string `json:"cache_folders,omitempty"`
 	// NoticeTaskQueue is the job notices' own task queue
 	// (config.NoticeTaskQueue(CPUTaskQueue)); empty in histories from
 	// before it: the workflow derives it from CPUTaskQueue.

@@ -20,7 +20,6 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/kinflow/kinflow/internal/config"
-	"github.com/kinflow/kinflow/internal/embedding"
 	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/heartbeat"
 	"github.com/kinflow/kinflow/internal/jobfiles"
@@ -329,7 +328,7 @@ func writePartial(path string, out jobfiles.StagePredictions, send []int, redo m
 const ReasonCacheFilesChanged = "cache_files_changed_after_check"
 
 // recheckAfterRead stats the plan's files of the units in sent against the
-// records the plan's check left (embedding.ChangedSinceCheck); the changed
+// records the plan's check left (Layout.ChangedSinceCheck); the changed
 // ones are checked again (a file with the recorded contents is kept, any
 // other set aside). It returns the units whose file was set aside or is
 // gone, with the count of such files, and records a job event.
@@ -365,7 +364,7 @@ func (a *Activities) recheckAfterRead(ctx context.Context, ref StageRef, sr jobf
 		seen[sid] = true
 		paths = append(paths, plan.Expected[sid]...)
 	}
-	changed := embedding.ChangedSinceCheck(paths)
+	changed := a.Layout.ChangedSinceCheck(paths)
 	if len(changed) == 0 {
 		return nil, 0, nil
 	}
@@ -592,7 +591,13 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 			"methode_checkpoint_root": a.Config.MethodECheckpointRoot,
 			"methodj_cache_dir":       a.Config.MethodJCacheDir,
 		},
-		View:        mv,
+		View: mv,
+		Folder: func(family string) (string, bool) {
+			if a.Layout == nil {
+				return "", false
+			}
+			return a.Layout.FolderOf(family)
+		},
 		Env:         config.ChildEnv(os.Environ()),
 		Chem:        a.Chem,
 		Unconverted: func() { eng.unconverted = true },

@@ -341,6 +341,7 @@ func (a *Activities) policy() Policy {
 		SmallJobRows:      a.Config.SmallJobRows,
 		// Issue 33: the bookkeeping steps ride out an outage this long.
 		OutageRideOutSeconds: int(a.Config.OutageRideOut / time.Second),
+		CacheFolders:         a.Config.CacheFolders,
 	}
 }
 

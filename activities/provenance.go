@@ -101,7 +101,7 @@ func (a *Activities) stageProvenance(ref StageRef, d *methods.Descriptor) (prove
 		}
 	}
 	for _, fd := range slices.Sorted(maps.Keys(byDir)) {
-		fam := embedjob.FamilyName(fd)
+		fam := embedjob.FamilyName(a.Layout, fd)
 		rec, err := provenance.ReadRecorded(fd)
 		if err != nil {
 			return st, err

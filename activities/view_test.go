@@ -206,7 +206,7 @@ func TestProgramDeletingItsFilesLeavesTheSharedCache(t *testing.T) {
 		if after := stats(t, paths); fmt.Sprint(after) != fmt.Sprint(before) {
 			t.Errorf("shared files changed: before %v, after %v", before, after)
 		}
-		if ch := embedding.ChangedSinceCheck(paths); len(ch) != 0 {
+		if ch := h.layout.ChangedSinceCheck(paths); len(ch) != 0 {
 			t.Errorf("integrity records no longer hold for %v", ch)
 		}
 		if _, err := os.Stat(view); !errors.Is(err, os.ErrNotExist) {

@@ -81,7 +81,7 @@ func New(ctx context.Context, d Deps) (*Host, error) {
 	srv := NewServer(ServerOptions{
 		Client: d.Client, Logs: logs, Known: known, Layout: layout, MediaRoot: cfg.MediaRoot,
 		WorkflowTaskQueue: wq, GPUTaskQueue: cfg.GPUTaskQueue, Token: cfg.GPUEmbedServiceToken,
-		MaxBodyBytes: cfg.MaxUploadBytes, ShardSeqs: cfg.StepShardSeqs, SmallStepSeqs: cfg.GPUSmallStepSeqs, Servers: acts.Servers.Status,
+		MaxBodyBytes: cfg.MaxUploadBytes, ShardSeqs: cfg.StepShardSeqs, SmallStepSeqs: cfg.GPUSmallStepSeqs, CacheFolders: cfg.CacheFolders, Servers: acts.Servers.Status,
 		Health: &HealthProbe{Executor: runner.Name(), FallbackName: st.GPUName},
 		Log:    log, Base: ctx,
 		Observe: func(method, route string, code int, took time.Duration) {

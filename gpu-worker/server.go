@@ -25,6 +25,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/kinflow/kinflow/internal/embedding"
 	"github.com/kinflow/kinflow/internal/embedjob"
 	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/mediaroot"
@@ -46,6 +47,7 @@ type Server struct {
 	gpuQueue      string
 	shardSeqs     int
 	smallStepSeqs int
+	cacheFolders  string
 	servers       func() []stepserver.ServerStatus
 	token         string
 	maxBody       int64
@@ -83,8 +85,12 @@ type ServerOptions struct {
 	// SmallStepSeqs is KINFLOW_GPU_SMALL_STEP_SEQS of the jobs submitted
 	// here (0: no small lane).
 	SmallStepSeqs int
-	Health        *HealthProbe
-	Log           *slog.Logger
+	// CacheFolders is this host's KINFLOW_CACHE_FOLDERS: /health says it
+	// (a backend of another naming refuses the host) and jobs submitted
+	// here run under it.
+	CacheFolders string
+	Health       *HealthProbe
+	Log          *slog.Logger
 	// Base is the server's lifetime context.
 	Base context.Context
 	// Observe, when set, is told every request's method, route pattern,
@@ -96,7 +102,7 @@ type ServerOptions struct {
 func NewServer(o ServerOptions) *Server {
 	s := &Server{
 		client: o.Client, logs: o.Logs, known: o.Known, layout: o.Layout, mediaRoot: o.MediaRoot,
-		workflowQueue: o.WorkflowTaskQueue, gpuQueue: o.GPUTaskQueue, shardSeqs: o.ShardSeqs, smallStepSeqs: o.SmallStepSeqs, servers: o.Servers, token: strings.TrimSpace(o.Token),
+		workflowQueue: o.WorkflowTaskQueue, gpuQueue: o.GPUTaskQueue, shardSeqs: o.ShardSeqs, smallStepSeqs: o.SmallStepSeqs, cacheFolders: string(embedding.Folders(o.CacheFolders).OrDefault()), servers: o.Servers, token: strings.TrimSpace(o.Token),
 		maxBody: o.MaxBodyBytes, health: o.Health, log: o.Log, base: o.Base, observe: o.Observe,
 	}
 	if s.maxBody <= 0 {
@@ -206,6 +212,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		"active_jobs":   active,
 		"queued_jobs":   queued,
 		"executor":      s.health.Executor,
+		"cache_folders": s.cacheFolders,
 		"step_servers":  s.stepServers(s.token == "" || s.authorized(r)),
 	})
 }
@@ -466,7 +473,7 @@ func (s *Server) Submit(ctx context.Context, id string, work *embedjob.Work, ord
 	in := &embedjob.Input{
 		GPUJobID: id, MethodKey: work.MethodKey, Target: work.Target, Profile: work.Profile,
 		Steps: order, StepCounts: map[string]int{}, WorkFile: abs, GPUTaskQueue: s.gpuQueue, ShardSeqs: s.shardSeqs,
-		SmallStepSeqs: s.smallStepSeqs, Rev: embedjob.Rev,
+		SmallStepSeqs: s.smallStepSeqs, Rev: embedjob.Rev, CacheFolders: s.cacheFolders,
 	}
 	for _, k := range order {
 		in.StepCounts[k] = len(work.StepWork[k])

@@ -110,7 +110,7 @@ func TestHealthWithAndWithoutToken(t *testing.T) {
 	open := startHost(t, "", nil, nil)
 	code, body := do(t, "GET", open.url+"/health", "", nil)
 	if code != 200 || body["online"] != true || !strings.Contains(body["gpu_name"].(string), "synthetic") ||
-		body["active_jobs"] != 0.0 || body["queued_jobs"] != 0.0 {
+		body["active_jobs"] != 0.0 || body["queued_jobs"] != 0.0 || body["cache_folders"] != "kinflow" {
 		t.Fatalf("%d %v", code, body)
 	}
 	for _, k := range []string{"free_vram_gb", "total_vram_gb"} {

@@ -363,7 +363,7 @@ func (w *prediction) remote(ctx workflow.Context, st activities.StageInfo, plan 
 		HeartbeatSeconds: pol.HeartbeatSeconds,
 		GPUJobID:         gpuJobID, MethodKey: st.MethodKey, Target: st.Target, Profile: plan.Profile,
 		WorkFile: plan.WorkFile, GPUTaskQueue: pol.GPUTaskQueue, StepCounts: map[string]int{},
-		ShardSeqs: pol.ShardSeqs, SmallStepSeqs: pol.GPUSmallStepSeqs, Rev: w.in.Rev,
+		ShardSeqs: pol.ShardSeqs, SmallStepSeqs: pol.GPUSmallStepSeqs, Rev: w.in.Rev, CacheFolders: pol.CacheFolders,
 	}
 	for _, s := range plan.Steps {
 		in.Steps = append(in.Steps, s.StepKey)
@@ -461,7 +461,7 @@ func (w *prediction) local(ctx workflow.Context, st activities.StageInfo, plan a
 		HeartbeatTimeout:    w.heartbeat(),
 		RetryPolicy:         longRetry,
 	})
-	run := embedjob.StepsRun{JobID: "local-" + w.in.JobID, WorkFile: plan.WorkFile, Counts: map[string]int{}, ShardSeqs: w.prep.Policy.ShardSeqs, Rev: w.in.Rev}
+	run := embedjob.StepsRun{JobID: "local-" + w.in.JobID, WorkFile: plan.WorkFile, Counts: map[string]int{}, ShardSeqs: w.prep.Policy.ShardSeqs, Rev: w.in.Rev, CacheFolders: w.prep.Policy.CacheFolders}
 	for _, s := range plan.Steps {
 		run.Steps = append(run.Steps, s.StepKey)
 		run.Counts[s.StepKey] = s.Count

@@ -40,7 +40,7 @@ func TestCacheCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	f, _ := embedding.FamilyByName(embedding.FamilyESM2LayerLastMean)
-	fdir := filepath.Join(media, "sequence_info", f.Dir)
+	fdir := filepath.Join(media, "sequence_info", f.Name)
 	if err := os.MkdirAll(fdir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestCacheStatusOldFormatRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	f, _ := embedding.FamilyByName(embedding.FamilyESM2LayerLastMean)
-	fdir := filepath.Join(media, "sequence_info", f.Dir)
+	fdir := filepath.Join(media, "sequence_info", f.Name)
 	if err := os.MkdirAll(fdir, 0o755); err != nil {
 		t.Fatal(err)
 	}

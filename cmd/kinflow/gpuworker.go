@@ -59,7 +59,7 @@ func runGPUWorker(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 	}
 	if *check {
-		fmt.Fprintf(stdout, "kinflow gpu-worker --check: executor %s\n", cfg.StepExecutor)
+		fmt.Fprintf(stdout, "kinflow gpu-worker --check: executor %s, cache folders %s (KINFLOW_CACHE_FOLDERS)\n", cfg.StepExecutor, cfg.CacheFolders)
 		res, err := embedjob.Check(ctx, cfg, st, log, stdout)
 		if err != nil {
 			return err

@@ -37,7 +37,7 @@ func Families(l *embedding.Layout) []embedding.Family {
 	}
 	for _, param := range []string{"kcat", "km"} {
 		keys, _ := l.MethodEModelKeys(param)
-		ents, _ := os.ReadDir(filepath.Join(l.SequenceInfo(), embedding.FamilyMethodEESM2Prefix, param))
+		ents, _ := os.ReadDir(l.MethodEParameterDir(param))
 		for _, e := range ents {
 			if e.IsDir() {
 				keys = append(keys, e.Name())
@@ -53,10 +53,17 @@ func Families(l *embedding.Layout) []embedding.Family {
 	return out
 }
 
-// FamilyByName finds a family of the layout by name.
+// FamilyByName finds a family of the layout by name, or by its folder
+// under the layout's naming (`esm1b_turnup` with KINFLOW_CACHE_FOLDERS=reference).
 func FamilyByName(l *embedding.Layout, name string) (embedding.Family, error) {
-	for _, f := range Families(l) {
+	fams := Families(l)
+	for _, f := range fams {
 		if f.Name == name {
+			return f, nil
+		}
+	}
+	for _, f := range fams {
+		if l.Folder(f) == strings.Trim(name, "/") {
 			return f, nil
 		}
 	}

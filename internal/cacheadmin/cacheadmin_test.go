@@ -50,7 +50,13 @@ func standIn(args []string) int {
 	for _, s := range m.Seqs {
 		for _, p := range s.MissingOutputs {
 			rel, _ := filepath.Rel(filepath.Join(m.MediaRoot, "sequence_info"), filepath.Dir(p))
-			f, ok := embedding.FamilyByName(filepath.ToSlash(rel))
+			// The folder's family comes from the manifest (the host's
+			// folder naming), as a step program must take it.
+			name := filepath.ToSlash(rel)
+			if n, ok := m.Folders[name]; ok {
+				name = n
+			}
+			f, ok := embedding.FamilyByName(name)
 			if !ok {
 				fmt.Fprintln(os.Stderr, "unknown family", rel)
 				return 1
@@ -573,5 +579,50 @@ func TestAdoptSignsRecordsWrittenBeforeTheKey(t *testing.T) {
 		Target: methods.Kcat, SeqIDs: fx.ids, SeqIDToSeq: fx.seqs, Verify: true})
 	if err != nil || !p.Complete() || p.Integrity.Hashed != 0 || len(p.Integrity.Bad) != 0 {
 		t.Fatalf("plan after adopt: %+v %v", p.Integrity, err)
+	}
+}
+
+// TestAdoptAReferenceNamedFolder: with KINFLOW_CACHE_FOLDERS=reference an
+// operator's existing reference cache (sequence_info/esm1b_turnup/<id>.npy,
+// no records) is adopted by family name or by its folder: the sample is
+// recomputed into the scratch root's esm1b_turnup/, every file is recorded
+// where it lies, and the kinflow folder stays untouched.
+func TestAdoptAReferenceNamedFolder(t *testing.T) {
+	fx := newFixture(t, 4)
+	fx.l.Folders = embedding.FoldersReference
+	f, _ := embedding.FamilyByName(embedding.FamilyESM1bMethodD)
+	dir := filepath.Join(fx.l.MediaRoot, "sequence_info", "esm1b_turnup")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, sid := range fx.ids {
+		body, _ := embedding.EncodeArtefact(f.Format, embedding.SyntheticArtefact(f, fx.seqs[sid]))
+		if err := os.WriteFile(filepath.Join(dir, sid+".npy"), body, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := fx.commandVerifier(t)
+	step := "methodd_esm1b"
+	v.Settings.Commands = map[string][]string{step: {os.Args[0], "{manifest_file}"}}
+	v.Settings.Fingerprints = map[string][]string{step: {os.Args[0]}}
+	if got, err := FamilyByName(fx.l, "esm1b_turnup"); err != nil || got.Name != embedding.FamilyESM1bMethodD {
+		t.Fatalf("family by its reference folder: %+v %v", got, err)
+	}
+	res, err := v.Adopt(context.Background(), "esm1b_turnup", 2)
+	if err != nil || res.Step != step || res.Checked != 2 || res.Failed != 0 || res.Adopted != 4 {
+		t.Fatalf("adopt: %+v %v", res, err)
+	}
+	if recs := embedding.ReadFileRecords(dir); len(recs) != 4 {
+		t.Fatalf("records under esm1b_turnup: %d", len(recs))
+	}
+	if rec, err := provenance.ReadRecorded(dir); err != nil || rec == nil || rec.Adopted == nil || rec.Fingerprint.Model != "stand-in" {
+		t.Fatalf("provenance record: %+v %v", rec, err)
+	}
+	if _, err := os.Stat(filepath.Join(fx.l.MediaRoot, "sequence_info", embedding.FamilyESM1bMethodD)); !os.IsNotExist(err) {
+		t.Fatalf("the kinflow folder was made: %v", err)
+	}
+	st, err := Status(fx.l)
+	if err != nil || len(st) != 1 || st[0].Family != embedding.FamilyESM1bMethodD || st[0].Files != 4 || st[0].Origin() != "real" {
+		t.Fatalf("status: %+v %v", st, err)
 	}
 }

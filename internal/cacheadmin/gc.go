@@ -107,7 +107,7 @@ func scanQuarantine(l *embedding.Layout) []quarantined {
 		if err != nil {
 			continue
 		}
-		qdir := filepath.Join(l.SequenceInfo(), embedding.QuarantineDir, filepath.FromSlash(f.Dir))
+		qdir := l.QuarantineFolder(f)
 		for _, name := range names {
 			p := filepath.Join(qdir, name)
 			info, err := os.Lstat(p)

@@ -223,7 +223,7 @@ func TestGCKeepsTheRecordOfAFileComputedDuringThePass(t *testing.T) {
 func TestGCCountsAndExpiresQuarantinedCopies(t *testing.T) {
 	fx, f, _, path, size := gcFixture(t, 3)
 	ctx := context.Background()
-	qdir := filepath.Join(fx.l.SequenceInfo(), embedding.QuarantineDir, filepath.FromSlash(f.Dir))
+	qdir := fx.l.QuarantineFolder(f)
 	if err := os.MkdirAll(qdir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ func TestAJobsUseKeepsTheQuickCheckValid(t *testing.T) {
 			paths = append(paths, path)
 		}
 	}
-	if changed := embedding.ChangedSinceCheck(paths); len(changed) != 0 {
+	if changed := fx.l.ChangedSinceCheck(paths); len(changed) != 0 {
 		t.Fatalf("after the job's use, %d of %d files fail the quick check: %v", len(changed), len(paths), changed)
 	}
 	if p := plan(); p.Integrity.Hashed != 0 || p.Integrity.Recorded != 0 || p.CachedAlready != 4 {
@@ -375,5 +375,42 @@ func TestStatusAndVerifyReportAForgedRecord(t *testing.T) {
 	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Fatalf("forged file left in place: %v", err)
+	}
+}
+
+// TestGCOnReferenceFolders: with the reference naming the pass counts
+// method D's files in esm1b_turnup/ and the copies set aside in
+// .quarantine/esm1b_turnup/, and expires those past QuarantineKeep there.
+func TestGCOnReferenceFolders(t *testing.T) {
+	fx := newFixture(t, 3)
+	fx.l.Folders = embedding.FoldersReference
+	ctx := context.Background()
+	if _, err := embedding.ComputeStep(ctx, fx.l, "methodd_esm1b", fx.ids, fx.seqs, nil); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := embedding.FamilyByName(embedding.FamilyESM1bMethodD)
+	fi, err := os.Stat(filepath.Join(fx.l.SequenceInfo(), "esm1b_turnup", fx.ids[0]+".npy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := fi.Size()
+	qdir := filepath.Join(fx.l.SequenceInfo(), embedding.QuarantineDir, "esm1b_turnup")
+	if fx.l.QuarantineFolder(f) != qdir {
+		t.Fatalf("quarantine folder %s", fx.l.QuarantineFolder(f))
+	}
+	if err := os.MkdirAll(qdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := filepath.Join(qdir, fmt.Sprintf("%s.npy.%d", fx.ids[0], time.Now().Add(-QuarantineKeep-time.Hour).UnixNano()))
+	if err := os.WriteFile(old, make([]byte, size), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := GC(ctx, fx.l, GCOptions{})
+	if err != nil || res.Files != 4 || res.Quarantined != 1 || res.Bytes != 4*size {
+		t.Fatalf("measuring pass: %+v %v", res, err)
+	}
+	res, err = GC(ctx, fx.l, GCOptions{Budget: 10 * size})
+	if _, serr := os.Stat(old); err != nil || res.QuarantineExpired != 1 || !os.IsNotExist(serr) {
+		t.Fatalf("expiring pass: %+v %v %v", res, err, serr)
 	}
 }

@@ -101,6 +101,7 @@ func (v *Verifier) Verify(ctx context.Context, family string, sample int) (Verif
 // listed (res.Integrity.Unrecorded): a verify reports them as a failure, an
 // adopt checks and records them once its sample passed.
 func (v *Verifier) verify(ctx context.Context, family string, sample int) (VerifyResult, error) {
+	family = v.familyName(family)
 	res := VerifyResult{Family: family}
 	if sample < 1 {
 		return res, errors.New("the sample must hold at least one file")
@@ -180,6 +181,9 @@ func (v *Verifier) verify(ctx context.Context, family string, sample int) (Verif
 	}
 	defer os.RemoveAll(scratch)
 	sl, err := embedding.NewLayout(filepath.Join(scratch, "media"), "", v.Layout.MethodECheckpointRoot, v.Layout.BindingSiteDir)
+	if err == nil {
+		sl.Folders = v.Layout.Folders
+	}
 	if err != nil {
 		return res, err
 	}
@@ -211,6 +215,16 @@ func (v *Verifier) verify(ctx context.Context, family string, sample int) (Verif
 		v.logf("ok %s/%s%s", family, sid, f.Suffix())
 	}
 	return res, nil
+}
+
+// familyName is the name of the family given by name or by its folder
+// under the layout's naming (`esm1b_turnup` with the reference naming);
+// anything else as it is, for FamilyByName's error.
+func (v *Verifier) familyName(name string) string {
+	if f, err := FamilyByName(v.Layout, name); err == nil {
+		return f.Name
+	}
+	return name
 }
 
 // stepFor picks the step that recomputes family: with the command
@@ -268,6 +282,7 @@ type RepairResult struct {
 // (this run's and earlier ones') with the configured step executor, into
 // the media root's cache.
 func (v *Verifier) Repair(ctx context.Context, family string) (RepairResult, error) {
+	family = v.familyName(family)
 	res := RepairResult{Family: family}
 	f, err := FamilyByName(v.Layout, family)
 	if err != nil {
@@ -343,7 +358,7 @@ func (v *Verifier) recompute(ctx context.Context, sl *embedding.Layout, step str
 	pool := stepserver.NewPool(po)
 	defer pool.Close()
 	runner := &embedjob.CommandRunner{Settings: v.Settings, MediaRoot: sl.MediaRoot, Pool: pool}
-	eng := &embedjob.Engine{Runner: runner, Settings: v.Settings, Log: po.Log}
+	eng := &embedjob.Engine{Runner: runner, Settings: v.Settings, Log: po.Log, Layout: sl}
 	el := embedjob.EmbeddingLayout{L: sl}
 	items := make([]embedjob.SeqItem, 0, len(ids))
 	for _, sid := range ids {
@@ -477,6 +492,7 @@ func copyFile(src, dst string) error {
 // is the only way a file without a record is ever taken. It returns the
 // verify's result.
 func (v *Verifier) Adopt(ctx context.Context, family string, sample int) (VerifyResult, error) {
+	family = v.familyName(family)
 	res, err := v.verify(ctx, family, sample)
 	if err != nil {
 		return res, err

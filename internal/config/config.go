@@ -86,6 +86,9 @@ type Config struct {
 	MethodECheckpointRoot string
 	// BindingSiteDir is the folder under the media root holding binding_sites_all.tsv.
 	BindingSiteDir string
+	// CacheFolders names the family folders under sequence_info/: kinflow
+	// or reference (internal/embedding.Folders).
+	CacheFolders string
 
 	// MethodsFile is the operator's method catalogue file (JSON or YAML).
 	MethodsFile string
@@ -396,6 +399,10 @@ var Keys = []Key{
 			c.BindingSiteDir = v
 			return nil
 		}},
+	{Name: "KINFLOW_CACHE_FOLDERS", Default: "kinflow",
+		Meaning: "Names of the embedding cache folders under `<media root>/sequence_info/`: `kinflow` (every folder named after its family) or `reference` (the reference deployment's folders, which its method programs read: `esm1b_turnup`, `catpred_esm2/<param>/<model_key>`, `omniesi_esm2`, `iecata_prot_t5_residues`, `catrange_esmc`; docs/embedding.md). Families keep their names in records, plans and metrics. Set the same value on the API, every worker and every GPU host: a worker refuses a GPU host whose naming differs.",
+		Allowed: "want kinflow or reference",
+		set:     func(c *Config, v string) error { return setEnum(&c.CacheFolders, v, "kinflow", "reference") }},
 	{Name: "KINFLOW_METHODS_FILE", Default: "",
 		Meaning: "Operator method catalogue (JSON or YAML) that renames, adds or removes methods and sets their commands. Empty: the built-in catalogue.",
 		Allowed: "want a file path",

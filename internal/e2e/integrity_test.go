@@ -54,7 +54,7 @@ func TestCorruptCachedFilesAreFoundRecomputedAndReported(t *testing.T) {
 	want := values(job1)
 
 	f, _ := embedding.FamilyByName(embedding.FamilyProtT5LastMean)
-	famDir := filepath.Join(media, "sequence_info", filepath.FromSlash(f.Dir))
+	famDir := filepath.Join(media, "sequence_info", filepath.FromSlash(f.Name))
 	path := func(i int) string { return filepath.Join(famDir, embedding.BaseSeqID(seqs[i])+".npy") }
 	other := embedding.Tensor{Shape: []int{1024}, Data: make([]float32, 1024)}
 	for i := range other.Data {
@@ -80,7 +80,7 @@ func TestCorruptCachedFilesAreFoundRecomputedAndReported(t *testing.T) {
 	if r := st.reasons(); !slices.Contains(r, "cache_files_quarantined:2") {
 		t.Fatalf("events %v: want cache_files_quarantined:2", r)
 	}
-	q, err := os.ReadDir(filepath.Join(media, "sequence_info", embedding.QuarantineDir, filepath.FromSlash(f.Dir)))
+	q, err := os.ReadDir(filepath.Join(media, "sequence_info", embedding.QuarantineDir, filepath.FromSlash(f.Name)))
 	if err != nil || len(q) != 4 { // two files and their reasons
 		t.Fatalf("quarantine: %v %v", q, err)
 	}
@@ -173,7 +173,7 @@ func TestFileChangedBetweenCheckAndReadIsRecomputed(t *testing.T) {
 	want := values(job1)
 
 	f, _ := embedding.FamilyByName(embedding.FamilyProtT5LastMean)
-	target := filepath.Join(media, "sequence_info", filepath.FromSlash(f.Dir), embedding.BaseSeqID(seqs[1])+".npy")
+	target := filepath.Join(media, "sequence_info", filepath.FromSlash(f.Name), embedding.BaseSeqID(seqs[1])+".npy")
 	if err := os.WriteFile(filepath.Join(dir, "overwrite-once"), []byte(target), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func TestFlipFlopAroundTheReadIsCaught(t *testing.T) {
 	}
 	want := e.values(t, job1)
 	f, _ := embedding.FamilyByName(embedding.FamilyProtT5LastMean)
-	target := filepath.Join(media, "sequence_info", filepath.FromSlash(f.Dir), embedding.BaseSeqID(seqs[1])+".npy")
+	target := filepath.Join(media, "sequence_info", filepath.FromSlash(f.Name), embedding.BaseSeqID(seqs[1])+".npy")
 	if err := os.WriteFile(filepath.Join(dir, "flip-flop-once"), []byte(target), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -175,7 +175,7 @@ func TestSyntheticCacheThenRealModels(t *testing.T) {
 func TestReferenceCacheIsUnverifiedUntilAdopted(t *testing.T) {
 	s := newStack(t, nil, nil)
 	f, _ := embedding.FamilyByName(embedding.FamilyProtT5LastMean)
-	dir := filepath.Join(s.media, "sequence_info", f.Dir)
+	dir := filepath.Join(s.media, "sequence_info", f.Name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}

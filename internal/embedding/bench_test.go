@@ -340,7 +340,7 @@ func BenchmarkPlanSmallJobOnLargeCache(b *testing.B) {
 	// Predict's check after the method read the files (recheckAfterRead).
 	b.Run("changed-since-check", func(b *testing.B) {
 		for b.Loop() {
-			if ch := ChangedSinceCheck(paths); len(ch) != 0 {
+			if ch := l.ChangedSinceCheck(paths); len(ch) != 0 {
 				b.Fatalf("changed: %v", ch)
 			}
 		}

@@ -46,11 +46,11 @@ const (
 // Family is one kind of cache artefact (one row of SEED-SPEC §2.5): a folder
 // under sequence_info/ holding `<seq_id><suffix>` files.
 type Family struct {
-	// Name identifies the family; it is its folder under sequence_info/
-	// (method E: `methode_esm2/<parameter>/<model_key>`).
+	// Name identifies the family in records, plans, metrics and messages
+	// (method E: `methode_esm2/<parameter>/<model_key>`). It is the family's
+	// folder under the kinflow naming; its folder under a Layout's naming is
+	// Layout.Folder (never build a folder from Name).
 	Name string
-	// Dir is the folder relative to sequence_info/ (equal to Name).
-	Dir string
 	// Format is the file format.
 	Format Format
 	// Dim is the model's embedding width.
@@ -94,7 +94,8 @@ func (f Family) Shape(seqLen int) []int {
 	return []int{f.Dim}
 }
 
-// Family names (their folders under sequence_info/).
+// Family names (their folders under sequence_info/ in the kinflow naming,
+// FoldersKinflow; FoldersReference renames five of them, Folders.Folder).
 const (
 	FamilyProtT5LastMean        = "prot_t5_last/mean_vecs"
 	FamilyProtT5LastWeighted    = "prot_t5_last/weighted_vecs"
@@ -119,7 +120,7 @@ const (
 )
 
 func fam(name string, format Format, dim int, perResidue, persistent bool, model, content string) Family {
-	return Family{Name: name, Dir: name, Format: format, Dim: dim, PerResidue: perResidue,
+	return Family{Name: name, Format: format, Dim: dim, PerResidue: perResidue,
 		Persistent: persistent, Model: model, Content: content}
 }
 

@@ -586,7 +586,7 @@ func (c *familyCheck) setAside(b badFile, fresh map[string]FileRecord) bool {
 // quarantine moves name out of f's folder into the quarantine folder with a
 // reason file, and returns its new path relative to sequence_info/.
 func (l *Layout) quarantine(f Family, name, reason string) (string, error) {
-	qdir := filepath.Join(l.SequenceInfo(), QuarantineDir, filepath.FromSlash(f.Dir))
+	qdir := l.QuarantineFolder(f)
 	if err := mediaroot.MkdirAll(qdir, 0o755); err != nil {
 		return "", fmt.Errorf("quarantine folder: %w", err)
 	}
@@ -605,7 +605,7 @@ func (l *Layout) quarantine(f Family, name, reason string) (string, error) {
 // Quarantined lists the files of family f set aside by integrity checks
 // (their names in the quarantine folder, reason files left out).
 func (l *Layout) Quarantined(f Family) ([]string, error) {
-	ents, err := os.ReadDir(filepath.Join(l.SequenceInfo(), QuarantineDir, filepath.FromSlash(f.Dir)))
+	ents, err := os.ReadDir(l.QuarantineFolder(f))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -778,30 +778,20 @@ func FamilyOf(name string) (Family, bool) {
 	return f, err == nil
 }
 
-// familyOfDir is the family of a cache folder (its path under sequence_info/).
-func familyOfDir(dir string) (Family, bool) {
-	sep := string(filepath.Separator) + SequenceInfoDir + string(filepath.Separator)
-	i := strings.LastIndex(dir, sep)
-	if i < 0 {
-		return Family{}, false
-	}
-	return FamilyOf(filepath.ToSlash(dir[i+len(sep):]))
-}
-
 // RecordWritten is the GPU host's check of the files a step program just
 // wrote: each file whose manifest record matches its stat (kinflow's step
 // programs record before the rename) is taken as it is; any other is read,
 // checked (CheckContent) and, when good, recorded. It returns the bad files
 // with the reason, for the caller to remove and report; a file of no known
 // family is left alone.
-func RecordWritten(paths []string) (map[string]string, error) {
+func (l *Layout) RecordWritten(paths []string) (map[string]string, error) {
 	byDir := map[string][]string{}
 	for _, p := range paths {
 		byDir[filepath.Dir(p)] = append(byDir[filepath.Dir(p)], p)
 	}
 	bad := map[string]string{}
 	for dir, ps := range byDir {
-		f, ok := familyOfDir(dir)
+		f, ok := l.FamilyOfDir(dir)
 		if !ok {
 			continue
 		}
@@ -884,11 +874,11 @@ func errText(err error) string {
 // runs after a method has read a stage's files, so that a file changed
 // between the check and the read is caught before its numbers are used.
 // Files of unknown or ephemeral families (no record is kept) are skipped.
-func ChangedSinceCheck(paths []string) []string {
+func (l *Layout) ChangedSinceCheck(paths []string) []string {
 	dirs, byDir := groupByDir(paths)
 	var out []string
 	for _, dir := range dirs {
-		f, ok := familyOfDir(dir)
+		f, ok := l.FamilyOfDir(dir)
 		if !ok || !f.Persistent {
 			continue
 		}
@@ -928,7 +918,7 @@ func (l *Layout) RecheckChanged(paths []string) (map[string]bool, Integrity, err
 	lost := map[string]bool{}
 	dirs, byDir := groupByDir(paths)
 	for _, dir := range dirs {
-		f, ok := familyOfDir(dir)
+		f, ok := l.FamilyOfDir(dir)
 		if !ok {
 			continue
 		}

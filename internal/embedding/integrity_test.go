@@ -472,14 +472,14 @@ func FuzzFileRecords(f *testing.F) {
 func TestChangedSinceCheckAndRecordWritten(t *testing.T) {
 	l, ids, _ := hCache(t)
 	a, b, c := hPath(t, l, ids[0]), hPath(t, l, ids[1]), hPath(t, l, ids[2])
-	if ch := ChangedSinceCheck([]string{a, b, a, c}); len(ch) != 0 {
+	if ch := l.ChangedSinceCheck([]string{a, b, a, c}); len(ch) != 0 {
 		t.Fatalf("untouched cache changed: %v", ch)
 	}
 	later := time.Now().Add(time.Hour)
 	if err := os.Chtimes(b, later, later); err != nil {
 		t.Fatal(err)
 	}
-	if ch := ChangedSinceCheck([]string{a, b, c, b}); !reflect.DeepEqual(ch, []string{b, b}) {
+	if ch := l.ChangedSinceCheck([]string{a, b, c, b}); !reflect.DeepEqual(ch, []string{b, b}) {
 		t.Fatalf("changed %v, want b twice", ch)
 	}
 	// A good file without a matching record is hashed and recorded; a file
@@ -488,11 +488,11 @@ func TestChangedSinceCheckAndRecordWritten(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("not an array"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	got, err := RecordWritten([]string{a, b, bad})
+	got, err := l.RecordWritten([]string{a, b, bad})
 	if err != nil || len(got) != 1 || got[bad] == "" {
 		t.Fatalf("RecordWritten: %v %v", got, err)
 	}
-	if ch := ChangedSinceCheck([]string{a, b, c}); len(ch) != 0 {
+	if ch := l.ChangedSinceCheck([]string{a, b, c}); len(ch) != 0 {
 		t.Fatalf("after RecordWritten: %v", ch)
 	}
 }

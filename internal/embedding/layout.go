@@ -48,6 +48,9 @@ type Layout struct {
 	MethodECheckpointRoot string
 	// BindingSiteDir is the binding-site table's folder relative to MediaRoot.
 	BindingSiteDir string
+	// Folders is the naming of the family folders (config
+	// KINFLOW_CACHE_FOLDERS); empty is FoldersKinflow.
+	Folders Folders
 }
 
 // NewLayout makes a Layout with an absolute media root. An empty
@@ -79,15 +82,66 @@ func NewLayout(mediaRoot, methodJCacheDir, methodECheckpointRoot, bindingSiteDir
 
 // LayoutFromConfig makes the Layout of a loaded configuration.
 func LayoutFromConfig(c *config.Config) (*Layout, error) {
-	return NewLayout(c.MediaRoot, c.MethodJCacheDir, c.MethodECheckpointRoot, c.BindingSiteDir)
+	n, err := ParseFolders(c.CacheFolders)
+	if err != nil {
+		return nil, fmt.Errorf("layout: %w", err)
+	}
+	l, err := NewLayout(c.MediaRoot, c.MethodJCacheDir, c.MethodECheckpointRoot, c.BindingSiteDir)
+	if err != nil {
+		return nil, err
+	}
+	l.Folders = n
+	return l, nil
 }
 
 // SequenceInfo is the cache root, <media>/sequence_info.
 func (l *Layout) SequenceInfo() string { return filepath.Join(l.MediaRoot, SequenceInfoDir) }
 
+// Naming is the layout's folder naming (FoldersKinflow when unset).
+func (l *Layout) Naming() Folders { return l.Folders.OrDefault() }
+
+// Folder is family f's folder relative to sequence_info/ (slash-separated)
+// under the layout's naming. Every folder of a family is built from it.
+func (l *Layout) Folder(f Family) string { return l.Folders.Folder(f.Name) }
+
 // FamilyDir is the absolute folder of family f.
 func (l *Layout) FamilyDir(f Family) string {
-	return filepath.Join(l.SequenceInfo(), filepath.FromSlash(f.Dir))
+	return filepath.Join(l.SequenceInfo(), filepath.FromSlash(l.Folder(f)))
+}
+
+// QuarantineFolder is the absolute folder where integrity checks set aside
+// family f's bad files: sequence_info/.quarantine/<the family's folder>.
+func (l *Layout) QuarantineFolder(f Family) string {
+	return filepath.Join(l.SequenceInfo(), QuarantineDir, filepath.FromSlash(l.Folder(f)))
+}
+
+// MethodEParameterDir is the absolute folder holding method E's model-key
+// folders for parameter (kcat or km) under the layout's naming.
+func (l *Layout) MethodEParameterDir(parameter string) string {
+	return filepath.Join(l.SequenceInfo(), filepath.FromSlash(l.Folders.Folder(FamilyMethodEESM2Prefix+"/"+parameter)))
+}
+
+// FamilyOfDir is the family of an absolute cache folder
+// (<media>/sequence_info/<folder>) under the layout's naming; false for a
+// folder outside sequence_info/ or of no family.
+func (l *Layout) FamilyOfDir(dir string) (Family, bool) {
+	sep := string(filepath.Separator) + SequenceInfoDir + string(filepath.Separator)
+	i := strings.LastIndex(dir, sep)
+	if i < 0 {
+		return Family{}, false
+	}
+	return l.Folders.FamilyOfFolder(filepath.ToSlash(dir[i+len(sep):]))
+}
+
+// FolderFamilies maps the folders of families (relative to sequence_info/,
+// slash-separated) to the family names, for a step program that must know
+// which family each output path belongs to without building folders itself.
+func (l *Layout) FolderFamilies(fams []Family) map[string]string {
+	out := make(map[string]string, len(fams))
+	for _, f := range fams {
+		out[l.Folder(f)] = f.Name
+	}
+	return out
 }
 
 // Path is the absolute path of sid's artefact of family f; an error when sid

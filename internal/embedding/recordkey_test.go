@@ -94,7 +94,7 @@ func TestForgedRecordIsSetAside(t *testing.T) {
 		t.Fatalf("clean: %+v", p.Integrity)
 	}
 	forgeRecord(t, l, ids[1], otherH(t), nil)
-	if changed := ChangedSinceCheck([]string{hPath(t, l, ids[0]), hPath(t, l, ids[1])}); len(changed) != 1 || changed[0] != hPath(t, l, ids[1]) {
+	if changed := l.ChangedSinceCheck([]string{hPath(t, l, ids[0]), hPath(t, l, ids[1])}); len(changed) != 1 || changed[0] != hPath(t, l, ids[1]) {
 		t.Fatalf("check after the read: %v", changed)
 	}
 	p := planH(t, l, ids, seqs)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kinflow/kinflow/internal/embedding"
 	"github.com/kinflow/kinflow/internal/fsutil"
 	"github.com/kinflow/kinflow/internal/heartbeat"
 	"github.com/kinflow/kinflow/internal/stepserver"
@@ -86,6 +87,10 @@ func (a *Activities) RunStep(ctx context.Context, in StepInput) (StepResult, err
 		return res, temporal.NewNonRetryableApplicationError("invalid job id: "+err.Error(), ErrTypeInvalidStepInput, nil)
 	}
 	log := a.Log.With("job_id", in.GPUJobID, "step", step, "attempt", info.Attempt)
+	if err := a.checkFolders(in.CacheFolders); err != nil {
+		log.Error("step refused", "error", err)
+		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeStepConfig, nil)
+	}
 	if a.Known != nil {
 		a.Known.Add(in.GPUJobID)
 	}
@@ -190,6 +195,20 @@ func (a *Activities) RunStep(ctx context.Context, in StepInput) (StepResult, err
 	jl.Printf("STEP_DONE job_id=%s step=%s written=%d existing=%d missing=%d batches=%d", in.GPUJobID, step, res.Written, res.Existing, res.MissingFiles, out.Batches)
 	log.Info("step done", "written", res.Written, "existing", res.Existing, "missing", res.MissingFiles, "batches", out.Batches)
 	return res, nil
+}
+
+// checkFolders refuses a step whose submitter names the cache folders
+// otherwise than this host (KINFLOW_CACHE_FOLDERS): the host would write its
+// files where the submitter never looks.
+func (a *Activities) checkFolders(theirs string) error {
+	want, err := embedding.ParseFolders(theirs)
+	if err != nil {
+		return err
+	}
+	if have := a.Engine.layout().Naming(); want != have {
+		return fmt.Errorf("cache folder naming mismatch: the job was submitted with KINFLOW_CACHE_FOLDERS=%s, this host has KINFLOW_CACHE_FOLDERS=%s; set the same value on every process that shares the cache", want, have)
+	}
+	return nil
 }
 
 // summarizeMissing fills res's bounded account of the missing files: counts,

@@ -18,6 +18,8 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+
+	"github.com/kinflow/kinflow/internal/embedding"
 )
 
 // activityEnv registers a's RunStep under testStep (and every other key).
@@ -272,4 +274,47 @@ func TestRunStepHeartbeatsOnlyPastTheGrace(t *testing.T) {
 			t.Fatalf("first heartbeat %+v: want the progress after the grace (2 or 3 of 3 files)", first)
 		}
 	})
+}
+
+// TestRunStepWritesUnderTheReferenceFolders: a host with
+// KINFLOW_CACHE_FOLDERS=reference has its step program write method D's
+// vectors to sequence_info/esm1b_turnup/ (the program takes each path's
+// family from the manifest's folders: the stand-in sizes its file from it,
+// and a file of the wrong width would be removed), and refuses, without a
+// retry, a step submitted under the kinflow naming.
+func TestRunStepWritesUnderTheReferenceFolders(t *testing.T) {
+	f := newFixture(t, 100000)
+	f.layout.L.Folders = embedding.FoldersReference
+	env, a := activityEnv(t, f, nil)
+	a.Engine.Layout = f.layout.L
+	wf := f.workFile(t, map[string][]string{testStep: {"s00", "s01"}}, map[string]int{"s00": 30, "s01": 40})
+	v, err := env.ExecuteActivity(testStep, StepInput{GPUJobID: jobA, StepKey: testStep, WorkFile: wf, CacheFolders: "reference"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res StepResult
+	if err := v.Get(&res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Written != 2 || res.MissingFiles != 0 {
+		t.Fatalf("result %+v", res)
+	}
+	for _, id := range []string{"s00", "s01"} {
+		if _, err := os.Stat(filepath.Join(f.media, "sequence_info", "esm1b_turnup", id+".npy")); err != nil {
+			t.Errorf("%s: not under esm1b_turnup: %v", id, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(f.media, "sequence_info", "esm1b_methodd")); !os.IsNotExist(err) {
+		t.Errorf("the kinflow folder was written: %v", err)
+	}
+	recs := embedding.ReadFileRecords(filepath.Join(f.media, "sequence_info", "esm1b_turnup"))
+	if len(recs) != 2 {
+		t.Errorf("records under esm1b_turnup: %v", recs)
+	}
+	_, err = env.ExecuteActivity(testStep, StepInput{GPUJobID: jobA, StepKey: testStep, WorkFile: wf})
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || !ae.NonRetryable() || !strings.Contains(ae.Error(), "cache folder naming mismatch") ||
+		!strings.Contains(ae.Error(), "KINFLOW_CACHE_FOLDERS=kinflow") || !strings.Contains(ae.Error(), "KINFLOW_CACHE_FOLDERS=reference") {
+		t.Fatalf("a kinflow-named step on a reference host: %v", err)
+	}
 }

@@ -82,6 +82,10 @@ type Input struct {
 	// docs/workflows.md's table at version 1 without asking GetVersion.
 	// 0 (every input from before revisions) asks, as before.
 	Rev int `json:"rev,omitempty"`
+	// CacheFolders is the submitter's cache folder naming
+	// (KINFLOW_CACHE_FOLDERS); empty (inputs from before namings) is kinflow.
+	// A host of another naming refuses the job's steps.
+	CacheFolders string `json:"cache_folders,omitempty"`
 }
 
 // DefaultShardSeqs is the shard size when none is given (config's
@@ -116,6 +120,10 @@ type StepInput struct {
 	// (ShardOf). Shards 0 or 1 means the whole step.
 	Shard  int `json:"shard,omitempty"`
 	Shards int `json:"shards,omitempty"`
+	// CacheFolders is the submitter's cache folder naming (Input.CacheFolders;
+	// empty: kinflow). The step is refused, not retried, by a host whose own
+	// naming differs: it would write where the submitter never looks.
+	CacheFolders string `json:"cache_folders,omitempty"`
 }
 
 // ShardCount is how many shards a step of count sequences is cut into.

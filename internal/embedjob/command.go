@@ -45,6 +45,10 @@ type Manifest struct {
 	Batch     int       `json:"batch"`
 	MediaRoot string    `json:"media_root"`
 	Seqs      []SeqItem `json:"seqs"`
+	// Folders maps each output folder (relative to sequence_info/) to its
+	// family's name (BatchJob.Folders): the folder naming is the host's
+	// (KINFLOW_CACHE_FOLDERS), and a program takes a path's family from here.
+	Folders map[string]string `json:"folders,omitempty"`
 }
 
 // CommandRunner runs each batch on the step's resident server
@@ -93,7 +97,7 @@ func (r *CommandRunner) RunBatch(ctx context.Context, b BatchJob) error {
 
 	manifest := filepath.Join(dir, "manifest.json")
 	mapFile := filepath.Join(dir, "seq_id_to_seq.json")
-	m := Manifest{Version: 1, JobID: b.JobID, StepKey: b.StepKey, Batch: b.Index, MediaRoot: r.MediaRoot, Seqs: b.Items}
+	m := Manifest{Version: 1, JobID: b.JobID, StepKey: b.StepKey, Batch: b.Index, MediaRoot: r.MediaRoot, Seqs: b.Items, Folders: b.Folders}
 	ids := make([]string, len(b.Items))
 	idToSeq := make(map[string]string, len(b.Items))
 	for i, it := range b.Items {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 
 	"github.com/kinflow/kinflow/internal/embedding"
@@ -25,6 +26,11 @@ type BatchJob struct {
 	Log *JobLog
 	// Share is whose work the batch is (the Device's turns go by share).
 	Share Share
+	// Folders maps the folder of each of the batch's outputs (relative to
+	// sequence_info/, slash-separated) to its family's name, so that a step
+	// program knows each path's family under the host's folder naming
+	// without building a folder itself (the manifest's "folders").
+	Folders map[string]string
 }
 
 // BatchRunner runs one batch: it writes the batch's missing outputs.
@@ -84,6 +90,33 @@ type Engine struct {
 	// share the device batch by batch). nil: every batch runs at once (the
 	// CPU worker's local steps, bounded by its activity slots).
 	Device *Device
+	// Layout names the cache folders (KINFLOW_CACHE_FOLDERS): it maps each
+	// output's folder to its family. nil: the kinflow naming.
+	Layout *embedding.Layout
+}
+
+// layout is the engine's Layout, or a bare one of the kinflow naming.
+func (e *Engine) layout() *embedding.Layout {
+	if e.Layout != nil {
+		return e.Layout
+	}
+	return &embedding.Layout{}
+}
+
+// batchFolders maps the folders of items' outputs to their families' names
+// (BatchJob.Folders); a folder of no family under the naming is left out.
+func (e *Engine) batchFolders(items []SeqItem) map[string]string {
+	l := e.layout()
+	out := map[string]string{}
+	for _, it := range items {
+		for _, p := range it.Outputs {
+			d := filepath.Dir(p)
+			if f, ok := l.FamilyOfDir(d); ok {
+				out[l.Folder(f)] = f.Name
+			}
+		}
+	}
+	return out
 }
 
 // batchSender is a BatchRunner that can send a batch ahead of the outcomes

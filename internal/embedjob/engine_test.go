@@ -485,3 +485,43 @@ func TestHostNeverRecutsWhatTheProgramCuts(t *testing.T) {
 		t.Fatalf("program saw %v", b)
 	}
 }
+
+// TestSyntheticServerWritesUnderTheReferenceFolders: the synthetic step
+// server takes the folder naming from the manifest's folders (it builds no
+// folder of its own), so a reference-named host gets method G's tensor in
+// omniesi_esm2/ and method D's vector in esm1b_turnup/.
+func TestSyntheticServerWritesUnderTheReferenceFolders(t *testing.T) {
+	media := t.TempDir()
+	l := testLayout(t, media)
+	l.L.Folders = embedding.FoldersReference
+	st := &Settings{ToksPerBatch: DefaultToksPerBatch, MaxResidues: map[string]int{}, ProgramEnv: os.Environ()}
+	pool := stepserver.NewPool(stepserver.Options{Max: 2})
+	defer pool.Close()
+	runner, err := newSyntheticServerRunner(st, media, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Engine{Runner: runner, Settings: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Layout: l.L}
+	for step, folder := range map[string]string{"methodg_esm2": "omniesi_esm2", "methodd_esm1b": "esm1b_turnup"} {
+		paths, err := l.ExpectedPaths(step, "abc123")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(paths) != 1 || filepath.Base(filepath.Dir(paths[0])) != folder {
+			t.Fatalf("%s: expected %v, want under %s", step, paths, folder)
+		}
+		out, err := e.RunStep(context.Background(), StepRequest{JobID: strings.Repeat("c", 32), StepKey: step,
+			Seqs: []SeqItem{{SeqID: "abc123", Sequence: seqOfLen(40, 1), Outputs: paths}}})
+		if err != nil || len(out.Missing) != 0 || out.Written != 1 {
+			t.Fatalf("%s: %v %+v", step, err, out)
+		}
+		if err := embedding.CheckFile(paths[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, kinflow := range []string{"methodg_esm2", "esm1b_methodd"} {
+		if _, err := os.Stat(filepath.Join(media, "sequence_info", kinflow)); !os.IsNotExist(err) {
+			t.Errorf("the kinflow folder %s was written: %v", kinflow, err)
+		}
+	}
+}

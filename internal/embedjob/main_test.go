@@ -175,7 +175,13 @@ func fakeStepProgram(args []string) int {
 		for _, p := range s.MissingOutputs {
 			// The family's own shape: the host checks every file's width.
 			shape := []int{8}
-			if f, ok := embedding.FamilyOf(FamilyName(filepath.Dir(p))); ok {
+			// The family comes from the manifest's folders (the host's
+			// naming), as a step program must take it.
+			rel := FamilyName(&embedding.Layout{}, filepath.Dir(p))
+			if name, ok := m.Folders[rel]; ok {
+				rel = name
+			}
+			if f, ok := embedding.FamilyOf(rel); ok {
 				shape = f.Shape(len(s.Sequence))
 			}
 			t := embedding.Tensor{Shape: shape, Data: make([]float32, embedding.NumElements(shape))}

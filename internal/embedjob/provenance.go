@@ -128,9 +128,13 @@ func ProgramFingerprint(argv []string, model string) (provenance.Fingerprint, er
 	return provenance.CommandFingerprint(provenance.SharedHashCache(), argv, model)
 }
 
-// FamilyName is the family of a cache folder: its path under
-// sequence_info/ (the folder's base name when it is not under one).
-func FamilyName(dir string) string {
+// FamilyName is the name of the family whose folder under l's naming is
+// dir; for a folder of no family, its path under sequence_info/ (the
+// folder's base name when it is not under one).
+func FamilyName(l *embedding.Layout, dir string) string {
+	if f, ok := l.FamilyOfDir(dir); ok {
+		return f.Name
+	}
 	sep := string(filepath.Separator) + embedding.SequenceInfoDir + string(filepath.Separator)
 	if i := strings.LastIndex(dir, sep); i >= 0 {
 		return filepath.ToSlash(dir[i+len(sep):])
@@ -251,7 +255,7 @@ func (e *Engine) admitFamilies(req StepRequest, fp provenance.Fingerprint, todo 
 		}
 	}
 	for _, d := range slices.Sorted(maps.Keys(dirs)) {
-		fam := FamilyName(d)
+		fam := FamilyName(e.layout(), d)
 		var suffix string
 		for p := range dirs[d] {
 			suffix = filepath.Ext(p)

@@ -35,7 +35,7 @@ func (r *CommandRunner) runResident(ctx context.Context, b BatchJob, tmpl []stri
 // once it is in the server's line (at most KINFLOW_STEP_SERVER_AHEAD
 // batches in flight); the channel receives its outcome.
 func (r *CommandRunner) sendResident(ctx context.Context, b BatchJob, tmpl []string) (<-chan error, error) {
-	line, err := json.Marshal(Manifest{Version: 1, JobID: b.JobID, StepKey: b.StepKey, Batch: b.Index, MediaRoot: r.MediaRoot, Seqs: b.Items})
+	line, err := json.Marshal(Manifest{Version: 1, JobID: b.JobID, StepKey: b.StepKey, Batch: b.Index, MediaRoot: r.MediaRoot, Seqs: b.Items, Folders: b.Folders})
 	if err != nil {
 		return nil, fmt.Errorf("encode batch: %w", err)
 	}
@@ -220,6 +220,11 @@ func StepServerMain(ctx context.Context, args []string, stdin io.Reader, stdout,
 func writeSynthetic(ctx context.Context, cfg *config.Config, m Manifest, delay time.Duration) error {
 	l, err := embedding.NewLayout(m.MediaRoot, cfg.MethodJCacheDir, cfg.MethodECheckpointRoot, cfg.BindingSiteDir)
 	if err != nil {
+		return err
+	}
+	// The host names the folders (the manifest's "folders"); a program
+	// never picks a naming of its own.
+	if l.Folders, err = embedding.FoldersOf(m.Folders); err != nil {
 		return err
 	}
 	ids := make([]string, 0, len(m.Seqs))

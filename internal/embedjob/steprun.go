@@ -224,7 +224,7 @@ func (r *stepRun) send(b []SeqItem, retried bool) *sentBatch {
 		return nil
 	}
 	r.out.Batches++
-	job := BatchJob{JobID: req.JobID, StepKey: req.StepKey, Index: r.out.Batches, Items: items, Log: req.Log, Share: req.Share}
+	job := BatchJob{JobID: req.JobID, StepKey: req.StepKey, Index: r.out.Batches, Items: items, Log: req.Log, Share: req.Share, Folders: r.e.batchFolders(items)}
 	req.Log.Printf("BATCH_START job_id=%s step=%s batch=%d seq_count=%d tokens=%d share=%s", req.JobID, req.StepKey, job.Index, len(items), BatchCost(items), shareName(req.Share))
 	if err := r.e.recheck(r.ctx, req, r.admitted, items); err != nil {
 		if r.ctx.Err() != nil {
@@ -287,7 +287,7 @@ func (r *stepRun) verify(job BatchJob, items []SeqItem) []MissingFile {
 	// in its family's manifest, whoever wrote it: a one-shot reference
 	// program records none. A file of the wrong width or with non-finite
 	// values goes, like a malformed one.
-	badContent, rerr := embedding.RecordWritten(wrote)
+	badContent, rerr := r.e.layout().RecordWritten(wrote)
 	if rerr != nil && r.ctx.Err() == nil {
 		r.req.Log.Printf("RECORD_FAILED job_id=%s step=%s batch=%d error=%v", r.req.JobID, r.req.StepKey, job.Index, rerr)
 	}

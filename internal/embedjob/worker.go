@@ -152,7 +152,7 @@ func NewActivities(cfg *config.Config, st *Settings, runner BatchRunner, log *sl
 		Owner: fmt.Sprintf("%s/%d", host, os.Getpid()),
 	}
 	return &Activities{
-		Engine: &Engine{Runner: runner, Settings: st, Log: log, Leases: leases},
+		Engine: &Engine{Runner: runner, Settings: st, Log: log, Leases: leases, Layout: el},
 		Layout: EmbeddingLayout{L: el}, Logs: &JobLogs{Dir: st.JobLogDir}, Log: log, Known: NewRegistry(),
 		Servers: pool,
 	}, nil

@@ -66,7 +66,7 @@ func runJob(ctx workflow.Context, in Input, st *Status) (Status, error) {
 			NonRetryableErrorTypes: []string{ErrTypeInvalidStepInput, ErrTypeStepConfig},
 		},
 	})
-	run := StepsRun{JobID: in.GPUJobID, WorkFile: in.WorkFile, Steps: in.Steps, Counts: in.StepCounts, ShardSeqs: in.ShardSeqs, Rev: in.Rev}
+	run := StepsRun{JobID: in.GPUJobID, WorkFile: in.WorkFile, Steps: in.Steps, Counts: in.StepCounts, ShardSeqs: in.ShardSeqs, Rev: in.Rev, CacheFolders: in.CacheFolders}
 	if in.SmallStepSeqs > 0 && in.GPUTaskQueue != "" {
 		run.SmallTaskQueue, run.SmallSeqs = config.SmallTaskQueue(in.GPUTaskQueue), in.SmallStepSeqs
 	}
@@ -125,6 +125,9 @@ type StepsRun struct {
 	// Rev is the run's workflow revision (Input.Rev): from 1, ShardsVersion
 	// and SmallLaneVersion are taken at version 1 without a marker.
 	Rev int
+	// CacheFolders is the submitter's folder naming, passed to every step
+	// (StepInput.CacheFolders).
+	CacheFolders string
 }
 
 // Rev is the workflow revision that new runs of both workflows
@@ -175,7 +178,7 @@ func RunSteps(ctx, actx workflow.Context, r StepsRun, done func(step string, res
 		pending, next := 0, 0
 		sel := workflow.NewSelector(ctx)
 		launch := func() {
-			in := StepInput{GPUJobID: r.JobID, StepKey: step, WorkFile: r.WorkFile}
+			in := StepInput{GPUJobID: r.JobID, StepKey: step, WorkFile: r.WorkFile, CacheFolders: r.CacheFolders}
 			if n > 1 {
 				in.Shard, in.Shards = next, n
 			}

@@ -28,7 +28,15 @@ type Health struct {
 	// Executor is the GPU host's step executor ("command" or
 	// "synthetic", from its /health), when it says.
 	Executor string `json:"executor,omitempty"`
+	// CacheFolders is the GPU host's cache folder naming (its /health
+	// "cache_folders"; a host that does not say uses kinflow).
+	CacheFolders string `json:"cache_folders,omitempty"`
 }
+
+// ReasonCacheFoldersMismatch begins the Reason of a host whose cache folder
+// naming differs from this process's: it is treated as offline, since its
+// files would land where this process never looks.
+const ReasonCacheFoldersMismatch = "cache_folders_mismatch"
 
 // Checker reads the GPU service's /health and keeps the reading for
 // GPU_EMBED_HEALTH_TTL_SECONDS, success and failure alike (WIRE §9.3), per
@@ -144,8 +152,9 @@ func (h *Checker) fetch(ctx context.Context, url string) Health {
 		return Health{Configured: true, Reason: fmt.Sprintf("unreachable: HTTP %d", resp.StatusCode)}
 	}
 	var payload struct {
-		Online   *bool  `json:"online"`
-		Executor string `json:"executor"`
+		Online       *bool  `json:"online"`
+		Executor     string `json:"executor"`
+		CacheFolders string `json:"cache_folders"`
 	}
 	if err := json.Unmarshal(body, &payload); err != nil {
 		return Health{Configured: true, Reason: "unreachable: invalid JSON from /health"}
@@ -154,5 +163,19 @@ func (h *Checker) fetch(ctx context.Context, url string) Health {
 	if payload.Online != nil && !*payload.Online {
 		return Health{Configured: true, Online: false, Reason: "remote_offline"}
 	}
-	return Health{Configured: true, Online: true, Executor: payload.Executor}
+	theirs := naming(payload.CacheFolders)
+	if ours := naming(h.Config.CacheFolders); theirs != ours {
+		return Health{Configured: true, Online: false, Executor: payload.Executor, CacheFolders: theirs,
+			Reason: fmt.Sprintf("%s: the GPU host has KINFLOW_CACHE_FOLDERS=%s, this process %s; set the same value on every process that shares the cache",
+				ReasonCacheFoldersMismatch, theirs, ours)}
+	}
+	return Health{Configured: true, Online: true, Executor: payload.Executor, CacheFolders: payload.CacheFolders}
+}
+
+// naming is a KINFLOW_CACHE_FOLDERS value with the default filled in.
+func naming(v string) string {
+	if v = strings.TrimSpace(v); v == "" {
+		return "kinflow"
+	}
+	return v
 }

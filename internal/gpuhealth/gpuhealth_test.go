@@ -131,3 +131,32 @@ func TestCheckSeveralHosts(t *testing.T) {
 		t.Errorf("first host down, second offline: %+v", got)
 	}
 }
+
+// TestCheckRefusesOtherFolderNaming: a host whose KINFLOW_CACHE_FOLDERS
+// differs from this process's is offline with a reason naming both values; a
+// host that does not say uses kinflow's naming.
+func TestCheckRefusesOtherFolderNaming(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		body, ours string
+		online     bool
+	}{
+		{`{"online": true, "cache_folders": "reference"}`, "reference", true},
+		{`{"online": true, "cache_folders": "kinflow"}`, "kinflow", true},
+		{`{"online": true}`, "kinflow", true},
+		{`{"online": true, "cache_folders": "reference"}`, "kinflow", false},
+		{`{"online": true, "cache_folders": "kinflow"}`, "reference", false},
+		{`{"online": true}`, "reference", false},
+	} {
+		srv, _ := service(t, 200, c.body)
+		h := New(&config.Config{GPUEmbedServiceURL: srv.URL, GPUEmbedServiceToken: "tok", CacheFolders: c.ours})
+		got := h.Check(ctx)
+		if got.Online != c.online {
+			t.Errorf("%s with ours %s: %+v", c.body, c.ours, got)
+		}
+		if !c.online && (!strings.HasPrefix(got.Reason, ReasonCacheFoldersMismatch+": ") || !strings.Contains(got.Reason, "KINFLOW_CACHE_FOLDERS="+got.CacheFolders) ||
+			!strings.Contains(got.Reason, "this process "+c.ours)) {
+			t.Errorf("%s with ours %s: reason %q", c.body, c.ours, got.Reason)
+		}
+	}
+}

@@ -75,6 +75,10 @@ type CommandRequest struct {
 	// Vars are the worker's placeholders for the command line and EnvPaths
 	// (media, sequence_info, methode_checkpoint_root, methodj_cache_dir).
 	Vars map[string]string
+	// Folder is the absolute folder of a cache family by name, under the
+	// worker's folder naming: it fills {folder:<family>} (nil: those stay
+	// unfilled, and a variable holding one is left unset).
+	Folder func(family string) (string, bool)
 	// Env is the program's base environment (config.ChildEnv).
 	Env []string
 	// Chem converts substrates for the dedicated contracts.
@@ -306,6 +310,13 @@ func commandVars(d *Descriptor, req CommandRequest, run *engineRun) map[string]s
 		"target": req.Target, "job_id": req.JobID,
 	}
 	maps.Copy(vars, req.Vars)
+	if req.Folder != nil {
+		for _, name := range d.FolderFamilies() {
+			if dir, ok := req.Folder(name); ok {
+				vars[FolderVar(name)] = dir
+			}
+		}
+	}
 	// kinflow's Cleanup deletes ephemeral artefacts once no running job
 	// needs them; a script deleting them itself could pull files from
 	// under another job.
@@ -356,7 +367,7 @@ func exitError(d *Descriptor, err error) error {
 
 // unfilledPlaceholder finds a {name} or {folder:<family>} left in a
 // rendered env value.
-var unfilledPlaceholder = regexp.MustCompile(`\{[a-z0-9_]+(:[A-Za-z0-9_./-]+)?\}`)
+var unfilledPlaceholder = regexp.MustCompile(`\{[a-z0-9_]+\}|\{folder:[^{}\s]+\}`)
 
 // readEngineOutput parses the generic engine's output (WIRE §4.7): a bare list
 // or {"predictions", "invalid_indices", "invalid_reasons"}, and kinflow's

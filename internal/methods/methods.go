@@ -172,9 +172,10 @@ type ColumnKwarg struct {
 //     ephemeral artefacts)
 //   - {tools}, {model_dir}, {data_dir}, {esm_python}, {esmc_python},
 //     {t5_python}, {pseq2sites_python}: the method's command.paths entries
-//   - {folder:<family>}: the absolute folder of the embedding family named
-//     by kinflow (e.g. {folder:methodg_esm2}), in the folder names the
-//     operator's layout gives the shared cache
+//   - {folder:<family>}: the absolute folder of the cache family named
+//     <family> (kinflow's family name, e.g. {folder:methodg_esm2}) under the
+//     worker's folder naming, KINFLOW_CACHE_FOLDERS (omniesi_esm2 with
+//     `reference`); a name that is no family fails the catalogue's load
 //
 // A variable whose value still holds a placeholder after rendering is left
 // unset.
@@ -619,5 +620,5 @@ func (d *Descriptor) Validate() error {
 			return fmt.Errorf("method %q: unknown step key %q", d.Key, s)
 		}
 	}
-	return nil
+	return d.validateFolders()
 }

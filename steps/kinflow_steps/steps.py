@@ -72,6 +72,9 @@ class Batch:
     step_key: str
     media_root: str
     seqs: list[Seq] = field(default_factory=list)
+    #: output folder (relative to sequence_info) -> family name: the host's folder
+    #: naming (KINFLOW_CACHE_FOLDERS). A folder it does not list is its own family.
+    folders: dict[str, str] = field(default_factory=dict)
 
 
 def parse_manifest(doc: Any) -> Batch:
@@ -82,6 +85,7 @@ def parse_manifest(doc: Any) -> Batch:
         b = Batch(
             batch=int(doc.get("batch", 0)), step_key=str(doc.get("step_key", "")), media_root=str(doc["media_root"])
         )
+        b.folders = {str(k): str(v) for k, v in (doc.get("folders") or {}).items()}
         for s in doc.get("seqs") or []:
             outputs = [str(p) for p in s.get("outputs") or []]
             missing = s.get("missing_outputs")
@@ -359,7 +363,8 @@ class Step:
         for s in b.seqs:
             want: dict[str, str] = {}
             for p in s.missing:
-                fam, _ = family_of(p, b.media_root, s.seq_id)
+                folder, _ = family_of(p, b.media_root, s.seq_id)
+                fam = b.folders.get(folder, folder)
                 if not self.owns(fam):
                     raise BatchError(f"seq {s.seq_id}: step {self.key} does not write {fam}")
                 if not os.path.exists(p):
