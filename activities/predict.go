@@ -513,7 +513,7 @@ func (a *Activities) checkArtefacts(ref StageRef) error {
 // runs, its progress stored on the stage, its failures reported as
 // non-retryable PredictionFailed errors. Before the program starts, the
 // rows' seq ids are written into the media root's seqmap.sqlite3, where
-// the reference's programs look them up (writeSeqmapFile).
+// the reference's programs look them up (WriteSeqmapFile).
 func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonicalize bool, d *methods.Descriptor, sr jobfiles.StageRows, send []int, dir string) ([]*float64, map[int]string, map[int]units.Uncertainty, bool, error) {
 	rows := make([]methods.EngineRow, len(send))
 	for k, i := range send {
@@ -533,7 +533,7 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 			}
 		}
 		if d.Command != nil {
-			if err := a.writeSeqmapFile(ctx, sr.Target, d, rows, ids); err != nil {
+			if err := WriteSeqmapFile(ctx, a.Config.MediaRoot, sr.Target, d, rows, ids); err != nil {
 				return nil, nil, nil, false, err
 			}
 		}
@@ -544,13 +544,8 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 	uncs := map[int]units.Uncertainty{}
 	vals, reasons, err := methods.RunCommand(ctx, d, methods.CommandRequest{
 		JobID: ref.JobID, Target: sr.Target, Canonicalize: canonicalize, Rows: rows, Dir: dir,
-		Vars: map[string]string{
-			"media":                   a.Config.MediaRoot,
-			"sequence_info":           filepath.Join(a.Config.MediaRoot, "sequence_info"),
-			"methode_checkpoint_root": a.Config.MethodECheckpointRoot,
-			"methodj_cache_dir":       a.Config.MethodJCacheDir,
-		},
-		Env:         config.ChildEnv(os.Environ()),
+		Vars:        CommandVars(a.Config),
+		Env:         CommandEnv(),
 		Chem:        a.Chem,
 		Unconverted: func() { unconverted = true },
 		Uncertainty: func(row int, u units.Uncertainty) { uncs[row] = u },
@@ -610,7 +605,23 @@ func (a *Activities) rowSeqIDs(ctx context.Context, dir string, rows []methods.E
 	return out, nil
 }
 
-// writeSeqmapFile puts the rows' seq ids into <media>/sequence_info/
+// CommandVars are the worker's placeholders of a method's command line and
+// env_paths: the media root, its shared embedding cache and the folders of
+// methods E and J. A stage and `kinflow methods check` use the same.
+func CommandVars(cfg *config.Config) map[string]string {
+	return map[string]string{
+		"media":                   cfg.MediaRoot,
+		"sequence_info":           filepath.Join(cfg.MediaRoot, "sequence_info"),
+		"methode_checkpoint_root": cfg.MethodECheckpointRoot,
+		"methodj_cache_dir":       cfg.MethodJCacheDir,
+	}
+}
+
+// CommandEnv is a method program's base environment: the worker's own, less
+// kinflow's configuration (config.ChildEnv).
+func CommandEnv() []string { return config.ChildEnv(os.Environ()) }
+
+// WriteSeqmapFile puts the rows' seq ids into <media>/sequence_info/
 // seqmap.sqlite3 before the method's program runs: the reference's
 // programs look each sequence's id up there (its seqmap tool, or the file
 // read directly) and read the sequence's cached files by that id, so they
@@ -619,12 +630,12 @@ func (a *Activities) rowSeqIDs(ctx context.Context, dir string, rows []methods.E
 // another process kept locked past the busy timeout is a retryable error
 // (the next attempt finds it free); any other failure fails the stage. The
 // messages name the file by its place under the media root only.
-func (a *Activities) writeSeqmapFile(ctx context.Context, target string, d *methods.Descriptor, rows []methods.EngineRow, ids []string) error {
+func WriteSeqmapFile(ctx context.Context, mediaRoot, target string, d *methods.Descriptor, rows []methods.EngineRow, ids []string) error {
 	es := make([]seqmapfile.Entry, len(rows))
 	for k := range rows {
 		es[k] = seqmapfile.Entry{ID: ids[k], Seq: rows[k].Seq}
 	}
-	err := seqmapfile.Write(ctx, a.Config.MediaRoot, es)
+	err := seqmapfile.Write(ctx, mediaRoot, es)
 	var ce *seqmapfile.ConflictError
 	switch {
 	case err == nil:
