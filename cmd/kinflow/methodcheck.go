@@ -245,19 +245,21 @@ func (c *methodCheck) run(ctx context.Context, d *methods.Descriptor, t methods.
 	res.Took = time.Since(start)
 	after := snapshotFolders(c.layout.SequenceInfo(), folders)
 
+	// The run's own failure first, then what it left unset, then what
+	// it did to the shared files.
 	var causes []string
-	if len(unset) > 0 {
-		causes = append(causes, "unset variable: "+strings.Join(unset, "; "))
-	}
-	if changed := compareSnapshots(before, after); changed != "" {
-		causes = append(causes, changed)
-	}
 	if err != nil {
 		causes = append(causes, engineCause(err, rctx, ctx, c.timeout, dir))
 	} else if cause, note := judgeAnswers(d.OutputOf(t), vals, reasons); cause != "" {
 		causes = append(causes, cause)
 	} else {
 		res.Note = note
+	}
+	if len(unset) > 0 {
+		causes = append(causes, "unset variable: "+strings.Join(unset, "; "))
+	}
+	if changed := compareSnapshots(before, after); changed != "" {
+		causes = append(causes, changed)
 	}
 	if len(causes) > 0 {
 		return fail("%s", strings.Join(causes, "; "))
