@@ -155,6 +155,16 @@ func TestMethodsCheck(t *testing.T) {
 	if got := cli(1, "worker", "--check"); !strings.Contains(got, "FAIL C kcat: crash") || !strings.Contains(got, "not starting") {
 		t.Errorf("worker --check:\n%s", got)
 	}
+	// A program that outlives its time.
+	slow := filepath.Join(dir, "slow.yaml")
+	if err := os.WriteFile(slow, fmt.Appendf(nil, "methods:\n  - key: K\n    command: {python: %s, script: %s}\n",
+		py, script("slow", "import sys, time\nsys.stderr.write('loading model\\n')\nsys.stderr.flush()\ntime.sleep(60)\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KINFLOW_METHODS_FILE", slow)
+	if got := cli(1, "methods", "check", "--timeout", "1s", "K"); !strings.Contains(got, "FAIL K kcat: timeout: the program ran past 1s; stderr: loading model") {
+		t.Errorf("timeout:\n%s", got)
+	}
 	entries, _ := os.ReadDir(filepath.Join(media, "jobs"))
 	if len(entries) != 0 {
 		t.Errorf("scratch job folders left: %v", entries)
