@@ -535,7 +535,7 @@ func (a *Activities) checkArtefacts(ref StageRef) error {
 // runs, its progress stored on the stage, its failures reported as
 // non-retryable PredictionFailed errors. Before the program starts, the
 // rows' seq ids are written into the media root's seqmap.sqlite3, where
-// the reference's programs look them up (writeSeqmapFile).
+// the reference's programs look them up (WriteSeqmapFile).
 func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonicalize bool, d *methods.Descriptor, sr jobfiles.StageRows, send []int, dir string) (engineOutput, error) {
 	rows := make([]methods.EngineRow, len(send))
 	for k, i := range send {
@@ -556,7 +556,7 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 			}
 		}
 		if d.Command != nil {
-			if err := a.writeSeqmapFile(ctx, sr.Target, d, rows, ids); err != nil {
+			if err := WriteSeqmapFile(ctx, a.Config.MediaRoot, sr.Target, d, rows, ids); err != nil {
 				return engineOutput{}, err
 			}
 		}
@@ -575,22 +575,13 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 		// kinflow does not plan: it stays where the program keeps it.
 		mv = &methods.MediaView{MediaRoot: view.media, Root: view.root, Keep: map[string]bool{"methodj_cache_dir": true}}
 	}
-	media := a.Config.MediaRoot
-	if view != nil {
-		media = view.media
-	}
 	last := 0
 	var lastWrite time.Time
 	eng := engineOutput{uncs: map[int]units.Uncertainty{}}
 	var err error
 	eng.vals, eng.reasons, err = methods.RunCommand(ctx, d, methods.CommandRequest{
 		JobID: ref.JobID, Target: sr.Target, Canonicalize: canonicalize, Rows: rows, Dir: dir,
-		Vars: map[string]string{
-			"media":                   media,
-			"sequence_info":           filepath.Join(media, "sequence_info"),
-			"methode_checkpoint_root": a.Config.MethodECheckpointRoot,
-			"methodj_cache_dir":       a.Config.MethodJCacheDir,
-		},
+		Vars: CommandVars(a.Config),
 		View: mv,
 		Folder: func(family string) (string, bool) {
 			if a.Layout == nil {
@@ -598,7 +589,7 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 			}
 			return a.Layout.FolderOf(family)
 		},
-		Env:         config.ChildEnv(os.Environ()),
+		Env:         CommandEnv(),
 		Chem:        a.Chem,
 		Unconverted: func() { eng.unconverted = true },
 		Uncertainty: func(row int, u units.Uncertainty) { eng.uncs[row] = u },
@@ -679,7 +670,23 @@ func (a *Activities) rowSeqIDs(ctx context.Context, dir string, rows []methods.E
 	return out, nil
 }
 
-// writeSeqmapFile puts the rows' seq ids into <media>/sequence_info/
+// CommandVars are the worker's placeholders of a method's command line and
+// env_paths: the media root, its shared embedding cache and the folders of
+// methods E and J. A stage and `kinflow methods check` use the same.
+func CommandVars(cfg *config.Config) map[string]string {
+	return map[string]string{
+		"media":                   cfg.MediaRoot,
+		"sequence_info":           filepath.Join(cfg.MediaRoot, "sequence_info"),
+		"methode_checkpoint_root": cfg.MethodECheckpointRoot,
+		"methodj_cache_dir":       cfg.MethodJCacheDir,
+	}
+}
+
+// CommandEnv is a method program's base environment: the worker's own, less
+// kinflow's configuration (config.ChildEnv).
+func CommandEnv() []string { return config.ChildEnv(os.Environ()) }
+
+// WriteSeqmapFile puts the rows' seq ids into <media>/sequence_info/
 // seqmap.sqlite3 before the method's program runs: the reference's
 // programs look each sequence's id up there (its seqmap tool, or the file
 // read directly) and read the sequence's cached files by that id, so they
@@ -688,12 +695,12 @@ func (a *Activities) rowSeqIDs(ctx context.Context, dir string, rows []methods.E
 // another process kept locked past the busy timeout is a retryable error
 // (the next attempt finds it free); any other failure fails the stage. The
 // messages name the file by its place under the media root only.
-func (a *Activities) writeSeqmapFile(ctx context.Context, target string, d *methods.Descriptor, rows []methods.EngineRow, ids []string) error {
+func WriteSeqmapFile(ctx context.Context, mediaRoot, target string, d *methods.Descriptor, rows []methods.EngineRow, ids []string) error {
 	es := make([]seqmapfile.Entry, len(rows))
 	for k := range rows {
 		es[k] = seqmapfile.Entry{ID: ids[k], Seq: rows[k].Seq}
 	}
-	err := seqmapfile.Write(ctx, a.Config.MediaRoot, es)
+	err := seqmapfile.Write(ctx, mediaRoot, es)
 	var ce *seqmapfile.ConflictError
 	switch {
 	case err == nil:

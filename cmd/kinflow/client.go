@@ -106,6 +106,9 @@ func runKey(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 // runMethods is `kinflow methods`: the catalogue by target.
 func runMethods(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "check" {
+		return runMethodsCheck(ctx, args[1:], stdout, stderr)
+	}
 	fs := newFlags("methods", stderr)
 	baseURL, _ := clientFlags(fs)
 	asJSON := fs.Bool("json", false, "print the catalogue as JSON")

@@ -26,7 +26,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"api", "serve the public REST API", runAPI},
-		{"worker", "run workflows and CPU activities on the CPU task queue", runWorker},
+		{"worker", "run workflows and CPU activities on the CPU task queue (--check: check the method programs first)", runWorker},
 		{"gpu-worker", "serve the GPU task queue and the GPU service HTTP API", runGPUWorker},
 		{"dev", "run every role in one process on the embedded defaults", runDev},
 		{"step-server", "step-server --synthetic: a resident step server writing synthetic artefacts (started by the GPU host)", runStepServer},
@@ -40,7 +40,7 @@ func commands() []command {
 		{"media", "media show|init: the media root's identity marker (operator)", runMedia},
 		{"key", "key status|generate|revoke: this address's API key (client); key limit|weight|block|unblock KEY, key usage: operator", runKey},
 		{"keys", "keys usage: every key's unfinished work, by class (operator; the same as key usage)", runKey},
-		{"methods", "list the methods by target (client)", runMethods},
+		{"methods", "list the methods by target (client); methods check [KEY…]: run each configured method program on a few rows (operator)", runMethods},
 		{"validate", "validate FILE: check a CSV's rows without submitting (client)", runValidate},
 		{"submit", "submit FILE --target T --method M [--wait]: start a job (client)", runSubmit},
 		{"status", "status JOB: a job's status and progress (client)", runStatus},

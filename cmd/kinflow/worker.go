@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
@@ -28,6 +29,8 @@ import (
 // activities, including local embedding steps (fail-open).
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("worker", stderr)
+	check := fs.Bool("check", false, "at start, run every configured method program on a few rows (as `kinflow methods check`) and exit 1 with the report when any fails")
+	checkTimeout := fs.Duration("check-timeout", defaultMethodCheckTimeout, "with --check: how long one method's program may run for one target")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -50,6 +53,11 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if _, err := openMediaRoot(cfg, log, false); err != nil {
 		return err
 	}
+	if *check {
+		if err := workerCheck(ctx, cfg, log, *checkTimeout, stdout); err != nil {
+			return err
+		}
+	}
 	tc, err := dialTemporal(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -59,6 +67,25 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return serveMetricsBeside(ctx, cfg, m, log, func(ctx context.Context) error {
 		return runCPUWorker(ctx, cfg, st, tc, log, m)
 	})
+}
+
+// workerCheck is `kinflow worker --check`: the method check of every
+// method with a command, before the worker connects to Temporal. With the
+// synthetic engine no program runs in a job, so there is nothing to check.
+func workerCheck(ctx context.Context, cfg *config.Config, log *slog.Logger, timeout time.Duration, stdout io.Writer) error {
+	if cfg.PredictionEngine != "command" {
+		fmt.Fprintf(stdout, "kinflow worker --check: KINFLOW_PREDICTION_ENGINE is %s, no method program to check\n", cfg.PredictionEngine)
+		return nil
+	}
+	fmt.Fprintln(stdout, "kinflow worker --check: the method programs")
+	failed, total, err := checkMethods(ctx, cfg, log, nil, timeout, stdout)
+	if err != nil {
+		return err
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d method check(s) failed: not starting", failed, total)
+	}
+	return nil
 }
 
 // serveMetricsBeside runs role, and /metrics on KINFLOW_METRICS_LISTEN when

@@ -94,6 +94,9 @@ type CommandRequest struct {
 	// Keeping the activity alive while the program is silent is the
 	// caller's (internal/heartbeat).
 	Progress func(done int)
+	// Unset, when set, is called before the program starts with the
+	// env_paths variables left unset (commandEnv), one message each.
+	Unset func(msgs []string)
 	// Uncertainty, when set, is called for each row the program gave an
 	// uncertainty for (the JSON contract's optional `uncertainties`).
 	Uncertainty func(row int, u units.Uncertainty)
@@ -224,6 +227,9 @@ func RunCommand(ctx context.Context, d *Descriptor, req CommandRequest) ([]*floa
 	cmd.Dir = d.Command.WorkDir
 	var unset []string
 	cmd.Env, unset = commandEnv(d, req.Env, vars)
+	if req.Unset != nil && len(unset) > 0 {
+		req.Unset(unset)
+	}
 	// Its own process group, so cancellation kills the whole tree.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
