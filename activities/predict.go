@@ -72,8 +72,9 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 	// only the units of those files run again (recheckAfterRead).
 	partialFile := filepath.Join(dir, jobfiles.PartialFile)
 	var partial jobfiles.StagePartial
+	redoRound := false
 	if fsutil.ReadJSON(partialFile, &partial) == nil && len(partial.Results) == len(sr.Units) {
-		out.Results, send = partial.Results, partial.Redo
+		out.Results, send, redoRound = partial.Results, partial.Redo, true
 	}
 	var job *store.Job
 	if err := a.storeRetry(ctx, func() (err error) { job, err = a.Store.Job(ctx, ref.JobID); return err }); err != nil {
@@ -102,7 +103,7 @@ func (a *Activities) Predict(ctx context.Context, ref StageRef) (PredictResult, 
 		if pc != nil {
 			toSend = serveFromCache(pc, d, &out, send)
 		}
-		eng, err := a.runEngine(ctx, ref, job, d, sr, toSend, dir)
+		eng, err := a.runEngine(ctx, ref, job, d, sr, toSend, dir, redoRound)
 		if err != nil {
 			log.Warn("prediction failed", "error", err)
 			// The job's provenance still names what the failed stage ran.
@@ -223,8 +224,9 @@ type engineOutput struct {
 }
 
 // runEngine predicts the units toSend with the configured engine (none
-// when every unit came from the cache).
-func (a *Activities) runEngine(ctx context.Context, ref StageRef, job *store.Job, d *methods.Descriptor, sr jobfiles.StageRows, toSend []int, dir string) (engineOutput, error) {
+// when every unit came from the cache); redoRound says the stage's units
+// are being predicted again after cached files changed under the method.
+func (a *Activities) runEngine(ctx context.Context, ref StageRef, job *store.Job, d *methods.Descriptor, sr jobfiles.StageRows, toSend []int, dir string, redoRound bool) (engineOutput, error) {
 	var eng engineOutput
 	var err error
 	switch {
@@ -236,7 +238,7 @@ func (a *Activities) runEngine(ctx context.Context, ref StageRef, job *store.Job
 			eng.uncs = syntheticUncertainties(d, sr, toSend)
 		}
 	default:
-		eng, err = a.predictCommand(ctx, ref, job.CanonicalizeSubstrates, d, sr, toSend, dir)
+		eng, err = a.predictCommand(ctx, ref, job.CanonicalizeSubstrates, d, sr, toSend, dir, redoRound)
 	}
 	return eng, err
 }
@@ -536,7 +538,7 @@ func (a *Activities) checkArtefacts(ref StageRef) error {
 // non-retryable PredictionFailed errors. Before the program starts, the
 // rows' seq ids are written into the media root's seqmap.sqlite3, where
 // the reference's programs look them up (WriteSeqmapFile).
-func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonicalize bool, d *methods.Descriptor, sr jobfiles.StageRows, send []int, dir string) (engineOutput, error) {
+func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonicalize bool, d *methods.Descriptor, sr jobfiles.StageRows, send []int, dir string, redoRound bool) (engineOutput, error) {
 	rows := make([]methods.EngineRow, len(send))
 	for k, i := range send {
 		rows[k] = methods.EngineRow{Seq: sr.Units[i].Seq, Kwargs: sr.Units[i].Kwargs}
@@ -605,9 +607,14 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 	})
 	// Whatever the program's end, the shared files it was given are
 	// checked: the units of one it changed are not served, and the file
-	// goes to the integrity check.
+	// goes to the integrity check. In the stage's first round a recorded
+	// file changed in place is left to the check after the read
+	// (recheckAfterRead), which has it computed anew and its units
+	// predicted again: a writer racing the read gets the job its right
+	// values. A file changed again in that second round is the program's
+	// doing, and its units fail.
 	if view != nil {
-		if ch := view.check(); !ch.empty() {
+		if ch := view.check(!redoRound); !ch.empty() {
 			bySid := ch.failedSeqs()
 			eng.failed = map[int]string{}
 			for k := range rows {

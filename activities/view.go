@@ -53,11 +53,17 @@ import (
 // inode change time moved was written in place by the program (no kinflow
 // writer touches a cached file in place; they write a new file and rename
 // it), and one that vanished or was replaced while the program ran is no
-// longer what the plan checked. The units that used such a file fail with
-// ReasonProgramChangedFile or ReasonSharedFileReplaced, never with a number
-// computed from it; the file is handed to the integrity check, which keeps
-// it when its contents are still the recorded ones and otherwise sets it
-// aside so that the next plan computes it again; and a job event says so.
+// longer what the plan checked. Such a file is never the source of a
+// served number. A recorded file changed in the stage's first round may
+// have been changed by anything racing the read, so, like any file changed
+// after the plan's check, it is checked again, computed anew, and its units
+// predicted again in a second round (recheckAfterRead). One changed in
+// that second round, or an unrecorded (ephemeral) one, is the program's
+// doing: its units fail with ReasonProgramChangedFile or
+// ReasonSharedFileReplaced; the file is handed to the integrity check,
+// which keeps it when its contents are still the recorded ones and
+// otherwise sets it aside so that the next plan computes it again; and a
+// job event says so.
 
 // ViewDir is the folder of the stages' views in a job's folder.
 const ViewDir = "view"
@@ -271,13 +277,15 @@ func (c viewChanges) empty() bool { return len(c.inPlace) == 0 && len(c.replaced
 // check stats every shared file of the view again. A persistent file that
 // vanished or was replaced is left to the integrity records' check after
 // the read (recheckAfterRead), which has it computed again; an ephemeral
-// one keeps no record, so it is reported here.
-func (v *stageView) check() viewChanges {
+// one keeps no record, so it is reported here. With deferInPlace a
+// persistent file changed in place is left to that check too.
+func (v *stageView) check(deferInPlace bool) viewChanges {
 	var c viewChanges
 	for _, f := range v.files {
 		now, err := embedding.StatFile(f.shared)
 		switch {
 		case err == nil && now == f.before:
+		case err == nil && now.Ino == f.before.Ino && deferInPlace && f.persistent:
 		case err == nil && now.Ino == f.before.Ino:
 			c.inPlace = append(c.inPlace, f)
 		case !f.persistent:

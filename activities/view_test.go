@@ -86,6 +86,13 @@ func newViewHarness(t *testing.T, s *store.Store) *viewHarness {
 func (h *viewHarness) planned(id string) embedding.Plan {
 	h.t.Helper()
 	h.submit(id, map[string]string{"kcat": "H"}, true, fourRows)
+	return h.compute(id)
+}
+
+// compute plans job id's stage 0 and computes the files the plan needs,
+// as the stage's embedding phase does; it returns the plan.
+func (h *viewHarness) compute(id string) embedding.Plan {
+	h.t.Helper()
 	if _, err := h.env.ExecuteActivity(h.a.BuildPlan, PlanInput{JobID: id, StageIndex: 0}); err != nil {
 		h.t.Fatal(err)
 	}
@@ -230,15 +237,30 @@ func TestProgramDeletingItsFilesLeavesTheSharedCache(t *testing.T) {
 }
 
 // A program that rewrites the shared files in place (through its view's
-// links) is found out: every unit fails with the reason and no value, the
-// files are set aside (the next plan computes them again), a job event
-// says so, and the stage does not loop into another round.
+// links) is found out. In the stage's first round that looks like any
+// writer racing the read: the files are checked again and set aside, and
+// the stage asks for a second round with the files computed anew. The
+// program rewrites them again there, and then every unit fails with the
+// reason and no value, the files are set aside (the next plan computes
+// them again), a job event says so, and the stage asks for no third round.
 func TestProgramRewritingASharedFileIsDetected(t *testing.T) {
 	s := testenv.OpenStore(t, store.SQLite)
 	h := newViewHarness(t, s)
 	plan := h.planned("jobview03")
 	paths := h.paths(plan)
 	h.mode("rewrite")
+	val, err := h.env.ExecuteActivity(h.a.Predict, StageRef{JobID: "jobview03", StageIndex: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first PredictResult
+	if err := val.Get(&first); err != nil {
+		t.Fatal(err)
+	}
+	if first.Recheck != len(paths) {
+		t.Fatalf("first round: %+v, want a recheck of %d files", first, len(paths))
+	}
+	h.compute("jobview03")
 	p, err := h.predict("jobview03", 0)
 	if err != nil {
 		t.Fatal(err)
@@ -254,8 +276,8 @@ func TestProgramRewritingASharedFileIsDetected(t *testing.T) {
 		}
 	}
 	f, _ := embedding.FamilyByName(embedding.FamilyESM2LayerLastMean)
-	if q, err := h.layout.Quarantined(f); err != nil || len(q) != len(paths) {
-		t.Errorf("quarantined %v (%v), want %d files", q, err, len(paths))
+	if q, err := h.layout.Quarantined(f); err != nil || len(q) < len(paths) {
+		t.Errorf("quarantined %v (%v), want at least %d files", q, err, len(paths))
 	}
 	evs, err := s.GPUPrecomputeEvents(context.Background(), "jobview03", 50)
 	if err != nil {

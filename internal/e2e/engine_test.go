@@ -186,7 +186,7 @@ MKTAYIAKQRQ,C1=CC=CC=C1
 	// validation.
 	var seen struct {
 		ModelRoot *string `json:"model_root"`
-		Media     *string `json:"media"`
+		Media     string  `json:"media"`
 		Job       struct {
 			Target string              `json:"target"`
 			Rows   []map[string]string `json:"rows"`
@@ -202,8 +202,14 @@ MKTAYIAKQRQ,C1=CC=CC=C1
 	if seen.ModelRoot == nil || *seen.ModelRoot != modelDir {
 		t.Errorf("METHODB_MODEL_ROOT = %v, want %s", seen.ModelRoot, modelDir)
 	}
-	if seen.Media == nil || *seen.Media != s.media {
-		t.Errorf("METHODB_MEDIA_PATH = %v, want %s", seen.Media, s.media)
+	// The program's media path is its stage's private view of the media
+	// root, gone once the stage is done.
+	view := filepath.Join(s.media, "jobs", id, "view", "stage-1")
+	if seen.Media != view {
+		t.Errorf("METHODB_MEDIA_PATH = %q, want the stage's view %s", seen.Media, view)
+	}
+	if _, err := os.Stat(view); !os.IsNotExist(err) {
+		t.Errorf("the stage's view is left after the job: %v", err)
 	}
 	var seqs []string
 	for _, r := range seen.Job.Rows {

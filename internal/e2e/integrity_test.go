@@ -140,10 +140,12 @@ func TestChangedDataDirMissesThePredictionCache(t *testing.T) {
 
 // engineBOverwrites is engineBReads that first, once, plays the writer that
 // changes a cached file between the plan's check and the method's read: the
-// file named in <media>/../overwrite-once is rewritten in place with other
-// numbers of the same size and its modification time put back.
+// file named in $MARKER_DIR/overwrite-once is rewritten in place with other
+// numbers of the same size and its modification time put back. The
+// program's media path is its stage's view; the marker's folder is the
+// test's, handed over in the methods file's extra_env.
 const engineBOverwrites = `import os
-marker = os.path.join(os.environ["METHODB_MEDIA_PATH"], "..", "overwrite-once")
+marker = os.path.join(os.environ["MARKER_DIR"], "overwrite-once")
 if os.path.exists(marker):
     target = open(marker).read().strip()
     os.remove(marker)
@@ -164,7 +166,7 @@ if os.path.exists(marker):
 func TestFileChangedBetweenCheckAndReadIsRecomputed(t *testing.T) {
 	e := newEngineBJobs(t, engineBOverwrites)
 	s, media, seqs, rows := e.stack, e.media, e.seqs, e.rows
-	dir := filepath.Dir(media) // the engine reads <media>/../overwrite-once
+	dir := filepath.Dir(media) // the engine reads $MARKER_DIR/overwrite-once
 	values := func(job string) []string { t.Helper(); return e.values(t, job) }
 	job1 := s.submit(rows("CCO"), []string{"kcat"}, map[string]string{"kcat": "B"})
 	if st := s.waitDone(job1, 120*time.Second); st.Status != "Completed" {
@@ -220,7 +222,7 @@ func newEngineBJobs(t *testing.T, script string) *engineBJobs {
 		t.Fatal(err)
 	}
 	methodsFile := filepath.Join(dir, "methods.yaml")
-	if err := os.WriteFile(methodsFile, []byte(fmt.Sprintf("methods:\n  - key: B\n    command: {python: %s, script: %s}\n", py, scriptPath)), 0o644); err != nil {
+	if err := os.WriteFile(methodsFile, []byte(fmt.Sprintf("methods:\n  - key: B\n    command: {python: %s, script: %s, extra_env: {MARKER_DIR: %s}}\n", py, scriptPath, dir)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	media := filepath.Join(dir, "media")
@@ -264,7 +266,7 @@ func (e *engineBJobs) values(t *testing.T, job string) []string {
 // bytes and modification time back just after: the file looks untouched
 // by the time the job checks it again, its contents the recorded ones.
 const engineBFlipFlops = `import os
-marker = os.path.join(os.environ["METHODB_MEDIA_PATH"], "..", "flip-flop-once")
+marker = os.path.join(os.environ["MARKER_DIR"], "flip-flop-once")
 saved = None
 if os.path.exists(marker):
     target = open(marker).read().strip()

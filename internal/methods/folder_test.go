@@ -73,7 +73,7 @@ func TestFolderPlaceholder(t *testing.T) {
 			t.Fatal(err)
 		}
 		req := methods.CommandRequest{JobID: "job1", Target: "kcat", Dir: work, Env: []string{"PATH=" + os.Getenv("PATH")},
-			Rows: []methods.EngineRow{{Seq: "MKV", Kwargs: map[string]string{"smiles": "CCO"}}}}
+			Rows: []methods.EngineRow{{Seq: "MKV", Kwargs: map[string]string{"substrates": "CCO"}}}}
 		if !c.noResolver {
 			req.Folder = l.FolderOf
 		}
