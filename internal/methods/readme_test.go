@@ -42,3 +42,45 @@ func TestREADMEOperatorFileExample(t *testing.T) {
 		t.Errorf("B override: %+v", b)
 	}
 }
+
+// TestREADMEReferenceFileExample parses the methods file shown in the
+// README's "Moving from the reference deployment": the reference's keys
+// are there, and the one method written gets its command.
+func TestREADMEReferenceFileExample(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	i := strings.Index(text, "## Moving from the reference deployment")
+	if i < 0 {
+		t.Fatal("README has no 'Moving from the reference deployment' section")
+	}
+	start := strings.Index(text[i:], "```yaml\n")
+	if start < 0 {
+		t.Fatal("no yaml block in 'Moving from the reference deployment'")
+	}
+	body := text[i+start+len("```yaml\n"):]
+	end := strings.Index(body, "```")
+	if end < 0 {
+		t.Fatal("unterminated yaml block")
+	}
+	// The block sits in a numbered list: drop the list's indentation.
+	var lines []string
+	for _, l := range strings.Split(body[:end], "\n") {
+		lines = append(lines, strings.TrimPrefix(l, "   "))
+	}
+	c, err := Parse([]byte(strings.Join(lines, "\n")))
+	if err != nil {
+		t.Fatalf("README example: %v", err)
+	}
+	for _, k := range []string{"KinForm-H", "CataPro", "UniKP", "TurNup", "CatPred", "EITLEM", "OmniESI", "RealKcat", "IECata", "MMISA-KM", "CatRange"} {
+		if _, ok := c.Get(k); !ok {
+			t.Errorf("the reference profile lacks %s", k)
+		}
+	}
+	u, _ := c.Get("UniKP")
+	if u == nil || u.Command == nil || u.Command.Python != "/srv/envs/unikp/bin/python" || u.Command.Paths["tools"] != "/srv/webKinPred/tools" {
+		t.Errorf("UniKP's command not as written: %+v", u)
+	}
+}
