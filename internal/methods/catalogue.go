@@ -558,5 +558,16 @@ func builtin() []*Descriptor {
 			EnvPaths: builtinEnv("METHODK_REPO_ROOT", "{model_dir}", "METHODK_MODELS_DIR", "{model_dir}",
 				"METHODK_MEDIA_DIR", "{media}", "METHODK_ESMC_PYTHON", "{esmc_python}"),
 		}, "K"),
+		// Method L reads no protein-language-model embedding: its own graph
+		// network and sequence model run inside its program, so it has no
+		// planner profile and nothing to send to the GPU host. It takes any
+		// length, within the server's own limit.
+		builtinBiblio(&Descriptor{
+			Key: "L", Supports: []Target{Kcat}, InputFormat: InputSingle,
+			OutputCols: map[Target]string{Kcat: ColumnKcat},
+			ColToKwarg: single, Engine: EngineDedicated, FileContract: ContractSubstrateTSV,
+			Profile: ProfileNone, GPUEligible: false,
+			EnvPaths: builtinEnv("METHODL_DATA_PATH", "{data_dir}", "METHODL_RESULTS_PATH", "{model_dir}"),
+		}, "L"),
 	}
 }

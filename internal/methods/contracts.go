@@ -39,6 +39,11 @@ type engineRun struct {
 	// unc is where the JSON output gives uncertainties (nil: kinflow's
 	// `uncertainties`).
 	unc *UncertaintySource
+	// sent, when not nil, are the rows the input file holds, in order
+	// (the contract left the others out); skipped gives each left-out
+	// row's reason.
+	sent    []int
+	skipped map[int]string
 }
 
 // writeEngineInput writes the input file of d's file contract for the
@@ -77,8 +82,12 @@ func writeEngineInput(ctx context.Context, d *Descriptor, req CommandRequest) (*
 		return run, nil
 	}
 
-	run.in = filepath.Join(dir, fmt.Sprintf("input_%s.csv", jobID))
-	run.out = filepath.Join(dir, fmt.Sprintf("output_%s.csv", jobID))
+	ext := "csv"
+	if run.contract == ContractSubstrateTSV {
+		ext = "tsv"
+	}
+	run.in = filepath.Join(dir, fmt.Sprintf("input_%s.%s", jobID, ext))
+	run.out = filepath.Join(dir, fmt.Sprintf("output_%s.%s", jobID, ext))
 	kwarg := func(n int) string {
 		if n < len(d.ColToKwarg) {
 			return d.ColToKwarg[n].Kwarg
@@ -92,7 +101,7 @@ func writeEngineInput(ctx context.Context, d *Descriptor, req CommandRequest) (*
 	}
 	var buf bytes.Buffer
 	switch run.contract {
-	case ContractSubstrateCSV, ContractMethodA:
+	case ContractSubstrateCSV, ContractMethodA, ContractSubstrateTSV:
 		form := FormSMILES
 		if req.Canonicalize {
 			form = FormCanonicalSMILES
@@ -109,6 +118,10 @@ func writeEngineInput(ctx context.Context, d *Descriptor, req CommandRequest) (*
 			req.Unconverted()
 		}
 		run.notes = append(run.notes, conversionNote(string(form), byRDKit))
+		if run.contract == ContractSubstrateTSV {
+			run.tsvInput(&buf, conv, seqs)
+			break
+		}
 		if run.contract == ContractSubstrateCSV {
 			w := csv.NewWriter(&buf)
 			_ = w.Write([]string{"Substrate SMILES", ProteinSequenceColumn})
@@ -164,6 +177,86 @@ func writeEngineInput(ctx context.Context, d *Descriptor, req CommandRequest) (*
 		return fail(err)
 	}
 	return run, nil
+}
+
+// Reasons of the rows the substrate_tsv contract does not send: its
+// program knows only the twenty standard amino acids and one molecule.
+const (
+	ReasonTSVSequence  = "Invalid protein sequence (unsupported amino acid characters)"
+	ReasonTSVFragments = "Substrate contains multiple disconnected fragments and cannot be processed"
+)
+
+// tsvInput writes the substrate_tsv input of the rows (substrates conv,
+// sequences seqs) that its program can read, and records the others.
+func (run *engineRun) tsvInput(buf *bytes.Buffer, conv, seqs []string) {
+	run.sent, run.skipped = []int{}, map[int]string{}
+	buf.WriteString("Substrate Name\tSubstrate SMILES\tProtein Sequence\n")
+	for k := range seqs {
+		switch {
+		case strings.Trim(seqs[k], "ACDEFGHIKLMNPQRSTVWY") != "" || seqs[k] == "":
+			run.skipped[k] = ReasonTSVSequence
+		case !strings.HasPrefix(conv[k], "InChI=") && strings.Contains(conv[k], "."):
+			run.skipped[k] = ReasonTSVFragments
+		case strings.ContainsAny(conv[k], "\t\r\n"):
+			// A tab or line break would shift the program's columns.
+			run.skipped[k] = "Invalid substrate (not a valid SMILES or InChI)"
+		default:
+			run.sent = append(run.sent, k)
+			fmt.Fprintf(buf, "noname\t%s\t%s\n", conv[k], seqs[k])
+		}
+	}
+}
+
+// spread places the values of the rows sent (in order) at their rows, of
+// n, and gives each row left out its reason.
+func (run *engineRun) spread(vals []*float64, reasons map[int]string, n int) ([]*float64, map[int]string) {
+	if run.sent == nil {
+		return vals, reasons
+	}
+	out := make([]*float64, n)
+	rs := map[int]string{}
+	for j, k := range run.sent {
+		if j < len(vals) {
+			out[k] = vals[j]
+		}
+		if r, ok := reasons[j]; ok {
+			rs[k] = r
+		}
+	}
+	for k, r := range run.skipped {
+		rs[k] = r
+	}
+	return out, rs
+}
+
+// readTSVColumn reads the substrate_tsv output: a header line, then one
+// line per row sent whose fourth tab-separated field is the value (a
+// missing or unreadable field is no value).
+func readTSVColumn(path string, n int, name string) ([]*float64, error) {
+	bad := func(msg string, err error) ([]*float64, error) {
+		return nil, &EngineError{Msg: name + " " + msg, Err: err}
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return bad("output file could not be read.", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\r\n"), "\n")
+	if len(lines) == 0 || strings.TrimSpace(lines[0]) == "" {
+		return bad("output file could not be read.", fmt.Errorf("no header line"))
+	}
+	var vals []*float64
+	for _, l := range lines[1:] {
+		parts := strings.Split(strings.TrimRight(l, "\r"), "\t")
+		if len(parts) < 4 {
+			vals = append(vals, nil)
+			continue
+		}
+		vals = append(vals, parseCell(parts[3]))
+	}
+	if len(vals) != n {
+		return bad(fmt.Sprintf("produced %d prediction(s) for %d input(s).", len(vals), n), nil)
+	}
+	return vals, nil
 }
 
 // methodATask is method A's --task value for a target.
@@ -235,6 +328,9 @@ func readEngineResult(run *engineRun, n int, name string) ([]*float64, map[int]s
 		return vals, nil, nil, err
 	case ContractMethodA:
 		vals, err := readOutputColumn(run.out, colMethodAPred, n, run.keys, name)
+		return vals, nil, nil, err
+	case ContractSubstrateTSV:
+		vals, err := readTSVColumn(run.out, n, name)
 		return vals, nil, nil, err
 	}
 	return nil, nil, nil, &EngineError{Msg: fmt.Sprintf("%s: unknown file contract %q", name, run.contract)}

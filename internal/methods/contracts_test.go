@@ -10,7 +10,7 @@ import (
 )
 
 // FuzzEngineOutputs feeds arbitrary bytes to the readers of every engine
-// output (WIRE §4.7 JSON, the dedicated engines' CSVs): they return values
+// output (WIRE §4.7 JSON, the dedicated engines' CSVs and method L's TSV): they return values
 // or an error, never panic, and never more or fewer values than rows.
 func FuzzEngineOutputs(f *testing.F) {
 	f.Add([]byte(`{"predictions":[1,"2",null,"nan"],"invalid_indices":[9,-1],"invalid_reasons":{"1":"x","z":"y"}}`), uint8(4))
@@ -21,6 +21,7 @@ func FuzzEngineOutputs(f *testing.F) {
 	f.Add([]byte("smiles,sequence,y_pred\nCCO,MK,1\n\"a,b\",MK,nan\n"), uint8(2))
 	f.Add([]byte("Predicted Value\n1\n2\n"), uint8(2))
 	f.Add([]byte("\ufeffkcat [s^(-1)],x\n3\n\"unterminated\n"), uint8(1))
+	f.Add([]byte("Substrate Name\tSubstrate SMILES\tProtein Sequence\tKcat value (1/s)\nnoname\tCCO\tMK\t1.5\r\nnoname\tC\n"), uint8(2))
 	f.Fuzz(func(t *testing.T, data []byte, n uint8) {
 		path := filepath.Join(t.TempDir(), "out")
 		if err := os.WriteFile(path, data, 0o644); err != nil {
@@ -49,6 +50,9 @@ func FuzzEngineOutputs(f *testing.F) {
 					t.Fatalf("json: reason for row %d of %d", i, rows)
 				}
 			}
+		}
+		if vals, err := readTSVColumn(path, rows, "M"); err == nil && len(vals) != rows {
+			t.Fatalf("tsv: %d values for %d rows", len(vals), rows)
 		}
 		for _, col := range []string{colPredictedValue, colMethodDKcat, colMethodAPred} {
 			for _, k := range [][][2]string{nil, keys} {

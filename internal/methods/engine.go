@@ -212,6 +212,11 @@ func RunCommand(ctx context.Context, d *Descriptor, req CommandRequest) ([]*floa
 	}
 	defer os.Remove(run.in)
 	defer os.Remove(run.out)
+	if run.sent != nil && len(run.sent) == 0 {
+		// The contract left every row out: nothing for the program.
+		vals, reasons := run.spread(nil, nil, len(req.Rows))
+		return vals, reasons, nil
+	}
 	// An output left by an attempt that died before reading it must not
 	// pass for this run's.
 	if err := os.Remove(run.out); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -296,8 +301,19 @@ func RunCommand(ctx context.Context, d *Descriptor, req CommandRequest) ([]*floa
 	if err != nil {
 		return nil, nil, exitError(d, err)
 	}
-	vals, reasons, uncs, err := readEngineResult(run, len(req.Rows), d.DisplayName)
-	if err == nil && req.Uncertainty != nil {
+	n := len(req.Rows)
+	if run.sent != nil {
+		n = len(run.sent)
+	}
+	vals, reasons, uncs, err := readEngineResult(run, n, d.DisplayName)
+	if err != nil {
+		return nil, nil, err
+	}
+	if run.sent != nil {
+		vals, reasons = run.spread(vals, reasons, len(req.Rows))
+		return vals, reasons, nil
+	}
+	if req.Uncertainty != nil {
 		for i, u := range uncs {
 			if u != nil && vals[i] != nil {
 				req.Uncertainty(i, *u)

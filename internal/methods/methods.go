@@ -87,11 +87,21 @@ const (
 	// is the target kwarg `model_config` when set (the reference profile:
 	// KinForm-H, KinForm-L), else `A-<model_variant>`, else the key.
 	ContractMethodA FileContract = "methoda"
+	// ContractSubstrateTSV is method L (the reference's DLKcat):
+	// `input_<id>.tsv` with the header `Substrate Name`, `Substrate
+	// SMILES`, `Protein Sequence` (the name is always `noname`); command
+	// `{python} {script} <extra_args…> {input} {output}`; output
+	// `output_<id>.tsv`, a header line and then one line per input row
+	// whose fourth tab-separated field is the value. A row whose sequence
+	// holds a letter outside the twenty standard amino acids, or whose
+	// substrate has several disconnected fragments, is not sent (the
+	// program reads neither) and gets that reason.
+	ContractSubstrateTSV FileContract = "substrate_tsv"
 )
 
 // FileContracts lists the contracts in documentation order.
 func FileContracts() []FileContract {
-	return []FileContract{ContractJSON, ContractSubstrateCSV, ContractReactionCSV, ContractMethodA}
+	return []FileContract{ContractJSON, ContractSubstrateCSV, ContractReactionCSV, ContractMethodA, ContractSubstrateTSV}
 }
 
 // OrJSON returns c, or ContractJSON when c is empty.
@@ -108,7 +118,7 @@ func (c FileContract) defaultArgv(inFlag, outFlag string, extra []string) []stri
 	switch c {
 	case ContractSubstrateCSV:
 		return append(head, "{input}", "{output}", "{kinetics_type}")
-	case ContractReactionCSV:
+	case ContractReactionCSV, ContractSubstrateTSV:
 		return append(head, "{input}", "{output}")
 	case ContractMethodA:
 		return append(head, "--mode", "predict", "--task", "{task}", "--model_config", "{model_config}",
@@ -587,10 +597,13 @@ func (d *Descriptor) Validate() error {
 		}
 	}
 	if d.FileContract != "" && !slices.Contains(FileContracts(), d.FileContract) {
-		return fmt.Errorf("method %q: file_contract %q (want json, substrate_csv, reaction_csv or methoda)", d.Key, d.FileContract)
+		return fmt.Errorf("method %q: file_contract %q (want json, substrate_csv, reaction_csv, methoda or substrate_tsv)", d.Key, d.FileContract)
 	}
 	if d.FileContract == ContractReactionCSV && d.InputFormat != InputMulti {
 		return fmt.Errorf("method %q: file_contract reaction_csv needs input_format multi", d.Key)
+	}
+	if d.FileContract == ContractSubstrateTSV && d.InputFormat == InputMulti {
+		return fmt.Errorf("method %q: file_contract substrate_tsv needs input_format single", d.Key)
 	}
 	if d.Command != nil {
 		for k := range d.Command.Paths {

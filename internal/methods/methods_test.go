@@ -10,7 +10,7 @@ import (
 
 func TestDefaultCatalogueMatchesWire(t *testing.T) {
 	c := Default()
-	if got, want := c.Keys(), []string{"A-H", "A-L", "B", "C", "D", "E", "F", "G", "G-O2", "H", "I", "J", "K"}; !reflect.DeepEqual(got, want) {
+	if got, want := c.Keys(), []string{"A-H", "A-L", "B", "C", "D", "E", "F", "G", "G-O2", "H", "I", "J", "K", "L"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("registry order = %v, want %v", got, want)
 	}
 	type row struct {
@@ -43,6 +43,7 @@ func TestDefaultCatalogueMatchesWire(t *testing.T) {
 		"J": {[]Target{Km}, "single", 500, single, EngineGeneric, "", false, map[Target]string{Km: "KM (mM)"}},
 		"K": {[]Target{Kcat, Km}, "single", 1024, single, EngineGeneric, "methodk_esmc_mean", true,
 			map[Target]string{Kcat: "Predicted kcat range: kcat (1/s)", Km: "Predicted KM range: kM (M)"}},
+		"L": {[]Target{Kcat}, "single", 0, single, EngineDedicated, "", false, map[Target]string{Kcat: "kcat (1/s)"}},
 	}
 	for key, w := range want {
 		d, ok := c.Get(key)
@@ -82,7 +83,7 @@ func TestDefaultCatalogueMatchesWire(t *testing.T) {
 func TestValidKeysPerTarget(t *testing.T) {
 	c := Default()
 	cases := map[Target][]string{
-		Kcat:   {"A-H", "A-L", "B", "C", "D", "E", "F", "G", "G-O2", "H", "K"},
+		Kcat:   {"A-H", "A-L", "B", "C", "D", "E", "F", "G", "G-O2", "H", "K", "L"},
 		Km:     {"A-H", "B", "C", "E", "F", "G", "G-O2", "H", "J", "K"},
 		KcatKm: {"B", "I"},
 	}
@@ -167,8 +168,8 @@ methods:
       python: /opt/b/bin/python
       script: /opt/b/predict.py
       extra_args: [--fast]
-  - key: L
-    display_name: Method L
+  - key: M
+    display_name: Method M
     supports: [Km]
     output_cols: {Km: "KM (mM)"}
     max_seq_len: 0
@@ -185,7 +186,7 @@ methods:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := c.Keys(), []string{"A-L", "A-high", "B", "C", "D", "E", "F", "G", "G-O2", "H", "I", "K", "L"}; !reflect.DeepEqual(got, want) {
+	if got, want := c.Keys(), []string{"A-L", "A-high", "B", "C", "D", "E", "F", "G", "G-O2", "H", "I", "K", "L", "M"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("keys %v, want %v", got, want)
 	}
 	b, _ := c.Get("B")
@@ -199,14 +200,14 @@ methods:
 	if def, _ := Default().Get("B"); def.Command != nil {
 		t.Error("operator file changed the built-in catalogue")
 	}
-	k, _ := c.Get("L")
+	k, _ := c.Get("M")
 	if k.InputFormat != "single" || k.Engine != EngineGeneric || k.MaxSeqLen != 0 {
-		t.Errorf("L defaults %+v", k)
+		t.Errorf("M defaults %+v", k)
 	}
 	if got := k.Command.Render(k.FileContract, map[string]string{"input": "i", "output": "o", "target": "Km"}); !reflect.DeepEqual(got, []string{"/opt/k/run", "i", "o", "Km"}) {
-		t.Errorf("L argv %v", got)
+		t.Errorf("M argv %v", got)
 	}
-	if got := c.ValidKeys(Km); !reflect.DeepEqual(got, []string{"A-high", "B", "C", "E", "F", "G", "G-O2", "H", "K", "L"}) {
+	if got := c.ValidKeys(Km); !reflect.DeepEqual(got, []string{"A-high", "B", "C", "E", "F", "G", "G-O2", "H", "K", "M"}) {
 		t.Errorf("Km keys %v", got)
 	}
 }
@@ -214,7 +215,7 @@ methods:
 func TestFileContracts(t *testing.T) {
 	c := Default()
 	want := map[string]FileContract{"A-H": ContractMethodA, "A-L": ContractMethodA, "C": ContractSubstrateCSV,
-		"F": ContractSubstrateCSV, "D": ContractReactionCSV}
+		"F": ContractSubstrateCSV, "D": ContractReactionCSV, "L": ContractSubstrateTSV}
 	for _, d := range c.All() {
 		if got := d.FileContract.OrJSON(); got != want[d.Key].OrJSON() {
 			t.Errorf("%s: contract %q", d.Key, got)
@@ -228,6 +229,7 @@ func TestFileContracts(t *testing.T) {
 		ContractSubstrateCSV: "py s.py -q in out KM",
 		ContractReactionCSV:  "py s.py -q in out",
 		ContractMethodA:      "py s.py -q --mode predict --task KM --model_config A-H --save_results out --data_path in",
+		ContractSubstrateTSV: "py s.py -q in out",
 	} {
 		if got := strings.Join(cmd.Render(contract, vars), " "); got != argv {
 			t.Errorf("%q: argv %q, want %q", contract, got, argv)
@@ -257,7 +259,7 @@ func TestOperatorFileJSONAndErrors(t *testing.T) {
 	if cols, _ := c.RequiredColumns("X"); !reflect.DeepEqual(cols, []string{"Protein Sequence", "Substrates", "Products"}) {
 		t.Errorf("cols %v", cols)
 	}
-	if c, err := Parse(nil); err != nil || len(c.Keys()) != 13 {
+	if c, err := Parse(nil); err != nil || len(c.Keys()) != 14 {
 		t.Errorf("empty file: %v", err)
 	}
 	bad := map[string]string{

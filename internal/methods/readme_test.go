@@ -34,9 +34,9 @@ func TestREADMEOperatorFileExample(t *testing.T) {
 	if _, ok := c.Get("A-high"); !ok {
 		t.Error("A-H should be renamed A-high")
 	}
-	k, ok := c.Get("L")
+	k, ok := c.Get("M")
 	if !ok || k.Profile != ProfileProtT5Mean || k.Command == nil {
-		t.Fatalf("L not added as written: %+v", k)
+		t.Fatalf("M not added as written: %+v", k)
 	}
 	if b, _ := c.Get("B"); b.Command == nil || b.Command.Script != "/opt/methods/b/predict.py" || b.DisplayName != "Method B" {
 		t.Errorf("B override: %+v", b)
