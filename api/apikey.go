@@ -12,9 +12,8 @@ import (
 )
 
 // keySuffixOf is how a key is shown after generation: an ellipsis and its
-// last 6 characters. SEED-SPEC §2.2 asks for the ellipsis; the reference (WIRE
-// §5.2) sends the 6 characters alone. kinflow follows the spec here, in GET
-// and generate alike.
+// last 6 characters, in GET and generate alike (docs/api.md, "Choices",
+// keySuffix), where the reference deployment sends the 6 characters alone.
 func keySuffixOf(suffix string) string { return "…" + suffix }
 
 // newAPIKey draws a key: "ak_" + 64 lowercase hex from 32 CSPRNG bytes.

@@ -13,7 +13,7 @@ import (
 	"github.com/kinflow/kinflow/internal/store"
 )
 
-// Error texts of authentication (WIRE §5.4).
+// Error texts of authentication (docs/api.md, "Choices", Authentication).
 const (
 	msgAuthRequired = "Authentication required. Include the header Authorization: Bearer <your_api_key>."
 	msgInvalidKey   = "Invalid or revoked API key."
@@ -101,8 +101,8 @@ func (s *Server) authenticateWith(c *gin.Context, cached bool) {
 	c.Next()
 }
 
-// limitOf is k's daily limit (WIRE §6, per key): 0 when its owner is
-// blocked, its custom limit when set and non-zero, else the default.
+// limitOf is k's daily limit, per key and not per caller IP: 0 when its owner
+// is blocked, its custom limit when set and non-zero, else the default.
 func (s *Server) limitOf(k *store.AuthKey) int64 {
 	switch {
 	case k.IsBlocked:
@@ -127,7 +127,7 @@ func authKey(c *gin.Context) *store.AuthKey {
 	return k
 }
 
-// quotaBody is /quota/'s body and the submit response's quota object (§1.5).
+// quotaBody is /quota/'s body and the submit response's quota object.
 type quotaBody struct {
 	Limit           int64 `json:"limit"`
 	Used            int64 `json:"used"`

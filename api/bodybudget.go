@@ -13,7 +13,7 @@ import (
 // once, over all requests (KINFLOW_BODY_BUDGET_BYTES). Each body is bounded
 // on its own (KINFLOW_MAX_UPLOAD_BYTES), but not how many are read
 // together: twelve concurrent 120 MB /validate/ calls, free of quota, took
-// an api from 0.8 to 4 GB (issue 34). A request takes its declared length
+// an api from 0.8 to 4 GB. A request takes its declared length
 // (or, without one, the most a body may be) before a byte is read, and
 // gives it back when its handler returns (a body of at most smallBody is
 // always read); one that does not fit is

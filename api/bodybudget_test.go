@@ -87,8 +87,8 @@ func rssMB() (rss, hwm int) {
 	return rss, hwm
 }
 
-// TestBodyBudget is issue 34's fourth finding: twelve concurrent 120 MB
-// bodies. Those that fit the byte budget (KINFLOW_BODY_BUDGET_BYTES, 256
+// TestBodyBudget: twelve concurrent 120 MB bodies, free of quota on
+// /validate/. Those that fit the byte budget (KINFLOW_BODY_BUDGET_BYTES, 256
 // MiB by default: two of them) are read; every other one is answered 503
 // with Retry-After before a byte of it is read, charging nothing (a submit
 // among them too). Once the two are done the budget is whole again. The

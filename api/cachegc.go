@@ -8,7 +8,7 @@ import (
 	"github.com/kinflow/kinflow/internal/embedding"
 )
 
-// The embedding cache's budget (issue 33): every cacheGCEvery the api
+// The embedding cache's budget: every cacheGCEvery the api
 // process measures the cache (kinflow_embedding_cache_bytes/files) and,
 // above KINFLOW_CACHE_BUDGET_GB, evicts the least recently used artefacts
 // that no running job counts on (internal/cacheadmin/gc.go). Several api

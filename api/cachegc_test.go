@@ -13,7 +13,7 @@ import (
 	"github.com/kinflow/kinflow/internal/testenv"
 )
 
-// TestCacheGCPassExportsCacheSize (issue 33): a pass of the api process's
+// TestCacheGCPassExportsCacheSize: a pass of the api process's
 // cache GC measures the embedding cache into /metrics
 // (kinflow_embedding_cache_bytes, _files) and, over the budget, evicts
 // and counts the evictions.

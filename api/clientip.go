@@ -7,11 +7,12 @@ import (
 	"strings"
 )
 
-// clientIP is the caller's address (WIRE §5.3, kinflow): the socket peer,
-// unless the peer is a configured trusted proxy; then the X-Forwarded-For
-// entries are read from the right (each proxy appends the address it saw), and
-// the first one that is not itself a trusted proxy is the caller. Headers from
-// any other peer are ignored, so nobody can choose their IP by setting one.
+// clientIP is the caller's address (kinflow's rule, docs/api.md, "Choices",
+// Caller IP): the socket peer, unless the peer is a configured trusted proxy;
+// then the X-Forwarded-For entries are read from the right (each proxy
+// appends the address it saw), and the first one that is not itself a trusted
+// proxy is the caller. Headers from any other peer are ignored, so nobody can
+// choose their IP by setting one.
 func clientIP(r *http.Request, trusted []netip.Prefix) string {
 	peer := peerAddr(r.RemoteAddr)
 	if !peer.IsValid() {

@@ -8,15 +8,16 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// corsAllowHeaders are the request headers the contract allows (WIRE §1.0).
+// corsAllowHeaders are the request headers browsers may send: the
+// reference deployment's list, and Idempotency-Key.
 const corsAllowHeaders = "accept, accept-encoding, authorization, content-type, dnt, idempotency-key, origin, user-agent, x-csrftoken, x-requested-with"
 
 // corsExposeHeaders lets browser clients read kinflow's own response headers.
 const corsExposeHeaders = "X-Request-ID, Idempotent-Replayed, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, Content-Disposition"
 
-// cors applies CORS to every path (WIRE §1.0). An origin listed by name is
-// echoed back with Access-Control-Allow-Credentials: true, as the contract
-// says. The wildcard "*" never carries credentials: echoing any origin with
+// cors applies CORS to every path. An origin listed by name is echoed back
+// with Access-Control-Allow-Credentials: true, as the reference deployment
+// does. The wildcard "*" never carries credentials: echoing any origin with
 // credentials would let every site on the web make credentialed requests, a
 // combination the well-kept CORS libraries refuse (gin-contrib/cors panics on
 // it, the Fetch standard forbids "*" with credentials). kinflow's API keys

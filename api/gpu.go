@@ -18,8 +18,9 @@ type GPUStatus interface {
 // across all jobs (the same window a job's status keeps).
 const publicGPUEvents = 20
 
-// gpuStatusBody is /gpu/status/'s payload: the contract's three keys, then
-// kinflow's recent precompute events, which carry no job id (WIRE top, 19).
+// gpuStatusBody is /gpu/status/'s payload: the reference deployment's three
+// keys, then kinflow's recent precompute events, which carry no job id: the
+// route is public, so nothing in it may identify another user's job.
 type gpuStatusBody struct {
 	Configured    bool            `json:"configured"`
 	Online        bool            `json:"online"`

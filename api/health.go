@@ -8,8 +8,8 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// healthResponse keeps the contract's four keys first, in order, then adds
-// kinflow's dependency checks.
+// healthResponse keeps the reference deployment's four keys first, in order,
+// then adds kinflow's dependency checks.
 type healthResponse struct {
 	Status    string            `json:"status"`
 	Service   string            `json:"service"`

@@ -13,7 +13,7 @@ import (
 	"github.com/kinflow/kinflow/internal/wire"
 )
 
-// methodObject is one /methods/ entry (WIRE §1.3), keys in order.
+// methodObject is one /methods/ entry, keys in the wire's fixed order.
 type methodObject struct {
 	ID               string   `json:"id"`
 	DisplayName      string   `json:"displayName"`
@@ -25,8 +25,9 @@ type methodObject struct {
 	Supports         []string `json:"supports"`
 	InputFormat      string   `json:"inputFormat"`
 	// AcceptedCSVTypes, AcceptedCSVTypesByTarget and InputBehaviorByTarget
-	// are WIRE §13.4's fields: which substrate layouts the method takes and
-	// how a `Substrates` list reaches it, per target.
+	// say which substrate layouts the method takes and how a `Substrates`
+	// list reaches it, per target (docs/api.md, "Substrate lists, candidate
+	// sequences and per-target results").
 	AcceptedCSVTypes         []string          `json:"acceptedCsvTypes"`
 	AcceptedCSVTypesByTarget ordered[[]string] `json:"acceptedCsvTypesByTarget"`
 	InputBehaviorByTarget    ordered[string]   `json:"inputBehaviorByTarget"`
@@ -76,7 +77,9 @@ type methodsBody struct {
 		Targets        string `json:"targets"`
 		SubstrateLists string `json:"substrateLists"`
 		Quota          string `json:"quota"`
-		// PredictionUnits states the caps of DESIGN §9 (kinflow's addition).
+		// PredictionUnits states this server's caps on prediction units per
+		// row and per job, so that a client knows before it submits
+		// (kinflow's addition).
 		PredictionUnits string `json:"predictionUnits"`
 	} `json:"notes"`
 	// Synthetic is kinflow's addition: true when this server's prediction

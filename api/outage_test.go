@@ -65,12 +65,11 @@ func (p *tcpProxy) Close() {
 	p.conns = nil
 }
 
-// TestNoConnectionDetailsDuringDatabaseOutage is issue 34's fifth finding:
-// during a database outage every user-facing answer names the failing part
-// ("the database was unreachable") and carries no connection string, host,
-// port, database user or name; the details are in the operator's log under
-// the request id. A job whose stored error is a driver's text (an older
-// worker's) is shown redacted as well.
+// TestNoConnectionDetailsDuringDatabaseOutage: during a database outage every
+// user-facing answer names the failing part ("the database was unreachable")
+// and carries no connection string, host, port, database user or name; the
+// details are in the operator's log under the request id. A job whose stored
+// error is a driver's text (an older worker's) is shown redacted as well.
 func TestNoConnectionDetailsDuringDatabaseOutage(t *testing.T) {
 	direct := testenv.PostgresURL(t)
 	u, err := url.Parse(direct)

@@ -28,7 +28,7 @@ const (
 // etaMinPercent and etaMinSeconds are when an ETA is first given. A job's
 // first part (loading models, planning, the first embeddings) is slower per
 // percent than the rest, so an early linear extrapolation overestimates
-// (issue 36: 0:47 shown at 0:14 of a 28 s job, from 1 % and 5 s); from a
+// (0:47 was once shown at 0:14 of a 28 s job, from 1 % and 5 s); from a
 // fifth of the job and 10 s of compute it is within a useful factor.
 const (
 	etaMinPercent = 20.0

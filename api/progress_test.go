@@ -83,7 +83,7 @@ func TestStatusOverallProgress(t *testing.T) {
 	}
 
 	// Early in a job (5 % after 30 s of compute) no ETA yet: a linear
-	// extrapolation from the slow first part overestimates (issue 36).
+	// extrapolation from the slow first part overestimates.
 	early := t0.Add(10 * time.Second)
 	st.DB.Model(&store.Job{}).Where("id = ?", id).Updates(map[string]any{"status": "Processing", "started_at": early})
 	st.DB.Model(&store.JobStage{}).Where("job_id = ? AND stage_index = 0", id).Updates(map[string]any{"status": "running",
@@ -140,8 +140,8 @@ func TestStatusOverallProgress(t *testing.T) {
 		t.Fatalf("stage 1: %+v", s0)
 	}
 
-	// Counts once read are kept: a polled status opens no file per stage
-	// (issue 35), so they are still given with the files gone.
+	// Counts once read are kept: a polled status opens no file per stage,
+	// so they are still given with the files gone.
 	if err := os.Remove(filepath.Join(work, "stage-0", "counts.json")); err != nil {
 		t.Fatal(err)
 	}
@@ -198,12 +198,12 @@ func TestStatusOverallProgress(t *testing.T) {
 }
 
 // BenchmarkStatusUserUnits measures GET /status/ of a job with two stages
-// (SQLite) without kinflow's per-job files, and with the files the
-// additions of issue 28 read: each stage's counts.json and a 10,000-row
+// (SQLite) without kinflow's per-job files, and with the files its
+// readable progress reads: each stage's counts.json and a 10,000-row
 // similarity.json (the note decodes only its head, but reads it whole).
 func BenchmarkStatusUserUnits(b *testing.B) {
 	st := testenv.OpenStore(b, store.SQLite)
-	// Unlimited status reads for the one key (issue 35's rate answers 429).
+	// Unlimited status reads for the one key (the per-key read rate answers 429).
 	h := newHarness(b, st, func(c *config.Config, _ *Deps) { c.StatusReadsPerSecond = 0 })
 	const ip = "192.0.2.78"
 	key := h.newKey(ip)
@@ -247,8 +247,8 @@ func BenchmarkStatusUserUnits(b *testing.B) {
 }
 
 // TestStatusOfAnEndedJobReadsItsFilesOnce: an ended job's provenance and
-// similarity note are read once per status snapshot (issue 35: a polled
-// status costs no file reads when nothing changed); a later write makes a
+// similarity note are read once per status snapshot (a polled status
+// costs no file reads when nothing changed); a later write makes a
 // new snapshot, which reads them again.
 func TestStatusOfAnEndedJobReadsItsFilesOnce(t *testing.T) {
 	st := testenv.OpenStore(t, store.SQLite)

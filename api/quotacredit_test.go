@@ -61,7 +61,7 @@ func finishAsCached(t *testing.T, st *store.Store, id, csv string, cachedRefund 
 	}
 }
 
-// TestSubmitQuotaCountsCachedRows (issue 36), on both databases: with
+// TestSubmitQuotaCountsCachedRows, on both databases: with
 // fewer than 10,000 rows of quota left, an identical resubmit of a
 // completed 10,000-row job is admitted (every row is in the prediction
 // cache), takes nothing from the quota and charges nothing at its end; a

@@ -113,7 +113,7 @@ func (s *Server) RunStatusListener(ctx context.Context) {
 // Idempotency-Keys) at once and then every SubmitReconcileEvery until ctx
 // ends.
 func (s *Server) RunSubmitReconciler(ctx context.Context) {
-	// Jobs whose workflow closed without their row saying so (issue 33).
+	// Jobs whose workflow closed without their row saying so (reconcile_jobs.go).
 	go s.RunJobReconciler(ctx)
 	// Finished jobs' folders past KINFLOW_JOB_RETENTION_DAYS (retention.go).
 	go s.RunRetention(ctx)

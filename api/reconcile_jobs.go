@@ -9,18 +9,18 @@ import (
 	"github.com/kinflow/kinflow/internal/store"
 )
 
-// The job reconciler (issue 33, DESIGN §12): a job's row and its workflow
-// must agree in the end. A workflow closed without its row saying so —
-// failed after its own failure path could not reach the database,
-// terminated or cancelled from the Temporal UI or CLI, timed out — leaves
-// its job Pending or Processing with its rows charged. Every
+// The job reconciler: a job's row and its workflow must agree in the end, so
+// that every job ends in a state its owner can see. A workflow closed without
+// its row saying so — failed after its own failure path could not reach the
+// database, terminated or cancelled from the Temporal UI or CLI, timed out —
+// leaves its job Pending or Processing with its rows charged. Every
 // JobReconcileEvery the api process looks at the next JobReconcileBatch
-// running jobs (in id order, wrapping round), asks Temporal how the
-// workflow of each one submitted at least JobReconcileMinAge ago stands,
-// and marks those whose workflow has closed Failed with a
-// reason, refunding their rows. store.FinishJob decides under a row lock in
-// one transaction, so of several api processes (or a late Finalize) exactly
-// one finishes and refunds the job.
+// running jobs (in id order, wrapping round), asks Temporal how the workflow
+// of each one submitted at least JobReconcileMinAge ago stands, and marks
+// those whose workflow has closed Failed with a reason, refunding their rows.
+// store.FinishJob decides under a row lock in one transaction, so of several
+// api processes (or a late Finalize) exactly one finishes and refunds the
+// job.
 
 // JobWorkflows reports how a job's workflow stands; the Temporal-backed
 // JobStarter (workflows.Starter) implements it. A JobStarter that does not

@@ -35,7 +35,7 @@ func devServer(t *testing.T) client.Client {
 	return srv.Client()
 }
 
-// TestJobReconcilerFailsJobsWhoseWorkflowClosed (issue 33): jobs submitted
+// TestJobReconcilerFailsJobsWhoseWorkflowClosed: jobs submitted
 // through the API with real workflows on a real Temporal server (no worker,
 // so they stay Pending). The workflow of one is terminated, as from the
 // Temporal UI or CLI: a reconciler pass marks its job Failed with a reason

@@ -164,8 +164,8 @@ func TestReconcileSubmits(t *testing.T) {
 	})
 }
 
-// TestSlowSMILESDoesNotStallAnotherKey is break 1 through the API with the
-// real RDKit helper pool: one key validates the 3,000-C chain while
+// TestSlowSMILESDoesNotStallAnotherKey runs a slow molecule through the API
+// with the real RDKit helper pool: one key validates a 3,000-C chain while
 // another key validates a small file; the second answers within the
 // documented bound (3 s, one molecule bound) and the chain's row reads
 // "could not be checked in time".

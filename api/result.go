@@ -135,9 +135,9 @@ const (
 	kindString
 )
 
-// resultJSON turns an output CSV into §1.9's JSON: a column whose cells are
-// all integers gives ints, all numbers gives floats, anything else strings;
-// missing cells are null.
+// resultJSON turns an output CSV into /result/'s JSON form: a column whose
+// cells are all integers gives ints, all numbers gives floats, anything else
+// strings; missing cells are null.
 func resultJSON(id string, raw []byte, synthetic bool) ([]byte, error) {
 	r := csv.NewReader(bytes.NewReader(raw))
 	r.FieldsPerRecord = -1

@@ -13,7 +13,7 @@ import (
 	"github.com/kinflow/kinflow/internal/store"
 )
 
-// Retention (issue 33): a finished job's folder — input, intermediate
+// Retention: a finished job's folder — input, intermediate
 // files, result — is kept for KINFLOW_JOB_RETENTION_DAYS after the job
 // ended, then removed by the api process (RunRetention). From then on the
 // result route answers 410 Gone and the jobs list marks the job expired.

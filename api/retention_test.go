@@ -11,7 +11,7 @@ import (
 	"github.com/kinflow/kinflow/internal/testenv"
 )
 
-// TestRetentionExpiresJobFolders (issue 33): a finished job's result is
+// TestRetentionExpiresJobFolders: a finished job's result is
 // served until KINFLOW_JOB_RETENTION_DAYS after it ended; then the result
 // answers 410 with a clear message, the jobs list says expired (and gives
 // no resultUrl), and the retention pass removes its folder once. A job

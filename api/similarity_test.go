@@ -17,7 +17,7 @@ import (
 )
 
 // TestValidateRunSimilarity answers runSimilarity with a real MMseqs2 search
-// against a generated training set: the §4.8 object keyed by dataset
+// against a generated training set: the similarity object keyed by dataset
 // label, averages on the 0–100 scale, and an absent dataset left out.
 func TestValidateRunSimilarity(t *testing.T) {
 	if _, err := exec.LookPath("mmseqs"); err != nil {

@@ -23,13 +23,13 @@ import (
 	"github.com/kinflow/kinflow/internal/store"
 )
 
-// jobIDPattern is the contract's slug pattern for the job id path segment
+// jobIDPattern is the wire's slug pattern for the job id path segment
 // (jobfiles.SlugPattern); anything else is answered like an unknown route
 // (JSON 404).
 var jobIDPattern = jobfiles.SlugPattern
 
-// gpuEventsKept is how many GPU-precompute events a status shows (§2.5: the
-// last 20 are kept).
+// gpuEventsKept is how many GPU-precompute events a status shows: the last
+// 20, as the reference deployment keeps.
 const gpuEventsKept = 20
 
 // ownedJob loads the path's job for the authenticated key, answering 404 for
@@ -52,7 +52,7 @@ func (s *Server) ownedJob(c *gin.Context) (*store.Job, bool) {
 	return j, true
 }
 
-// statusBody is §1.8's payload, keys in the contract's order.
+// statusBody is /status/'s payload, keys in the wire's fixed order.
 type statusBody struct {
 	JobID               string         `json:"jobId"`
 	Status              string         `json:"status"`
@@ -123,7 +123,7 @@ type progressBody struct {
 	Embedding           *jobEmbedding `json:"embedding,omitempty"`
 }
 
-// jobEmbedding is progress.embedding (§2.4), keys in order.
+// jobEmbedding is the status's progress.embedding, keys in order.
 type jobEmbedding struct {
 	Enabled         bool    `json:"enabled"`
 	State           string  `json:"state"`
@@ -189,7 +189,8 @@ type stageEmbedding struct {
 	NeedComputation int    `json:"needComputation"`
 }
 
-// gpuEvent is one §2.5 event: no job id, so it can also be shown publicly.
+// gpuEvent is one GPU-precompute event: no job id, so it can also be shown
+// publicly.
 type gpuEvent struct {
 	MethodKey      string  `json:"methodKey"`
 	MethodKeySnake string  `json:"method_key"`
@@ -203,7 +204,7 @@ type gpuEvent struct {
 	UpdatedAt      string  `json:"updatedAt"`
 }
 
-// gpuPrecompute is a job's aggregated GPU-precompute record (§2.5).
+// gpuPrecompute is a job's aggregated GPU-precompute record.
 type gpuPrecompute struct {
 	gpuEvent
 	Events []gpuEvent `json:"events"`
@@ -220,8 +221,9 @@ func toGPUEvent(e store.JobEvent) gpuEvent {
 		Completed: e.Completed, Failed: e.Failed, Reason: reason, UpdatedAt: isoformat(e.CreatedAt)}
 }
 
-// aggregateGPU folds a job's events as §2.5 says: method, target, completed,
-// reason and time from the latest; attempted, usedGpu and failed OR-ed.
+// aggregateGPU folds a job's events as the reference deployment does: method,
+// target, completed, reason and time from the latest; attempted, usedGpu and
+// failed OR-ed.
 func aggregateGPU(evs []store.JobEvent) *gpuPrecompute {
 	if len(evs) == 0 {
 		return nil
@@ -284,8 +286,8 @@ func toStageBody(st store.JobStage) stageBody {
 	}
 }
 
-// activeStage is §2.3's activeStageIndex: the first running stage, else the
-// first pending one, else the last; nil without stages.
+// activeStage is the status's activeStageIndex: the first running stage, else
+// the first pending one, else the last; nil without stages.
 func activeStage(stages []store.JobStage) *int {
 	if len(stages) == 0 {
 		return nil
@@ -578,8 +580,9 @@ func (s *Server) jobFiles(sn *statusSnap) (jobProvenance, bool, *wire.Similarity
 	return f.prov, f.haveProv, f.sim
 }
 
-// statusBodyOf renders a snapshot as §1.8's body at now (the clock fields,
-// and the files beside the job: stage counts, provenance, similarity).
+// statusBodyOf renders a snapshot as /status/'s body at now (the clock
+// fields, and the files beside the job: stage counts, provenance,
+// similarity).
 func (s *Server) statusBodyOf(sn *statusSnap, now time.Time) statusBody {
 	j, stages, evs := &sn.job, sn.stages, sn.evs
 	end := now

@@ -311,8 +311,9 @@ func TestStatusWatchersReadOnlyWhatMoves(t *testing.T) {
 
 // TestQueueMoveReadOnceForEveryWaitingJob: when the queue moves, the
 // watchers of many waiting Pending jobs learn their new positions from one
-// shared list of the Pending jobs, not a count each (issue 35: 13 counts per
-// job in the topology's burst), and every waiter sees its own position.
+// shared list of the Pending jobs, not a count each (a count each once cost
+// 13 queries per job in the topology's burst), and every waiter sees its own
+// position.
 func TestQueueMoveReadOnceForEveryWaitingJob(t *testing.T) {
 	testenv.EachDialect(t, func(t *testing.T, st *store.Store) {
 		h := newHarness(t, st, func(c *config.Config, _ *Deps) {

@@ -13,7 +13,7 @@ import (
 	"github.com/kinflow/kinflow/internal/mediaroot"
 )
 
-// Full storage (issue 33). A submit while the media root has less than
+// Full storage. A submit while the media root has less than
 // KINFLOW_MEDIA_MIN_FREE_MB free, or whose writes fail for lack of space
 // (the media root's or the database's), answers 503 with Retry-After and
 // charges nothing; /health/ names the full store; the service recovers by

@@ -14,7 +14,7 @@ import (
 	"github.com/kinflow/kinflow/internal/testenv"
 )
 
-// TestSubmitWhileMediaFullIs503AndChargesNothing (issue 33): with less free
+// TestSubmitWhileMediaFullIs503AndChargesNothing: with less free
 // space on the media root than KINFLOW_MEDIA_MIN_FREE_MB (here a minimum
 // no disk meets), a submit answers 503 "Storage full" with Retry-After and
 // charges nothing, /health/ says the media root is full, and

@@ -29,7 +29,8 @@ import (
 )
 
 // jobIDLen is the length of a job id: 22 characters of [A-Za-z0-9] carry
-// about 131 bits, far beyond guessing (WIRE top, item 5).
+// about 131 bits, far beyond guessing: a job id must not lead anyone to
+// another's job.
 const jobIDLen = 22
 
 const idAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
@@ -131,10 +132,10 @@ func (s *Server) maxRows() int {
 	return input.DefaultMaxRows
 }
 
-// unitCapsOf are the server's caps on prediction units (DESIGN §9), read
-// once when the Server is made. Without a configuration (a Server built
-// bare) they are the configuration keys' defaults, from the one table of
-// keys.
+// unitCapsOf are the server's caps on prediction units (one row may not buy
+// unbounded work, though quota counts rows), read once when the Server is
+// made. Without a configuration (a Server built bare) they are the
+// configuration keys' defaults, from the one table of keys.
 func unitCapsOf(cfg *config.Config) input.UnitCaps {
 	if cfg == nil {
 		var err error
@@ -228,8 +229,7 @@ func (s *Server) submit(c *gin.Context) {
 		return
 	}
 	// Rows the prediction cache already holds are refunded at the end, so
-	// they are not asked of the quota (issue 36) when the plain charge
-	// would not fit.
+	// they are not asked of the quota when the plain charge would not fit.
 	job.QuotaCreditRows = s.quotaCredit(ctx, c, k.ID, day, limit, sub)
 	job.NotifyURL = notifyURL
 	// 1. Charge and job row (Submitting) in one transaction; with an
@@ -579,8 +579,8 @@ func (s *Server) writeInput(rel string, t *input.Table) error {
 	return nil
 }
 
-// validate answers POST /validate/: the §4.6 report of the table. No quota
-// is used and nothing is stored.
+// validate answers POST /validate/: the validation report of the table. No
+// quota is used and nothing is stored.
 func (s *Server) validate(c *gin.Context) {
 	vctx, done, ok := s.validateLimits(c) // validate_limit.go
 	if !ok {
@@ -634,7 +634,8 @@ func (s *Server) validate(c *gin.Context) {
 	c.JSON(http.StatusOK, rep)
 }
 
-// similarityRows are the Protein Sequence cells of t, untrimmed (WIRE §4.8).
+// similarityRows are the Protein Sequence cells of t, untrimmed, as the
+// reference deployment's similarity search takes them.
 func similarityRows(t *input.Table) []string {
 	col := t.Col(input.ColProteinSequence)
 	if col < 0 {

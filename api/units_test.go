@@ -28,7 +28,7 @@ func unitsCSV(subs, cands int) string {
 	return b.String()
 }
 
-// One row may not buy unbounded work (issue 25): a row over
+// One row may not buy unbounded work, though quota counts rows: a row over
 // KINFLOW_MAX_UNITS_PER_ROW, or a job over _PER_JOB, is refused with a 400
 // naming the row and its factors, charges nothing and starts nothing;
 // /validate/ reports the count; /methods/ states the caps.
@@ -137,14 +137,15 @@ func withSubstrateColumn(csv string) string {
 	return strings.Join(lines, "\n") + "\n"
 }
 
-// TestPredictionUnitsCountWhatRuns is issue 34's attack: methods whose
-// program takes a row's whole substrate list (method E's kcat) or its whole
-// reaction (method D) count every token the program receives per
-// candidate. The issue's method E row (1,000 candidates × 20,000
-// substrates) and method D row (100 candidates × 10,000 substrates +
-// 10,000 products) are refused with a 400 naming the units and the cap,
-// charge nothing and start nothing; /validate/ with the same choice reports
-// the same count; /methods/ says how native methods count.
+// TestPredictionUnitsCountWhatRuns: methods whose program takes a row's whole
+// substrate list (method E's kcat) or its whole reaction (method D) count
+// every token the program receives per candidate, since counting one unit per
+// candidate let a single row run a stack out of memory. A method E row of
+// 1,000 candidates × 20,000 substrates and a method D row (100 candidates ×
+// 10,000 substrates + 10,000 products) are refused with a 400 naming the
+// units and the cap, charge nothing and start nothing; /validate/ with the
+// same choice reports the same count; /methods/ says how native methods
+// count.
 func TestPredictionUnitsCountWhatRuns(t *testing.T) {
 	testenv.EachDialect(t, func(t *testing.T, st *store.Store) {
 		h := newHarness(t, st)

@@ -11,9 +11,10 @@ import (
 )
 
 // validateChoice reads the optional `targets` and `methods` of a /validate/
-// request, with /submit/'s rules and errors (WIRE §1.7 steps 1–6): nil
-// when the request chose none (the report then covers every method, as
-// the contract has it), else the chosen method keys in target order.
+// request, with /submit/'s checks of targets and methods and their errors:
+// nil when the request chose none (the report then covers every method, as
+// the reference deployment's /validate/ always does), else the chosen
+// method keys in target order.
 func (s *Server) validateChoice(b *requestBody) ([]string, *input.Options, error) {
 	raw, err := b.options()
 	if err != nil || !raw.Chosen() {

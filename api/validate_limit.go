@@ -13,7 +13,7 @@ import (
 
 // keySlots bounds the /validate/ calls one key runs at once
 // (KINFLOW_VALIDATE_PER_KEY): /validate/ is free of quota, so it gets its
-// own limit (issue 34). A call over it is refused at once (429 with
+// own limit. A call over it is refused at once (429 with
 // Retry-After), never queued: a queued call would hold its body.
 type keySlots struct {
 	mu   sync.Mutex

@@ -22,8 +22,8 @@ run_wrk bare-gin http://127.0.0.1:8099/status/abc/
 
 psql -q "postgres://postgres@127.0.0.1:5432/postgres" -c "DROP DATABASE IF EXISTS kinflow_wrk" -c "CREATE DATABASE kinflow_wrk"
 for db in "sqlite:$work/kinflow.db" "postgres://postgres@127.0.0.1:5432/kinflow_wrk?sslmode=disable"; do
-  # One key reads as fast as wrk can: the per-key read rate (issue 35) is
-  # off, so the figure is the status route's own throughput.
+  # One key reads as fast as wrk can: the per-key read rate is off, so the
+  # figure is the status route's own throughput.
   KINFLOW_STATUS_READS_PER_SECOND=0 \
   KINFLOW_DATABASE_URL=$db KINFLOW_MEDIA_ROOT=$work/media KINFLOW_API_LISTEN=127.0.0.1:8098 \
     KINFLOW_GPU_LISTEN=127.0.0.1:8097 KINFLOW_TEMPORAL_ADDRESS=127.0.0.1:7299 LOG_LEVEL=warn \

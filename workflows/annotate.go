@@ -13,7 +13,7 @@ import (
 const annotateChange = "annotate-results"
 
 // annotate runs the two result annotations after the stages: the similarity
-// columns (MMseqs2, WIRE §3.3) and the experimental values (§3.5). Each is
+// columns (MMseqs2) and the experimental values (docs/similarity.md). Each is
 // its own activity (a local activity for a small job, prediction.heavy),
 // retried and visible in the Temporal UI; a failure leaves
 // its cells blank rather than failing a job whose predictions are made, as

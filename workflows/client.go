@@ -111,17 +111,17 @@ func RegisterCPU(r worker.WorkflowRegistry) {
 // WorkflowTaskTimeout bounds one workflow task of a prediction job, and so
 // how long a task the Temporal server loses keeps its job waiting. Under a
 // burst on a starved host the server loses one now and then: its matching
-// service gives history's RecordWorkflowTaskStarted 1 s for a task matched
-// at once to a waiting poller (recordTaskStartedSyncMatchTimeout, not
+// service gives history's RecordWorkflowTaskStarted 1 s for a task matched at
+// once to a waiting poller (recordTaskStartedSyncMatchTimeout, not
 // configurable in server v1.30); a write that commits after that leaves the
-// task recorded as started by a worker that never receives it, and only
-// this timeout frees it (docs/BENCHMARKS.md, "Issue 35, sixth pass"). It was
-// 30 s while a stopped tracker's answer could land in a job's last task
-// (its local activities then ran twice); since the tracker's stop is
-// bounded (trackerStopWait) a task took about a second at most even at a
-// burst's busiest (0.4–1.0 s in the production topology's test), and the SDK
-// heartbeats a task whose local activities run longer (at 80 % of this).
-// Temporal's own default.
+// task recorded as started by a worker that never receives it, and only this
+// timeout frees it (docs/BENCHMARKS.md, the pass "why the topology loses a
+// workflow task, and a 10 s timeout"). It was 30 s while a stopped tracker's
+// answer could land in a job's last task (its local activities then ran
+// twice); since the tracker's stop is bounded (trackerStopWait) a task took
+// about a second at most even at a burst's busiest (0.4–1.0 s in the
+// production topology's test), and the SDK heartbeats a task whose local
+// activities run longer (at 80 % of this). Temporal's own default.
 const WorkflowTaskTimeout = 10 * time.Second
 
 // Workflow states as JobWorkflowState reports them.

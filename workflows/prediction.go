@@ -58,8 +58,9 @@ type PredictionStatus struct {
 var a *activities.Activities
 
 // PredictionWorkflow runs one prediction job: every (target, method) stage
-// through the precompute flow of SEED-SPEC §3.3, then the prediction, then
-// the result.
+// through the precompute flow (plan the embedding files, have the missing
+// ones computed, check them again; README.md, "Architecture"), then the
+// prediction, then the result.
 func PredictionWorkflow(ctx workflow.Context, in PredictionInput) (PredictionResult, error) {
 	w := &prediction{in: in}
 	if err := w.setup(ctx); err != nil {
@@ -272,15 +273,21 @@ func (w *prediction) stage(ctx workflow.Context, st activities.StageInfo) error 
 	return w.mark(ctx, activities.StageMark{JobID: w.in.JobID, StageIndex: st.Index, Status: "completed"})
 }
 
-// precompute makes sure every artefact the stage's method reads exists:
-// SEED-SPEC §3.3 rules 1–9 with fail-open (default) or fail-closed.
+// precompute makes sure every artefact the stage's method reads exists: it
+// plans; with files missing it starts the progress tracker and, where a GPU
+// service is configured and the method can use it, reads its health, sends
+// only the missing work, waits for it and plans again (the post-check, which
+// trusts files, not the remote job's word). What is still missing is
+// computed locally: after a GPU failure too (fail-open, the default), unless
+// GPU_EMBED_FAIL_CLOSED makes that failure fail the job.
 func (w *prediction) precompute(ctx workflow.Context, st activities.StageInfo) error {
 	pol := w.prep.Policy
 	plan, err := w.plan(ctx, st, false)
 	if err != nil {
 		return err
 	}
-	// Method J: no shared cache, no GPU, no tracker (SEED §5.2).
+	// A method that reads no embeddings (method J), or no sequence to embed:
+	// no shared cache, no GPU, no tracker.
 	if plan.NoPlan || plan.NoSequences {
 		state := "not_required"
 		return w.mark(ctx, activities.StageMark{JobID: w.in.JobID, StageIndex: st.Index, Status: "running", EmbeddingState: state})
@@ -410,8 +417,8 @@ func (w *prediction) remote(ctx workflow.Context, st activities.StageInfo, plan 
 	switch {
 	case timedOut:
 		if w.version(ctx, pollTimeoutPostCheckVersion) >= 1 {
-			// At the deadline the files decide (WIRE §13.5): a remote job
-			// that wrote everything but did not report in time is done.
+			// At the deadline the files decide: a remote job that wrote
+			// everything but did not report in time is done.
 			w.setStage(ctx, st.Index, "post-check")
 			if post, err := w.plan(ctx, st, true); err == nil {
 				plan = post
@@ -424,12 +431,12 @@ func (w *prediction) remote(ctx workflow.Context, st activities.StageInfo, plan 
 		}
 		return failOrFallback(true, true, fmt.Sprintf("gpu_request_failed: remote job did not finish within GPU_EMBED_JOB_TIMEOUT_SECONDS=%d", pol.JobTimeoutSeconds))
 	case remoteErr != nil:
-		// The reason is WIRE §2.5's exact word; what failed goes in the
-		// event's message.
+		// The reason is the wire's fixed word for a failed remote job,
+		// which clients match; what failed goes in the event's message.
 		return failOrFallback(true, true, "failed", "GPU job failed: "+shortReason(userMessage(remoteErr)))
 	}
 
-	// Post-check (rule 9): trust files, not the remote job's word.
+	// Post-check: trust files, not the remote job's word.
 	w.setStage(ctx, st.Index, "post-check")
 	post, err := w.plan(ctx, st, true)
 	if err != nil {
@@ -657,7 +664,8 @@ func gpuJobID(jobID string, stage int, attempt int32) string {
 // pollTimeoutPostCheckVersion names the change that runs the post-check
 // when the remote phase reaches GPU_EMBED_JOB_TIMEOUT_SECONDS, giving the
 // reasons done_after_poll_timeout and timeout_incomplete_remote_outputs:<n>
-// (WIRE §13.5); before it, a timeout went straight to gpu_request_failed.
+// (docs/workflows.md); before it, a timeout went straight to
+// gpu_request_failed.
 const pollTimeoutPostCheckVersion = "poll-timeout-post-check"
 
 // trackerQueueVersion names the change that moved the progress tracker to
@@ -665,9 +673,9 @@ const pollTimeoutPostCheckVersion = "poll-timeout-post-check"
 // waits at most trackerStopWait for its answer (startTracker).
 const trackerQueueVersion = "tracker-own-queue"
 
-// recheckAfterReadVersion names the change (issue 34) that runs a stage's
-// embedding phase and Predict again when Predict found cached files that
-// changed while the method read them.
+// recheckAfterReadVersion names the change that runs a stage's embedding
+// phase and Predict again when Predict found cached files that changed while
+// the method read them.
 const recheckAfterReadVersion = "i34-recheck-after-read"
 
 // maxRecheckRounds bounds those rounds: a file rewritten under every read
@@ -679,21 +687,21 @@ const maxRecheckRounds = 3
 // annotations as local activities (prediction.heavy).
 const smallJobLocalVersion = "small-job-local"
 
-// smallJobInlineGPUVersion names the change (issue 35) that runs a small
-// job's GPU steps inside PredictionWorkflow (embedjob.RunInline) when every
-// one of them fits the GPU hosts' small lane whole, instead of in an EmbedJob
-// child: the child cost the Temporal server about half its work for such a
-// job (docs/BENCHMARKS.md). Histories from before it start the child, and
-// replay the same way.
+// smallJobInlineGPUVersion names the change that runs a small job's GPU steps
+// inside PredictionWorkflow (embedjob.RunInline) when every one of them fits
+// the GPU hosts' small lane whole, instead of in an EmbedJob child: the child
+// cost the Temporal server about half its work for such a job
+// (docs/BENCHMARKS.md). Histories from before it start the child, and replay
+// the same way.
 const smallJobInlineGPUVersion = "small-job-inline-gpu"
 
-// quietStagesVersion names the change (issue 35) that upserts a small job's
-// Stage search attribute only at the steps in quietStages. Every other step
-// of a small job runs inside one workflow task (local activities), so its
-// Stage value was never seen by anyone while it lasted, yet each upsert cost
-// the Temporal server a command, an event, a search-attribute validation and
-// a visibility write: 13 of a small job's 17 upserts (docs/BENCHMARKS.md,
-// "The profile"). The status query still names every step.
+// quietStagesVersion names the change that upserts a small job's Stage search
+// attribute only at the steps in quietStages. Every other step of a small job
+// runs inside one workflow task (local activities), so its Stage value was
+// never seen by anyone while it lasted, yet each upsert cost the Temporal
+// server a command, an event, a search-attribute validation and a visibility
+// write: 13 of a small job's 17 upserts (docs/BENCHMARKS.md, "The profile").
+// The status query still names every step.
 const quietStagesVersion = "i35-quiet-stages"
 
 // quietStages are the steps whose Stage a quiet job upserts: where it waits
@@ -705,10 +713,10 @@ var quietStages = map[string]bool{"gpu": true, "embed-local": true, "completed":
 // less per stage that goes to the GPU.
 const gpuHealthLocalVersion = "gpu-health-local"
 
-// rideOutVersion names the change (issue 33) that bounds the bookkeeping
-// steps' retries by KINFLOW_OUTAGE_RIDE_OUT_SECONDS instead of 8 attempts
-// (rideOutOptions) and, when Finalize still fails, records the job as
-// Failed (failureFinalize).
+// rideOutVersion names the change that bounds the bookkeeping steps' retries
+// by KINFLOW_OUTAGE_RIDE_OUT_SECONDS instead of 8 attempts (rideOutOptions)
+// and, when Finalize still fails, records the job as Failed
+// (failureFinalize).
 const rideOutVersion = "i33-ride-out"
 
 // cleanupMarkVersion names the change that marks a stage failed when its

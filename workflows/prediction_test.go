@@ -39,7 +39,8 @@ type harness struct {
 	predictErr error
 	// annotated are the annotation activities that ran, in order.
 	annotated []string
-	// finalizeErr, when set, is asked before each Finalize (issue 33).
+	// finalizeErr, when set, is asked before each Finalize: a database that
+	// fails at the job's end.
 	finalizeErr func(activities.FinalizeInput) error
 }
 

@@ -17,8 +17,9 @@ function describeMethod(box, m, t) {
     p.append(el("strong", label + ": "), document.createTextNode(text));
     box.append(p);
   };
-  // A method reading Substrate also takes a ;-separated Substrates list
-  // (WIRE §13.1), and every method several candidate sequences.
+  // A method reading Substrate also takes a ;-separated Substrates list,
+  // and every method several candidate sequences (docs/api.md, "Substrate
+  // lists, candidate sequences and per-target results").
   const cols = (m.requiredColumns || []).map((c) => (c === "Substrate" ? "Substrate (or a ;-separated Substrates list)" : c));
   const behavior = m.inputBehaviorByTarget ? m.inputBehaviorByTarget[t] : "";
   const targets = (m.supports || []).join(", ");
@@ -117,7 +118,8 @@ function buildForm(withOptions) {
   fd.append("file", f, f.name.toLowerCase().endsWith(".csv") ? f.name : f.name + ".csv");
   if (!withOptions) {
     if ($("opt-runsim").checked) fd.append("runSimilarity", "true");
-    // The report covers the methods chosen in the form (issue 28).
+    // The report covers the methods chosen in the form, not every method,
+    // so that it speaks of what the submit would run.
     const s = selection();
     if (s.targets.length) {
       fd.append("targets", JSON.stringify(s.targets));
@@ -216,7 +218,8 @@ function showSimilarity(out, sim) {
   if (!sim) return;
   const h = el("h3", "Similarity to the methods' training data");
   out.append(h);
-  // No dataset for the request is information, not an error (issue 28).
+  // No dataset for the request is information, not an error: some methods
+  // have no training set to compare with.
   if (sim.error) { out.append(el("p", sim.error, sim.unavailable ? "hint msg-info" : "error")); return; }
   Object.keys(sim).forEach((label) => {
     const s = sim[label] || {};

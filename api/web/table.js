@@ -13,9 +13,10 @@ const SHORTEN_AT = 24;
 /** table is the state of the result table (exported for the page's wiring). */
 export const table = { res: null, cols: [], pinned: 0, order: [], sortCol: null, sortDir: 1, page: 0, size: 100, notes: {}, rows: [], ranges: {} };
 
-// arrayCell turns a result cell holding a JSON array (WIRE §13: a Km or
-// kcat/Km list per substrate, an Extra Info list of substrates or
-// candidate sequences) into readable lines; null when v is not one.
+// arrayCell turns a result cell holding a JSON array (a Km or kcat/Km list
+// per substrate, an Extra Info list of substrates or candidate sequences;
+// docs/api.md, "Substrate lists, candidate sequences and per-target
+// results") into readable lines; null when v is not one.
 function arrayCell(v) {
   if (typeof v !== "string" || v[0] !== "[") return null;
   let a;

@@ -2,7 +2,8 @@
 # Builds, from Debian's packages and this machine's Go toolchain, the base
 # images that docker/Dockerfile and docker/compose.yaml pull from Docker Hub,
 # for machines that reach Debian's mirror and the Go module proxy but no
-# container registry (the project's CI and development machines; issue 33):
+# container registry (the project's CI and development machines), so that
+# the container test runs there too:
 #
 #   kinflow-local/debian:bookworm-slim   debootstrap --variant=minbase bookworm
 #   kinflow-local/golang:GOVER-bookworm  the Debian base + the host's Go (GOROOT)

@@ -16,11 +16,11 @@ import (
 // prediction units) for each contract that takes a row's lists: method E's
 // kcat (native_multi: 10,000 rows of one candidate and 10 substrates, each
 // read per candidate; and 1,000 rows of 10 candidates × 10 substrates),
-// method D (native_full_reaction: 10,000 rows of 5 substrates + 5
-// products) and method B (expanded_pair: 10 substrates, one call each), and
-// reports the job's time and the api's and worker's peak
-// RSS (issue 34: "a job at the caps stays within the stated memory"). Run
-// with -benchtime 1x; KINFLOW_BENCH_ROWS overrides the 10,000 rows.
+// method D (native_full_reaction: 10,000 rows of 5 substrates + 5 products)
+// and method B (expanded_pair: 10 substrates, one call each), and reports the
+// job's time and the api's and worker's peak RSS: a job at the caps must stay
+// within the stated memory. Run with -benchtime 1x; KINFLOW_BENCH_ROWS
+// overrides the 10,000 rows.
 func BenchmarkJobAtTheCaps(b *testing.B) {
 	rows := 10000
 	if v := os.Getenv("KINFLOW_BENCH_ROWS"); v != "" {

@@ -12,11 +12,12 @@ import (
 	"github.com/kinflow/kinflow/internal/testenv"
 )
 
-// simModel is a step program that simulates a model (issue 12's
-// benchmark): it sleeps LOAD seconds before it is ready, then PER_1K
-// seconds per 1,000 tokens (residues + 2) of each batch, and writes each
-// missing output as a float32 NPY vector. It speaks both contracts:
-// `sim_model.py --serve` (resident) and `sim_model.py MANIFEST` (one-shot).
+// simModel is a step program that simulates a model (for the resident server
+// benchmarks, docs/BENCHMARKS.md): it sleeps LOAD seconds before it is ready,
+// then PER_1K seconds per 1,000 tokens (residues + 2) of each batch, and
+// writes each missing output as a float32 NPY vector. It speaks both
+// contracts: `sim_model.py --serve` (resident) and `sim_model.py MANIFEST`
+// (one-shot).
 const simModel = `
 import json, os, sys, time
 import numpy as np
@@ -124,7 +125,7 @@ func (s *stack) runMethodH(tb testing.TB, n int) (time.Duration, time.Duration) 
 	return took, phases["EmbedJob"]
 }
 
-// BenchmarkResidentVsOneShot (issue 12): a simulated model (5 s to load,
+// BenchmarkResidentVsOneShot: a simulated model (5 s to load,
 // 40 ms per 1,000 tokens) computes method H's step for 2,000 sequences of
 // 300 residues, once as a resident server and once as a one-shot program per
 // batch; then a second job of new sequences on the warm server. Reports job
@@ -164,7 +165,7 @@ func BenchmarkResidentVsOneShot(b *testing.B) {
 	}
 }
 
-// BenchmarkTwoGPUHosts (issue 12): one method H job of 4,000 sequences
+// BenchmarkTwoGPUHosts: one method H job of 4,000 sequences
 // (shards of KINFLOW_STEP_SHARD_SEQS, default 500) on one GPU host, then on
 // two GPU hosts serving the same queue, both running the simulated model as
 // a resident server. Reports both times and their ratio (goal ≤ 0.6).

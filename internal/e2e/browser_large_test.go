@@ -84,7 +84,7 @@ func TestBrowserLargeResult(t *testing.T) {
 		chromedp.Navigate(s.base+"/"),
 		waitJS(`document.querySelectorAll("#method-kcat option").length > 0`),
 	)
-	// The start page says the server is synthetic (issue 36), and each
+	// The start page says the server is synthetic, and each
 	// method is described: what it predicts, its limits, its uncertainty,
 	// its model version, a link to /methods/.
 	type startView struct {
@@ -169,7 +169,7 @@ func TestBrowserLargeResult(t *testing.T) {
 	png := get(t, b, "table screenshot", chromedp.Screenshot(chromedp.CSS(".table-wrap.result")))
 	writeShot(t, dir, "03-table.png", png)
 
-	// The first view leads with identity (issue 36): without any sideways
+	// The first view leads with identity: without any sideways
 	// scrolling, every row of the page shows its enzyme label (the Name
 	// column) and its substrate, then the values.
 	type firstView struct {
@@ -355,7 +355,7 @@ func TestBrowserLargeResult(t *testing.T) {
 	}
 
 	// A job link opens the job: a fresh load of /#job=ID shows the job's
-	// status in the first screen, without scrolling (issue 36).
+	// status in the first screen, without scrolling.
 	other := s.submit("Protein Sequence,Substrate\nMKTAYIAKQRQISFVKSHFSRQ,CCO\n", []string{"kcat"}, map[string]string{"kcat": "B"})
 	s.waitDone(other, 2*time.Minute)
 	b.run(t, "job link", step, chromedp.Navigate("about:blank"), chromedp.Navigate(s.base+"/#job="+job),

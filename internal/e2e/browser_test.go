@@ -288,7 +288,7 @@ func TestBrowserKeySubmitProgressResult(t *testing.T) {
 	if err := os.WriteFile(fasta, []byte(">t0\n"+simSeq+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// Validation reports the methods chosen in the form (issue 28): method
+	// Validation reports the methods chosen in the form: method
 	// B, whose training set is there.
 	if sel := eval[string](t, b, `(() => {
 		const m = document.getElementById("method-kcat");
@@ -311,7 +311,7 @@ func TestBrowserKeySubmitProgressResult(t *testing.T) {
 	b.run(t, "similarity off again", step, chromedp.Click(id("opt-runsim")))
 
 	// A sequence longer than method B's limit: the message uses the form's
-	// words ("Skip long sequences"), not the wire option (issue 36).
+	// words ("Skip long sequences"), not the wire option.
 	b.run(t, "validate a long sequence", step,
 		chromedp.SetValue(id("csv-text"), "Protein Sequence,Substrate\n"+strings.Repeat("MKTAYIAKQR", 110)+",CCO\n"),
 		chromedp.Click(id("validate-btn")),
@@ -339,7 +339,8 @@ func TestBrowserKeySubmitProgressResult(t *testing.T) {
 		waitJS(`location.hash.startsWith("#job=")`),
 	)
 	jobID := strings.TrimPrefix(eval[string](t, b, `location.hash`), "#job=")
-	// The page sent an Idempotency-Key with the submit (issue 21).
+	// The page sent an Idempotency-Key with the submit, so a retry makes no
+	// second job.
 	st, _ := s.openStoreAndKey(t)
 	var claims int64
 	st.DB.Raw("SELECT COUNT(*) FROM idempotency_keys WHERE job_id = ?", jobID).Scan(&claims)
@@ -383,7 +384,7 @@ func TestBrowserKeySubmitProgressResult(t *testing.T) {
 		t.Errorf("never saw the embedding count below its total: %+v", seen)
 	}
 	// The page followed the job on its event stream (one request, kept
-	// open), not by polling /status/ (issue 35).
+	// open), not by polling /status/.
 	type statusReads struct {
 		Stream int `json:"stream"`
 		Polls  int `json:"polls"`
@@ -451,7 +452,7 @@ func TestBrowserKeySubmitProgressResult(t *testing.T) {
 	}
 	b.shot(t, dir, "05-results")
 
-	// A result with substrate lists and candidates (WIRE §13): array cells
+	// A result with substrate lists and candidates: array cells
 	// are shown as readable lines, the raw JSON in the cell's title. The
 	// similarity box starts checked (the API's default is true).
 	if !eval[bool](t, b, `document.getElementById("opt-sim").checked`) {

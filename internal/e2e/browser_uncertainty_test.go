@@ -113,7 +113,7 @@ func TestBrowserUncertaintyPlot(t *testing.T) {
 		t.Errorf("caption %q (median %s)", u.Caption, medText)
 	}
 
-	// Km's uncertainty is beside Km in the table (issue 36), and the median
+	// Km's uncertainty is beside Km in the table, and the median
 	// label of the SD histogram lies whole inside its plot.
 	heads := eval[[]string](t, b, `[...document.querySelectorAll("#result-table thead th")].map((th) => th.dataset.col || th.textContent)`)
 	if k := slices.Index(heads, "KM (mM)"); k < 0 || k+1 >= len(heads) || heads[k+1] != totalCol {

@@ -30,7 +30,7 @@ func ageCache(t *testing.T, root string) int {
 	return n
 }
 
-// TestCacheGCRacesRunningJobs (issue 33): `kinflow cache gc` with a
+// TestCacheGCRacesRunningJobs: `kinflow cache gc` with a
 // budget of one byte and no minimum age — every pass evicts every file it
 // may — runs in a loop while jobs over cached sequences and over new ones
 // run. Every job completes (none finds a file it counted on gone), and the

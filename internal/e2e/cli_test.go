@@ -106,7 +106,7 @@ func TestCLIAgainstStack(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.cli(withKey, "validate", bad).want(t, "validate bad rows", 1, "out:Row 2, Protein Sequence: 2 characters are not amino acids: '1' at position 3, 'Z' at position 5.", "err:1 row problem(s) in bad.csv")
-	// Only the chosen method's limit is reported (issue 28).
+	// Only the chosen method's limit is reported, not every method's.
 	long := filepath.Join(t.TempDir(), "long.csv")
 	if err := os.WriteFile(long, []byte("Protein Sequence,Substrate\n"+strings.Repeat("A", 1200)+",CCO\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -95,7 +95,8 @@ func TestGPUWorkerKilledMidStepFailsOpen(t *testing.T) {
 	}
 	r := st.reasons()
 	joined := strings.Join(r, " | ")
-	// At the deadline the post-check finds files missing (WIRE §13.5).
+	// At the deadline the post-check finds files missing: the reason says
+	// the remote outputs are incomplete, and the worker computes them.
 	if !strings.Contains(joined, "timeout_incomplete_remote_outputs:") || !strings.Contains(joined, "fallback_local") || r[len(r)-1] != "computed_locally" {
 		t.Fatalf("events %v", r)
 	}

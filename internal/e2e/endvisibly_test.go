@@ -20,7 +20,8 @@ import (
 	"github.com/kinflow/kinflow/workflows"
 )
 
-// Issue 33: every job ends in a state its owner can see.
+// Every job ends in a state its owner can see: Completed or Failed, with
+// its rows refunded when it fails, whatever fails under it.
 
 // eachDatabase runs fn once with the stack's Postgres database and once
 // with an SQLite file.

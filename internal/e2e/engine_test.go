@@ -66,7 +66,8 @@ const syntheticExtra = "synthetic backend: stand-in number, not a prediction"
 // their file contracts and the configured paths, and their numbers come
 // back in the result. The step executor is the synthetic one, so the
 // embeddings the programs were given are synthetic: the numbers are
-// flagged synthetic (DESIGN.md §8), never presented as predictions.
+// flagged synthetic, never presented as predictions (README.md, "Where a
+// number came from").
 func TestCommandEngineEndToEnd(t *testing.T) {
 	py := input.DefaultPython
 	if err := exec.Command(py, "-c", "import csv, json").Run(); err != nil {
@@ -129,7 +130,7 @@ MKTAYIAKQRQ,C1=CC=CC=C1
 
 	// C gives len(seq)+0.5 for KCAT, B gives 2*len(seq) for KM. Row 2's
 	// Km is blanked by B's own reason, its kcat kept (one target's failure
-	// no longer blanks the others, WIRE §13.3); row 3 is blanked in both
+	// blanks only its own target); row 3 is blanked in both
 	// targets by the sequence check before any program runs.
 	const water, badSeq = "water is not a substrate", input.ReasonInvalidProtein
 	want := []struct {

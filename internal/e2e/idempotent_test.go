@@ -44,12 +44,12 @@ func (s *stack) submitWithKey(csv, idem string) (int, string, error) {
 	return resp.StatusCode, b.JobID, nil
 }
 
-// TestRetriedSubmitAfterKillGetsTheOriginalJob is the issue's lost
-// response: the api process is killed (SIGKILL) at each step of a submit
-// after the charge, so the client gets no answer; it is started again and
-// the client retries with the same Idempotency-Key. The retry answers 201
-// with the job that the first attempt created, which runs to completion,
-// and the key is charged once.
+// TestRetriedSubmitAfterKillGetsTheOriginalJob simulates a lost response: the
+// api process is killed (SIGKILL) at each step of a submit after the charge,
+// so the client gets no answer; it is started again and the client retries
+// with the same Idempotency-Key. The retry answers 201 with the job that the
+// first attempt created, which runs to completion, and the key is charged
+// once.
 func TestRetriedSubmitAfterKillGetsTheOriginalJob(t *testing.T) {
 	// The reconciler waits longer than the retry takes, so the retry meets
 	// the cut-off submit (a reconciler that undid it first would free the
@@ -109,12 +109,12 @@ func TestRetriedSubmitAfterKillGetsTheOriginalJob(t *testing.T) {
 	}
 }
 
-// TestRandomKillsWithRetriesMakeOneJobEach is the issue's experiment with a
-// retrying client: submits of 3,000 rows, each with its own
+// TestRandomKillsWithRetriesMakeOneJobEach is the random-kill experiment with
+// a retrying client: submits of 3,000 rows, each with its own
 // Idempotency-Key, the api killed by SIGKILL at a random moment and
 // restarted, the client retrying with the same key until it gets an answer.
-// Every logical submit ends with exactly one job, and the charge is one
-// job's rows per submit.
+// Every logical submit ends with exactly one job, and the charge is one job's
+// rows per submit.
 func TestRandomKillsWithRetriesMakeOneJobEach(t *testing.T) {
 	s := newStack(t, map[string]string{"KINFLOW_SUBMIT_RECONCILE_AFTER_SECONDS": "1", "KINFLOW_DEFAULT_DAILY_QUOTA": "1000000"}, nil)
 	st, keyID := s.openStoreAndKey(t)
@@ -152,7 +152,7 @@ func TestRandomKillsWithRetriesMakeOneJobEach(t *testing.T) {
 	}
 	waitNoneSubmitting(t, st, 30*time.Second)
 	// Every job ends first: the rows served from the prediction cache are
-	// refunded at the end of a job (issue 28), so the charge is the quota
+	// refunded at the end of a job, so the charge is the quota
 	// used plus the refunds.
 	var jobs []store.Job
 	deadline := time.Now().Add(5 * time.Minute)

@@ -36,13 +36,13 @@ for row in job["rows"]:
 json.dump({"predictions": preds, "invalid_indices": [], "invalid_reasons": {}}, open(out, "w"))
 `
 
-// TestCorruptCachedFilesAreFoundRecomputedAndReported is issue 26's first
-// scenario on real processes: after a job fills the cache, one cached file
-// is overwritten with other numbers of the same shape and another is
-// truncated. The next job with the same sequences finds both before the
-// engine runs, sets them aside (kept under sequence_info/.quarantine), has
-// them computed again, says so in its events, and completes with the same
-// values as the first job for every row, intact rows included.
+// TestCorruptCachedFilesAreFoundRecomputedAndReported runs on real processes:
+// after a job fills the cache, one cached file is overwritten with other
+// numbers of the same shape and another is truncated. The next job with the
+// same sequences finds both before the engine runs, sets them aside (kept
+// under sequence_info/.quarantine), has them computed again, says so in its
+// events, and completes with the same values as the first job for every row,
+// intact rows included.
 func TestCorruptCachedFilesAreFoundRecomputedAndReported(t *testing.T) {
 	e := newEngineBJobs(t, engineBReads)
 	s, media, seqs, rows := e.stack, e.media, e.seqs, e.rows
@@ -91,11 +91,11 @@ func TestCorruptCachedFilesAreFoundRecomputedAndReported(t *testing.T) {
 	}
 }
 
-// TestChangedDataDirMissesThePredictionCache is issue 26's fourth scenario
-// on real processes: method B's command engine with a {data_dir} folder in
-// the methods file; a second identical job is served from the prediction
-// cache; after one file in the data folder changes in place (a model
-// updated where it lies), the same job misses and the engine runs again.
+// TestChangedDataDirMissesThePredictionCache runs on real processes: method
+// B's command engine with a {data_dir} folder in the methods file; a second
+// identical job is served from the prediction cache; after one file in the
+// data folder changes in place (a model updated where it lies), the same job
+// misses and the engine runs again.
 func TestChangedDataDirMissesThePredictionCache(t *testing.T) {
 	py := input.DefaultPython
 	if _, err := os.Stat(py); err != nil {
@@ -158,11 +158,11 @@ if os.path.exists(marker):
     os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
 ` + engineBReads
 
-// TestFileChangedBetweenCheckAndReadIsRecomputed is issue 34's third
-// finding: a cached file overwritten after the plan's check, as the method
-// reads it, is caught by the cheap stat after the read; its rows are
-// predicted again after the file is computed anew, in the same job, whose
-// events say so, and every value is the right one.
+// TestFileChangedBetweenCheckAndReadIsRecomputed: a cached file overwritten
+// after the plan's check, as the method reads it, is caught by the cheap stat
+// after the read; its rows are predicted again after the file is computed
+// anew, in the same job, whose events say so, and every value is the right
+// one.
 func TestFileChangedBetweenCheckAndReadIsRecomputed(t *testing.T) {
 	e := newEngineBJobs(t, engineBOverwrites)
 	s, media, seqs, rows := e.stack, e.media, e.seqs, e.rows

@@ -16,12 +16,13 @@ import (
 	"github.com/kinflow/kinflow/workflows"
 )
 
-// Load tests: many users at once is the normal case (DESIGN §9). Each test
-// starts the embedded default (`kinflow dev`: its own Temporal dev server,
-// SQLite, synthetic backends) on loopback ports and sends bursts of jobs
-// through the public API. They assert completion and exact charges, never
-// speed (that is `make bench-load`); every burst is bounded by its count and
-// by a timeout far above what it needs.
+// Load tests: many users at once is the normal case for a public service,
+// which must never stop under load. Each test starts the embedded default
+// (`kinflow dev`: its own Temporal dev server, SQLite, synthetic backends) on
+// loopback ports and sends bursts of jobs through the public API. They assert
+// completion and exact charges, never speed (that is `make bench-load`);
+// every burst is bounded by its count and by a timeout far above what it
+// needs.
 
 // startDev starts an embedded-default deployment with env on top of the
 // defaults and returns it with an API key.
@@ -109,13 +110,13 @@ func TestLoadBurstsOnEmbeddedDefault(t *testing.T) {
 	}
 }
 
-// TestLoadBurstEveryJobTracked is the shape that stopped the service for
-// good (issue 25): every job runs a progress tracker and regular activities,
-// and the CPU worker has only two activity slots. Trackers now live on
-// their own queue, so 100 concurrent jobs all complete (17 s here). Built
-// with the tracker back in the CPU pool and GPUHealth a regular activity
-// (the shape before the fix), this test hangs until its timeout: two
-// trackers fill both slots and their jobs wait for a slot for ever.
+// TestLoadBurstEveryJobTracked is the shape that once stopped the service for
+// good: every job runs a progress tracker and regular activities, and the CPU
+// worker has only two activity slots. Trackers now live on their own queue,
+// so 100 concurrent jobs all complete (17 s here). Built with the tracker
+// back in the CPU pool and GPUHealth a regular activity (the shape before the
+// fix), this test hangs until its timeout: two trackers fill both slots and
+// their jobs wait for a slot for ever.
 func TestLoadBurstEveryJobTracked(t *testing.T) {
 	d, key := startDev(t,
 		"KINFLOW_TRACK_MIN_FILES=1",
@@ -186,18 +187,18 @@ func TestLoadBurstOnProductionTopology(t *testing.T) {
 	}
 }
 
-// TestReplayManyUsersShapes runs the workflow shapes of issue 25 on a real
-// stack and replays their histories (recorded into workflows/testdata with
-// KINFLOW_RECORD_HISTORIES=1): a small job (Predict and annotations local,
-// GPU health local, its step on the GPU small lane run inside its own
-// workflow, its Stage upserted only where it waits: issue 35's
+// TestReplayManyUsersShapes runs the workflow shapes of many users at once on
+// a real stack and replays their histories (recorded into workflows/testdata
+// with KINFLOW_RECORD_HISTORIES=1): a small job (Predict and annotations
+// local, GPU health local, its step on the GPU small lane run inside its own
+// workflow, its Stage upserted only where it waits: the changes
 // "i35-quiet-stages" and "small-job-inline-gpu"; the shapes before them are
 // prediction_small_job_local, prediction_small_job_quiet_stages and, before
-// revision 1, prediction_small_job_inline_gpu) and a larger one (a tracker
-// on its own queue, the step on the main GPU queue in an EmbedJob child;
-// before revision 1, prediction_tracker_own_queue and
-// embedjob_small_or_main_lane). Started at revision 1, neither records a
-// version marker or an upsert of TemporalChangeVersion.
+// revision 1, prediction_small_job_inline_gpu) and a larger one (a tracker on
+// its own queue, the step on the main GPU queue in an EmbedJob child; before
+// revision 1, prediction_tracker_own_queue and embedjob_small_or_main_lane).
+// Started at revision 1, neither records a version marker or an upsert of
+// TemporalChangeVersion.
 func TestReplayManyUsersShapes(t *testing.T) {
 	s := newStack(t, nil, nil)
 	small := s.submit(csvRows(randSeed(), 3, 150), []string{"kcat"}, map[string]string{"kcat": "B"})

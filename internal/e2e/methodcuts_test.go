@@ -45,13 +45,12 @@ rows = r[1:1 + min(len(seq), n - 1)]
 print(json.dumps({"d": d[0].tolist(), "g": rows.tolist(), "h": rows.mean(0).tolist()}))
 `
 
-// TestMethodCutsOfA1030ResidueSequence is issue 26's third scenario on real
-// processes: a 1,030-residue sequence sent to a real GPU host (its HTTP
-// service, kinflow's own step programs as resident servers on tiny
-// random-weight models) gives methods D, G and H exactly the cut of each
-// method's own code: D's first 1,022 residues (the host does not cut it to
-// 500 + 500 first), and for G and H BOS and the first 1,023 residues
-// without EOS (1,023 rows).
+// TestMethodCutsOfA1030ResidueSequence runs on real processes: a
+// 1,030-residue sequence sent to a real GPU host (its HTTP service, kinflow's
+// own step programs as resident servers on tiny random-weight models) gives
+// methods D, G and H exactly the cut of each method's own code: D's first
+// 1,022 residues (the host does not cut it to 500 + 500 first), and for G and
+// H BOS and the first 1,023 residues without EOS (1,023 rows).
 func TestMethodCutsOfA1030ResidueSequence(t *testing.T) {
 	py := stepsPython(t)
 	lines := tinyModels(t, py)

@@ -9,7 +9,7 @@ import (
 	"github.com/kinflow/kinflow/internal/testenv"
 )
 
-// TestPostgresOutageUnderRunningJobs (issue 33): with Postgres as the
+// TestPostgresOutageUnderRunningJobs: with Postgres as the
 // application database (a private server: the shared one stays up), 50 jobs
 // run and the database is stopped for 60 s. Once it is back every job
 // completes: none fails for the outage alone, none is left Processing,
@@ -39,8 +39,8 @@ func TestPostgresOutageUnderRunningJobs(t *testing.T) {
 	t.Logf("database stopped with %d jobs running, %d finished", running, done)
 	outage := 60 * time.Second
 	// KINFLOW_TEST_PG_OUTAGE_SECONDS lengthens it by hand: past about 90 s
-	// (the 8 attempts the bookkeeping steps had before issue 33) only the
-	// ride-out keeps jobs alive.
+	// (the 8 attempts the bookkeeping steps once had) only the ride-out
+	// keeps jobs alive.
 	if n, err := strconv.Atoi(os.Getenv("KINFLOW_TEST_PG_OUTAGE_SECONDS")); err == nil && n > 0 {
 		outage = time.Duration(n) * time.Second
 	}

@@ -83,13 +83,12 @@ func (s *stack) runCached(t *testing.T, csv string) (string, cacheStatus) {
 	return id, cs
 }
 
-// TestPredictionCacheEndToEnd is issue 21's cache on real processes with
-// the command engine and a stand-in program for B: a second run of the
+// TestPredictionCacheEndToEnd runs the prediction cache on real processes
+// with the command engine and a stand-in program for B: a second run of the
 // same job sends 0 rows to the program and reports every unit cached (the
-// status's predictionsCached, the provenance's cached rows, the same
-// result); a job with half its rows new sends exactly those; a new
-// model_version in the methods file (worker restarted) and a changed
-// program both miss.
+// status's predictionsCached, the provenance's cached rows, the same result);
+// a job with half its rows new sends exactly those; a new model_version in
+// the methods file (worker restarted) and a changed program both miss.
 func TestPredictionCacheEndToEnd(t *testing.T) {
 	py := input.DefaultPython
 	if err := exec.Command(py, "-c", "import json").Run(); err != nil {

@@ -38,7 +38,7 @@ func TestStatusShowsEmbeddingProgressRising(t *testing.T) {
 	var st status
 	for {
 		st = s.status(job)
-		// The whole job's percentage never goes back (issue 28), and the
+		// The whole job's percentage never goes back, and the
 		// embedding phase is told in sequences.
 		if p := st.Overall.Percent; len(percents) == 0 || percents[len(percents)-1] != p {
 			percents = append(percents, p)

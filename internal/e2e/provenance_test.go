@@ -15,18 +15,18 @@ import (
 	"github.com/kinflow/kinflow/internal/provenance"
 )
 
-// TestSyntheticCacheThenRealModels is issue 18's scenario on real
-// processes: a first deployment on the embedded defaults fills the cache with
-// synthetic files; a second one on the same media root, with real step
-// programs (kinflow's own, on tiny random-weight models) and a real
-// prediction engine (a stand-in program of method B), submits the same rows.
-// The step program computes the three sequences (the synthetic files are
-// replaced, never consumed), the result is a prediction with its provenance
-// (the family's recorded fingerprint, the engine's, the model version), and
-// a host whose weights differ by one byte refuses the family with one line
-// (the job then falls back to the CPU worker's synthetic executor, and its
-// result is flagged synthetic: nothing of another model is mixed in, and no
-// stand-in is presented as a prediction).
+// TestSyntheticCacheThenRealModels runs on real processes: a first deployment
+// on the embedded defaults fills the cache with synthetic files; a second one
+// on the same media root, with real step programs (kinflow's own, on tiny
+// random-weight models) and a real prediction engine (a stand-in program of
+// method B), submits the same rows. The step program computes the three
+// sequences (the synthetic files are replaced, never consumed), the result is
+// a prediction with its provenance (the family's recorded fingerprint, the
+// engine's, the model version), and a host whose weights differ by one byte
+// refuses the family with one line (the job then falls back to the CPU
+// worker's synthetic executor, and its result is flagged synthetic: nothing
+// of another model is mixed in, and no stand-in is presented as a
+// prediction).
 func TestSyntheticCacheThenRealModels(t *testing.T) {
 	py := stepsPython(t)
 	if _, err := os.Stat(input.DefaultPython); err != nil {
@@ -168,8 +168,8 @@ func TestSyntheticCacheThenRealModels(t *testing.T) {
 // TestReferenceCacheIsUnverifiedUntilAdopted: a media root that already
 // holds a reference deployment's files (same paths, no fingerprint record,
 // no integrity record) is never trusted as it is: `cache verify` fails on
-// the unrecorded files, and a job sets them aside and computes them again
-// (issue 34). `kinflow cache adopt` (which first verifies a sample with the
+// the unrecorded files, and a job sets them aside and computes them again.
+// `kinflow cache adopt` (which first verifies a sample with the
 // configured step program) is the one way to take such files: after it, a
 // job uses them and its result names the adopted fingerprint.
 func TestReferenceCacheIsUnverifiedUntilAdopted(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// TestQuotaCountsCachedRowsEndToEnd (issue 36) on a real stack: a
+// TestQuotaCountsCachedRowsEndToEnd on a real stack: a
 // 10,000-row job completes; with 500 rows of quota left, the identical
 // resubmit is admitted (every row is in the prediction cache, as the
 // worker's Finalize recorded), takes nothing from the quota and charges

@@ -78,7 +78,7 @@ func TestJobSimilarityAndExperimental(t *testing.T) {
 		t.Error("the unmatched row got the experimental value")
 	}
 	// The status and the JSON result say what the columns hold, with the
-	// unit (issue 28).
+	// unit.
 	var note struct {
 		Similarity struct {
 			State, Unit, Message string

@@ -286,7 +286,7 @@ type status struct {
 			Need     int `json:"needComputation"`
 		} `json:"embedding"`
 	} `json:"progress"`
-	// Overall is kinflow's whole-job progress (issue 28).
+	// Overall is kinflow's whole-job progress.
 	Overall struct {
 		Percent    float64 `json:"percent"`
 		ETASeconds *int64  `json:"etaSeconds"`

@@ -14,7 +14,7 @@ import (
 // scripts do: first every 2 s, then (a second burst on the same deployment)
 // every 200 ms. Every job completes and the quota holds exactly the rows
 // submitted, whatever the storm; the ratio of the two bursts' jobs/s is a
-// benchmark figure (issue 35's goal: at least 0.6), logged, never asserted.
+// benchmark figure (the goal: at least 0.6), logged, never asserted.
 // KINFLOW_STORM_JOBS sets a smaller burst (a quick run on a busy machine).
 func TestLoadPollingStorm(t *testing.T) {
 	n := 200

@@ -24,10 +24,10 @@ import (
 var submitCrashPoints = []string{"charged", "input-partial", "input-written", "workflow-started", "queued"}
 
 // TestAPIKilledMidSubmitLosesNothing kills a real api process at every step
-// of a submit, starts it again, and checks the invariant of issue 14 within
-// the reconcile bound: either the job runs to completion, charged once and
-// counted once, or its charge is refunded and nothing of it is left (no job
-// row, no media folder).
+// of a submit, starts it again, and checks the invariant of a crash-safe
+// submit (docs/api.md, "Choices", Submit) within the reconcile bound: either
+// the job runs to completion, charged once and counted once, or its charge is
+// refunded and nothing of it is left (no job row, no media folder).
 func TestAPIKilledMidSubmitLosesNothing(t *testing.T) {
 	s := newStack(t, map[string]string{"KINFLOW_SUBMIT_RECONCILE_AFTER_SECONDS": "1"}, nil)
 	st, keyID := s.openStoreAndKey(t)
@@ -144,7 +144,7 @@ func (s *stack) rawSubmit(csv string) (int, error) {
 	return resp.StatusCode, nil
 }
 
-// TestAPIKilledAtRandomDuringSubmits is the issue's own experiment: submits
+// TestAPIKilledAtRandomDuringSubmits kills the api at random moments: submits
 // of 3,000 rows with the api killed by SIGKILL from outside at a random
 // moment (0–80 ms after the request went out: a submit of that size takes
 // about as long here), then restarted. After the

@@ -14,7 +14,8 @@ import (
 	"time"
 )
 
-// TestSubstrateListsAndCandidates runs WIRE-CONTRACT §13's examples through
+// TestSubstrateListsAndCandidates runs the rules of docs/api.md, "Substrate
+// lists, candidate sequences and per-target results", through
 // the real API, worker and synthetic engine: `Substrates` lists in CSV and
 // JSON with each input behaviour (expanded_pair, method E's native_multi
 // kcat, method D's full reaction), candidate sequences in skip and truncate
@@ -415,7 +416,8 @@ func (s *stack) submitJSON(body map[string]any) string {
 // TestGAndGO2ShareTheirEphemeralFiles runs method G for kcat and its variant
 // G-O2 for Km in one job: G-O2 reads the embeddings G's stage computed (its
 // plan finds them cached), and the ephemeral family is deleted once, after
-// the last of the two stages (WIRE §13.4).
+// the last of the two stages: a family shared by a job's method G targets
+// lives until the last of them has read it.
 func TestGAndGO2ShareTheirEphemeralFiles(t *testing.T) {
 	s := newStack(t, nil, nil)
 	id := s.submit(csvRows(randSeed(), 3, 200), []string{"kcat", "Km"}, map[string]string{"kcat": "G", "Km": "G-O2"})

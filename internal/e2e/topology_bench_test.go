@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// BenchmarkTopologyTwoGPUHosts (issue 27) runs one 2,000-sequence job
+// BenchmarkTopologyTwoGPUHosts runs one 2,000-sequence job
 // (KINFLOW_BENCH_SEQS) on the production topology (Temporal server on
 // Postgres, one api, two CPU workers) with one GPU host, then on a fresh
 // topology with two, and reports both job times (submit to Completed) and

@@ -15,12 +15,12 @@ import (
 	"github.com/kinflow/kinflow/internal/testenv"
 )
 
-// This file is the production topology of DESIGN §10, run: a real Temporal
-// server (bin/temporal-server) on Postgres with SQL visibility, the app
-// database on Postgres, and every role its own process of the built binary
-// with its own environment (listen addresses, the GPU host it calls), all
-// sharing one media root. The namespace is prepared by `kinflow namespace`,
-// as docker/compose.yaml's admin step does.
+// This file is the production topology (docs/production.md), run: a real
+// Temporal server (bin/temporal-server) on Postgres with SQL visibility, the
+// app database on Postgres, and every role its own process of the built
+// binary with its own environment (listen addresses, the GPU host it calls),
+// all sharing one media root. The namespace is prepared by `kinflow
+// namespace`, as docker/compose.yaml's admin step does.
 
 // TopologyOptions shapes a topology.
 type TopologyOptions struct {
