@@ -56,8 +56,8 @@ var kinformEnv = builtinEnv("KINFORM_MEDIA_PATH", "{media}", "KINFORM_TOOLS_PATH
 var omniesiEnv = builtinEnv("OMNIESI_EMBED_CACHE_DIR", "{folder:methodg_esm2}", "OmniESI_CACHE_DIR", "{model_dir}",
 	"OmniESI_ADDITIONAL_DATA", "{data_dir}", "OMNIESI_DELETE_EMBEDDINGS_AFTER_RUN", "0")
 
-// referenceTable is the reference profile, by built-in label. An entry whose
-// label the built-in table lacks (L until DLKcat is built in) is skipped.
+// referenceTable is the reference profile, by built-in label; every
+// built-in label has an entry (the reference's test holds it).
 var referenceTable = map[string]referenceMethod{
 	"A-H": {
 		Key: "KinForm-H", DisplayName: "KinForm-H",

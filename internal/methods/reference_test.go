@@ -62,7 +62,6 @@ func TestReferenceProfile(t *testing.T) {
 			t.Errorf("built-in label %s has no reference key", b.Key)
 			continue
 		}
-		// L is checked only once DLKcat is a built-in label.
 		d, ok := c.Get(w.key)
 		if !ok {
 			t.Errorf("%s: no %s in the reference profile", b.Key, w.key)
@@ -105,8 +104,8 @@ func TestReferenceProfile(t *testing.T) {
 			t.Errorf("built-in %s lost its placeholders: %q %q", b.Key, b.DisplayName, b.CitationURL)
 		}
 	}
-	if _, ok := builtins.Get("L"); !ok {
-		t.Log("no built-in L yet: DLKcat's entry is not checked")
+	if d, _ := c.Get("DLKcat"); d == nil || d.FileContract != ContractSubstrateTSV || d.Profile != ProfileNone {
+		t.Errorf("DLKcat: %+v", d)
 	}
 	if d, _ := c.Get("CatRange"); d.ModelVersion != "2" {
 		t.Errorf("CatRange model_version %q", d.ModelVersion)
