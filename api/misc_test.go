@@ -44,7 +44,7 @@ func TestMethods(t *testing.T) {
 			}
 			return strings.Join(out, ",")
 		}
-		if ids("kcat") != "A-H,A-L,B,C,D,E,F,G,G-O2,H,K" || ids("Km") != "A-H,B,C,E,F,G,G-O2,H,J,K" || ids("kcat/Km") != "B,I" {
+		if ids("kcat") != "A-H,A-L,B,C,D,E,F,G,G-O2,H,K,L" || ids("Km") != "A-H,B,C,E,F,G,G-O2,H,J,K" || ids("kcat/Km") != "B,I" {
 			t.Fatalf("groups %s | %s | %s", ids("kcat"), ids("Km"), ids("kcat/Km"))
 		}
 		d := b.Methods["kcat"][4]

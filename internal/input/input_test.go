@@ -420,8 +420,8 @@ func TestValidateReportShape(t *testing.T) {
 		`{"row":5,"value":"NOT_A_SMILES","reason":"Invalid SMILES/InChI","invalid_components":["NOT_A_SMILES"]}`,
 		`{"row":6,"value":"NaN","reason":"Invalid SMILES/InChI"}`,
 		`"invalidProteins":[{"row":2,"value":"!!!ABC123!!!","invalid_chars":["!","1","2","3","B"],"reason":"Invalid characters in sequence"},{"row":3,"value":"NaN","reason":"Empty sequence"},{"row":5,"value":"  ","reason":"Empty sequence"}]`,
-		`"lengthViolations":{"A-H":0,"A-L":0,"B":1,"C":1,"D":1,"E":0,"F":1,"G":1,"G-O2":1,"H":1,"I":1,"J":1,"K":1,"Server":0}`,
-		`"lengthLimits":{"A-H":1500,"A-L":1500,"B":1000,"C":1000,"D":1024,"E":2048,"F":1024,"G":1000,"G-O2":1000,"H":1022,"I":1000,"J":500,"K":1024,"Server":10000}`,
+		`"lengthViolations":{"A-H":0,"A-L":0,"B":1,"C":1,"D":1,"E":0,"F":1,"G":1,"G-O2":1,"H":1,"I":1,"J":1,"K":1,"L":0,"Server":0}`,
+		`"lengthLimits":{"A-H":1500,"A-L":1500,"B":1000,"C":1000,"D":1024,"E":2048,"F":1024,"G":1000,"G-O2":1000,"H":1022,"I":1000,"J":500,"K":1024,"L":null,"Server":10000}`,
 		`"similarity":{"error":"Similarity analysis is not available on this server.","unavailable":true},"messages":[{"row":2,`,
 	} {
 		if !strings.Contains(got, want) {
