@@ -1,4 +1,4 @@
-"""Equivalence per step key (issue 19): each step program in its production
+"""Equivalence per step key: each step program in its production
 configuration (a resident server, default precision, batches padded as the host sends
 them) against an independent computation at the reference's precision (each sequence
 alone through the model's own library in fp32, reduced here in float64), on
