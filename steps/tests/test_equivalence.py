@@ -315,6 +315,7 @@ def test_methode_embed(serve, eq, media, tmp_path, param):
         check(step, fam, sid, got.numpy(), want)
 
 
-def test_bounds_are_the_issue_s():
+def test_equivalence_bounds_are_the_stated_ones():
+    """The bounds every step must meet: pooled cosine 0.9999, per-residue 0.999."""
     assert (POOLED_MIN_COSINE, RESIDUE_MIN_COSINE) == (0.9999, 0.999)
     assert HERE

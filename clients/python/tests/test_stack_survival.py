@@ -18,7 +18,7 @@ from conftest import Stack, input_rows, start_stack
 import kinflow_client
 from kinflow_client import Client, SyntheticResultWarning
 
-# How long the stack stays down while the client waits: the two minutes.
+# How long the stack stays down while the client waits: two minutes, an outage an operator fixes.
 OUTAGE_SECONDS = 120
 
 
