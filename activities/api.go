@@ -1,5 +1,5 @@
 // Package activities holds the CPU activities of a prediction job, one per
-// step of DESIGN §3: PrepareInput, BuildPlan, GPUHealth, TrackProgress,
+// step of a prediction job: PrepareInput, BuildPlan, GPUHealth, TrackProgress,
 // Predict, Cleanup, Finalize, and the bookkeeping the workflow records as it
 // goes (RecordEvent, MarkStage). The embedding step activities themselves
 // (one per step key) are the GPU host's, registered on the CPU queue too for
@@ -146,10 +146,11 @@ type PlanSummary struct {
 }
 
 // Health is GPUHealth's result: the GPU service's health as the backend
-// sees it (WIRE §9.5), defined with its checker.
+// sees it, defined with its checker.
 type Health = gpuhealth.Health
 
-// Event is one gpuPrecompute transition of a stage (WIRE §2.5 fields).
+// Event is one gpuPrecompute transition of a stage, with the fields of an
+// event in the status's gpuPrecompute object.
 type Event struct {
 	JobID      string `json:"job_id"`
 	StageIndex int    `json:"stage_index"`
@@ -193,7 +194,7 @@ type PredictResult struct {
 	Skipped   int  `json:"skipped"`
 	Synthetic bool `json:"synthetic"`
 	// Recheck, when set, counts the cached files that changed while the
-	// method read them (issue 34): the stage's results are not written
+	// method read them: the stage's results are not written
 	// yet; the workflow has the files computed again and calls Predict
 	// once more, which predicts only their units.
 	Recheck int `json:"recheck,omitempty"`

@@ -10,13 +10,13 @@ import (
 	"github.com/kinflow/kinflow/internal/store"
 )
 
-// Cleanup removes the ephemeral artefacts (SEED-SPEC §2.5; §5.2 F, G, I) this
-// stage consumed, except those another running job still claims. It also
+// Cleanup removes the ephemeral artefacts (the families of methods F, G and
+// I, which live only until the prediction that reads them) this stage consumed, except those another running job still claims. It also
 // drops their manifest entries' files only: a manifest entry whose file is
 // gone is never trusted by the planner.
 //
 // Methods that share an ephemeral family within one job (G and G-O2 read
-// the same methodg_esm2 files, WIRE §13.4) clean up once, after the last of
+// the same methodg_esm2 files) clean up once, after the last of
 // them: an earlier stage keeps its claims, and the last releases its own and
 // theirs, so the files are not deleted and computed again between them.
 func (a *Activities) Cleanup(ctx context.Context, ref StageRef) error {

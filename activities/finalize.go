@@ -15,11 +15,12 @@ import (
 	"github.com/kinflow/kinflow/internal/usermsg"
 )
 
-// Finalize ends the job: on success it writes output.csv (WIRE §3) and marks
+// Finalize ends the job: on success it writes output.csv (internal/result) and marks
 // the job Completed; on failure it marks it Failed with the message. Either
-// way the rows that got no prediction are refunded (kinflow difference 8),
+// way the rows that got no prediction are refunded (a user pays only for
+// what was delivered),
 // and so are the rows whose every prediction came from the prediction cache
-// (they cost the service nothing: issue 28).
+// (they cost the service nothing).
 // It is idempotent: a finished job is left as it is.
 func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeResult, error) {
 	job, err := a.Store.Job(ctx, in.JobID)
@@ -39,7 +40,7 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeRe
 		}
 		if store.UnavailableText(in.Message) {
 			// Longer than KINFLOW_OUTAGE_RIDE_OUT_SECONDS without the
-			// database (issue 33): say so, without its address.
+			// database: say so, without its address.
 			in.Message = DatabaseUnavailableMessage
 			refund = store.Refund{Rows: job.RequestedRows}
 		}
@@ -51,7 +52,7 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) (FinalizeRe
 			refund = store.Refund{Rows: job.RequestedRows}
 		}
 		if fsutil.NoSpaceText(in.Message) {
-			// The disk filled (issue 33): the owner gets no result, so
+			// The disk filled: the owner gets no result, so
 			// every row is given back, and the message says why without
 			// the server's paths.
 			in.Message = StorageFullMessage
@@ -135,8 +136,8 @@ const StorageUnavailableMessage = "storage unavailable: the server's storage was
 
 // noteUnappliedAnnotations reports, in the message of each stage whose
 // target asked for them, a similarity dataset or experimental table that is
-// not configured on this server (WIRE-CONTRACT difference 18: reported as
-// such, never silently blank cells). A stage's own message wins.
+// not configured on this server: reported as such, never as silently blank
+// cells. A stage's own message wins.
 func (a *Activities) noteUnappliedAnnotations(ctx context.Context, job *store.Job, an jobfiles.Annotations) error {
 	stages, err := a.Store.JobStages(ctx, job.ID)
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 	"github.com/kinflow/kinflow/internal/store"
 )
 
-// BuildPlan plans the stage's embedding artefacts (SEED-SPEC §2.4): it maps
+// BuildPlan plans the stage's embedding artefacts (docs/embedding.md, "Plans"): it maps
 // the valid sequences to seq ids, lists what the cache holds, and writes the
 // full plan and the sparse GPU work to the stage's folder. A post-check
 // (PostCheck) re-plans the same seq ids and records how many files appeared.
@@ -106,7 +106,7 @@ func (a *Activities) BuildPlan(ctx context.Context, in PlanInput) (PlanSummary, 
 		}
 		// Mark the cached files used, for the cache budget's LRU order; a
 		// file evicted since it was counted fails the plan, which is
-		// retried and counts it missing (issue 33, internal/cacheadmin/gc.go).
+		// retried and counts it missing (internal/cacheadmin/gc.go).
 		if err := plan.TouchCached(); err != nil {
 			return PlanSummary{}, err
 		}
@@ -200,8 +200,8 @@ func (a *Activities) recordCacheLookup(plan *embedding.Plan) {
 	}
 }
 
-// ReasonCacheFilesQuarantined is the gpuPrecompute event reason (a kinflow
-// extension of WIRE §2.5's vocabulary, tuple F,F,F,F) of a plan whose
+// ReasonCacheFilesQuarantined is the gpuPrecompute event reason (kinflow's
+// own; attempted, usedGpu, completed and failed all false) of a plan whose
 // integrity check set cached files aside: `cache_files_quarantined:<n>`,
 // the message naming them. The files are counted as missing, so the stage
 // computes them again and the job goes on.

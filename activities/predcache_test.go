@@ -126,7 +126,7 @@ func TestPredictionCacheCommandEngine(t *testing.T) {
 		if _, n = h.cacheJob("cachejob7", rowsCSV(seqs...), true); n != 4 {
 			t.Fatalf("changed engine sent %d rows, want 4", n)
 		}
-		// A file changed in place in the method's {data_dir} misses (issue 26).
+		// A file changed in place in the method's {data_dir} misses.
 		data := t.TempDir()
 		table := filepath.Join(data, "table.tsv")
 		if err := os.WriteFile(table, []byte("a\t1\n"), 0o644); err != nil {

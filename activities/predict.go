@@ -166,7 +166,7 @@ func countInvalidRows(sr jobfiles.StageRows) int {
 }
 
 // recordPredictions stores the stage's and the job's prediction counts.
-// The database may be away for a while (issue 33): it waits for it rather
+// The database may be away for a while: it waits for it rather
 // than lose the work done.
 func (a *Activities) recordPredictions(ctx context.Context, ref StageRef, res PredictResult, cached, sendAll, invalidRows int) error {
 	if err := a.storeRetry(ctx, func() error {
@@ -630,7 +630,8 @@ func (a *Activities) predictCommand(ctx context.Context, ref StageRef, canonical
 	}
 	var ee *methods.EngineError
 	if errors.As(err, &ee) {
-		// The job's error text names the target (WIRE §13.3).
+		// The job's error text starts with the target (`kcat: …`), so a
+		// job of several targets says which one failed.
 		return engineOutput{}, temporal.NewNonRetryableApplicationError(sr.Target+": "+ee.Msg, ErrPrediction, ee.Err)
 	}
 	if err != nil {

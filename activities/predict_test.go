@@ -430,7 +430,7 @@ func TestPredictCanonicalisesWithRDKit(t *testing.T) {
 		t.Errorf("canonical input\n%s\nwant\n%s", got, want)
 	}
 
-	// Method D: each `;` token becomes standard InChI (WIRE §4.5).
+	// Method D: each `;` token becomes standard InChI, re-joined with `;`.
 	if ch := chem.Checks(context.Background()); !ch.InChI {
 		testenv.Unavailable(t, "InChI support (RDKit's own or Debian's python3-openbabel): %+v", ch)
 	}

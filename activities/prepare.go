@@ -21,8 +21,8 @@ import (
 	"github.com/kinflow/kinflow/internal/units"
 )
 
-// jobSequences is the job-wide sequence side of the expansion (§4.3,
-// §13.2): every row's candidates with the sequence each sends, and the
+// jobSequences is the job-wide sequence side of the expansion (long
+// sequences and candidate lists): every row's candidates with the sequence each sends, and the
 // row's sequence-level skip reason.
 type jobSequences struct {
 	cands         [][]units.Candidate
@@ -35,8 +35,9 @@ type jobSequences struct {
 // one for the whole job (a row or candidate skipped for length is skipped in
 // every stage). A cell without ';' is one candidate taken as it is (the
 // older wire, byte for byte); a ';' cell is split and trimmed. In a job with
-// candidate lists an empty cell is "Missing protein sequence" (§13.2); in
-// any other job it keeps kinflow difference 9's reason.
+// candidate lists an empty cell is "Missing protein sequence"; in any other
+// job it keeps the invalid-sequence skip reason (an empty cell never fails
+// the job).
 func expandSequences(table *input.Table, limit int, mode string) jobSequences {
 	n := len(table.Rows)
 	js := jobSequences{cands: make([][]units.Candidate, n), sent: make([][]string, n), skip: make([]string, n)}
@@ -56,8 +57,8 @@ func expandSequences(table *input.Table, limit int, mode string) jobSequences {
 	for r, row := range table.Rows {
 		cell := cellOf(row)
 		if js.candidateMode && units.IsNullCell(cell) {
-			// A job with candidate lists speaks §13.2: an empty cell has
-			// no candidate at all.
+			// In a job with candidate lists an empty cell has no
+			// candidate at all.
 			js.skip[r] = units.MissingSequence
 			continue
 		}
@@ -119,7 +120,8 @@ func countSkipped(cs []units.Candidate) int {
 }
 
 // expandStage builds one stage's row shapes and prediction units
-// (WIRE §13.1): the method's input behaviour for the target decides whether
+// (docs/api.md, "Substrate lists, candidate sequences and per-target
+// results"): the method's input behaviour for the target decides whether
 // a `Substrates` list is expanded per token (expanded_pair) or taken whole.
 // Substrate checks follow the method's engine rule: per token when expanded,
 // per row otherwise.
@@ -339,7 +341,7 @@ func (a *Activities) policy() Policy {
 		TrackMinFiles:     a.Config.TrackMinFiles,
 		GPUSmallStepSeqs:  a.Config.GPUSmallStepSeqs,
 		SmallJobRows:      a.Config.SmallJobRows,
-		// Issue 33: the bookkeeping steps ride out an outage this long.
+		// The bookkeeping steps ride out a database or storage outage this long.
 		OutageRideOutSeconds: int(a.Config.OutageRideOut / time.Second),
 		CacheFolders:         a.Config.CacheFolders,
 	}

@@ -30,7 +30,7 @@ func TestExpandSequences(t *testing.T) {
 		t.Errorf("row 5 %+v", c)
 	}
 	// Truncate mode truncates each candidate; without lists an empty cell
-	// keeps kinflow difference 9's reason and the cell is taken as it is.
+	// keeps the invalid-sequence skip reason and the cell is taken as it is.
 	js = expandSequences(tb, 10, input.LongTruncate)
 	if js.skip[3] != "" || len(js.sent[3][0]) != 10 {
 		t.Errorf("truncate: %q %q", js.skip[3], js.sent[3])

@@ -34,8 +34,8 @@ type JobProvenance struct {
 	Notice string `json:"notice,omitempty"`
 }
 
-// realOnly reports whether plans must count synthetic files as missing
-// (DESIGN.md §8): whenever a real step program can replace them, that is
+// realOnly reports whether plans must count synthetic files as missing (a
+// real engine never consumes synthetic files unflagged): whenever a real step program can replace them, that is
 // when this worker's own executor is `command` (the local fallback) or the
 // GPU service reports a `command` executor in its /health (read through the
 // health cache). Otherwise nothing real could be computed, and a result

@@ -31,7 +31,7 @@ func distinctRowsCSV(n, from int) string {
 	return b.String()
 }
 
-// TestQuotaCreditForCachedRows (issue 36), on both databases: a completed
+// TestQuotaCreditForCachedRows, on both databases: a completed
 // 10,000-row job records its rows in the cached-rows ledger; an identical
 // resubmit with fewer than 10,000 rows of quota left finds every row held,
 // is admitted with nothing taken from the quota, and its end charges

@@ -9,8 +9,8 @@ import (
 	"github.com/kinflow/kinflow/internal/store"
 )
 
-// keepEvents is how many gpuPrecompute events a job keeps (WIRE §2.5: the
-// last 20).
+// keepEvents is how many gpuPrecompute events a job keeps: its status shows
+// the last 20.
 const keepEvents = 20
 
 // RecordEvent stores one gpuPrecompute transition of a stage.
@@ -37,7 +37,8 @@ func (a *Activities) RecordEvent(ctx context.Context, ev Event) error {
 	return nil
 }
 
-// MarkStage sets a stage's status and the job's counters mirror (WIRE §2.3).
+// MarkStage sets a stage's status and mirrors its counters into the job's,
+// which the next stage's start overwrites.
 func (a *Activities) MarkStage(ctx context.Context, m StageMark) error {
 	now := time.Now().UTC()
 	cols := map[string]any{"status": m.Status}
@@ -50,7 +51,7 @@ func (a *Activities) MarkStage(ctx context.Context, m StageMark) error {
 	case "completed":
 		cols["completed_at"] = now
 		// When the stage completes, an enabled embedding still pending or
-		// running becomes done (WIRE §2.3).
+		// running becomes done.
 		cols["embedding_state"] = gorm.Expr("CASE WHEN embedding_enabled AND embedding_state IN ('', 'pending', 'running') THEN 'done' ELSE embedding_state END")
 	case "failed":
 		cols["completed_at"] = now

@@ -12,7 +12,7 @@ import (
 // storeRetry runs fn, a database step of a long activity (Predict), again
 // while it fails because the database is unreachable (store.Unavailable),
 // for up to KINFLOW_OUTAGE_RIDE_OUT_SECONDS, heartbeating every second so
-// the activity is not taken for dead (issue 33). The short bookkeeping
+// the activity is not taken for dead. The short bookkeeping
 // steps ride an outage out by their retry policy (workflows); a long
 // activity's policy gives few attempts, since each one may redo hours of
 // work, so it waits for the database here instead.

@@ -12,7 +12,7 @@ import (
 
 // TestNativeRowListsStoredOncePerRow: a method D row with three candidate
 // sequences sends the same Substrates and Products lists for each; rows.json
-// holds them once for the row (issue 34), and Predict gives every candidate
+// holds them once for the row, and Predict gives every candidate
 // its whole lists back (the engine's value counts the substrates it got).
 func TestNativeRowListsStoredOncePerRow(t *testing.T) {
 	h := newPredictHarness(t, testenv.OpenStore(t, store.SQLite), nil, "")

@@ -65,7 +65,7 @@ func jobTargets(job *store.Job) ([]string, map[string]string) {
 	return job.Targets, chosen
 }
 
-// TrainingSimilarity computes the similarity columns of a job (WIRE §3.3):
+// TrainingSimilarity computes the similarity columns of a job (docs/similarity.md):
 // the max and mean identity of each row's sequence to the training data of
 // the kcat method, by MMseqs2 with results cached per (sequence, dataset
 // build). It writes similarity.json for Finalize. A job without kcat or
@@ -173,7 +173,7 @@ func (a *Activities) TrainingSimilarity(ctx context.Context, in JobRef) (Annotat
 }
 
 // LookupExperimental finds measured values for a job with useExperimental
-// (WIRE §3.5): for kcat (unless the kcat method reads full reactions) and
+// (docs/similarity.md, "Experimental values"): for kcat (unless the kcat method reads full reactions) and
 // Km, each row's substrate as standard InChI and its original, untruncated
 // sequence are matched exactly in the operator's table. It writes
 // experimental.json; Finalize applies the matches. An absent table is

@@ -39,7 +39,7 @@ func stageCounts(sr jobfiles.StageRows, seqs []string) StageCounts {
 // stageCountCols are c as the stage row's columns. The first plan records
 // them in the UPDATE it makes anyway; they used to be a counts.json file
 // beside the stage's work files, one more file per stage to create and
-// make durable (issue 35). Recording the same counts again on a retry is
+// make durable. Recording the same counts again on a retry is
 // harmless.
 func stageCountCols(c StageCounts) map[string]any {
 	return map[string]any{"count_rows": c.Rows, "count_units": c.Units, "count_sequences": c.Sequences}

@@ -82,7 +82,7 @@ func (h *HealthProbe) read(ctx context.Context) (GPUInfo, error) {
 
 // ParseNvidiaSMI reads the first GPU's line of `nvidia-smi
 // --query-gpu=name,memory.free,memory.total --format=csv,noheader,nounits`
-// (MiB), converting memory to GiB rounded to 2 decimals (WIRE-CONTRACT §10.2).
+// (MiB), converting memory to GiB rounded to 2 decimals (docs/gpu-host.md, "HTTP API").
 func ParseNvidiaSMI(out string) (GPUInfo, error) {
 	line, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
 	f := strings.Split(line, ",")

@@ -33,10 +33,11 @@ import (
 )
 
 // temporalCallTimeout bounds each Temporal call an HTTP handler makes: the
-// backend's GPU client gives a whole request 5 s (WIRE-CONTRACT §9.3).
+// backend's GPU client gives a whole request 5 s (internal/gpuhealth, and
+// the reference's backend alike).
 const temporalCallTimeout = 4 * time.Second
 
-// Server is the GPU service HTTP API (SEED-SPEC §4.2, WIRE-CONTRACT §10).
+// Server is the GPU service HTTP API (docs/gpu-host.md, "HTTP API").
 type Server struct {
 	client        client.Client
 	logs          *embedjob.JobLogs
@@ -155,7 +156,7 @@ func (s *Server) method(m string, h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// authorized applies WIRE-CONTRACT §10.1: "Authorization: <scheme> <token>",
+// authorized applies the token rule (docs/gpu-host.md, "HTTP API"): "Authorization: <scheme> <token>",
 // split at the first space, scheme "bearer" in any case, token trimmed, then
 // compared in constant time.
 func (s *Server) authorized(r *http.Request) bool {
@@ -278,8 +279,9 @@ func (s *Server) queryStatus(ctx context.Context, id string) (*embedjob.Status, 
 	return &st, nil
 }
 
-// submitBody is the §4.2 payload; step_work is decoded by hand to keep its
-// key order (the steps run in that order, WIRE-CONTRACT §10.3).
+// submitBody is the POST /embed/jobs payload; step_work is decoded by hand
+// to keep its key order (the steps run in that order, as on the reference's
+// GPU service).
 type submitBody struct {
 	MethodKey  *string         `json:"method_key"`
 	Target     *string         `json:"target"`
@@ -297,7 +299,7 @@ func invalid(format string, args ...any) error {
 	return &ValidationError{Msg: fmt.Sprintf(format, args...)}
 }
 
-// ValidateSubmit checks a §4.2 submit body and returns the job's work with
+// ValidateSubmit checks a POST /embed/jobs body and returns the job's work with
 // deprecated step keys mapped, steps with no ids dropped, and the step order.
 //
 // Rules, each a 400 naming the problem: the body is a JSON object;
@@ -522,8 +524,8 @@ func (s *Server) watch(id string, run client.WorkflowRun) {
 	}
 }
 
-// JobView is GET /embed/jobs/{job_id}'s body (WIRE-CONTRACT §10.2 plus the
-// per-step counts).
+// JobView is GET /embed/jobs/{job_id}'s body: the reference's fields plus
+// the per-step counts.
 type JobView struct {
 	JobID         string              `json:"job_id"`
 	Status        string              `json:"status"`
@@ -671,7 +673,8 @@ func (s *Server) handleJob(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// Log tail bounds of GET …/logs (WIRE-CONTRACT §10.2).
+// Log tail bounds of GET …/logs: 1..5000 lines, 200 by default, as on the
+// reference's GPU service.
 const (
 	defaultLogTail = 200
 	maxLogTail     = 5000

@@ -149,7 +149,7 @@ func TestUnauthorized(t *testing.T) {
 			t.Errorf("%s %s auth=%q: %d %v", c.method, c.url, c.auth, code, body)
 		}
 	}
-	// Scheme in any case, token trimmed (WIRE-CONTRACT §10.1): authorised,
+	// Scheme in any case, token trimmed: authorised,
 	// then 404 for an unknown job.
 	if code, body := do(t, "GET", job, "bEaReR   "+testToken+" ", nil); code != 404 || body["detail"] != "job not found" {
 		t.Fatalf("valid token: %d %v", code, body)

@@ -20,15 +20,15 @@ DIR/gpu_suite.jsonl and a table at the end:
   32) and method K's final normed embeddings (``methodk_esmc_mean``, also the step's
   file: the length-bucketed passes' device mean against the worker's own vector);
   tokens/s;
-* ``tf32`` (issue 32): TF32 matrix products on the fp32 paths at full width — ESM-2
+* ``tf32``: TF32 matrix products on the fp32 paths at full width — ESM-2
   padded and unpadded, ESM-1b and ESM-1v padded (both written here, sharpened) — against
   each sequence alone through fair-esm in fp32 with TF32 off (``--tf32-seeds 2,3``: ESM-2
   and ESM-1b with more random weights too); the padded ESM-2 rate.
   kinflow_steps.precision lists ``tf32`` only where these rows held the bound;
-* ``reduce`` (issue 32): the device reductions (kinflow_steps.device: float64 sums on
+* ``reduce``: the device reductions (kinflow_steps.device: float64 sums on
   the device, [D] vectors to the host) against the float64 host mean of the same
   forward pass, for fp32 padded and fp16 unpadded ESM-2;
-* ``bench-pipeline`` (issue 32): steps/bench.py's resident server over 10,000
+* ``bench-pipeline``: steps/bench.py's resident server over 10,000
   enzyme-like lengths with the pipeline off and on (``--pipeline-compare``), on the
   fp16 unpadded compiled path (also with 8 writer threads), strict fp32 padded and the
   production default (fp32 padded with TF32 products on CUDA); ``--repeat`` runs of each;
@@ -577,7 +577,7 @@ def part_esmc(a) -> None:
             "batch_s": round(time.monotonic() - t, 3),
         },
     )
-    # Issue 32: the step's length buckets (kinflow_steps.steps.LENGTH_SPREAD) keep the
+    # The step's length buckets (kinflow_steps.steps.LENGTH_SPREAD) keep the
     # 1-residue sequence out of the 1,502-token pass.
     from kinflow_steps.steps import LENGTH_SPREAD, Seq, pack
 

@@ -1,5 +1,5 @@
 // Package cacheadmin is the operator's view of the embedding cache (`kinflow
-// cache status|verify|adopt|purge`, DESIGN.md §8): what each artefact
+// cache status|verify|adopt|purge`): what each artefact
 // family holds and which model made it, recomputing a sample with the
 // configured step program to check it, taking files of unknown origin under
 // the configured fingerprint once they pass, and removing files.

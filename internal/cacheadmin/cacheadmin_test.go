@@ -381,7 +381,7 @@ func TestAdoptRefusesAnUncheckedSample(t *testing.T) {
 	}
 }
 
-// TestStatusVerifyRepairOnAFamilyOfTwoSteps is the scenario on
+// TestStatusVerifyRepairOnAFamilyOfTwoSteps: status, verify and repair on
 // prot_t5_last/mean_vecs, which methoda_t5_full and prot_t5_mean both
 // write, on a host that has a program for prot_t5_mean only: verify hashes
 // and records every file; a same-shape overwrite and a truncation show as

@@ -20,7 +20,7 @@ import (
 	"github.com/kinflow/kinflow/internal/store"
 )
 
-// Cache budget (issue 33). GC evicts the least recently used embedding
+// Cache budget. GC evicts the least recently used embedding
 // artefacts until the cache fits a byte budget, and never a file a running
 // job counts on:
 //

@@ -30,7 +30,7 @@ func setUsed(t *testing.T, path string, at time.Time) {
 	}
 }
 
-// TestGCEvictsLeastRecentlyUsedButNeverARunningJobsFiles (issue 33): ten
+// TestGCEvictsLeastRecentlyUsedButNeverARunningJobsFiles: ten
 // cached files, used an hour apart. A budget of five files' bytes evicts
 // the oldest files except the two a running job's plan counts on and the
 // one a stage has claimed; a file planned while it is being evicted is put

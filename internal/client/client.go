@@ -206,7 +206,7 @@ type Method struct {
 	Required    []string `json:"requiredColumns"`
 	// AcceptedCSVTypes and InputBehaviorByTarget say which substrate
 	// layouts the method takes and how a `Substrates` list reaches it per
-	// target (WIRE §13.4).
+	// target.
 	AcceptedCSVTypes      []string          `json:"acceptedCsvTypes"`
 	InputBehaviorByTarget map[string]string `json:"inputBehaviorByTarget"`
 	// Uncertainty is set for a method whose results carry an uncertainty
@@ -316,7 +316,7 @@ func (c *Client) Validate(ctx context.Context, filename string, csv io.Reader, o
 	return rep, nil
 }
 
-// SubmitOptions are a submission's options (WIRE §1.7). Targets and
+// SubmitOptions are a submission's options (docs/api.md). Targets and
 // Methods are required; the rest keep the API's defaults when zero.
 type SubmitOptions struct {
 	// Targets are the targets to predict (kcat, Km, kcat/Km), in any order.
@@ -505,7 +505,8 @@ func multipartBody(filename string, csv io.Reader, fields map[string]string) (io
 	return &buf, mw.FormDataContentType(), nil
 }
 
-// Embedding is a stage's (or the job's) embedding counters (WIRE §2.4).
+// Embedding is a stage's (or the job's) embedding counters, counted in
+// cache files, not sequences.
 type Embedding struct {
 	Enabled         bool   `json:"enabled"`
 	State           string `json:"state"`

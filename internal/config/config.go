@@ -112,7 +112,8 @@ type Config struct {
 	SubmitReconcileAfter time.Duration
 	// OutageRideOut is how long a running job's bookkeeping steps (its
 	// database writes, Finalize) keep retrying through a storage or database
-	// outage before the job fails (issue 33).
+	// outage before the job fails, so that an outage an operator fixes in
+	// minutes costs no job.
 	OutageRideOut time.Duration
 	// MediaMinFreeBytes is the free space of the media root below which it
 	// counts as full: submits answer 503 and /health/ names it.

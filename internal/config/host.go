@@ -82,7 +82,7 @@ var HostKeys = []HostKey{
 	{Name: "GPU_EMBED_SCRATCH_DIR", Default: "",
 		Meaning: "Batch manifests while a batch runs. Empty: `$TMPDIR/kinflow-gpu-embed/scratch`.",
 		set:     func(h *Host, v string) error { h.ScratchDir = v; return nil }},
-	// Clamped like the reference (WIRE-CONTRACT §10.3): enough context to
+	// Clamped to 20..2000 like the reference's GPU service: enough context to
 	// see a traceback, never a log dump inside a workflow failure.
 	{Name: "GPU_EMBED_ERROR_LOG_TAIL_LINES", Default: "120",
 		Meaning: "Log lines a failed step's error quotes (clamped to 20..2000).", Allowed: "want a whole number, 0 or more",

@@ -7,7 +7,7 @@ package config
 // TrackTaskQueue is the task queue of the progress trackers that belong to
 // the CPU task queue cpu: their own queue, so that waiting trackers never
 // hold a slot that the short and CPU-bound activities of their jobs need
-// (DESIGN §9, docs/workflows.md).
+// (docs/workflows.md, "Slot pools and waits").
 func TrackTaskQueue(cpu string) string { return cpu + "-track" }
 
 // NoticeTaskQueue is the task queue of the job notices (webhooks) that

@@ -19,7 +19,8 @@ import (
 	"github.com/kinflow/kinflow/internal/fsutil"
 )
 
-// ManifestName is the per-folder manifest of the cache write protocol (WIRE §9.7).
+// ManifestName is the per-folder manifest of the cache write protocol
+// (docs/embedding.md, "Writing artefacts").
 const ManifestName = "manifest.json"
 
 // manifestLockName is the lock file that serialises manifest merges among
@@ -54,7 +55,7 @@ type Commit struct {
 }
 
 // writeArtefactTemp writes data to a hidden temp file beside
-// dir/<sid><suffix> with the cache write protocol (WIRE §9.7, fsutil), not
+// dir/<sid><suffix> with the cache write protocol (fsutil), not
 // yet renamed into place; sync as in fsutil.WriteTemp.
 func writeArtefactTemp(dir, sid, suffix string, data []byte, sync bool) (fsutil.Temp, error) {
 	if !ValidSeqID(sid) {
@@ -162,7 +163,8 @@ func SyntheticInManifest(dir string) map[string]bool {
 // MergeManifest adds commits to dir/manifest.json and removes the entries of
 // the ids in remove, then atomically replaces it: `{"count": N, "entries":
 // {sid: {"bytes", "filename", "ready": true, "updated_at"}}, "updated_at",
-// "version": 1}`, compact JSON with sorted keys (WIRE §9.7). Fields other
+// "version": 1}`, compact JSON with sorted keys, the form the reference's
+// GPU workers write and read. Fields other
 // writers put in entries or at the top are kept. kinflow's synthetic
 // artefacts carry `"synthetic": true` in their entry. Concurrent kinflow
 // writers are serialised by a lock file in dir.
@@ -217,7 +219,8 @@ func lockManifest(dir string) (func(), error) {
 
 // mergeManifestLocked is MergeManifest for a caller holding the lock.
 //
-// The manifest is one JSON document for the whole family (WIRE §9.7), so a
+// The manifest is one JSON document for the whole family (the reference's
+// format, which kinflow keeps so one cache serves both), so a
 // batch's merge rewrites every entry. The document is checked whole
 // (json.Valid), then cut into its values without decoding them (jscan);
 // only the entries the batch changes are decoded, and every other value,

@@ -39,7 +39,7 @@ func benchSeqs(n int) ([]string, map[string]string) {
 }
 
 // admitFamily makes family f's folder and records it as a real writer's,
-// as in production: the plan reads the record (DESIGN.md §8).
+// as in production: the plan reads the record.
 func admitFamily(b *testing.B, l *Layout, f Family) {
 	b.Helper()
 	if err := os.MkdirAll(l.FamilyDir(f), 0o755); err != nil {
@@ -349,8 +349,7 @@ func BenchmarkPlanSmallJobOnLargeCache(b *testing.B) {
 
 // BenchmarkMergeSmallBatch merges one small step's batch (3 new files, as
 // the GPU host and the synthetic writer do after every batch) into a
-// family's manifest of n recorded files: what the one-file manifest (WIRE
-// §9.7) costs a small job's step as the cache grows.
+// family's manifest of n recorded files: what the one-file manifest costs a small job's step as the cache grows.
 func BenchmarkMergeSmallBatch(b *testing.B) {
 	for _, n := range []int{1000, 100000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {

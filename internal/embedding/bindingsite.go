@@ -11,7 +11,8 @@ import (
 	"strconv"
 )
 
-// BindingSiteHeader is the binding-site table's header line (WIRE §9.2).
+// BindingSiteHeader is the binding-site table's header line, the reference
+// deployment's (docs/embedding.md, "Binding-site table").
 const BindingSiteHeader = "PDB\tPred_BS_Scores"
 
 // bindingSiteLockSuffix names the table's lock file (<table>.lock). Writers
@@ -113,7 +114,8 @@ func scanTable(path string, fn func(id, rest []byte)) error {
 }
 
 // BindingSiteIDs returns the set of seq ids with a row in the table at path.
-// An unreadable file is treated as empty (WIRE §9.2), except that I/O errors
+// An unreadable file is treated as empty (every sequence's row then counts
+// as missing), except that I/O errors
 // other than absence are returned.
 func BindingSiteIDs(path string) (map[string]struct{}, error) {
 	ids := map[string]struct{}{}

@@ -20,7 +20,7 @@ const (
 // Suffix is the file-name suffix of the format.
 func (f Format) Suffix() string { return "." + string(f) }
 
-// Model dimensions of the protein language models (SEED-SPEC §2.5).
+// Model dimensions of the protein language models.
 const (
 	DimProtT5XL  = 1024
 	DimESM2650M  = 1280
@@ -35,7 +35,7 @@ const (
 	// ESMWindow is the most residues an ESM model embeds in one pass.
 	ESMWindow = 1022
 	// ESM1vHalf: method F cuts a sequence over ESMWindow residues to its
-	// first and last 500 (WIRE §10.4).
+	// first and last 500, as the reference's ESM-1v worker does.
 	ESM1vHalf = 500
 	// ESMTokens is the token-matrix width methods G and H's own workers cut
 	// to (BOS and the first 1,023 residues of a longer sequence, no EOS;
@@ -43,7 +43,8 @@ const (
 	ESMTokens = 1024
 )
 
-// Family is one kind of cache artefact (one row of SEED-SPEC §2.5): a folder
+// Family is one kind of cache artefact (one folder of docs/embedding.md,
+// "Layout"): a folder
 // under sequence_info/ holding `<seq_id><suffix>` files.
 type Family struct {
 	// Name identifies the family in records, plans, metrics and messages
@@ -132,8 +133,8 @@ const (
 	modelESM1v  = "ESM-1v-650M"
 )
 
-// methodAFamilies are method A's 12 families, in the order of WIRE §9.2
-// (roots esm2_layer_26, esm2_layer_29, esmc_layer_24, esmc_layer_32,
+// methodAFamilies are method A's 12 families, in the reference planner's
+// order (roots esm2_layer_26, esm2_layer_29, esmc_layer_24, esmc_layer_32,
 // prot_t5_layer_19, prot_t5_last; mean then weighted).
 func methodAFamilies() []Family {
 	type root struct {
@@ -158,7 +159,7 @@ func methodAFamilies() []Family {
 	return out
 }
 
-// Families returns every fixed family of SEED-SPEC §2.5 (method E's
+// Families returns every fixed family of the cache layout (method E's
 // checkpoint-specific families come from Layout.MethodEFamilies; method J's
 // contact maps are a method-local folder, Layout.MethodJCacheDir).
 func Families() []Family {

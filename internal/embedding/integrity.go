@@ -21,8 +21,7 @@ import (
 	"github.com/kinflow/kinflow/internal/mediaroot"
 )
 
-// The integrity check (DESIGN.md §8: the cache is only worth what its files
-// are right). Every kinflow writer records each file's size, modification
+// The integrity check: the cache is only worth what its files are right. Every kinflow writer records each file's size, modification
 // time, inode change time, inode number and SHA-256 in its family's
 // manifest (Commit). Before a stage's engine runs, the planner compares
 // every persistent file the stage will read with its record: a stat is

@@ -77,7 +77,7 @@ func TestWritersRecordIntegrity(t *testing.T) {
 	}
 }
 
-// TestIntegrityFindsOverwriteAndTruncation is the scenario: a file
+// TestIntegrityFindsOverwriteAndTruncation: a file
 // overwritten with other numbers of the same shape and a truncated file are
 // both found before use, set aside (not deleted) with a reason, counted as
 // missing, and the intact file stays cached.
@@ -273,7 +273,7 @@ func checkValuesRight(t *testing.T, l *Layout, ids []string, want map[string][]b
 	}
 }
 
-// TestIntegrityOverwriteWithTimeRestored is the forgery: a file
+// TestIntegrityOverwriteWithTimeRestored is the forgery a writer can try: a file
 // overwritten in place with its modification time put back keeps its size
 // and mtime, but not its inode change time: the plan hashes it, sets it
 // aside, and the recomputed file holds the right values.

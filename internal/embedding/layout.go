@@ -14,7 +14,8 @@ import (
 	"github.com/kinflow/kinflow/internal/methods"
 )
 
-// SequenceInfoDir is the cache folder under the media root (SEED-SPEC §2.5).
+// SequenceInfoDir is the cache folder under the media root, the reference
+// deployment's, so one media root serves both.
 const SequenceInfoDir = "sequence_info"
 
 // DefaultBindingSiteDir is the default folder under the media root holding
@@ -160,7 +161,8 @@ func (l *Layout) BindingSiteTable() string {
 
 // MethodEModelKeys lists method E's model keys for parameter (kcat or km):
 // `<grandparent>__<parent>` of every model.pt found recursively under
-// <checkpoint root>/<parameter>/, sorted and unique (WIRE §9.2). Without a
+// <checkpoint root>/<parameter>/, sorted and unique (docs/embedding.md,
+// "Method E model keys"). Without a
 // checkpoint root it is [SyntheticMethodEModelKey]. Keys that would not be
 // safe folder names are skipped.
 func (l *Layout) MethodEModelKeys(parameter string) ([]string, error) {
@@ -284,7 +286,8 @@ func (l *Layout) Step(stepKey string) (StepSpec, error) {
 }
 
 // ProfileSteps returns the steps of a planner profile for target t, in plan
-// order. Method A has three steps (WIRE difference 20); method E one step per
+// order. Method A has three steps, so a sequence missing only its ESM2
+// files never recomputes ProtT5; method E one step per
 // target; the other profiles one step named like the profile. ProfileNone is
 // ErrNoCacheProfile.
 func (l *Layout) ProfileSteps(profile string, t methods.Target) ([]StepSpec, error) {

@@ -16,7 +16,7 @@ import (
 	"github.com/kinflow/kinflow/internal/provenance"
 )
 
-// StepPlan is the missing work of one GPU step (SEED-SPEC §2.4, WIRE §9.2).
+// StepPlan is the missing work of one GPU step.
 type StepPlan struct {
 	StepKey string `json:"step_key"`
 	// MissingSeqIDs are the ids with any of the step's outputs missing, sorted.
@@ -29,9 +29,10 @@ type StepPlan struct {
 }
 
 // Plan is the embedding plan of one method and target over a set of
-// sequences (SEED-SPEC §2.4). Counts are file-based (rule 1); one sequence
-// can be complete for one step and missing for another (rule 2); step work is
-// sparse (rule 3).
+// sequences (docs/embedding.md, "Plans"). Counts are file-based, not
+// sequence-based; one sequence can be complete for one step and missing for
+// another; step work is sparse: only missing work is listed, and only it is
+// sent to the GPU service.
 type Plan struct {
 	MethodKey string `json:"method_key"`
 	Target    string `json:"target"`
@@ -73,7 +74,7 @@ type Plan struct {
 }
 
 // StepWork is the sparse `step_work` of the plan: step key → missing ids,
-// only for steps with work (SEED-SPEC §2.4 rule 3, §4.2).
+// only for steps with work: the GPU service is sent nothing else.
 func (p *Plan) StepWork() map[string][]string {
 	out := map[string][]string{}
 	for _, sp := range p.StepPlans {
@@ -120,7 +121,7 @@ type PlanRequest struct {
 	SeqIDToSeq map[string]string
 	// RealOnly counts synthetic files as missing: the method runs on a
 	// real engine or real step programs, which must never consume synthetic
-	// stand-ins (DESIGN.md §8). The first real writer replaces them.
+	// stand-ins. The first real writer replaces them.
 	RealOnly bool
 	// Verify checks every present persistent file against its integrity
 	// record before it counts as cached (CheckFamily): a bad file is set

@@ -457,7 +457,7 @@ func TestDeprecatedStepKeys(t *testing.T) {
 }
 
 // computeStepWork runs every step of a plan's sparse step work (Plan.StepWork)
-// with the synthetic embedder, in the order of SEED-SPEC §5.3 (so
+// with the synthetic embedder, in the order of methods.ActiveSteps (so
 // methoda_t5_full, which writes the binding-site rows, runs first).
 // Deprecated keys are mapped to their replacement.
 // The tests fill the cache with it, like the embed job's steps do.

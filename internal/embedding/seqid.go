@@ -1,7 +1,7 @@
-// Package embedding is the shared protein-embedding cache (SEED-SPEC
-// §2.3–2.5): sequence ids, artefact families and their paths, the embedding
+// Package embedding is the shared protein-embedding cache
+// (docs/embedding.md): sequence ids, artefact families and their paths, the embedding
 // planner, the artefact file formats (.npy, .pt, the binding-site table), the
-// cache write protocol shared with the reference's GPU workers (WIRE §9.7) and
+// cache write protocol shared with the reference's GPU workers and
 // the synthetic embedder.
 //
 // It is pure Go and knows nothing of Temporal or the database: sequence ids
@@ -37,11 +37,11 @@ func CandidateSeqID(base string, n int) string { return seqid.Candidate(base, n)
 func ValidSeqID(id string) bool { return seqid.Valid(id) }
 
 // MethodDMaxLen is the length method D's sequences are cut to before mapping
-// (WIRE §8: ESM-1b's 1022-residue window).
+// (ESM-1b's 1022-residue window).
 const MethodDMaxLen = 1022
 
-// NormaliseSequences applies the planner's normalisation (WIRE §8 backend
-// usage) for a method with the given planner profile: trim surrounding
+// NormaliseSequences applies the planner's normalisation (docs/embedding.md,
+// "Normalisation") for a method with the given planner profile: trim surrounding
 // whitespace, drop empty sequences, for method D (profile methodd_esm1b)
 // upper-case and cut to the first 1022 characters, then de-duplicate,
 // keeping the first occurrence's order. Nothing else changes: inner

@@ -10,7 +10,7 @@ import (
 )
 
 // The family manifests' records, kept in memory while a manifest does not
-// change. The manifest is one JSON document per family (WIRE §9.7): a plan
+// change. The manifest is one JSON document per family: a plan
 // and the check after a method read its files (readSlots) scanned the whole
 // document, about 37 ms for a small job on a family of 100,000 files
 // (BenchmarkPlanSmallJobOnLargeCache), although a large cache mostly serves

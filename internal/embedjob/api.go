@@ -1,12 +1,12 @@
-// Package embedjob is the embed-job domain: one GPU embedding job (SEED-SPEC
-// §4.2) from its contract to its computation, in the shape of a domain
+// Package embedjob is the embed-job domain: one GPU embedding job (a POST
+// /embed/jobs of docs/gpu-host.md, "HTTP API") from its contract to its computation, in the shape of a domain
 // package of temporalio/reference-app-orders-go:
 //
 //   - api.go: the types and names other packages use (workflow name and ID,
 //     queries, input and result payloads, error types, the work file and the
 //     step-program manifest);
 //   - workflows.go: the EmbedJob workflow;
-//   - activities.go: the step activities, one per step key (§5.3);
+//   - activities.go: the step activities, one per step key;
 //   - worker.go: the GPU task queue's worker and the CPU worker's local
 //     steps (fail-open) — the same activities on either queue;
 //   - engine.go, batch.go, dedupe.go: skipping what exists, token-budget
@@ -51,8 +51,8 @@ const StatusQuery = "status"
 // GPU job id of the GPU service API).
 func WorkflowID(gpuJobID string) string { return "embed:" + gpuJobID }
 
-// Input is the input of the EmbedJob workflow. It carries SEED-SPEC
-// §4.2's submit fields; the large ones (step_work, seq_id_to_seq) travel by
+// Input is the input of the EmbedJob workflow. It carries the fields of a
+// GPU job's submit (method_key, target, profile, step_work, seq_id_to_seq); the large ones (step_work, seq_id_to_seq) travel by
 // reference: WorkFile is a JSON file on shared storage holding a Work.
 type Input struct {
 	GPUJobID  string `json:"job_id"`
@@ -97,7 +97,7 @@ const DefaultShardSeqs = 500
 // activities in one workflow's history and mutable state.
 const MaxConcurrentShards = 16
 
-// Work is the content of Input.WorkFile: exactly §4.2's submit
+// Work is the content of Input.WorkFile: exactly a GPU job's submit
 // payload.
 type Work struct {
 	MethodKey  string              `json:"method_key"`

@@ -14,7 +14,7 @@ import (
 )
 
 // JobLogs keeps the per-job step logs, <Dir>/<job_id>.log, in the
-// WIRE-CONTRACT §10.3 format: every line prefixed by a UTC timestamp
+// reference GPU service's format (docs/gpu-host.md, "Step log"): every line prefixed by a UTC timestamp
 // (YYYY-MM-DDTHH:MM:SS.ffffffZ) and the markers JOB_QUEUED, JOB_START,
 // STEP_START, "$ <command>", [stdout], [stderr], STEP_DONE, STEP_FAILED,
 // JOB_DONE, JOB_FAILED.
@@ -148,8 +148,8 @@ func (j *JobLog) Close() error {
 	return j.f.Close()
 }
 
-// CheckJobID accepts a GPU job id: 32 lowercase hex characters (a uuid4 hex,
-// WIRE-CONTRACT §11.1). It is also a file name, so nothing else is allowed.
+// CheckJobID accepts a GPU job id: 32 lowercase hex characters (a uuid4
+// hex). It is also a file name, so nothing else is allowed.
 func CheckJobID(id string) error {
 	if len(id) != 32 {
 		return fmt.Errorf("invalid job id %q: want 32 lowercase hex characters", id)

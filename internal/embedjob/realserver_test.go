@@ -314,7 +314,7 @@ func checkUsable(t *testing.T, media, ref string) int {
 const benchStep = "methodg_esm2"
 
 // BenchmarkRealServerAhead is the Go host's side of the CPU overlap figure
-// (make bench; docs/BENCHMARKS.md, issue 32): whole step runs of 300
+// (make bench; docs/BENCHMARKS.md, "The pipelined step server"): whole step runs of 300
 // sequences of 20 to 60 residues (budget 1,024 tokens: 14 batches) on the
 // real step server with the tiny ESM-2 on one CPU thread (OMP_NUM_THREADS=1,
 // the stand-in for the device), one batch at a time against

@@ -8,12 +8,13 @@ import (
 	"github.com/kinflow/kinflow/internal/methods"
 )
 
-// ActiveSteps are the step keys a GPU host runs (SEED-SPEC §5.3), each the
+// ActiveSteps are the step keys a GPU host runs, each the
 // type name of one activity.
 var ActiveSteps = methods.ActiveSteps()
 
 // deprecatedSteps maps the deprecated step keys to their replacement
-// (SEED-SPEC §5.3, WIRE-CONTRACT difference 11).
+// (methoda_bindsites and methoda_prott5_layers both run methoda_t5_full,
+// so older callers keep working).
 var deprecatedSteps = methods.DeprecatedSteps()
 
 // CanonicalStep returns the active step key for key (a deprecated key maps to
@@ -38,7 +39,7 @@ type Layout interface {
 }
 
 // EmbeddingLayout is internal/embedding's artefact layout seen as a Layout:
-// the one table of SEED-SPEC §2.5. Method A's binding-site rows (methoda_t5_full) are not files
+// the one table of cache families. Method A's binding-site rows (methoda_t5_full) are not files
 // and not counted here; the planner checks them.
 type EmbeddingLayout struct{ L *embedding.Layout }
 
@@ -65,7 +66,8 @@ func (e EmbeddingLayout) ExpectedPaths(step, seqID string) ([]string, error) {
 // CheckSeqID accepts the seq ids a GPU host will turn into file names and
 // command arguments: internal/embedding's rule (a safe file name: 1 to 128
 // bytes, no separator, no "..", no leading dot, no blank or control
-// character; legacy ids need not follow the 12-hex rule, WIRE-CONTRACT §8),
+// character; ids imported from a reference seqmap need not follow the
+// 12-hex rule),
 // and also no leading '-' (it would read as a flag once substituted into
 // {seq_ids}) and no ',' ({seq_ids} is comma-joined).
 func CheckSeqID(id string) error {
@@ -75,10 +77,10 @@ func CheckSeqID(id string) error {
 	return nil
 }
 
-// aminoAcids is the allowed alphabet (WIRE-CONTRACT §4.2).
+// aminoAcids is the allowed alphabet: the 20 amino acids, uppercase only.
 const aminoAcids = "ACDEFGHIKLMNPQRSTVWY"
 
-// MaxSequenceLength is the server limit on one sequence (WIRE-CONTRACT §4.3).
+// MaxSequenceLength is the server limit on one sequence, whatever the method.
 const MaxSequenceLength = 10000
 
 // CheckSequence accepts 1 to MaxSequenceLength residues from the 20 standard
@@ -99,10 +101,10 @@ func CheckSequence(seq string) error {
 }
 
 // TruncateLong is the one rule for a sequence longer than a model accepts:
-// the first 500 and the last 500 residues, joined (WIRE-CONTRACT §10.4,
-// method F's ESM-1v worker). It is deterministic, keeps both termini and
+// the first 500 and the last 500 residues, joined (what the reference's
+// method F ESM-1v worker does). It is deterministic, keeps both termini and
 // always fits max >= 1000. For a max below 1000 it keeps the first ⌊max/2⌋
-// and the last ⌊max/2⌋ residues (WIRE-CONTRACT §4.3's rule). A sequence
+// and the last ⌊max/2⌋ residues (the job's long-sequence rule). A sequence
 // within max is returned as it is.
 func TruncateLong(seq string, max int) string {
 	if max <= 0 || len(seq) <= max {

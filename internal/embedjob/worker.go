@@ -84,8 +84,8 @@ func NewSmallWorker(c client.Client, o WorkerOptions, a *Activities) worker.Work
 // default of 2 beside 8 slots, a burst of 200 3-row jobs waited up to
 // 5 s between a step's schedule and its start: the last tens of steps sat
 // in the queue's backlog while the pollers were elsewhere, and the burst's
-// last jobs ended seconds after the rest (docs/BENCHMARKS.md, issue 35's
-// eighth pass). A poller holds no slot until a task arrives, so the lane
+// last jobs ended seconds after the rest (docs/BENCHMARKS.md, "The GPU
+// small lane's pollers"). A poller holds no slot until a task arrives, so the lane
 // still runs at most its slots at once.
 func SmallLanePollers(slots int) int {
 	return min(max(slots, 1), 32)

@@ -25,7 +25,7 @@ func EmbedJob(ctx workflow.Context, in Input) (Status, error) {
 
 // RunInline runs a GPU job's steps inside the calling workflow: the same
 // activities, options and queues as EmbedJob, without an execution of its
-// own. PredictionWorkflow runs a small job's steps so (issue 35): a child
+// own. PredictionWorkflow runs a small job's steps so: a child
 // workflow per 3-row job was half of the Temporal server's work for it
 // (its start, two workflow tasks, three visibility records and its close,
 // and a workflow task of the parent for each of its start and end).

@@ -1,4 +1,5 @@
-// Package experimental looks up measured kinetic values (WIRE-CONTRACT §3.5):
+// Package experimental looks up measured kinetic values (docs/similarity.md,
+// "Experimental values"):
 // operator-supplied tables MEDIA/experimental/kcat_experimental.csv and
 // km_experimental.csv, loaded once per process (again only when a file
 // changes) and indexed by (substrate InChI, protein sequence), with the
@@ -128,7 +129,8 @@ func (ts *Tables) Get(p Param) (*Table, error) {
 	return t, nil
 }
 
-// columns are the table columns kinflow uses (WIRE-CONTRACT §11.3); other
+// columns are the table columns kinflow uses (the reference's table
+// layout); other
 // columns are not kept in memory.
 var columns = []string{"substrate_inchi", "protein_sequence", "protein_ID", "protein_type", "mutation",
 	"kcat_value", "km_value", "kcat_SD", "km_SD", "all_substrates", "all_products", "temperature", "ph",
@@ -242,7 +244,8 @@ func text(v string) string {
 	return v
 }
 
-// ExtraInfo is the Extra Info sentence set of a matched record (WIRE §3.5):
+// ExtraInfo is the Extra Info sentence set of a matched record, joined by
+// ". " as the reference writes it:
 // where it is reported and for which protein (with its type and mutation),
 // the standard deviation, the full reaction, temperature and pH, and the
 // model's own value when there was one (prediction nil or 0: omitted).
@@ -291,7 +294,7 @@ func (r Record) ExtraInfo(p Param, prediction *float64, displayName string) stri
 }
 
 // FormatFloat formats v as Python's repr(float), as the result file writes
-// numbers (WIRE §3.1; units.FormatFloat, the one formatter of result cells).
+// numbers (units.FormatFloat, the one formatter of result cells).
 // Empty for Inf and NaN.
 func FormatFloat(v float64) string {
 	if math.IsInf(v, 0) || math.IsNaN(v) {

@@ -3,7 +3,9 @@
 // may read while it is written (job files, cache artefacts and their
 // manifests, the plan and contract files) goes through it.
 //
-// The protocol is the cache write protocol of WIRE-CONTRACT §9.7: the data
+// The protocol is the cache write protocol that kinflow shares with the
+// reference deployment's GPU workers (docs/embedding.md, "Writing
+// artefacts"): the data
 // goes to a hidden temp file `.<stem>.<random><ext>` in the final file's
 // folder, is made durable (an fsync of the file, or of each file of a batch
 // at once, see SyncTemps), and is renamed over the final name. Readers, the
@@ -48,8 +50,8 @@ func (t Temp) Commit() error {
 func (t Temp) Discard() { _ = os.Remove(t.Path) }
 
 // TempPattern is the os.CreateTemp pattern of final's hidden temp name,
-// `.<stem>.*<ext>` (WIRE §9.7: `.<sid>.<random><suffix>` for an artefact
-// `<sid><suffix>`).
+// `.<stem>.*<ext>` (`.<sid>.<random><suffix>` for an artefact
+// `<sid><suffix>`, the name the reference's GPU workers use too).
 func TempPattern(final string) string {
 	base := filepath.Base(final)
 	ext := filepath.Ext(base)

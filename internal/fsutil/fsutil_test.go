@@ -54,7 +54,8 @@ func TestWriteTempIsHiddenUntilCommit(t *testing.T) {
 	if tmp.Final != final || filepath.Dir(tmp.Path) != dir {
 		t.Fatalf("temp %+v not beside %s", tmp, final)
 	}
-	// WIRE §9.7: `.<sid>.<random><suffix>` in the same folder.
+	// The cache write protocol's temp name: `.<sid>.<random><suffix>` in the
+	// same folder.
 	if !regexp.MustCompile(`^\.sid\.7\.[0-9]+\.npy$`).MatchString(filepath.Base(tmp.Path)) {
 		t.Errorf("temp name %q is not .<stem>.<random><ext>", filepath.Base(tmp.Path))
 	}

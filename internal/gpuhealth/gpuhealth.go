@@ -1,5 +1,5 @@
-// Package gpuhealth reads the remote GPU embedding service's health (WIRE
-// §9.3, §9.5) through a per-process TTL cache. The API answers
+// Package gpuhealth reads the remote GPU embedding service's health through
+// a per-process TTL cache. The API answers
 // /api/v1/gpu/status/ with it and the GPUHealth activity gives it to the
 // prediction workflow.
 package gpuhealth
@@ -17,10 +17,13 @@ import (
 	"github.com/kinflow/kinflow/internal/config"
 )
 
-// gpuHTTPTimeout bounds every request to the GPU service (WIRE §9.3: 5 s).
+// gpuHTTPTimeout bounds every request to the GPU service: 5 s, the
+// reference backend's constant.
 const gpuHTTPTimeout = 5 * time.Second
 
-// Health is the GPU service's health as the backend sees it (WIRE §9.5).
+// Health is the GPU service's health as the backend sees it: not
+// configured, unreachable (any network, HTTP or JSON error), or the
+// service's own payload. Only configured, online and mode are public.
 type Health struct {
 	Configured bool   `json:"configured"`
 	Online     bool   `json:"online"`
@@ -39,7 +42,8 @@ type Health struct {
 const ReasonCacheFoldersMismatch = "cache_folders_mismatch"
 
 // Checker reads the GPU service's /health and keeps the reading for
-// GPU_EMBED_HEALTH_TTL_SECONDS, success and failure alike (WIRE §9.3), per
+// GPU_EMBED_HEALTH_TTL_SECONDS, success and failure alike (so an offline
+// service is not asked again on every job), per
 // process. It also answers the API's /gpu/status/.
 type Checker struct {
 	Config *config.Config
@@ -159,7 +163,8 @@ func (h *Checker) fetch(ctx context.Context, url string) Health {
 	if err := json.Unmarshal(body, &payload); err != nil {
 		return Health{Configured: true, Reason: "unreachable: invalid JSON from /health"}
 	}
-	// A health payload without "online" counts as online (WIRE §9.5).
+	// A health payload without "online" counts as online, as the
+	// reference's backend reads it.
 	if payload.Online != nil && !*payload.Online {
 		return Health{Configured: true, Online: false, Reason: "remote_offline"}
 	}

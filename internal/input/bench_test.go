@@ -10,7 +10,7 @@ import (
 )
 
 // benchCSV is a 10,000-row upload of 1,000-residue sequences with 200
-// distinct substrates, the size the benchmark names.
+// distinct substrates: a job at the row limit.
 func benchCSV() []byte {
 	rng := rand.New(rand.NewPCG(1, 2))
 	subs := make([]string, 200)

@@ -17,7 +17,7 @@ var CanonicalTargets = func() []string {
 	return out
 }()
 
-// Column names of the input schemas (§4.1), exact and case-sensitive.
+// Column names of the input schemas, exact and case-sensitive.
 const (
 	ColProteinSequence = "Protein Sequence"
 	ColSubstrate       = "Substrate"
@@ -25,12 +25,12 @@ const (
 	ColProducts        = "Products"
 )
 
-// ServerLimit is the longest sequence any method is given (§4.3 SERVER_LIMIT);
+// ServerLimit is the longest sequence any method is given (docs/input.md, "The rules in order");
 // /validate/ reports it as "Server".
 const ServerLimit = 10000
 
 // MethodInfo is what input validation needs to know about one method of the
-// catalogue (a projection of the §7.1 descriptor).
+// catalogue (a projection of its methods.Descriptor).
 type MethodInfo struct {
 	// Key is the registry key, e.g. "A-H" (case-sensitive).
 	Key string
@@ -44,8 +44,8 @@ type MethodInfo struct {
 	// InputFormat is "single" (reads Substrate) or "multi" (Substrates +
 	// Products).
 	InputFormat string
-	// Generic is true for the generic subprocess engine (§4.7), whose row
-	// validation differs from the dedicated engines' (§4.5).
+	// Generic is true for the generic subprocess engine, whose row
+	// validation differs from the dedicated engines' (docs/input.md, "The rules in order").
 	Generic bool
 }
 
@@ -69,7 +69,7 @@ func methodInfo(cat *methods.Catalogue, key string) (MethodInfo, bool) {
 }
 
 // ValidKeys returns the keys of the methods supporting target, sorted, as
-// the contract's error messages list them (§7.2 notes).
+// the error messages list them.
 func ValidKeys(c *methods.Catalogue, target string) []string {
 	var out []string
 	for _, k := range c.Keys() {

@@ -10,7 +10,8 @@ import (
 )
 
 // Chemistry decides whether substrate and product texts are valid SMILES or
-// InChI (§4.5 convert_to_mol) and converts them for the engines. The Go
+// InChI (as the reference's convert_to_mol: SMILES first, then InChI) and
+// converts them for the engines. The Go
 // syntax checks always run; when an RDKit helper is given and can run, it
 // then decides on what passed them (full parsing and sanitisation) and does
 // the conversions. Without RDKit the Go checks alone decide and
@@ -64,7 +65,7 @@ func (c *Chemistry) Checks(ctx context.Context) Checks {
 	return ch
 }
 
-// sentinel values that are never a molecule (§4.5; pandas' NaN shows as
+// sentinel values that are never a molecule (pandas' NaN shows as
 // "NaN"/"nan" and Python's None as "None").
 func isNullText(t string) bool {
 	return t == "" || t == "None" || t == "NaN" || t == "nan"

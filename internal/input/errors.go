@@ -1,10 +1,10 @@
 // Package input parses and validates what users send to kinflow: the CSV
 // upload or JSON `data` table, the submit and validate options, and the
-// residue and chemistry content of each row (WIRE-CONTRACT §1.6, §1.7, §4).
+// residue and chemistry content of each row (docs/input.md).
 //
 // It is pure: no database, no HTTP framework. The API calls it to answer
 // /validate/ and /submit/, and the job worker calls it for run-time row
-// validation (§3.2 skip reasons). Chemistry checks use a Go SMILES/InChI
+// validation (the skip reasons). Chemistry checks use a Go SMILES/InChI
 // syntax checker that always runs and, when Debian's python3-rdkit is
 // installed, a long-lived RDKit helper process (see Chemistry).
 package input
@@ -22,7 +22,7 @@ const (
 	// KindInvalid is a malformed or unacceptable request: HTTP 400.
 	KindInvalid Kind = iota
 	// KindTooManyRows is a table with more rows than the configured maximum.
-	// The contract (§1.6, §1.7) answers it with 400.
+	// /validate/ and /submit/ answer it with 400.
 	KindTooManyRows
 	// KindTooLarge is a body that exceeded the byte limit the caller set with
 	// http.MaxBytesReader: HTTP 413.

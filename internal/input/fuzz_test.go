@@ -140,9 +140,8 @@ func FuzzCheckSMILES(f *testing.F) {
 }
 
 // FuzzSubstrateLists feeds /validate/ and the submit checks tables with
-// `Substrates`/`Products` lists and `;`-separated candidate sequences
-// (WIRE §13.1–13.2): no panic, typed errors, and every list finding carries
-// both token arrays.
+// `Substrates`/`Products` lists and `;`-separated candidate sequences: no
+// panic, typed errors, and every list finding carries both token arrays.
 func FuzzSubstrateLists(f *testing.F) {
 	for _, s := range []string{"CCO;O", " ; ;", "nan", "NaT", "C1CC;CCO;;O", "InChI=1S/H2O/h1H2;X(", "\"a;b\""} {
 		f.Add(s, "CC=O;O", "MKV;MAA")

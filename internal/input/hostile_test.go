@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// issueWideJSON is the issue's 838 KiB body: 10,000 rows, each with its own
+// issueWideJSON is a hostile 838 KiB body: 10,000 rows, each with its own
 // extra key, which used to become a 10,000 × 10,002 table.
 func issueWideJSON(rows int) []byte {
 	var b bytes.Buffer

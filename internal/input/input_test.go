@@ -236,7 +236,7 @@ func TestValidateOptions(t *testing.T) {
 			t.Fatalf("usePredictionCache: %+v %v, want %v", o, err, tc.want)
 		}
 	}
-	// Legacy fields (difference 14).
+	// Legacy fields predictionType, kcatMethod, kmMethod.
 	o, err = ValidateOptions(cat, jsonOpts(t, `{"predictionType": "both", "kcatMethod": "B", "kmMethod": "J"}`))
 	if err != nil || !reflect.DeepEqual(o.Targets, []string{"kcat", "Km"}) || o.Methods["Km"] != "J" || o.HandleLongSequences != "truncate" {
 		t.Fatalf("legacy: %+v %v", o, err)
@@ -449,7 +449,7 @@ func TestValidateRows(t *testing.T) {
 	info := func(k string) MethodInfo { m, _ := methodInfo(cat, k); return m }
 	tb := mustCSV(t, "Protein Sequence,Substrate,Substrates,Products\n"+
 		"MKV,CCO,CCO;O,O\n"+ // ok everywhere
-		",CCO,C,O\n"+ // empty sequence (difference 9)
+		",CCO,C,O\n"+ // empty sequence (skipped, never a failed job)
 		"mkv,CCO,C,O\n"+ // lowercase
 		"MKV,C1CC,C1CC,O\n"+ // bad substrate
 		"MKV,CC..O,C,X(\n"+ // whole-cell bad; generic drops empty piece; D product bad

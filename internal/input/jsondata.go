@@ -21,7 +21,8 @@ type JSONBody struct {
 	Data *Table
 	// DataErr is why `data` is unusable (missing, empty, not a list of
 	// objects, too many rows). It is kept, not returned, so that the submit
-	// pipeline can report option errors first (§1.7: the table is step 8).
+	// pipeline can report option errors first (the table is its step 8,
+	// docs/input.md, "The rules in order").
 	DataErr *Error
 }
 
@@ -37,7 +38,7 @@ func errData(detail string) *Error {
 
 // ParseJSONBody reads a JSON request body in one streaming pass. The body
 // must be one JSON object; its `data` array is turned into a Table directly
-// (column set = union of keys in first-seen order, §1.6) without holding a
+// (column set = union of keys in first-seen order) without holding a
 // second copy of the rows. Values become cell text: strings as they are,
 // numbers in shortest form, true/false as "true"/"false", null as a missing
 // value, arrays and objects as compact JSON. A `data` with more than maxRows

@@ -13,13 +13,14 @@ import (
 	"github.com/kinflow/kinflow/internal/methods"
 )
 
-// Long-sequence modes (§1.7 handleLongSequences, §4.3).
+// Long-sequence modes of handleLongSequences (docs/input.md, "The rules in order").
 const (
 	LongTruncate = "truncate"
 	LongSkip     = "skip"
 )
 
-// Option field names on the wire (§1.7), and the legacy ones (difference 14).
+// Option field names on the wire, and the legacy ones that are mapped onto
+// targets and methods.
 const (
 	FieldTargets                  = "targets"
 	FieldMethods                  = "methods"
@@ -42,7 +43,8 @@ var optionFields = []string{FieldTargets, FieldMethods, FieldHandleLongSequences
 	FieldIncludeSimilarityColumns, FieldCanonicalizeSubstrates, FieldDisableGPUPrecompute, FieldUsePredictionCache,
 	FieldPredictionType, FieldKcatMethod, FieldKmMethod, FieldPriority}
 
-// Options are a submit request's options after §1.7 steps 1–7.
+// Options are a submit request's options after the submit checks 1–7
+// (docs/input.md, "The rules in order").
 type Options struct {
 	// Targets are the selected targets, de-duplicated, in canonical order.
 	Targets []string
@@ -162,11 +164,11 @@ func decodeJSONValue(b []byte) (any, error) {
 	return v, nil
 }
 
-// CoerceBool is the contract's boolean rule for option fields (§1.7):
+// CoerceBool is the boolean rule for option fields (docs/input.md, "The rules in order"):
 // nil → def; a bool is itself; a string is true iff, trimmed and
 // lower-cased, it is 1, true, yes or on (so "" is false, not the default),
 // after first decoding a string that is itself a JSON string literal such as
-// `"True"` (kinflow difference 15); a number is true when non-zero
+// `"True"` (kinflow's addition); a number is true when non-zero
 // (json.Number, float64, int); any other type → def.
 func CoerceBool(v any, def bool) bool {
 	switch x := v.(type) {
@@ -203,7 +205,7 @@ func CoerceBool(v any, def bool) bool {
 }
 
 // RunSimilarityForm is /validate/'s multipart rule: true only when the
-// field, lower-cased, is exactly "true" (§1.6; "1" and "yes" are false).
+// field, lower-cased, is exactly "true" ("1" and "yes" are false).
 func RunSimilarityForm(values map[string][]string) bool {
 	vs := values[FieldRunSimilarity]
 	if len(vs) == 0 {
@@ -213,7 +215,7 @@ func RunSimilarityForm(values map[string][]string) bool {
 }
 
 // RunSimilarityJSON is /validate/'s JSON rule: Python truthiness of the raw
-// value, so the string "false" is true (§1.6, §12 item 13).
+// value, so the string "false" is true, as in the reference.
 func RunSimilarityJSON(fields map[string]json.RawMessage) bool {
 	raw, ok := fields[FieldRunSimilarity]
 	if !ok {
@@ -272,7 +274,8 @@ func isEmptyTargets(v any, present bool) bool {
 
 // applyLegacy maps predictionType/kcatMethod/kmMethod onto targets/methods
 // when targets is absent or empty and predictionType is present
-// (difference 14). Entries already in `methods` are kept.
+// (kinflow's addition; the reference ignores them). Entries already in
+// `methods` are kept.
 func applyLegacy(r RawOptions) (targets any, meths any, tPresent, mPresent bool) {
 	targets, tPresent = r.get(FieldTargets)
 	meths, mPresent = r.get(FieldMethods)
@@ -325,7 +328,7 @@ func cloneMap(m map[string]any) map[string]any {
 	return out
 }
 
-// ValidateOptions runs steps 1–7 of the submit pipeline (§1.7) in order; the
+// ValidateOptions runs steps 1–7 of the submit pipeline (docs/input.md, "The rules in order") in order; the
 // first failure wins. Errors are *Error (400).
 func ValidateOptions(cat *methods.Catalogue, r RawOptions) (Options, error) {
 	targetsV, methodsV, _, mPresent := applyLegacy(r)

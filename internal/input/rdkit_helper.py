@@ -20,7 +20,7 @@ MolFromSmiles (so RDKit still sanitises; no atoms means invalid), and
 mol -> RDKit SMILES -> Open Babel -> standard InChI. With neither, "inchi" is
 false, InChI texts are invalid here and the Go side keeps its shape check.
 
-ops (WIRE-CONTRACT 4.5):
+ops (the reference's chemistry rules, docs/input.md):
   check      convert_to_mol(text) is not None
   canonical  RDKit canonical SMILES (InChI converted)
   smiles     the raw text if it parses as SMILES, else a non-canonical SMILES

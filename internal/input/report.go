@@ -11,7 +11,7 @@ import (
 	"github.com/kinflow/kinflow/internal/units"
 )
 
-// Reasons and values of the /validate/ report (§4.6), verbatim.
+// Reasons and values of the /validate/ report, verbatim: clients match them.
 const (
 	ReasonInvalidSMILES         = "Invalid SMILES/InChI"
 	ReasonInvalidReaction       = "Invalid substrate/product SMILES/InChI"
@@ -26,8 +26,8 @@ const (
 	ReasonUnchecked = ReasonUncheckedSubstrate
 )
 
-// ValidateReport is the 200 body of /validate/ (§1.6); field order is the
-// contract's key order.
+// ValidateReport is the 200 body of /validate/; field order is the
+// reference's key order.
 type ValidateReport struct {
 	RowCount          int              `json:"rowCount"`
 	InvalidSubstrates []SubstrateIssue `json:"invalidSubstrates"`
@@ -36,7 +36,7 @@ type ValidateReport struct {
 	LengthLimits      OrderedInts      `json:"lengthLimits"`
 	// Similarity is null unless requested. Validate sets the error object
 	// SimilarityUnavailableReason; the API replaces it with the analysis of
-	// internal/similarity when the server has it (WIRE §4.8).
+	// internal/similarity when the server has it.
 	Similarity any `json:"similarity"`
 	// PredictionUnits counts the input's prediction units against the
 	// server's caps (kinflow's addition; set by the API).
@@ -58,7 +58,7 @@ type SimilarityError struct {
 	Unavailable bool   `json:"unavailable,omitempty"`
 }
 
-// SubstrateIssue is one invalidSubstrates entry (§4.6.2). Value is a string
+// SubstrateIssue is one invalidSubstrates entry. Value is a string
 // (single-substrate schema) or the list of failing tokens (full reaction).
 type SubstrateIssue struct {
 	Row               int      `json:"row"`
@@ -69,7 +69,7 @@ type SubstrateIssue struct {
 	// (reason ReasonUnchecked when no component is invalid).
 	UncheckedComponents []string `json:"unchecked_components,omitempty"`
 	// InvalidSubstrateTokens and InvalidProductTokens are the list schema's
-	// per-token findings (WIRE §13.1); both present, possibly empty, for a
+	// per-token findings; both present, possibly empty, for a
 	// `Substrates` table, absent otherwise.
 	InvalidSubstrateTokens *[]TokenIssue `json:"invalid_substrates,omitempty"`
 	InvalidProductTokens   *[]TokenIssue `json:"invalid_products,omitempty"`
@@ -87,11 +87,11 @@ type TokenIssue struct {
 // substrates (and no bad product).
 const ReasonEmptySubstrateList = "Empty substrate list"
 
-// ProteinIssue is one invalidProteins entry (§4.6.3).
+// ProteinIssue is one invalidProteins entry.
 type ProteinIssue struct {
 	Row   int    `json:"row"`
 	Value string `json:"value"`
-	// Position is the 1-based candidate of a `;`-separated cell (§13.2);
+	// Position is the 1-based candidate of a `;`-separated cell;
 	// absent for a cell with one sequence.
 	Position     int      `json:"position,omitempty"`
 	InvalidChars []string `json:"invalid_chars,omitempty"`
@@ -139,9 +139,9 @@ func (o OrderedInts) MarshalJSON() ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// CheckStructure is /validate/'s structure rule (WIRE §13.1): not both
-// `Substrate` and `Substrates`, no `Products` without `Substrates`, one of
-// the two substrate columns, then `Protein Sequence`.
+// CheckStructure is /validate/'s structure rule (docs/input.md, "The rules in order"): no
+// `Products` without `Substrates`, one of the two substrate columns, then
+// `Protein Sequence`.
 func CheckStructure(t *Table) error {
 	// A table with both Substrate and Substrates is checked with the
 	// Substrate schema, as before (see CheckColumns), instead of the
@@ -158,7 +158,7 @@ func CheckStructure(t *Table) error {
 	return nil
 }
 
-// Validate builds the /validate/ report for table t (§4.6): the structure
+// Validate builds the /validate/ report for table t: the structure
 // check (an *Error), then per-row substrate and protein findings with
 // 1-based row numbers in the cleaned table, and length counts per method in
 // registry order then "Server". runSimilarity adds the similarity error
@@ -270,7 +270,7 @@ func checkProteins(cat *methods.Catalogue, t *Table, rep *ValidateReport) {
 		cands := []string{strings.TrimSpace(raw)}
 		list := strings.Contains(raw, units.Separator)
 		if list {
-			// Candidate sequences (§13.2): each is checked and counted.
+			// Candidate sequences: each is checked and counted.
 			cands = units.Split(raw)
 		}
 		if len(cands) == 0 || cands[0] == "" {
@@ -322,7 +322,7 @@ func cellOf(r Row, c int) string {
 	return r.Cells[c]
 }
 
-// listIssue is the list schema's finding for one row (WIRE §13.1): the bad
+// listIssue is the list schema's finding for one row: the bad
 // substrate tokens, then the bad products (when the table has Products), with
 // positions; an empty list is one entry with null position and value. ok is
 // false for a clean row. A token RDKit could not check in time is listed
@@ -378,8 +378,8 @@ func listIssue(row int, subCell, prodCell string, hasProducts bool, verdict, unc
 		InvalidSubstrateTokens: &subs, InvalidProductTokens: &prods}, true
 }
 
-// substrateComponents are a Substrate cell's components for /validate/
-// (§4.6.2): none for an empty/None/NaN cell, the whole cell when it starts
+// substrateComponents are a Substrate cell's components for /validate/:
+// none for an empty/None/NaN cell, the whole cell when it starts
 // with "InChI=", else its non-empty '.'-separated parts.
 func substrateComponents(cell string) []string {
 	t := strings.TrimSpace(cell)

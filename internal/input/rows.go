@@ -5,7 +5,8 @@ import (
 	"strings"
 )
 
-// Run-time skip reasons of the engines' row validation (§3.2), verbatim.
+// Run-time skip reasons of the engines' row validation, verbatim: they are
+// the result's Source text and the reference's.
 const (
 	ReasonInvalidProtein   = "Invalid protein sequence (unsupported amino acid characters)"
 	ReasonInvalidSubstrate = "Invalid substrate (not a valid SMILES or InChI)"
@@ -17,7 +18,8 @@ const (
 	ReasonUncheckedProduct   = "Product could not be checked in time"
 )
 
-// RowRule is which engine row-validation rule of §4.5 a method follows.
+// RowRule is which engine row-validation rule a method follows
+// (docs/input.md, "The rules in order").
 type RowRule int
 
 const (
@@ -62,12 +64,12 @@ func chemColumns(m MethodInfo) []string {
 	return out
 }
 
-// ValidateRows is the engines' per-row validation at run time (§4.5) for
+// ValidateRows is the engines' per-row validation at run time for
 // method m over table t. seqs holds each row's sequence as the engine gets
 // it (after long-sequence truncation; the same length as t.Rows). It
-// returns, per row, "" for a valid row or the verbatim skip reason (§3.2).
-// An empty Protein Sequence is skipped with ReasonInvalidProtein (kinflow
-// difference 9), whatever the engine. The sequence is checked before the
+// returns, per row, "" for a valid row or the verbatim skip reason.
+// An empty Protein Sequence is skipped with ReasonInvalidProtein (it never
+// fails the job), whatever the engine. The sequence is checked before the
 // chemistry. An error is returned only when ctx ends.
 func ValidateRows(ctx context.Context, chem *Chemistry, m MethodInfo, t *Table, seqs []string) ([]string, error) {
 	rule := RuleFor(m)
@@ -77,7 +79,7 @@ func ValidateRows(ctx context.Context, chem *Chemistry, m MethodInfo, t *Table, 
 		idx[i] = t.Col(c)
 		if idx[i] < 0 && c == ColSubstrate {
 			// A method reading `Substrate` takes a `Substrates` list
-			// whole (native_multi, WIRE §13.1).
+			// whole (native_multi).
 			idx[i] = t.Col(ColSubstrates)
 		}
 	}
@@ -170,7 +172,7 @@ func genericTokens(cell string) []string {
 }
 
 // ValidateTokens checks substrate tokens one by one as method m's engine
-// checks a `Substrate` cell (the expanded_pair behaviour of WIRE §13.1: each
+// checks a `Substrate` cell (the expanded_pair behaviour: each
 // token of a `Substrates` list is its own prediction). It returns, per
 // token, "" or the skip reason (ReasonInvalidSubstrate or
 // ReasonUncheckedSubstrate). An error is returned only when ctx ends.

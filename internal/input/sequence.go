@@ -5,7 +5,7 @@ import (
 	"unicode/utf8"
 )
 
-// AminoAcids is the residue alphabet every engine accepts (§4.2): the 20
+// AminoAcids is the residue alphabet every engine accepts: the 20
 // standard amino acids, uppercase only.
 const AminoAcids = "ACDEFGHIKLMNPQRSTVWY"
 
@@ -59,7 +59,7 @@ func SeqLen(seq string) int {
 	return len(seq)
 }
 
-// EffectiveLimit is a job's single length limit (§4.3):
+// EffectiveLimit is a job's single length limit (docs/input.md, "The rules in order"):
 // L = min(ServerLimit, min over the selected methods' max_seq_len), where 0
 // means unlimited.
 func EffectiveLimit(maxSeqLens ...int) int {
@@ -76,7 +76,7 @@ func EffectiveLimit(maxSeqLens ...int) int {
 func TooLong(seq string, limit int) bool { return SeqLen(seq) > limit }
 
 // Truncate shortens a sequence longer than limit to its first ⌊L/2⌋ plus its
-// last ⌊L/2⌋ characters (length L−1 when L is odd, §4.3); shorter sequences
+// last ⌊L/2⌋ characters (length L−1 when L is odd); shorter sequences
 // are returned unchanged.
 func Truncate(seq string, limit int) string {
 	n := SeqLen(seq)
@@ -91,8 +91,8 @@ func Truncate(seq string, limit int) string {
 	return string(r[:half]) + string(r[len(r)-half:])
 }
 
-// SkipTooLong is the skip reason of handleLongSequences=skip (§3.2; the dash
-// is U+2014).
+// SkipTooLong is the skip reason of handleLongSequences=skip, verbatim (the
+// dash is U+2014).
 const SkipTooLong = "Sequence too long — row was excluded"
 
 // LongSequence applies a job's long-sequence mode to one sequence: it

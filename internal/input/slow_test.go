@@ -31,8 +31,7 @@ func tableOf(subs ...string) *Table {
 	return t
 }
 
-// TestSlowMoleculeDoesNotStallOthers is issue 14's break 1 with the real
-// helper: one caller validates a file of three 3,000-C chains (each ~30 s
+// TestSlowMoleculeDoesNotStallOthers: with the real helper, one caller validates a file of three 3,000-C chains (each ~30 s
 // or more for RDKit) while another validates a small file. The other
 // caller finishes within otherCallerBound; the slow caller within
 // maxTimeoutsPerCall molecule bounds (plus restarts), its rows read "could

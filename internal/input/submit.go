@@ -12,7 +12,8 @@ import (
 	"github.com/kinflow/kinflow/internal/units"
 )
 
-// Submission is a submit request that passed steps 1–11 of §1.7; the API
+// Submission is a submit request that passed the submit checks 1–11
+// (docs/input.md, "The rules in order"); the API
 // then reserves quota for len(Table.Rows) predictions (step 12).
 type Submission struct {
 	Options Options
@@ -20,7 +21,7 @@ type Submission struct {
 	Table *Table
 }
 
-// ValidateSubmit runs the submit validation pipeline of §1.7, steps 1–11 in
+// ValidateSubmit runs the submit validation pipeline, steps 1–11 in
 // order, the first failure winning: the options (ValidateOptions), then the
 // table from load (step 8: a CSV error reads "Could not read CSV file: …"),
 // the required columns (9), and the column-emptiness rule for Substrate (10)
@@ -60,7 +61,7 @@ func ValidateSubmit(cat *methods.Catalogue, raw RawOptions, load func() (*Table,
 	return &Submission{Options: opts, Table: t}, nil
 }
 
-// CheckColumns is step 9 with the substrate-list rules of WIRE §13.1: no
+// CheckColumns is step 9 with the substrate-list rules: no
 // `Products` without `Substrates`; then `Protein Sequence` and every column
 // the selected methods read must be present, where a method reading
 // `Substrate` also takes a `Substrates` list. A table with both `Substrate`
@@ -106,11 +107,10 @@ func CheckColumns(cat *methods.Catalogue, opts Options, t *Table) error {
 	return nil
 }
 
-// productsHint ends every Products error (WIRE §13.1).
+// productsHint ends every Products error, verbatim (the reference's text).
 const productsHint = "Products must be semicolon-separated SMILES or InChI strings."
 
-// CheckProducts is the submit-time check of a `Products` column (WIRE
-// §13.1): every row needs a non-empty list of valid SMILES/InChI. The first
+// CheckProducts is the submit-time check of a `Products` column: every row needs a non-empty list of valid SMILES/InChI. The first
 // bad row wins: "Invalid Products value at row N[, product P]: …. Products
 // must be semicolon-separated SMILES or InChI strings." (N is the 1-based
 // data row, P the 1-based product). A product RDKit could not check in time
@@ -144,7 +144,8 @@ func CheckProducts(ctx context.Context, chem *Chemistry, t *Table) error {
 	return nil
 }
 
-// CheckEmptiness is the column-emptiness rule of §4.4 for column col. A cell
+// CheckEmptiness is the column-emptiness rule (docs/input.md, "The rules in order") for
+// column col. A cell
 // is empty when missing or whitespace-only. With n rows and e empty: more
 // than 90 % empty → "<col> column is empty"; more than 10 % and at most 10
 // rows → "Rows r1, r2 have no <col> value" (r = original 0-based index + 2);
@@ -183,7 +184,7 @@ func CheckEmptiness(t *Table, col string) error {
 var errNotCSV = errors.New("not a .csv file")
 
 // CheckUploadName is the contract's rule for the `file` field: its name must
-// end with .csv, case-insensitively (§1.6, §1.7).
+// end with .csv, case-insensitively, on /validate/ and /submit/ alike.
 func CheckUploadName(name string) error {
 	if !strings.HasSuffix(strings.ToLower(name), ".csv") {
 		return &Error{Kind: KindInvalid, Msg: fmt.Sprintf("The uploaded file must be a .csv file (got %q).", name), Err: errNotCSV}

@@ -13,7 +13,7 @@ import (
 )
 
 // DefaultMaxRows is KINFLOW_MAX_ROWS's default: the contract's 10,000-row
-// limit on one validate or submit request (§1.6, §1.7).
+// limit on one validate or submit request.
 const DefaultMaxRows = 10000
 
 // MaxColumns is the most columns a table may have, CSV header or union of
@@ -41,7 +41,7 @@ type Table struct {
 	// Rows are the data rows left after dropping all-empty rows.
 	Rows []Row
 	// RawRowCount is the number of data rows the CSV reader saw, all-empty
-	// rows included and fully blank lines excluded (§1.6 step 1: rowCount).
+	// rows included and fully blank lines excluded: /validate/'s rowCount.
 	RawRowCount int
 
 	colIndex map[string]int
@@ -50,7 +50,8 @@ type Table struct {
 // Row is one data row.
 type Row struct {
 	// Index is the row's 0-based position among all data rows, counted
-	// before all-empty rows were dropped; messages use it (§4.4: Index+2).
+	// before all-empty rows were dropped; messages use it (the emptiness
+	// rule names Index+2).
 	Index int
 	// Cells has one value per Table column ("" for a missing value).
 	Cells []string
@@ -131,8 +132,8 @@ func tooManyRows(max int) *Error {
 }
 
 // csvError is a CSV that cannot be read. The validate handler shows it as
-// "Could not parse CSV: …" (§1.6) and submit as "Could not read CSV file: …"
-// (§1.7 step 8); CSVDetail gives the part after the colon.
+// "Could not parse CSV: …" and submit as "Could not read CSV file: …"
+// (its step 8); CSVDetail gives the part after the colon.
 func csvError(detail string, cause error) *Error {
 	return &Error{Kind: KindInvalid, Msg: "Could not parse CSV: " + detail, Err: &csvDetailError{detail: detail, cause: cause}}
 }

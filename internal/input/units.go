@@ -10,7 +10,7 @@ import (
 // Prediction units: quota counts rows (the reference's wire), but a row may
 // carry a `Substrates` list and ';'-separated candidate sequences, each
 // predicted. Caps on the units of one row and of one job keep one request
-// from buying unbounded work (DESIGN §9).
+// from buying unbounded work, since quota counts rows.
 
 // UnitCaps are the caps (KINFLOW_MAX_UNITS_PER_ROW, _PER_JOB,
 // KINFLOW_MAX_CELL_BYTES, KINFLOW_MAX_ROW_LIST_BYTES); 0: none.
@@ -139,7 +139,7 @@ const (
 // (native_full_reaction) reads every substrate and every product for each
 // candidate, so it counts (substrates + products) × candidates. Counting
 // only one unit per candidate for the native methods let one row buy
-// gigabytes of work (issue 34). With no targets (a /validate/ without a
+// gigabytes of work. With no targets (a /validate/ without a
 // choice) it counts the most any method makes of each row. It keeps at most
 // maxOverRows of the rows over caps.PerRow.
 func CountUnits(cat *methods.Catalogue, t *Table, targets []string, chosen map[string]string, caps UnitCaps) UnitsReport {

@@ -25,7 +25,7 @@ type Similarity struct {
 	Max     []*float64 `json:"max,omitempty"`
 	Mean    []*float64 `json:"mean,omitempty"`
 	// CandMax and CandMean are, for a row whose cell lists candidate
-	// sequences (WIRE §13.2), each candidate's values (null outside the 20
+	// sequences, each candidate's values (null outside the 20
 	// amino acids); the result shows the selected candidate's. Nil for a
 	// row with one sequence.
 	CandMax  [][]*float64 `json:"cand_max,omitempty"`

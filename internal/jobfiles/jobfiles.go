@@ -12,8 +12,8 @@ import (
 	"strconv"
 )
 
-// SlugPattern is the contract's slug pattern for the job id path segment
-// (WIRE §1.0); the api answers anything else like an unknown route.
+// SlugPattern is the slug pattern of the job id path segment, as the
+// reference deployment's routes have it; the api answers anything else like an unknown route.
 var SlugPattern = regexp.MustCompile(`^[-a-zA-Z0-9_]+$`)
 
 // folderIDPattern is the shape of a job id a folder is built from: a slug

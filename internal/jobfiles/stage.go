@@ -25,7 +25,7 @@ type StageRows struct {
 	// candidate. nil for a stage with none.
 	Inputs []*units.RowInput `json:"inputs,omitempty"`
 	// CandidateMode: some row of the job has several candidate sequences
-	// (every row's Extra Info is then the per-candidate array, §13.2).
+	// (every row's Extra Info is then the per-candidate array).
 	CandidateMode bool `json:"candidate_mode,omitempty"`
 	// Legacy is the one-row-per-unit form written before units existed;
 	// ReadStageRows converts it (a job prepared by an older worker).
@@ -41,8 +41,9 @@ type PreparedRow struct {
 }
 
 // SequenceReason reports whether a skip reason is about the row's
-// sequence: such a row is blanked in every target (WIRE §13.3); every
-// other reason blanks only its own target.
+// sequence: such a row is blanked in every target; every other reason
+// blanks only its own target, so one target's failure never costs another
+// its values.
 func SequenceReason(reason string) bool {
 	switch reason {
 	case input.ReasonInvalidProtein, input.SkipTooLong, units.MissingSequence:

@@ -15,8 +15,8 @@
 // name exists (also on NFS). So a busy holder allocates and frees no inode
 // per lease: a small job took three of each. On ext4 without a journal every
 // new file of a folder's block group scans past each inode freed there in
-// the last minute or more (docs/BENCHMARKS.md, issue 35's seventh and eighth
-// passes); elsewhere the spare costs what a new file does.
+// the last minute or more (docs/BENCHMARKS.md, "Why this machine's figures
+// move so much" and "Lease files kept for the next lease"); elsewhere the spare costs what a new file does.
 package lease
 
 import (

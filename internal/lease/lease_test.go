@@ -101,7 +101,7 @@ func TestKeysCannotEscapeTheFolder(t *testing.T) {
 }
 
 // TestSweepRemovesDeadLeases: lease files left by holders killed without
-// releasing (issue 14: 719 after one test run) are removed by age and, on
+// releasing (719 of them were once left after one test run) are removed by age and, on
 // this host, by dead owner; a live holder's lease stays.
 func TestSweepRemovesDeadLeases(t *testing.T) {
 	dir := t.TempDir()

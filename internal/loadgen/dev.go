@@ -202,7 +202,8 @@ var stopped struct {
 // development and CI machines) the kernel does not reuse an inode for a
 // minute or more after its deletion, and scans past every such inode of a
 // block group for each new file; the next deployment's folder lands in the
-// group just freed (docs/BENCHMARKS.md, issue 35's seventh pass).
+// group just freed (docs/BENCHMARKS.md, "Why this machine's figures move
+// so much").
 func RemoveStopped() {
 	stopped.Lock()
 	defer stopped.Unlock()

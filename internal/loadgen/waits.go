@@ -30,9 +30,10 @@ func History(ctx context.Context, c client.Client, workflowID string) ([]*histor
 // how long their tasks waited in Temporal's queues and how long they ran
 // (tools/loadbench prints it for each burst, the topology load test for
 // each api's half). CPU per job says what a job costs; this says what it
-// waited for. A burst limited by a queue shows it here first: issue 35's
-// eighth pass found the GPU small lane's steps waiting up to 5 s on free
-// slots (two pollers for a queue of four partitions).
+// waited for. A burst limited by a queue shows it here first: this is how
+// the GPU small lane's steps were found waiting up to 5 s on free slots
+// (two pollers for a queue of four partitions; docs/BENCHMARKS.md, "The GPU
+// small lane's pollers").
 
 // Waits is one job's time by part.
 type Waits struct {

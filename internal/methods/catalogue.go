@@ -15,8 +15,8 @@ import (
 )
 
 // Catalogue is the registry of every method descriptor. Keys are unique and
-// the registry order is the sorted order of the keys (WIRE §7.1–7.2: `A-H`,
-// `A-L`, `B` … `J`). A Catalogue is read-only after construction and safe
+// the registry order is the sorted order of the keys (`A-H`, `A-L`, `B` …
+// `J`), so /methods/ and the error messages list them the same way. A Catalogue is read-only after construction and safe
 // for concurrent use; the descriptors it hands out must not be modified.
 type Catalogue struct {
 	list  []*Descriptor
@@ -101,7 +101,7 @@ func (c *Catalogue) RequiredColumns(key string) ([]string, bool) {
 	return d.RequiredColumns(), true
 }
 
-// Default returns the built-in catalogue (WIRE §7.2).
+// Default returns the built-in catalogue.
 func Default() *Catalogue {
 	c, err := New(builtin())
 	if err != nil {
@@ -326,7 +326,7 @@ func descriptorFieldNames() map[string]bool {
 	return out
 }
 
-// Column headers of the result (WIRE §7.2, kinflow's catalogue).
+// Column headers of the result, verbatim (clients match them).
 const (
 	ColumnKcat   = "kcat (1/s)"
 	ColumnKm     = "KM (mM)"
@@ -494,7 +494,7 @@ func builtin() []*Descriptor {
 			EnvPaths: builtinEnv("METHODG_EMBED_CACHE_DIR", "{folder:methodg_esm2}", "METHODG_CACHE_DIR", "{model_dir}",
 				"METHODG_ADDITIONAL_DATA", "{data_dir}"),
 		}, "G"),
-		// G-O2 is a second variant of method G (WIRE §13.4): method G's
+		// G-O2 is a second variant of method G: method G's
 		// profile, step and ephemeral family, its own checkpoint (the
 		// operator's command.paths model_dir for this key).
 		builtinBiblio(&Descriptor{
@@ -534,7 +534,7 @@ func builtin() []*Descriptor {
 			OutputCols: map[Target]string{Km: ColumnKm}, MaxSeqLen: 500,
 			ColToKwarg: substrates, TargetKwargs: builtinKineticsTypes(Km), Engine: EngineGeneric,
 			Profile: ProfileNone, GPUEligible: false,
-			// Method J's contact-map cache is method-local (SEED-SPEC §2.5);
+			// Method J's contact-map cache is method-local, not shared;
 			// its location is passed so the method's code can find it.
 			EnvPaths: builtinEnv("METHODJ_CACHE_DIR", "{methodj_cache_dir}"),
 		}, "J"),

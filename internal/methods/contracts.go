@@ -17,7 +17,7 @@ import (
 	"github.com/kinflow/kinflow/internal/units"
 )
 
-// Output columns of the dedicated engines (WIRE §7.3).
+// Output columns of the dedicated engines (README.md, "Adding a method").
 const (
 	colPredictedValue = "Predicted Value"
 	colMethodDKcat    = "kcat [s^(-1)]"
@@ -47,8 +47,9 @@ type engineRun struct {
 }
 
 // writeEngineInput writes the input file of d's file contract for the
-// rows of req into req.Dir (WIRE §4.7, §7.3), converting substrates as
-// canonicalizeSubstrates asks for the dedicated contracts (WIRE §4.5).
+// rows of req into req.Dir (README.md, "Adding a method"), converting substrates as
+// canonicalizeSubstrates asks for the dedicated contracts (docs/input.md,
+// "The rules in order").
 func writeEngineInput(ctx context.Context, d *Descriptor, req CommandRequest) (*engineRun, error) {
 	jobID, dir := req.JobID, req.Dir
 	run := &engineRun{contract: d.FileContract.OrJSON(), vars: map[string]string{}, unc: d.UncertaintyFrom}
@@ -131,7 +132,7 @@ func writeEngineInput(ctx context.Context, d *Descriptor, req CommandRequest) (*
 			w.Flush()
 			break
 		}
-		// Method A's "CSV" is a JSON list (WIRE §7.3).
+		// Method A's "CSV" is a JSON list, as its program expects.
 		type row struct {
 			SMILES   string `json:"smiles"`
 			Sequence string `json:"sequence"`
@@ -269,7 +270,7 @@ func methodATask(target string) string {
 
 // reactionCells returns method D's cells of one column: the `;` tokens of
 // each row, converted to standard InChI when canonicalize is set, re-joined
-// with `;` (WIRE §4.5).
+// with `;`.
 func reactionCells(ctx context.Context, req CommandRequest, kwarg string, notes *[]string) ([]string, error) {
 	tokens := make([][]string, len(req.Rows))
 	var flat []string

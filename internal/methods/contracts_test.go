@@ -10,7 +10,8 @@ import (
 )
 
 // FuzzEngineOutputs feeds arbitrary bytes to the readers of every engine
-// output (WIRE §4.7 JSON, the dedicated engines' CSVs and method L's TSV): they return values
+// output (the generic engine's JSON, the dedicated engines' CSVs and method
+// L's TSV): they return values
 // or an error, never panic, and never more or fewer values than rows.
 func FuzzEngineOutputs(f *testing.F) {
 	f.Add([]byte(`{"predictions":[1,"2",null,"nan"],"invalid_indices":[9,-1],"invalid_reasons":{"1":"x","z":"y"}}`), uint8(4))

@@ -24,11 +24,11 @@ import (
 )
 
 // ReasonNoPrediction is the skip reason of a row the program gave no value
-// for (WIRE §3.2, verbatim).
+// for, verbatim (the reference's text).
 const ReasonNoPrediction = "Prediction could not be made"
 
 // SubstrateForm is what a substrate text is converted to for an engine
-// (WIRE §4.5 canonicalizeSubstrates).
+// (canonicalizeSubstrates).
 type SubstrateForm string
 
 // Conversion forms.
@@ -160,7 +160,7 @@ func (e *EngineError) Error() string {
 // Unwrap returns the cause.
 func (e *EngineError) Unwrap() error { return e.Err }
 
-// EngineInput is the generic engine's input file (WIRE §4.7).
+// EngineInput is the generic engine's input file (README.md, "Adding a method").
 type EngineInput struct {
 	Method   string              `json:"method"`
 	Target   string              `json:"target"`
@@ -172,11 +172,11 @@ type EngineInput struct {
 var progressLine = regexp.MustCompile(`^Progress: (\d+)/(\d+)`)
 
 // unsafeFileChars are the runs of characters replaced by "_" when a method
-// key names an engine file (WIRE §4.7).
+// key names an engine file, as the reference names them.
 var unsafeFileChars = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
 
 // RunCommand is the command engine: it runs d's own program with its file
-// contract (WIRE §4.7 for the generic engine, §7.3 for the dedicated ones)
+// contract (README.md, "Adding a method")
 // over req.Rows: an input file of the rows, an output file of predictions,
 // `Progress: x/y` lines on stdout, stdout and stderr kept in
 // req.Dir/engine.log. The program is killed, with every process it
@@ -186,7 +186,8 @@ func RunCommand(ctx context.Context, d *Descriptor, req CommandRequest) ([]*floa
 	if d.Command == nil {
 		return nil, nil, &EngineError{Msg: fmt.Sprintf("%s has no command configured (KINFLOW_PREDICTION_ENGINE=command needs one in KINFLOW_METHODS_FILE)", d.DisplayName)}
 	}
-	// Every row must carry every mapped column (WIRE §13.3's text); the
+	// Every row must carry every mapped column ("Missing column required
+	// for <L>: <col>" otherwise); the
 	// submit checks make this a safeguard, not a user path.
 	for _, ck := range d.ColToKwarg {
 		for _, r := range req.Rows {
@@ -391,7 +392,7 @@ func exitError(d *Descriptor, err error) error {
 // rendered env value.
 var unfilledPlaceholder = regexp.MustCompile(`\{[a-z0-9_]+\}|\{folder:[^{}\s]+\}`)
 
-// readEngineOutput parses the generic engine's output (WIRE §4.7): a bare list
+// readEngineOutput parses the generic engine's output: a bare list
 // or {"predictions", "invalid_indices", "invalid_reasons"}, and kinflow's
 // optional "uncertainties" (one entry per prediction, null or
 // {"sd_total", "sd_aleatoric", "sd_epistemic"}: standard deviations of log10

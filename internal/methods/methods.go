@@ -1,9 +1,8 @@
-// Package methods is kinflow's method catalogue (SEED-SPEC §5.1–5.2,
-// WIRE-CONTRACT §7): one Descriptor per prediction method, the planner
+// Package methods is kinflow's method catalogue (README.md, "Adding a method"): one Descriptor per prediction method, the planner
 // profile and GPU step keys each uses, and the step keys of the GPU runner
-// (§5.3), including the two deprecated ones and what replaces them.
+// including the two deprecated ones and what replaces them.
 //
-// The built-in catalogue (Default) uses the spec's labels as method ids
+// The built-in catalogue (Default) uses neutral labels as method ids
 // (`A-H`, `A-L`, `B` … `J`). An operator file (Load) can rename, add or remove
 // methods and set each one's command without code changes.
 package methods
@@ -38,17 +37,17 @@ func ParseTarget(s string) (Target, bool) {
 	return "", false
 }
 
-// EngineKind says how a method's predictions run (WIRE §7.1: pred_func or
-// subprocess; method F's configured batch script is a third kind).
+// EngineKind says how a method's predictions run (the reference's dedicated
+// engine or generic subprocess; method F's configured batch script is a third kind).
 type EngineKind string
 
 // Engine kinds.
 const (
 	// EngineDedicated is a method-specific engine with its own file contract
-	// (WIRE §7.3): A-H, A-L, C, D.
+	// (README.md, "Adding a method"): A-H, A-L, C, D.
 	EngineDedicated EngineKind = "dedicated"
-	// EngineGeneric is the generic subprocess engine with the JSON contract of
-	// WIRE §4.7: B, E, G, H, I, J.
+	// EngineGeneric is the generic subprocess engine with the JSON file
+	// contract: B, E, G, H, I, J.
 	EngineGeneric EngineKind = "generic"
 	// EngineBatchScript is a configured batch prediction script: F.
 	EngineBatchScript EngineKind = "batch_script"
@@ -62,9 +61,9 @@ func (k EngineKind) valid() bool {
 // writes under the command engine, and its default command line.
 type FileContract string
 
-// File contracts (WIRE §4.7 and §7.3).
+// File contracts (README.md, "Adding a method").
 const (
-	// ContractJSON is the generic engine's JSON in and out (WIRE §4.7):
+	// ContractJSON is the generic engine's JSON in and out:
 	// `{python} {script} <extra_args…> --input {input} --output {output}`.
 	// The default, and the built-in contract of B, E, G, H, I and J.
 	ContractJSON FileContract = "json"
@@ -127,7 +126,7 @@ func (c FileContract) defaultArgv(inFlag, outFlag string, extra []string) []stri
 	return append(head, inFlag, "{input}", outFlag, "{output}")
 }
 
-// Input formats of a descriptor (WIRE §4.1).
+// Input formats of a descriptor: which CSV schema its engine reads.
 const (
 	// InputSingle reads `Substrate` (one SMILES/InChI, co-substrates dot-joined).
 	InputSingle = "single"
@@ -138,7 +137,8 @@ const (
 // ProteinSequenceColumn is the input column every method requires.
 const ProteinSequenceColumn = "Protein Sequence"
 
-// Planner profiles (SEED-SPEC §5.1, WIRE §9.2).
+// Planner profiles: which cache families a method's plan expects
+// (docs/embedding.md, "Layout").
 const (
 	ProfileMethodAFull           = "methoda_full"
 	ProfileProtT5Mean            = "prot_t5_mean"
@@ -169,7 +169,7 @@ type ColumnKwarg struct {
 }
 
 // EnvVar is one environment variable passed to a method's prediction
-// process (WIRE §7.3). Value is a template; the runtime (RunCommand)
+// process. Value is a template; the runtime (RunCommand)
 // replaces these placeholders and keeps the rest literal:
 //
 //   - {media}: the media root (KINFLOW_MEDIA_ROOT); for the command
@@ -200,8 +200,7 @@ type EnvVar struct {
 // {kinetics_type}, {task}, {model_config}, {job_id}, {media}, and every
 // key of Paths. When Argv is empty the default of the method's file
 // contract is used (FileContract; for the generic engine `{python}
-// {script} <extra_args…> <input_flag> {input} <output_flag> {output}`,
-// WIRE §4.7).
+// {script} <extra_args…> <input_flag> {input} <output_flag> {output}`).
 type Command struct {
 	Argv       []string `json:"argv,omitempty" yaml:"argv,omitempty"`
 	Python     string   `json:"python,omitempty" yaml:"python,omitempty"`
@@ -225,7 +224,7 @@ func PathKeys() []string {
 	return []string{"tools", "model_dir", "data_dir", "esm_python", "esmc_python", "t5_python", "pseq2sites_python"}
 }
 
-// Default flag names of the generic engine (WIRE §4.7).
+// Default flag names of the generic engine, the reference's.
 const (
 	DefaultInputFlag  = "--input"
 	DefaultOutputFlag = "--output"
@@ -273,7 +272,8 @@ func (c *Command) Render(contract FileContract, vars map[string]string) []string
 	return out
 }
 
-// Descriptor is one prediction method (WIRE §7.1).
+// Descriptor is one prediction method, shaped like the reference's method
+// descriptor.
 type Descriptor struct {
 	// Key is the stable, case-sensitive id used in the API.
 	Key              string `json:"key" yaml:"key"`
@@ -288,7 +288,7 @@ type Descriptor struct {
 	// InputFormat is InputSingle or InputMulti.
 	InputFormat string `json:"input_format" yaml:"input_format"`
 	// InputBehaviors overrides, per target, how a `Substrates` list reaches
-	// the model (WIRE §13.1): units.NativeMulti sends the ordered list
+	// the model: units.NativeMulti sends the ordered list
 	// whole. Unset targets get the default of InputBehavior.
 	InputBehaviors map[Target]string `json:"input_behaviors,omitempty" yaml:"input_behaviors,omitempty"`
 	// OutputCols maps each supported target to its result column header.
@@ -317,10 +317,11 @@ type Descriptor struct {
 	GPUEligible bool `json:"gpu_eligible" yaml:"gpu_eligible"`
 	// StepKeys are the GPU step keys the method's plans can hold.
 	StepKeys []string `json:"step_keys" yaml:"step_keys"`
-	// EmbeddingsUsed is informational (WIRE §7.1).
+	// EmbeddingsUsed is informational.
 	EmbeddingsUsed []string `json:"embeddings_used" yaml:"embeddings_used"`
 	// EphemeralFamilies are the cache families whose files the method's
-	// prediction consumes and which are deleted after it (SEED-SPEC §2.5).
+	// prediction consumes and which are deleted after it (full residue
+	// matrices, too large to keep).
 	EphemeralFamilies []string `json:"ephemeral_families" yaml:"ephemeral_families"`
 	// EnvPaths are the environment variables given to the prediction process.
 	EnvPaths []EnvVar `json:"env_paths" yaml:"env_paths"`
@@ -336,7 +337,7 @@ type Descriptor struct {
 	// Uncertainty says that the method gives, with each value, its own
 	// uncertainty (standard deviations of log10 of the value; the JSON
 	// contract's `uncertainties`): the result then has the uncertainty
-	// columns of its target, and /methods/ says so (issue 28).
+	// columns of its target, and /methods/ says so.
 	Uncertainty bool `json:"uncertainty,omitempty" yaml:"uncertainty,omitempty"`
 	// UncertaintyFrom, when set, names where the JSON contract's output
 	// gives each row's uncertainty in place of `uncertainties` (for a
@@ -361,7 +362,8 @@ type Descriptor struct {
 // DefaultModelVersion is the model version of every method that names none.
 const DefaultModelVersion = "1"
 
-// Input behaviours of a method per target (WIRE §13.1, §13.4); the same
+// Input behaviours of a method per target (/methods/
+// inputBehaviorByTarget); the same
 // words as internal/units.
 const (
 	BehaviorExpandedPair       = "expanded_pair"
@@ -369,7 +371,7 @@ const (
 	BehaviorNativeFullReaction = "native_full_reaction"
 )
 
-// CSV input types a method accepts (WIRE §13.4 acceptedCsvTypes): a
+// CSV input types a method accepts (/methods/ acceptedCsvTypes): a
 // `Substrate` column, a `Substrates` list, `Substrates` + `Products`.
 const (
 	CSVSingle       = "single"

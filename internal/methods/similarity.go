@@ -8,7 +8,7 @@ import (
 )
 
 // SimilarityDataset is one training set of the similarity analysis
-// (WIRE-CONTRACT §3.3, §4.8): its label (the key of /validate/'s similarity
+// (docs/similarity.md, "Datasets"): its label (the key of /validate/'s similarity
 // object), the FASTA of its sequences, and the methods it serves.
 type SimilarityDataset struct {
 	Label string `json:"label" yaml:"label"`
@@ -17,8 +17,8 @@ type SimilarityDataset struct {
 	Methods []string `json:"methods" yaml:"methods"`
 }
 
-// DefaultSimilarityDatasets are the reference's datasets (§4.8's label
-// table, with §13.5's changes: method G's dataset also serves G-O2 and is
+// DefaultSimilarityDatasets are the reference's datasets, with its 2026
+// changes (method G's dataset also serves G-O2 and is
 // labelled for both, as the reference's became "CatPred/OmniESI"; method I
 // has one), each read from MEDIA/fastas/<slug>_sequences.fasta. Methods H and
 // J have none.

@@ -1,6 +1,6 @@
 package methods
 
-// GPU step keys (SEED-SPEC §5.3). A step key is also the Temporal activity
+// GPU step keys. A step key is also the Temporal activity
 // type of the GPU worker that runs it.
 const (
 	StepMethodAT5Full                 = "methoda_t5_full"
@@ -19,7 +19,8 @@ const (
 	DeprecatedStepMethodAProtT5Layers = "methoda_prott5_layers"
 )
 
-// ActiveSteps returns the active step keys in the order of SEED-SPEC §5.3.
+// ActiveSteps returns the active step keys, method A's three first (its
+// methoda_t5_full writes the binding-site rows the other two read).
 func ActiveSteps() []string {
 	return []string{StepMethodAT5Full, StepMethodAESM2Layers, StepMethodAESMCLayers, StepProtT5Mean,
 		StepMethodDESM1b, StepMethodFESM1v, StepMethodEEmbedKcat, StepMethodEEmbedKm, StepMethodGESM2,
@@ -28,7 +29,7 @@ func ActiveSteps() []string {
 
 // DeprecatedSteps returns the deprecated step keys, each mapped to the active
 // key that replaces it: methoda_t5_full covers binding sites and the ProtT5
-// outputs (SEED-SPEC §5.2–5.3, WIRE difference 11).
+// outputs, so callers that still send the old keys keep working.
 func DeprecatedSteps() map[string]string {
 	return map[string]string{
 		DeprecatedStepMethodABindsites:    StepMethodAT5Full,

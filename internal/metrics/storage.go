@@ -11,7 +11,7 @@ import (
 
 // RegisterMediaFree exports kinflow_media_free_bytes and
 // kinflow_media_size_bytes: the free space and size of the file system
-// that holds the media root, read at each scrape (issue 33). A second
+// that holds the media root, read at each scrape. A second
 // registration (another server on the same registry) is a no-op.
 func (m *Metrics) RegisterMediaFree(root string) error {
 	if m == nil || root == "" {
@@ -47,7 +47,7 @@ func (m *Metrics) RegisterMediaFree(root string) error {
 }
 
 // CacheGauges are the embedding cache's size and evictions, set by each
-// pass of the cache budget's GC (issue 33). Its hit rate is
+// pass of the cache budget's GC. Its hit rate is
 // kinflow_cache_files_total{result="hit"|"miss"}, counted by the plans.
 type CacheGauges struct {
 	files, bytes prometheus.Gauge

@@ -1,4 +1,5 @@
-// Package predcache is kinflow's prediction cache (DESIGN.md §8): every
+// Package predcache is kinflow's prediction cache (docs/api.md, "Prediction
+// cache"): every
 // prediction unit the engine computed, keyed by everything that determined
 // its value, so that no unit is predicted twice.
 //

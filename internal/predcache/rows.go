@@ -13,7 +13,7 @@ import (
 	"github.com/kinflow/kinflow/internal/store"
 )
 
-// Cached rows (issue 36): the quota check at submit counts what a job will
+// Cached rows: the quota check at submit counts what a job will
 // really charge, and a row whose every prediction unit the cache holds is
 // refunded at the end. The exact unit keys depend on what only the worker
 // knows (fingerprints, the sequence as sent, canonical substrates), so the

@@ -7,8 +7,9 @@ import (
 
 // Registry holds the running trackers of one process, one per job: a second
 // caller for the same job stage gets the running tracker (its counters are
-// not reset, SEED-SPEC §5.5 rule 4), and a tracker of a later stage of the
-// same job replaces the earlier one (WIRE §9.6).
+// not reset, so a retried activity does not count the same files twice),
+// and a tracker of a later stage of the same job replaces the earlier one,
+// which stops as done.
 type Registry struct {
 	mu    sync.Mutex
 	byJob map[string]*Tracker

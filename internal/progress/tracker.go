@@ -1,5 +1,6 @@
 // Package progress tracks the embedding progress of one job stage from the
-// files themselves (SEED-SPEC §5.5, WIRE-CONTRACT §9.6): the stage's expected
+// files themselves, so that writes made on another host through shared
+// storage count as well as local ones: the stage's expected
 // missing artefact paths are watched with fsnotify, and a periodic
 // reconciliation lists their folders to find what notifications miss (files
 // written by another host over shared storage, where inotify sees nothing,
@@ -361,7 +362,7 @@ func (t *Tracker) dirs() []string {
 // and not yet counted.
 func (t *Tracker) found(dir, name string) bool {
 	if strings.HasPrefix(name, ".") {
-		// Hidden temp names of the cache write protocol (WIRE §9.7).
+		// Hidden temp names of the cache write protocol (fsutil).
 		return false
 	}
 	t.mu.Lock()

@@ -16,7 +16,7 @@ import (
 	"github.com/kinflow/kinflow/internal/fsutil"
 )
 
-// commit writes path as the cache writers do (fsutil, WIRE §9.7): a hidden
+// commit writes path as the cache writers do (fsutil): a hidden
 // temp file in the same folder, renamed to the final name. No fsync: the
 // tracker sees the same events without it.
 func commit(t testing.TB, path string) {

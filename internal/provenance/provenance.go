@@ -1,5 +1,5 @@
 // Package provenance says which model made a cached artefact or a
-// prediction (DESIGN.md §8): a Fingerprint per artefact family (model,
+// prediction: a Fingerprint per artefact family (model,
 // SHA-256 of the weights, layer and reduction, precision policy, library and
 // step-program versions), recorded beside the family's files by its first
 // writer (RecordName) and checked by every later writer (Admit) and by the

@@ -1,4 +1,4 @@
-// Package result builds a job's result table (WIRE §3): its header, one
+// Package result builds a job's result table: its header, one
 // row per input row and the job's summary (rows fully predicted, rows
 // served wholly from the prediction cache, the skip summary), from the
 // job's input and every stage's rows.json and pred.json, with the
@@ -55,7 +55,8 @@ type Table struct {
 	Rows, FullyPredicted, FullyCached int
 	// CachedRows are the cells of each fully predicted row whose units
 	// all went to the engine or the cache (so the cache now holds them),
-	// and Columns the input's columns: the cached-rows ledger (issue 36).
+	// and Columns the input's columns: the cached-rows ledger, which lets
+	// a later submit of the same rows be admitted without their quota.
 	CachedRows [][]string
 	Columns    []string
 	// SkipSummary is the JSON list of {rows, reason} groups of the rows
@@ -98,7 +99,8 @@ func TargetColumns(valueCol, target string) []string {
 }
 
 // Build builds the result from the input and every stage's predictions
-// (WIRE §3.1–3.2). A stage without predictions (a failed job) leaves its
+// (each target's value, Source and Extra Info cells, then the input's
+// columns). A stage without predictions (a failed job) leaves its
 // cells blank.
 func Build(j Job) (*Table, error) {
 	dir, err := jobfiles.Dir(j.MediaRoot, j.ID)
@@ -213,7 +215,7 @@ func (s *stage) read(sd string, n int) {
 	s.first[n] = k
 }
 
-// sequenceSkips applies the cross-target rule (WIRE §13.3): only a
+// sequenceSkips applies the cross-target rule: only a
 // sequence-level skip blanks a row in every target; any other failure
 // blanks its own target only.
 func (b *builder) sequenceSkips() {
@@ -232,7 +234,7 @@ func (b *builder) sequenceSkips() {
 
 // header is the result's header: each target's three columns, the input's
 // columns the result does not generate, the similarity columns, and last
-// the uncertainty columns (issue 28), so that the positions an older
+// the uncertainty columns, so that the positions an older
 // client reads do not move.
 func (b *builder) header() {
 	generated := map[string]bool{}

@@ -113,7 +113,7 @@ func (b *builder) cell(st *stage, r int) cell {
 		c.selected = reduced.Selected
 	}
 	// Experimental values apply to rows of the older shape (one sequence,
-	// one substrate input), looked up per row (§3.5).
+	// one substrate input), looked up per row.
 	if legacy || !st.has {
 		if cells, ok := experimentalCells(b.an, st.target, st.display, r, model, b.skip[r]); ok {
 			c.cells, c.full = cells, true
@@ -236,7 +236,8 @@ func uncertaintyCells(u *units.Uncertainty) []string {
 }
 
 // experimentalCells are the (value, Source, Extra Info) cells of row r for
-// target when the job's experimental look-up matched it (WIRE §3.5): the
+// target when the job's experimental look-up matched it (docs/similarity.md,
+// "Experimental values"): the
 // measured value, the table's Source label and the Extra Info sentences,
 // which name the model's own value when it made one. A row skipped for its
 // sequence keeps its skip reason instead (the cross-target rule blanks after

@@ -1,4 +1,5 @@
-// Package seqid is the sequence-id algorithm (WIRE §8): a sequence's id is
+// Package seqid is the sequence-id algorithm (docs/embedding.md, "Sequence
+// ids"), the reference's, so its caches stay reusable: a sequence's id is
 // the first BaseLen hex characters of its SHA-256, with _1, _2, … appended
 // on a collision, and an id is safe as a file name when Valid says so.
 //
@@ -14,7 +15,7 @@ import (
 )
 
 // BaseLen is the number of hex characters of a sequence's SHA-256 that
-// form its base seq id (WIRE §8).
+// form its base seq id.
 const BaseLen = 12
 
 // MaxLen bounds a seq id. Ids become file names; 128 leaves room for
@@ -22,7 +23,7 @@ const BaseLen = 12
 const MaxLen = 128
 
 // SHA256Hex is the lowercase hex SHA-256 of the sequence's bytes, hashed
-// exactly as given (WIRE §8: case-sensitive, no trimming).
+// exactly as given (case-sensitive, no trimming).
 func SHA256Hex(seq string) string {
 	sum := sha256.Sum256([]byte(seq))
 	return hex.EncodeToString(sum[:])
@@ -32,7 +33,7 @@ func SHA256Hex(seq string) string {
 func Base(seq string) string { return SHA256Hex(seq)[:BaseLen] }
 
 // Candidate is the n-th id tried for a new sequence whose base id is base:
-// base itself for n = 0, then base_1, base_2, … (WIRE §8).
+// base itself for n = 0, then base_1, base_2, …
 func Candidate(base string, n int) string {
 	if n == 0 {
 		return base

@@ -24,7 +24,7 @@ func benchSize(name string, def int) int {
 	return def
 }
 
-// BenchmarkSearch is the measure: 10,000 query sequences (a third
+// BenchmarkSearch is the search at full size: 10,000 query sequences (a third
 // copies of training sequences, a third 30 %-mutated copies, a third
 // unrelated; 300 residues) against a 20,000-sequence dataset, cold (build
 // and search) and cached (a second search of the same queries). Sizes:
@@ -102,7 +102,7 @@ func BenchmarkSearch(b *testing.B) {
 	}
 }
 
-// BenchmarkCachedLookup measures the cached path at the full size
+// BenchmarkCachedLookup measures the cached path at the same full size
 // without paying for the cold search: 10,000 query sequences whose results
 // are already in the build's cache file (written by the same code that a
 // search uses), looked up by a searcher that has read the file before

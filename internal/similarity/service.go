@@ -107,7 +107,7 @@ type ErrorObject struct {
 	Unavailable bool   `json:"unavailable,omitempty"`
 }
 
-// Analyze is /validate/'s runSimilarity (WIRE-CONTRACT §4.8): rows are the
+// Analyze is /validate/'s runSimilarity (docs/similarity.md): rows are the
 // non-empty Protein Sequence cells (one per row, duplicates included);
 // each present dataset gets the histograms of the rows' max and mean
 // identities. What the cache holds is answered at once; the rest is

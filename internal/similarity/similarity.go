@@ -1,5 +1,5 @@
 // Package similarity measures how close query proteins are to the training
-// data of the prediction methods (WIRE-CONTRACT §3.3, §4.8): an MMseqs2
+// data of the prediction methods (docs/similarity.md): an MMseqs2
 // search of the sequences against each dataset's training-set FASTA, reduced
 // to the max and mean percent identity (pident, 0–100) over the hits.
 //
@@ -35,7 +35,8 @@ import (
 	"github.com/kinflow/kinflow/internal/mediaroot"
 )
 
-// Search parameters of WIRE-CONTRACT §4.8, the reference's values.
+// Search parameters: the reference deployment's values, so that its
+// similarity figures and kinflow's agree.
 var searchArgs = []string{"--max-seqs", "1000", "-s", "7.5", "-e", "0.001"}
 
 // Dataset is one training set: its label (the /validate/ key), the FASTA

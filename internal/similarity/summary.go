@@ -8,7 +8,7 @@ import (
 )
 
 // Summary is one dataset's entry of /validate/'s similarity object
-// (WIRE-CONTRACT §4.8), in the contract's key order. The averages are on
+// (docs/similarity.md), in the reference's key order. The averages are on
 // the 0–100 scale (kinflow's fix: the reference multiplied by 100 again).
 type Summary struct {
 	HistogramMax          Histogram[float64] `json:"histogram_max"`
@@ -59,7 +59,7 @@ func (h *Histogram[T]) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// Summarize builds the §4.8 object from one identity per input row (rows
+// Summarize builds a dataset's summary object from one identity per input row (rows
 // with no hit carry 0). A value's bin is its identity rounded half to even,
 // as Python's round() does, clamped to 0–100.
 func Summarize(rows []Identity) Summary {

@@ -17,7 +17,8 @@ const (
 	JobFailed     = "Failed"
 )
 
-// EventGPUPrecompute is the JobEvent kind of a GPU-precompute record (§2.5).
+// EventGPUPrecompute is the JobEvent kind of a GPU-precompute record, served
+// in the status's gpuPrecompute object.
 const EventGPUPrecompute = "gpu_precompute"
 
 // CreateJob inserts job and its stage rows in one transaction.

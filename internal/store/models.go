@@ -93,8 +93,8 @@ type Job struct {
 	RefundedCachedRows int `gorm:"not null"`
 
 	// QuotaCreditRows is how many of RequestedRows were not taken from the
-	// quota at submit because the prediction cache held them (issue 36,
-	// migration 0010): the submit charged RequestedRows-QuotaCreditRows,
+	// quota at submit because the prediction cache held them (migration
+	// 0010): the submit charged RequestedRows-QuotaCreditRows,
 	// and the end of the job refunds only what it charged beyond them.
 	QuotaCreditRows int `gorm:"not null"`
 	// NotifyURL is where the job's end is announced (webhook.go); empty:
@@ -104,7 +104,7 @@ type Job struct {
 	// bulk), chosen at submit; "" for a job submitted before classes.
 	Priority string `gorm:"not null;default:''"`
 	// ExpiredAt is when the job's folder was removed after
-	// KINFLOW_JOB_RETENTION_DAYS (issue 33); nil while it is kept.
+	// KINFLOW_JOB_RETENTION_DAYS; nil while it is kept.
 	ExpiredAt *time.Time
 }
 
@@ -148,7 +148,8 @@ type JobStage struct {
 func (JobStage) TableName() string { return "job_stages" }
 
 // JobEvent is one recorded transition of a job; kind "gpu_precompute" events
-// carry the §2.5 flags and are served as gpuPrecompute events.
+// carry the attempted, usedGpu, completed and failed flags and a reason,
+// and are served as gpuPrecompute events.
 type JobEvent struct {
 	ID         int64     `gorm:"primaryKey;autoIncrement"`
 	JobID      string    `gorm:"size:40;not null;index"`

@@ -44,7 +44,7 @@ func (s *Store) QuotaUsed(ctx context.Context, keyID int64, day string) (int64, 
 // row is created, at 0, only when the first UPDATE finds none. A pipeline
 // submitting 200 jobs at once with one key waited 62–68 ms per statement
 // on Postgres when the row was created first and the job written after
-// (docs/BENCHMARKS.md, issue 35's eighth pass).
+// (docs/BENCHMARKS.md, "One key's submits waited on each other in Postgres").
 func (s *Store) ReserveQuota(ctx context.Context, keyID int64, day string, n, limit int64) (ok bool, used int64, err error) {
 	db := s.DB.WithContext(ctx)
 	if ok, used, err = addQuota(db, keyID, day, n, limit); err != nil || ok {

@@ -7,7 +7,7 @@ import (
 )
 
 // RunningJobs are up to limit jobs in state Pending or Processing whose id
-// sorts after after, in id order: the job reconciler (issue 33) walks them
+// sorts after after, in id order: the job reconciler walks them
 // batch by batch with the last id of each as the next after.
 func (s *Store) RunningJobs(ctx context.Context, after string, limit int) ([]Job, error) {
 	var js []Job

@@ -35,7 +35,7 @@ const maxSeqIDAttempts = 64
 var ErrHashCollision = errors.New("sequence SHA-256 collision")
 
 // SeqIDs maps each sequence to its seq id, in order, creating ids for new
-// sequences (get-or-create, WIRE §8): an existing sequence (found by its
+// sequences (get-or-create, docs/embedding.md, "Sequence ids"): an existing sequence (found by its
 // SHA-256, full text compared) keeps its id; a new one gets the first 12 hex
 // characters of its SHA-256, or base_1, base_2, … when that id belongs to
 // another sequence. Every occurrence counts a use (uses_count, last_seen_at).
@@ -331,8 +331,8 @@ type ImportResult struct {
 	AlreadyPresent int
 }
 
-// ImportSeqmap takes over a reference deployment's seqmap.sqlite3 (WIRE §8
-// schema), keeping every id it holds, so that deployment's cache is reused
+// ImportSeqmap takes over a reference deployment's seqmap.sqlite3 (its
+// table `sequences`: id, seq, sha256, len, …), keeping every id it holds, so that deployment's cache is reused
 // as it is. It runs in one transaction: if any row conflicts with the map
 // here (the same sequence under another id, or the id used by another
 // sequence) or holds an id that is not a safe file name, nothing is imported

@@ -166,7 +166,7 @@ func TestSeqIDsTenThousand(t *testing.T) {
 	})
 }
 
-// writeReferenceSeqmap creates a seqmap.sqlite3 with the reference's schema (WIRE §8).
+// writeReferenceSeqmap creates a seqmap.sqlite3 with the reference's schema.
 func writeReferenceSeqmap(t *testing.T, rows [][3]string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "seqmap.sqlite3")

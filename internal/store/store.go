@@ -113,7 +113,7 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 		// transactions holding every connection wait for that statement.
 		// A fresh api met it under the production topology's burst of
 		// submits: 100 requests hung for good, with no CPU and no log
-		// (docs/BENCHMARKS.md, issue 35's eleventh pass).
+		// (docs/BENCHMARKS.md, "A burst that hung for good").
 		db, err = gorm.Open(postgres.Open(databaseURL), cfg)
 	default:
 		return nil, fmt.Errorf("unsupported database URL %q: want sqlite:PATH or postgres://…", redact(databaseURL))

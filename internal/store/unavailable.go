@@ -14,7 +14,7 @@ import (
 // Unavailable reports whether err says the database could not be reached
 // or was going away (refused or reset connections, a server shutting down
 // or starting up), as opposed to an error of the statement: what a caller
-// may ride out by waiting (issue 33).
+// may ride out by waiting.
 func Unavailable(err error) bool {
 	if err == nil {
 		return false

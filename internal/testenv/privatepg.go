@@ -13,7 +13,7 @@ import (
 )
 
 // PrivatePostgres is a Postgres server of one test's own, that the test may
-// stop and start (issue 33's outage tests): never the shared server on
+// stop and start (the database outage tests): never the shared server on
 // 5432, which other tests use meanwhile.
 type PrivatePostgres struct {
 	tb   testing.TB

@@ -9,7 +9,8 @@ import (
 	"unicode/utf8"
 )
 
-// Texts of the reductions (WIRE §13.1–13.3), verbatim.
+// Texts of the reductions, verbatim: clients match them, and they are the
+// reference deployment's texts.
 const (
 	// NoPrediction is a unit's error when the model returned no value.
 	NoPrediction = "Prediction could not be made"
@@ -36,7 +37,8 @@ type Cell struct {
 	Source string
 	Extra  string
 	// Filled is true when Value is non-empty (an array cell counts): the
-	// row is then not refunded for this target (§13.1 quota rule).
+	// row is then not refunded for this target (a row is refunded unless
+	// every target's value cell is filled).
 	Filled bool
 	// Selected is the candidate index whose value a scalar cell holds, -1
 	// when none (or an array cell); the similarity columns use it.
@@ -47,7 +49,7 @@ type Cell struct {
 type Options struct {
 	// CandidateMode is true when some row of the job has more than one
 	// candidate sequence: every row's Extra Info is then the per-candidate
-	// JSON array (§13.2).
+	// JSON array.
 	CandidateMode bool
 	// LegacyExtra is the Extra Info of a predicted row in the older shape
 	// (one candidate, one substrate input), e.g. the synthetic notice.
@@ -276,7 +278,8 @@ func valuesJSON(vals []*float64) string {
 	return b.String()
 }
 
-// reduceSubstrates is §13.1's reduction of one candidate's substrate units.
+// reduceSubstrates reduces one candidate's substrate units: kcat keeps the
+// largest finite value, Km and kcat/Km a JSON array in substrate order.
 func reduceSubstrates(target string, row Row, units []Unit, results []Result) Cell {
 	items := make([]*item, len(units))
 	best := -1
@@ -322,7 +325,8 @@ func substrateText(u Unit) string {
 	return strings.Join(u.Substrates, Separator)
 }
 
-// reduceCandidates is §13.2's reduction over candidate sequences (and, with
+// reduceCandidates reduces over candidate sequences, keeping the largest
+// kcat and kcat/Km and the smallest Km (and, with
 // substrate units, per substrate slot for Km and kcat/Km).
 func reduceCandidates(target string, row Row, units []Unit, results []Result) Cell {
 	// One item per candidate, in candidate order.

@@ -1,18 +1,20 @@
 // Package units is kinflow's prediction unit: one engine prediction for one
 // (input row, target, candidate sequence, substrate) combination, and the
 // reductions that fold a row's units back into that row's three result
-// cells (WIRE-CONTRACT §13.1–13.3).
+// cells (docs/api.md, "Substrate lists, candidate sequences and per-target
+// results").
 //
 // A stage (one target and its method) expands each input row into units when
 // it is prepared: one unit per candidate sequence of `Protein Sequence`
-// (§13.2) times, for the expanded_pair behaviour over a `Substrates` column,
-// one unit per substrate token (§13.1). The engine predicts units exactly as
+// times, for the expanded_pair behaviour over a `Substrates` column, one
+// unit per substrate token. The engine predicts units exactly as
 // it predicted rows before; Finalize reduces them with Reduce. A row of the
 // older wire (one sequence, a `Substrate` cell) is exactly one unit whose
 // reduction gives the cells kinflow always wrote.
 //
-// The unit is also the key of the prediction result cache (DESIGN §8): its
-// fields are everything the engine is given for it.
+// The unit is also the key of the prediction result cache: its fields are
+// everything the engine is given for it, so a cached value is never served
+// for different input.
 package units
 
 import (
@@ -21,7 +23,8 @@ import (
 	"time"
 )
 
-// Input behaviours of a method for one target (WIRE §13.1, §13.4).
+// Input behaviours of a method for one target, as /methods/ shows them in
+// inputBehaviorByTarget.
 const (
 	// ExpandedPair is the default of every single-substrate method: each
 	// token of a `Substrates` list is one unit; `Products` is carried, not used.
@@ -35,7 +38,7 @@ const (
 )
 
 // Separator is the list separator of `Substrates`, `Products` and
-// `Protein Sequence` (WIRE §13.1, §13.2).
+// `Protein Sequence`.
 const Separator = ";"
 
 // nullWords are whole-cell spellings of an empty list (any case).
@@ -48,7 +51,8 @@ func IsNullCell(cell string) bool {
 	return t == "" || nullWords[strings.ToLower(t)]
 }
 
-// Split is the list rule of §13.1/§13.2: the cell's ';'-separated tokens,
+// Split is the list rule of `Substrates`, `Products` and candidate
+// sequences: the cell's ';'-separated tokens,
 // each trimmed, empty fragments dropped; a null cell is the empty list. No
 // escaping beyond CSV quoting.
 func Split(cell string) []string {
@@ -89,7 +93,8 @@ func Count(cell string) int {
 	return n
 }
 
-// Candidate is one candidate sequence of a row (§13.2).
+// Candidate is one candidate sequence of a row (a `;`-separated
+// `Protein Sequence` cell lists several).
 type Candidate struct {
 	// Sequence is the candidate as given (trimmed when the cell was a list).
 	Sequence string `json:"sequence"`
@@ -242,7 +247,7 @@ type Result struct {
 	// computed: it was served from the prediction cache (internal/predcache).
 	Cached *time.Time `json:"cached,omitempty"`
 	// Uncertainty is the method's own uncertainty of Value, when the
-	// method gives one (issue 28); nil otherwise.
+	// method gives one; nil otherwise.
 	Uncertainty *Uncertainty `json:"uncertainty,omitempty"`
 }
 

@@ -211,8 +211,8 @@ func TestCountIsLenOfSplit(t *testing.T) {
 }
 
 // TestShareInputsStoresListsOncePerRow: the candidates of a native row
-// send the same lists; stored, they are written once per row (issue 34: a
-// 1,000-candidate × 20,000-substrate row made a 1.36 GB rows.json), and
+// send the same lists; stored, they are written once per row (written per
+// unit, a 1,000-candidate × 20,000-substrate row made a 1.36 GB rows.json), and
 // restored every unit is what Expand made.
 func TestShareInputsStoresListsOncePerRow(t *testing.T) {
 	subs := make([]string, 2000)

@@ -2,7 +2,7 @@
 // failing part named in plain words ("the database was unreachable"), and
 // no connection string, host, port, database user or name. The full text
 // goes to the operator's log (with the request or job id) by the caller;
-// api and activities both use this one rule (DESIGN §6: a concept once).
+// api and activities both use this one rule, defined once here.
 package usermsg
 
 import (

@@ -32,7 +32,7 @@ type Job struct {
 // Overall is kinflow's `overall` object of /status/: the whole job in the
 // user's units (rows, sequences), one percentage, an ETA and one line of
 // text that the web page, the CLI and the Python client all show. The
-// §2.4 embedding objects (counted in files) stay as the detail.
+// embedding objects (counted in files) stay as the detail.
 type Overall struct {
 	// Percent of the whole job, 0–100 with one decimal: the mean of the
 	// stages' fractions; a stage that embeds counts its embedding and its
@@ -59,8 +59,7 @@ type Overall struct {
 
 // SimilarityNote is kinflow's `similarity` object of /status/ and the
 // source of the result's `columnNotes`: what the two similarity columns
-// hold, or why they are blank (WIRE-CONTRACT difference 18: reported,
-// never silently blank).
+// hold, or why they are blank (reported, never silently blank).
 type SimilarityNote struct {
 	// State is "done" (the columns are filled) or "not_configured" (the
 	// method has no dataset, or it is not installed: the columns are blank).

@@ -1,4 +1,4 @@
-"""Cache writes (WIRE-CONTRACT §9.7) and the binding-site table (§9.2).
+"""Cache writes (docs/embedding.md, "Writing artefacts") and the binding-site table.
 
 Every artefact is written to a hidden temp file ``.<sid>.<random><suffix>`` in its
 final folder, fsynced, then renamed into place, so no reader or planner ever sees a
@@ -250,7 +250,7 @@ class Commit:
 
 
 def merge_manifest(folder: str, commits: Iterable[Commit]) -> None:
-    """Add commits to folder/manifest.json (WIRE §9.7): compact JSON, sorted keys,
+    """Add commits to folder/manifest.json: compact JSON, sorted keys,
     atomically replaced; fields other writers put there are kept."""
     commits = list(commits)
     if not commits:
@@ -416,7 +416,7 @@ def read_binding_sites(path: str, want: set[str]) -> dict[str, np.ndarray]:
     """Per-residue binding-site probabilities of the wanted ids (float64; the last row
     of a repeated id wins). The id column is ``PDB``, else the first column; a line
     without a final newline is a write in progress and is skipped; a missing file is
-    empty (WIRE §9.2, internal/embedding/bindingsite.go)."""
+    empty (as in internal/embedding/bindingsite.go)."""
     out: dict[str, np.ndarray] = {}
     try:
         f = open(path, encoding="utf-8", errors="replace", newline="")

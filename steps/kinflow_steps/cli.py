@@ -38,7 +38,7 @@ def answer(out, obj: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kinflow_steps", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--step", required=True, help="step key (SEED-SPEC §5.3)")
+    ap.add_argument("--step", required=True, help="step key (an active key, or a deprecated one mapped to it)")
     ap.add_argument("--manifest", help="one-shot: run this batch manifest and exit")
     ap.add_argument(
         "--check",

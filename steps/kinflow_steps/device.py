@@ -1,4 +1,4 @@
-"""What crosses from the device to the host, and how (DESIGN §13, issue 32).
+"""What crosses from the device to the host, and how (steps/README.md, "The pipelined server").
 
 A forward pass leaves, per layer, a device tensor holding every sequence's residue rows
 (a padded [B, T, D] batch or the unpadded [T, D] run of sequences laid end to end).

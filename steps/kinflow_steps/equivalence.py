@@ -1,5 +1,5 @@
 """Numerical equivalence of two artefacts: the bound every step must meet against an
-independent computation at the reference's precision (issue 19), and the check
+independent computation at the reference's precision, and the check
 ``kinflow cache verify`` repeats in Go with the same numbers.
 
 * pooled vectors ``[D]``: cosine similarity >= POOLED_MIN_COSINE (0.9999);

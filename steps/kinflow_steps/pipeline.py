@@ -1,4 +1,4 @@
-"""The pipelined step server (DESIGN §13, issue 32): the device never waits on the host.
+"""The pipelined step server (steps/README.md, "The pipelined server"): the device never waits on the host.
 
 A batch's forward passes (a host batch split by KINFLOW_STEPS_TOKS_PER_BATCH, and the
 passes of the batches the host sent ahead) go through three stages at once:
@@ -12,7 +12,7 @@ passes of the batches the host sent ahead) go through three stages at once:
    files into place once every pass of the batch is staged, then the caller answers.
 
 So the write protocol (temp file in the final folder, fsync, record with size,
-mtime_ns and SHA-256 in manifest.json under its lock, then the rename; WIRE §9.7) and
+mtime_ns and SHA-256 in manifest.json under its lock, then the rename) and
 its all-or-nothing rule for a non-finite batch are the serial server's, and a kill at
 any point leaves only hidden temp files, which nothing reads.
 
@@ -35,7 +35,7 @@ from kinflow_steps.errors import BatchError, ConfigError, NonFiniteError
 from kinflow_steps.steps import Batch, HostPart, Step, Writer
 
 #: Forward passes in flight. 3 = one in the forward pass, one being copied to the host,
-#: one being written: the three stages of DESIGN §13 each busy. More buys nothing once
+#: one being written: the pipeline's three stages each busy. More buys nothing once
 #: the host keeps up (the device is then the bottleneck) and costs a batch's results
 #: each (84 MB of pinned memory for a 16,384-token ESM-2 residue batch).
 DEFAULT_DEPTH = 3

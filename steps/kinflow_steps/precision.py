@@ -1,4 +1,4 @@
-"""Precision per model family, with proof (issue 19).
+"""Precision per model family, with proof.
 
 The yardstick of each family is the reference deployment's own numerics
 (Toepfer-Lab/webKinPred): fp32 for ESM-2, ESM-1b and ESM-1v (fair-esm models are never
@@ -18,7 +18,7 @@ The proofs: steps/tests/test_equivalence.py on the CPU (``make test``). The CUDA
 are the reference's own numerics (the yardstick itself) unless a faster CUDA mode was
 proven by an equivalence run on a GPU (docs/BENCHMARKS.md lists what ran).
 
-``tf32`` (issue 32) is fp32 weights and activations with CUDA's TF32 matrix products
+``tf32`` is fp32 weights and activations with CUDA's TF32 matrix products
 (``torch.backends.cuda.matmul.allow_tf32``): 2.5x the padded ESM-2 server's rate on an
 H200. The fingerprint's precision says it (``float32, tf32 matrix products``), so its
 files never mix with strict fp32 ones. Its proof is ``steps/gpu_suite.py`` part ``tf32``
@@ -46,7 +46,7 @@ DTYPES = {FP32: torch.float32, TF32: torch.float32, FP16: torch.float16, BF16: t
 PROVEN: dict[str, dict[str, tuple[str, ...]]] = {
     # fp16 on CUDA is UnpaddedESM2 (fp16 products, fp32 residual stream, norms and
     # rotation; varlen flash attention), proven on an H100 at full size: bf16 is not.
-    # TF32 (fp32 with TF32 matrix products) first: ESM-2's CUDA default (issue 32).
+    # TF32 (fp32 with TF32 matrix products) first: ESM-2's CUDA default, proven on an H200.
     "esm2": {"cpu": (FP32,), "cuda": (TF32, FP32, FP16)},
     "esm1b": {"cpu": (FP32,), "cuda": (FP32, TF32)},
     "esm1v": {"cpu": (FP32,), "cuda": (FP32,)},

@@ -1,4 +1,4 @@
-"""The step keys (SEED-SPEC §5.3): which model, layer and reduction writes each file.
+"""The step keys: which model, layer and reduction writes each file.
 
 A step owns a set of artefact families (folders under ``MEDIA/sequence_info``); the
 manifest lists, per sequence, the absolute paths it owes. The step maps each path's
@@ -46,9 +46,9 @@ LETTERS = frozenset(string.ascii_letters)
 ESM_WINDOW = 1022
 #: The token-matrix width the reference's method G and H workers cut to.
 ESM_TOKENS = 1024
-# Method F's rule for longer sequences (WIRE §10.4): first 500 + last 500.
+# Method F's rule for longer sequences (the reference's ESM-1v worker): first 500 + last 500.
 ESM1V_HALF = 500
-# The binding-site predictor refuses longer sequences (WIRE §9.2).
+# The binding-site predictor refuses longer sequences (it does in the reference too).
 PSEQ2SITES_MAX = 1499
 
 
@@ -1029,6 +1029,6 @@ STEPS: dict[str, Callable[[], Step]] = {
         MethodIProtT5Residues,
     )
 }
-# Deprecated keys kinflow maps to methoda_t5_full (WIRE §10.4).
+# Deprecated keys kinflow maps to methoda_t5_full, which covers binding sites and ProtT5.
 STEPS["methoda_bindsites"] = MethodAT5Full
 STEPS["methoda_prott5_layers"] = MethodAT5Full

@@ -1,4 +1,4 @@
-"""Equivalence per step key (issue 19): each step program in its production
+"""Equivalence per step key: each step program in its production
 configuration (a resident server, default precision, batches padded as the host sends
 them) against an independent computation at the reference's precision (each sequence
 alone through the model's own library in fp32, reduced here in float64), on
@@ -315,6 +315,7 @@ def test_methode_embed(serve, eq, media, tmp_path, param):
         check(step, fam, sid, got.numpy(), want)
 
 
-def test_bounds_are_the_issue_s():
+def test_equivalence_bounds_are_the_stated_ones():
+    """The bounds every step must meet: pooled cosine 0.9999, per-residue 0.999."""
     assert (POOLED_MIN_COSINE, RESIDUE_MIN_COSINE) == (0.9999, 0.999)
     assert HERE

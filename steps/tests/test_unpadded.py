@@ -120,7 +120,7 @@ def test_precision_per_family(monkeypatch):
 
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     monkeypatch.delenv("KINFLOW_STEPS_PRECISION", raising=False)
-    assert precision_for("esm2", cuda) == "tf32"  # proven on an H200 (issue 32): the default
+    assert precision_for("esm2", cuda) == "tf32"  # proven on an H200: the default
     assert precision_for("esm1b", cuda) == precision_for("esm1v", cuda) == "fp32"
     monkeypatch.setenv("KINFLOW_STEPS_PRECISION_ESM2", "fp32")
     assert precision_for("esm2", cuda) == "fp32"  # strict fp32 still named

@@ -1,4 +1,4 @@
-"""Issue 36, the scientist's second look at the client: one bar for the whole job driven by the
+"""The scientist's second look at the client: one bar for the whole job driven by the
 status's ``overall`` (percentage and the server's ETA, shown only once the server gives one), the
 ``overall`` sentence in ``status``, warnings that name the caller's line, one spelling per
 ``df.attrs`` key, and a plot whose saved image keeps its title."""

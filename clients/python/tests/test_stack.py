@@ -107,7 +107,7 @@ def test_submit_wait_result_dataframe(client: Client, tmp_path: Path) -> None:
     assert all(isinstance(v, str) for v in df["Extra Info kcat"])
     assert df.attrs["job_id"] == job.id and df.attrs["synthetic"] is True and df.attrs["rowCount"] == 4
     assert list(df["Name"]) == ["r0", "r1", "r2", "r3"]
-    # The server's provenance (issue 18) rides along in df.attrs, whatever its shape.
+    # The server's provenance rides along in df.attrs, whatever its shape.
     assert df.attrs.get("provenance"), sorted(df.attrs)
     # The CSV, byte for byte as served, written atomically.
     with pytest.warns(SyntheticResultWarning):
@@ -189,7 +189,7 @@ def test_progress_bar_output(client: Client) -> None:
     st = job.wait(progress=True, file=buf, poll_interval=0.2)
     text = buf.getvalue()
     assert st.status == "Completed"
-    # One bar for the whole job (issue 36): its percentage is the job's `overall`, never going
+    # One bar for the whole job: its percentage is the job's `overall`, never going
     # back when the second stage starts; the final frame is full, says the job's sentence and
     # the synthetic flag, and shows no ETA.
     frames = [f for f in re.split(r"[\r\n]+", text) if f.strip()]
@@ -257,7 +257,7 @@ class DropFirstSubmitAnswer(httpx.HTTPTransport):
 
 @pytest.fixture(scope="module")
 def honours_idempotency(stack: Stack) -> bool:
-    """Whether the server honours Idempotency-Key (issue 21), by behaviour: one key, two submits."""
+    """Whether the server honours Idempotency-Key, by behaviour: one key, two submits."""
     key = f"probe-{time.time_ns()}"
     files = {"file": ("probe.csv", pd.DataFrame(input_rows(1, seed=99)).to_csv(index=False).encode(), "text/csv")}
     data = {"targets": '["kcat"]', "methods": '{"kcat": "B"}'}

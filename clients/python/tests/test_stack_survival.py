@@ -1,4 +1,4 @@
-"""Issue 28 against real kinflow stacks: a two-minute outage of the whole stack while a script
+"""The client that survives, against real kinflow stacks: a two-minute outage of the whole stack while a script
 waits, Ctrl-C in a script and in the CLI, a free identical resubmit, uncertainty columns."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from conftest import Stack, input_rows, start_stack
 import kinflow_client
 from kinflow_client import Client, SyntheticResultWarning
 
-# How long the stack stays down while the client waits: the issue's two minutes.
+# How long the stack stays down while the client waits: two minutes, an outage an operator fixes.
 OUTAGE_SECONDS = 120
 
 
@@ -115,7 +115,7 @@ def test_ctrl_c_prints_the_reattach_line(stack: Stack, tmp_path: Path) -> None:
 
 
 def test_identical_resubmit_is_free_and_says_so(stack: Stack) -> None:
-    """Issue 28: rows whose every prediction came from the prediction cache are refunded; the
+    """Rows whose every prediction came from the prediction cache are refunded; the
     status, the result's attrs and the quota say how many."""
     c = Client(stack.url, stack.key)
     rows = input_rows(12, seed=91)

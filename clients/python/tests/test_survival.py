@@ -1,4 +1,4 @@
-"""The client that survives (issue 28), against scripted answers (httpx.MockTransport): outages
+"""The client that survives, against scripted answers (httpx.MockTransport): outages
 ridden out by wait(), the re-attach line on every give-up and on Ctrl-C, per-call settings,
 AsyncClient, typed timestamps, the example frame, the plot and the result's notes."""
 

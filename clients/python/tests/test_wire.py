@@ -22,9 +22,9 @@ from kinflow_client import (
 )
 from kinflow_client import _client as client_mod
 
-# A result as the reference deployment serves it (WIRE-CONTRACT §3.4): Python's
+# A result as the reference deployment serves it (docs/python-client.md): Python's
 # json.dumps with allow_nan, ", " / ": " separators, every blank cell a bare NaN,
-# an int-only input column as ints, a §13.1 per-substrate array cell as a string.
+# an int-only input column as ints, a per-substrate array cell as a string.
 REFERENCE_RESULT = (
     '{"jobId": "aB3dE5g", "columns": ["kcat (1/s)", "Source kcat", "Extra Info kcat", "KM (mM)", "Source Km", '
     '"Extra Info Km", "Protein Sequence", "Substrate", "Replicate"], "rowCount": 3, "data": ['

@@ -244,7 +244,7 @@ def plot_result(
     n_rows = 3 if any(uncertain.values()) else 1
     # The constrained layout keeps the figure's title (suptitle) and the
     # two-line panel titles inside the figure: tight_layout left the title
-    # above the canvas, and a plain savefig clipped it (issue 36).
+    # above the canvas, and a plain savefig clipped it.
     fig, axes_any = plt.subplots(
         n_rows, len(panels), figsize=(width * len(panels), height * n_rows), squeeze=False, layout="constrained"
     )  # fmt: skip

@@ -1,4 +1,4 @@
--- The prediction cache (internal/predcache, DESIGN.md §8): one row per
+-- The prediction cache (internal/predcache): one row per
 -- prediction unit ever computed, keyed by the SHA-256 of everything that
 -- determined its value. Exactly one of value and error is set: the raw
 -- engine value, or why the engine gave none. method and model_version are

@@ -1,4 +1,4 @@
--- A method that gives per-unit uncertainty (issue 28: a standard deviation
+-- A method that gives per-unit uncertainty (a standard deviation
 -- in log10 units, its total and its aleatoric and epistemic parts, as
 -- units.Uncertainty) has it kept in the prediction cache beside the value,
 -- so that a cached unit comes back with the very uncertainty it was

@@ -1,4 +1,4 @@
--- Retention of job folders (issue 33): when a finished job's folder was
+-- Retention of job folders: when a finished job's folder was
 -- removed after KINFLOW_JOB_RETENTION_DAYS. The index finds the finished
 -- jobs that are due.
 ALTER TABLE jobs ADD COLUMN expired_at DATETIME;

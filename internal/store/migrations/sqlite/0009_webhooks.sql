@@ -1,4 +1,4 @@
--- Webhooks (issue 35): a job's notify URL (the submit's notifyUrl, else its
+-- Webhooks: a job's notify URL (the submit's notifyUrl, else its
 -- key's default), and per key the default URL and the secret that signs
 -- every notice (HMAC-SHA256), made on first use.
 ALTER TABLE jobs ADD COLUMN notify_url TEXT NOT NULL DEFAULT '';

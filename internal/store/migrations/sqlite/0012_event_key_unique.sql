@@ -1,7 +1,7 @@
 -- An event with a key is stored once (AddEvent): a unique index makes that
 -- the database's rule, so that recording one is a single INSERT … ON
 -- CONFLICT DO NOTHING instead of a transaction that counted the key first
--- (five round trips per event, two events per small job; issue 35). Copies
+-- (five round trips per event, two events per small job). Copies
 -- left by a race of the old count-then-insert are dropped first, the oldest
 -- kept. Events without a key (from before keys) are not constrained.
 DELETE FROM job_events WHERE event_key <> '' AND id NOT IN (
