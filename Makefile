@@ -24,18 +24,17 @@ help: ## list the targets
 
 bin/temporal: ## build the Temporal CLI (dev server) from the Go module proxy, pinned
 	@mkdir -p bin
-	@echo "building the Temporal CLI ($(TEMPORAL_CLI)) into bin/ (first time only, a few minutes)…"
-	GOBIN=$(CURDIR)/bin $(GO) install $(TEMPORAL_CLI)
+	@GO=$(GO) bash scripts/go-install.sh "the Temporal CLI ($(TEMPORAL_CLI), the dev server of make run) into bin/" $(CURDIR)/bin $(TEMPORAL_CLI)
 
 bin/temporal-server: ## build the Temporal server and its schema tool (bin/temporal-sql-tool) from the Go module proxy, pinned (docs/production.md)
 	@mkdir -p bin/.temporal-server
-	@echo "building the Temporal server $(TEMPORAL_SERVER_VERSION) into bin/ (first time only, several minutes)…"
-	GOBIN=$(CURDIR)/bin/.temporal-server $(GO) install go.temporal.io/server/cmd/server@$(TEMPORAL_SERVER_VERSION) go.temporal.io/server/cmd/tools/sql@$(TEMPORAL_SERVER_VERSION)
+	@GO=$(GO) bash scripts/go-install.sh "the Temporal server $(TEMPORAL_SERVER_VERSION) and its schema tool (for the production-topology tests) into bin/" $(CURDIR)/bin/.temporal-server go.temporal.io/server/cmd/server@$(TEMPORAL_SERVER_VERSION) go.temporal.io/server/cmd/tools/sql@$(TEMPORAL_SERVER_VERSION)
 	mv bin/.temporal-server/sql bin/temporal-sql-tool
 	mv bin/.temporal-server/server bin/temporal-server
 	rmdir bin/.temporal-server
 
 build: ## build bin/kinflow
+	@[ -e bin/kinflow ] || echo "building bin/kinflow (first time: downloads and compiles its Go modules, a minute or two)…"
 	$(GO) build -o bin/kinflow ./cmd/kinflow
 
 run: bin/temporal build ## build and start everything on embedded defaults (Ctrl-C stops it all); ports on the make line: KINFLOW_API_LISTEN, KINFLOW_TEMPORAL_ADDRESS, KINFLOW_TEMPORAL_UI_PORT, KINFLOW_GPU_LISTEN

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -125,9 +126,16 @@ func runMethods(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *asJSON {
 		return writeJSON(stdout, m)
 	}
+	anyUncertainty := false
 	for _, t := range m.PredictionTypes {
 		fmt.Fprintf(stdout, "%s:\n", t)
 		for _, d := range m.Methods[t] {
+			// The mark column: which methods give an uncertainty with each
+			// value, readable at a glance instead of at the line's end.
+			mark := " "
+			if d.Uncertainty != nil {
+				mark, anyUncertainty = uncertaintyMark, true
+			}
 			limit := "no length limit"
 			if d.MaxSeqLen != nil {
 				limit = fmt.Sprintf("max %d residues", *d.MaxSeqLen)
@@ -142,11 +150,18 @@ func runMethods(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			if rc, ok := d.RangeClasses[t]; ok {
 				input += fmt.Sprintf("; answers a range class, not a value (%d classes: %s)", len(rc.Classes), strings.Join(rc.Classes, " | "))
 			}
-			fmt.Fprintf(stdout, "  %-5s %-24s columns: %s; %s%s\n", d.ID, d.DisplayName, strings.Join(d.Required, ", "), limit, input)
+			fmt.Fprintf(stdout, "  %-5s %s %-24s columns: %s; %s%s\n", d.ID, mark, d.DisplayName, strings.Join(d.Required, ", "), limit, input)
 		}
+	}
+	if anyUncertainty {
+		fmt.Fprintf(stdout, "%s: the method gives an uncertainty with each value (its Uncertainty columns in the result)\n", uncertaintyMark)
 	}
 	return nil
 }
+
+// uncertaintyMark marks, in `kinflow methods`, a method that gives an
+// uncertainty (the catalogue's `uncertainty` object).
+const uncertaintyMark = "±"
 
 // readInput opens FILE ("-" is stdin) for upload.
 func readInput(path string, stdin io.Reader) (name string, data []byte, err error) {
@@ -446,17 +461,18 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return writeJSON(stdout, jobs)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tSTATUS\tTARGETS\tROWS\tSUBMITTED\tCOMPLETED")
+	fmt.Fprintln(tw, "JOB\tSTATUS\tTARGETS\tROWS\tSUBMITTED\tCOMPLETED\tTOOK")
 	for _, j := range jobs {
 		var tm []string
 		for _, t := range j.Targets {
 			tm = append(tm, t+"="+j.Methods[t])
 		}
-		done := "-"
+		done, took := "-", "-"
 		if j.CompletedAt != nil {
 			done = listTime(*j.CompletedAt)
+			took = listDuration(j.SubmittedAt, *j.CompletedAt)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", j.JobID, j.Status, strings.Join(tm, ","), j.Rows, listTime(j.SubmittedAt), done)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.JobID, j.Status, strings.Join(tm, ","), j.Rows, listTime(j.SubmittedAt), done, took)
 	}
 	return tw.Flush()
 }
@@ -469,6 +485,18 @@ func listTime(s string) string {
 		return s
 	}
 	return t.UTC().Format("2006-01-02 15:04:05Z")
+}
+
+// listDuration is how long a job took, submitted to completed, as `kinflow
+// jobs` lists it: rounded to whole seconds ("1m54s", not the microseconds
+// the API's times carry); "-" when either time cannot be read.
+func listDuration(from, to string) string {
+	a, errA := time.Parse(time.RFC3339Nano, from)
+	b, errB := time.Parse(time.RFC3339Nano, to)
+	if errA != nil || errB != nil {
+		return "-"
+	}
+	return max(0, b.Sub(a)).Round(time.Second).String()
 }
 
 // runStatus is `kinflow status JOB`.
@@ -493,7 +521,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		_ = json.Unmarshal(st.Raw, &v)
 		return writeJSON(stdout, v)
 	}
-	fmt.Fprintf(stdout, "job %s: %s (%ds)\n", st.JobID, st.Status, st.ElapsedSeconds)
+	fmt.Fprintf(stdout, "job %s: %s (%s)\n", st.JobID, st.Status, time.Duration(max(0, st.ElapsedSeconds))*time.Second)
 	if st.Overall != nil {
 		fmt.Fprintln(stdout, st.Overall.Text)
 	}
@@ -608,9 +636,48 @@ func writeResult(ctx context.Context, c *client.Client, jobID string, asJSON boo
 	if abs, err := filepath.Abs(path); err == nil {
 		where = abs
 	}
-	fmt.Fprintf(stderr, "wrote %s (%d bytes)\n", where, buf.Len())
+	// One line on stderr says how much was written and where, so that a
+	// user who gave -o knows which file to open; stdout stays empty.
+	fmt.Fprintf(stderr, "wrote %s to %s (%d bytes)\n", rowsWord(resultRows(buf.Bytes(), asJSON)), where, buf.Len())
 	noteColumns(ctx, c, jobID, stderr)
 	return nil
+}
+
+// resultRows counts the rows of a result: the JSON form's rowCount, or the
+// CSV's records after its header (a quoted cell may hold a newline, so
+// lines are not rows). -1 when the body cannot be read as either.
+func resultRows(body []byte, asJSON bool) int {
+	if asJSON {
+		var r struct {
+			RowCount *int `json:"rowCount"`
+		}
+		if json.Unmarshal(body, &r) != nil || r.RowCount == nil {
+			return -1
+		}
+		return *r.RowCount
+	}
+	cr := csv.NewReader(bytes.NewReader(body))
+	cr.FieldsPerRecord = -1
+	n := -1 // the header is no row
+	for {
+		if _, err := cr.Read(); err == io.EOF {
+			return max(n, 0)
+		} else if err != nil {
+			return -1
+		}
+		n++
+	}
+}
+
+// rowsWord is "1 row", "3 rows", or "the result" for an unknown count.
+func rowsWord(n int) string {
+	switch {
+	case n < 0:
+		return "the result"
+	case n == 1:
+		return "1 row"
+	}
+	return fmt.Sprintf("%d rows", n)
 }
 
 // noteColumns tells the user on stderr what the similarity columns hold

@@ -138,7 +138,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	select {
 	case a := <-apiReady:
-		printBanner(stdout, "http://"+a.String(), uiURL)
+		printBanner(stdout, "http://"+a.String(), uiURL, *uiPort)
 	case <-gctx.Done():
 	}
 	err = g.Wait()
@@ -149,7 +149,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return err
 }
 
-func printBanner(w io.Writer, apiURL, uiURL string) {
+func printBanner(w io.Writer, apiURL, uiURL string, uiPort int) {
 	fmt.Fprintf(w, "\nkinflow is running (synthetic backends: every number it returns is flagged synthetic, not a prediction).\n\n")
 	fmt.Fprintf(w, "  Web page     %s/\n", apiURL)
 	fmt.Fprintf(w, "  API          %s/api/v1/\n", apiURL)
@@ -157,9 +157,22 @@ func printBanner(w io.Writer, apiURL, uiURL string) {
 	if uiURL != "" {
 		fmt.Fprintf(w, "  Temporal UI  %s\n", uiURL)
 	}
+	// The first job is the README's block, which can be pasted again (it
+	// keeps its key in a file; a second key request would answer 409);
+	// its ports come from these settings, named here when they were moved.
 	fmt.Fprintf(w, "\nFirst request:\n  curl -s %s/api/v1/health/\n", apiURL)
-	fmt.Fprintf(w, "  KEY=$(curl -s -X POST %s/api/api-key/generate/ | sed -E 's/.*\"key\": ?\"([^\"]+)\".*/\\1/')\n", apiURL)
-	fmt.Fprintf(w, "  curl -s -H \"Authorization: Bearer $KEY\" -F file=@docs/example.csv -F 'targets=[\"kcat\"]' -F 'methods={\"kcat\": \"B\"}' %s/api/v1/submit/\n", apiURL)
+	fmt.Fprintf(w, "A first job: paste the block under \"A first job\" in README.md (again and again: it keeps its key in .kinflow-key)")
+	var moved []string
+	if addr := strings.TrimPrefix(apiURL, "http://"); addr != configDefault("KINFLOW_API_LISTEN") {
+		moved = append(moved, "KINFLOW_API_LISTEN="+addr)
+	}
+	if uiURL != "" && strconv.Itoa(uiPort) != configDefault("KINFLOW_TEMPORAL_UI_PORT") {
+		moved = append(moved, "KINFLOW_TEMPORAL_UI_PORT="+strconv.Itoa(uiPort))
+	}
+	if len(moved) > 0 {
+		fmt.Fprintf(w, ",\n  after: export %s", strings.Join(moved, " "))
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "\nCtrl-C stops everything.\n")
 }
 
@@ -480,3 +493,13 @@ func (quietLogger) Debug(string, ...interface{}) {}
 func (quietLogger) Info(string, ...interface{})  {}
 func (quietLogger) Warn(string, ...interface{})  {}
 func (quietLogger) Error(string, ...interface{}) {}
+
+// configDefault is the default of configuration key name ("" if none).
+func configDefault(name string) string {
+	for _, k := range config.Keys {
+		if k.Name == name {
+			return k.Default
+		}
+	}
+	return ""
+}

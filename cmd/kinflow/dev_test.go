@@ -94,3 +94,24 @@ func TestDevServerHasTheTopologysDynamicConfig(t *testing.T) {
 		t.Fatalf("dev server %v, docker/temporal/dynamicconfig.yaml %v", got, want)
 	}
 }
+
+// TestBannerPointsToPasteSafeFirstJob: `make run`'s banner sends the user
+// to the README's first job, which can be pasted twice, rather than to a
+// key request that answers 409 the second time; on moved ports it names
+// the settings the block reads, and on the defaults nothing more.
+func TestBannerPointsToPasteSafeFirstJob(t *testing.T) {
+	var def, moved bytes.Buffer
+	printBanner(&def, "http://127.0.0.1:8000", "http://127.0.0.1:8233", 8233)
+	printBanner(&moved, "http://127.0.0.1:8001", "http://127.0.0.1:8234", 8234)
+	for _, b := range []string{def.String(), moved.String()} {
+		if !strings.Contains(b, `"A first job" in README.md`) || strings.Contains(b, "api-key/generate") {
+			t.Errorf("banner:\n%s", b)
+		}
+	}
+	if strings.Contains(def.String(), "export") {
+		t.Errorf("default ports, yet an export:\n%s", def.String())
+	}
+	if !strings.Contains(moved.String(), "export KINFLOW_API_LISTEN=127.0.0.1:8001 KINFLOW_TEMPORAL_UI_PORT=8234") {
+		t.Errorf("moved ports not named:\n%s", moved.String())
+	}
+}

@@ -97,7 +97,7 @@ func TestCLIAgainstStack(t *testing.T) {
 	badKey := map[string]string{"KINFLOW_API_KEY": "ak_" + strings.Repeat("0", 64)}
 
 	s.cli(nil, "methods").want(t, "methods", 0, "out:kcat:", "out:Km:", "out:kcat/Km:", "out:  B ",
-		"out:gives uncertainty (standard deviation of log10 of the value: total, aleatoric, epistemic)")
+		"out:gives uncertainty (standard deviation of log10 of the value: total, aleatoric, epistemic)", "out:±: the method gives an uncertainty")
 
 	// validate
 	s.cli(withKey, "validate", example).want(t, "validate example", 0, "out:3 rows", "out:no row problems")
@@ -161,7 +161,7 @@ func TestCLIAgainstStack(t *testing.T) {
 	// and the result written to -o.
 	outFile := filepath.Join(t.TempDir(), "res.csv")
 	w := s.cli(withKey, "submit", example, "--methods", "kcat=B,Km=C", "--wait", "-o", outFile)
-	w.want(t, "submit --wait", 0, "err:%  elapsed 0:0", "err:  ETA ", "err:3 rows  stage 1/2 kcat·B", "err:note: this result comes from kinflow's synthetic backend",
+	w.want(t, "submit --wait", 0, "err:wrote 3 rows to "+outFile+" (", "err:%  elapsed 0:0", "err:  ETA ", "err:3 rows  stage 1/2 kcat·B", "err:note: this result comes from kinflow's synthetic backend",
 		"err:note: Similarity columns (% identity) are blank: The similarity dataset B of method B is not installed on this server.")
 	job2 := strings.TrimSpace(w.stdout)
 	var bars []string
@@ -209,7 +209,7 @@ func TestCLIAgainstStack(t *testing.T) {
 		t.Fatalf("result --json: %v %s", err, rj.stdout)
 	}
 	jf := filepath.Join(t.TempDir(), "res.json")
-	s.cli(withKey, "result", job1, "--json", "-o", jf).want(t, "result --json -o", 0, "err:wrote "+jf+" (")
+	s.cli(withKey, "result", job1, "--json", "-o", jf).want(t, "result --json -o", 0, "err:wrote 3 rows to "+jf+" (")
 	if b, err := os.ReadFile(jf); err != nil || !json.Valid(b) {
 		t.Fatalf("result -o json: %v %q", err, b)
 	}
