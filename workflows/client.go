@@ -115,7 +115,7 @@ func RegisterCPU(r worker.WorkflowRegistry) {
 // once to a waiting poller (recordTaskStartedSyncMatchTimeout, not
 // configurable in server v1.30); a write that commits after that leaves the
 // task recorded as started by a worker that never receives it, and only this
-// timeout frees it (docs/BENCHMARKS.md, the pass "why the topology loses a
+// timeout frees it (docs/BENCHMARKS.md, "Why the topology loses a
 // workflow task, and a 10 s timeout"). It was 30 s while a stopped tracker's
 // answer could land in a job's last task (its local activities then ran
 // twice); since the tracker's stop is bounded (trackerStopWait) a task took

@@ -68,7 +68,7 @@ func newAPIServer(cfg *config.Config, st *store.Store, tc client.Client, log *sl
 	if err := m.RegisterKeyWork(keyWork(st), log); err != nil {
 		return nil, err
 	}
-	if err := m.RegisterMediaFree(cfg.MediaRoot); err != nil { // issue 33
+	if err := m.RegisterMediaFree(cfg.MediaRoot); err != nil { // the media file system's free space and size in /metrics
 		return nil, err
 	}
 	return api.New(api.Deps{

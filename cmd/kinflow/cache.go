@@ -50,7 +50,7 @@ func runCache(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if sub == "predictions" {
 		return runCachePredictions(ctx, args[1:], stdout, stderr)
 	}
-	if sub == "gc" { // cachegc.go (issue 33)
+	if sub == "gc" { // cachegc.go: evict cache artefacts down to the budget
 		return runCacheGC(ctx, args[1:], stdout, stderr)
 	}
 	fs := newFlags("cache "+sub, stderr)

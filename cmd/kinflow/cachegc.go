@@ -19,7 +19,7 @@ a running job's plan counts on or a stage has claimed, nor one planned within
 --min-age (default 1h; 0 spares only the running jobs' files). Safe while jobs
 run (docs/production.md, "Bounded storage").`
 
-// runCacheGC is `kinflow cache gc` (issue 33).
+// runCacheGC is `kinflow cache gc` (docs/production.md, "Bounded storage").
 func runCacheGC(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("cache gc", stderr)
 	fs.Usage = func() { fmt.Fprintln(stderr, cacheGCUsage) }

@@ -62,7 +62,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	// Every port this stack listens on is checked first, so that a busy
 	// one is named here, with the setting that moves it, rather than found
-	// later as a child that "exited at start" (issue 36).
+	// later as a child that "exited at start".
 	if err := checkDevPorts(cfg, *temporalCLI != "", *uiPort); err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// TestDevNamesABusyPort (issue 36): `kinflow dev` beside another stack
+// TestDevNamesABusyPort: `kinflow dev` beside another stack
 // stops before starting anything, naming the busy port, what it is for and
 // the setting that moves it, for each of the stack's ports in turn.
 func TestDevNamesABusyPort(t *testing.T) {

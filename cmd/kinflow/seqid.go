@@ -13,7 +13,8 @@ import (
 )
 
 // runSeqID prints `seq_id<TAB>length` for every sequence of a FASTA or CSV
-// file, assigning ids to new sequences (WIRE §8 get-or-create).
+// file, assigning ids to new sequences (get-or-create: a known sequence
+// keeps its id; docs/embedding.md, "Sequence ids").
 func runSeqID(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("seqid", stderr)
 	method := fs.String("method", "", "normalise as for this method's planner (trim, drop empty, de-duplicate; method D also upper-cases and cuts to 1022); default: trim only, one line per input sequence")

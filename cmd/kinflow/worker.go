@@ -137,7 +137,9 @@ func runCPUWorker(ctx context.Context, cfg *config.Config, st *store.Store, tc c
 	steps.Register(ws.cpu)
 	// Trackers live on their own queue with their own slots: a tracker
 	// waits for files for as long as its job's embedding phase runs, and
-	// must never hold a slot that its own job's steps need (DESIGN §9).
+	// must never hold a slot that its own job's steps need: a burst of
+	// waiters would fill every slot and their own work would never run
+	// (docs/workflows.md, "Why no wait can deadlock").
 	// TrackProgress stays registered on the CPU queue too, for the trackers
 	// of workflows started before this split (their histories schedule it
 	// there).
