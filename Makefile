@@ -70,8 +70,9 @@ bench-load: bin/temporal bin/temporal-server build ## many users at once: 3-row 
 	$(GO) run ./tools/loadbench -kinflow bin/kinflow -temporal-cli bin/temporal -workers 1,2 -bursts 1,50,200 -big 10000 -fair 6 -floor $(if $(PROFILE),-profile $(PROFILE)) $(LOAD_FLAGS)
 	$(GO) test ./internal/e2e -run '^$$' -bench FairShareOnProductionTopology -benchtime 1x -timeout 30m
 
-lint: ## gofmt, go vet, staticcheck, workflowcheck (determinism of workflow code); ruff (check + format) on steps/ (from .venv-steps); mypy --strict + ruff on clients/python
+lint: ## gofmt, citations (scripts/check-citations.sh), go vet, staticcheck, workflowcheck (determinism of workflow code); ruff (check + format) on steps/ (from .venv-steps); mypy --strict + ruff on clients/python
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	bash scripts/check-citations.sh
 	$(GO) vet ./...
 	$(GO) vet -tags containers ./docker
 	$(GO) run $(STATICCHECK) ./...

@@ -2,7 +2,7 @@
 # The code base cites only itself: a comment or a document says what a rule
 # is and why, or names a document of this repository (docs/*.md, a README
 # section). This check fails on citations of outside documents (the wire
-# contract, the design and seed notes, shared/spec) and of issue numbers,
+# contract, the design and seed notes under shared/) and of issue numbers,
 # in every tracked source and documentation file outside shared/ and
 # vendored code. `make lint` runs it.
 #
@@ -14,13 +14,12 @@ set -euo pipefail
 
 cd "$(git rev-parse --show-toplevel)"
 
-PATTERN='WIRE §|WIRE-CONTRACT|DESIGN §|DESIGN\.md|SEED-SPEC|SEED §|shared/spec|[Ii]ssues? [0-9]+|§[0-9]'
+# Written in pieces so that this file does not match itself.
+PATTERN='WIRE'' §|WIRE''-CONTRACT|DESIGN'' §|DESIGN\.md|SEED''-SPEC|SEED'' §|shared''/spec|[Ii]ssues? [0-9]+|§[0-9]'
 
 # Lines allowed to match (extended regular expressions over path:line:text).
-ALLOW=(
-	# this script names the pattern it looks for
-	'^scripts/check-citations\.sh:'
-)
+# None is needed today.
+ALLOW=()
 
 files=()
 while IFS= read -r -d '' f; do
@@ -37,7 +36,7 @@ done < <(git ls-files -z)
 [ ${#files[@]} -eq 0 ] && exit 0
 
 hits=$(grep -HnE -- "$PATTERN" "${files[@]}" || true)
-for re in "${ALLOW[@]}"; do
+for re in ${ALLOW[@]+"${ALLOW[@]}"}; do
 	[ -z "$hits" ] && break
 	hits=$(printf '%s\n' "$hits" | grep -vE -- "$re" || true)
 done
