@@ -221,6 +221,10 @@ type engineOutput struct {
 	// failed are the units whose shared file changed while the program
 	// ran (view.go), with their reason: their values are not served.
 	failed map[int]string
+	// synthetic: the synthetic engine answered, in the column's unit. A
+	// method's own program answers in its declared form even when the
+	// embeddings it read were synthetic.
+	synthetic bool
 }
 
 // runEngine predicts the units toSend with the configured engine (none
@@ -234,6 +238,7 @@ func (a *Activities) runEngine(ctx context.Context, ref StageRef, job *store.Job
 		// Every unit came from the cache: the engine is not called.
 	case a.Config.PredictionEngine == "synthetic":
 		eng.vals, err = a.predictSynthetic(ctx, ref, d, sr, toSend)
+		eng.synthetic = true
 		if err == nil && d.Uncertainty {
 			eng.uncs = syntheticUncertainties(d, sr, toSend)
 		}
@@ -249,9 +254,12 @@ func (a *Activities) runEngine(ctx context.Context, ref StageRef, job *store.Job
 // converted into the column's unit.
 func (eng engineOutput) apply(out *jobfiles.StagePredictions, toSend []int, d *methods.Descriptor, t methods.Target) {
 	form := d.OutputOf(t)
-	if out.Synthetic && !form.IsRange() {
+	if eng.synthetic && !form.IsRange() {
 		// The synthetic engine's stand-ins are already in the column's
 		// unit; its range stand-ins are class midpoints, checked as any.
+		// A real program's answer is converted from its declared form
+		// whatever embeddings it read (a class index or a log10 served
+		// as a value would be a number in no unit, synthetic or not).
 		form = methods.Output{Form: methods.FormLinear}
 	}
 	for k, i := range toSend {

@@ -132,9 +132,10 @@ func (h *viewHarness) paths(plan embedding.Plan) []string {
 	return out
 }
 
-// want is what viewEngine answers from the files at paths. The files are
-// the synthetic writer's, so the stage's values are flagged synthetic and
-// served as the program gave them (apply).
+// want is what the stage serves from viewEngine's answers for the files at
+// paths: method H's class index converted into its class value. The files
+// are the synthetic writer's, so the values are flagged synthetic, but
+// they are the program's answers in its declared form all the same.
 func (h *viewHarness) want(paths []string) []string {
 	h.t.Helper()
 	var out []string
@@ -147,7 +148,12 @@ func (h *viewHarness) want(paths []string) []string {
 		for _, b := range data {
 			sum += int(b)
 		}
-		out = append(out, fmt.Sprint(sum%8))
+		d, _ := h.a.Catalogue.Get("H")
+		v, bad := d.OutputOf(methods.Kcat).Convert(float64(sum % 8))
+		if bad != "" {
+			h.t.Fatalf("class %d: %s", sum%8, bad)
+		}
+		out = append(out, fmt.Sprint(v))
 	}
 	return out
 }
