@@ -23,7 +23,7 @@ import (
 
 // referenceStandins are the reference methods testdata/reference/standin.py
 // plays, each under its reference key.
-var referenceStandins = []string{"CataPro", "UniKP", "TurNup", "EITLEM", "OmniESI", "RealKcat", "IECata", "MMISA-KM", "DLKcat"}
+var referenceStandins = []string{"CataPro", "UniKP", "TurNup", "EITLEM", "OmniESI", "OmniESI-O2DENet", "RealKcat", "IECata", "MMISA-KM", "DLKcat", "CatRange"}
 
 // standinRun is one line of the stand-in's log.
 type standinRun struct {
@@ -108,7 +108,8 @@ func TestReferenceProfileEndToEnd(t *testing.T) {
 			case "IECata":
 				answer = 1 + n/10
 			default:
-				answer = n * map[string]float64{"CataPro": 1.5, "UniKP": 2.5, "TurNup": 3.5, "EITLEM": 4.5, "MMISA-KM": 0.25, "DLKcat": 5.5, "OmniESI": 6.5}[key]
+				answer = n * map[string]float64{"CataPro": 1.5, "UniKP": 2.5, "TurNup": 3.5, "EITLEM": 4.5, "MMISA-KM": 0.25, "DLKcat": 5.5,
+					"OmniESI": 6.5, "OmniESI-O2DENet": 7.5}[key]
 			}
 			v, msg := d.OutputOf(tg).Convert(answer)
 			if msg != "" {
@@ -124,6 +125,22 @@ func TestReferenceProfileEndToEnd(t *testing.T) {
 			}
 			for tg, key := range picks {
 				d, _ := cat.Get(key)
+				if o := d.OutputOf(tg); o.IsRange() {
+					// The range text in the target's column, the midpoint
+					// beside it, in the program's own units.
+					col := slices.Index(recs[0], d.OutputCols[tg])
+					if col < 0 || col+3 >= len(recs[0]) {
+						t.Fatalf("%s: no column %q in %q", job, d.OutputCols[tg], recs[0])
+					}
+					for r, seq := range seqs {
+						class := len(seq) % o.Classes()
+						mid, err := strconv.ParseFloat(recs[r+1][col+3], 64)
+						if recs[r+1][col] != o.Label(class) || err != nil || mid != o.Midpoint(class) {
+							t.Errorf("%s %s row %d: %q, want class %q midpoint %v", key, tg, r, recs[r+1], o.Label(class), o.Midpoint(class))
+						}
+					}
+					continue
+				}
 				col := slices.Index(recs[0], d.OutputCols[tg])
 				if col < 0 {
 					t.Fatalf("%s: no column %q in %q", job, d.OutputCols[tg], recs[0])
@@ -164,6 +181,8 @@ func TestReferenceProfileEndToEnd(t *testing.T) {
 		run(single("CCO"), map[methods.Target]string{methods.Kcat: "RealKcat", methods.Km: "OmniESI"})
 		run(single("CCN"), map[methods.Target]string{methods.Kcat: "DLKcat", methods.Km: "MMISA-KM", methods.KcatKm: "IECata"})
 		run(single("CCO"), map[methods.Target]string{methods.Kcat: "EITLEM", methods.Km: "RealKcat"})
+		run(single("CCO"), map[methods.Target]string{methods.Kcat: "OmniESI-O2DENet", methods.Km: "CatRange"})
+		run(single("CCN"), map[methods.Target]string{methods.Kcat: "CatRange"})
 		var reaction strings.Builder
 		reaction.WriteString("Protein Sequence,Substrates,Products\n")
 		for _, q := range seqs {
@@ -195,12 +214,12 @@ func TestReferenceProfileEndToEnd(t *testing.T) {
 				if r.Deleted != r.Read {
 					t.Errorf("IECata deleted %d of the %d files it read", r.Deleted, r.Read)
 				}
-			case "OmniESI", "EITLEM":
+			case "OmniESI", "OmniESI-O2DENet", "EITLEM":
 				if r.Deleted != 0 {
 					t.Errorf("%s deleted %d files: its deletion switch was not turned off", r.Method, r.Deleted)
 				}
 			}
-			if r.Method == "OmniESI" && r.Params["cleanup_embeddings_after_run"] != false {
+			if strings.HasPrefix(r.Method, "OmniESI") && r.Params["cleanup_embeddings_after_run"] != false {
 				t.Errorf("OmniESI's params %v", r.Params)
 			}
 		}

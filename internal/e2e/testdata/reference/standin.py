@@ -30,7 +30,16 @@ import zipfile
 
 import numpy as np
 
-MULT = {"CataPro": 1.5, "UniKP": 2.5, "TurNup": 3.5, "EITLEM": 4.5, "MMISA-KM": 0.25, "DLKcat": 5.5, "OmniESI": 6.5}
+MULT = {"CataPro": 1.5, "UniKP": 2.5, "TurNup": 3.5, "EITLEM": 4.5, "MMISA-KM": 0.25, "DLKcat": 5.5, "OmniESI": 6.5, "OmniESI-O2DENet": 7.5}
+
+# CatRange's class edges (kcat in s^-1, Km in M) and their midpoints, the
+# geometric mean of a class's edges (the arithmetic one for a class from 0).
+EDGES = {"KCAT": (0.0, 1e-8, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0, 1e8), "KM": (1e-14, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1e4)}
+
+
+def midpoints(kind):
+    e = EDGES[kind]
+    return [(lo * hi) ** 0.5 if lo > 0 else (lo + hi) / 2.0 for lo, hi in zip(e, e[1:])]
 
 # name: (contract, environment read, how ids are found, where the embedding is)
 SPEC = {
@@ -39,6 +48,8 @@ SPEC = {
     "TurNup": ("reaction_csv", ["TURNUP_MEDIA_PATH", "TURNUP_TOOLS_PATH"], "seqmap", ("TURNUP_MEDIA_PATH", "esm1b_turnup", ".npy")),
     "EITLEM": ("substrate_csv", ["EITLEM_MEDIA_PATH", "EITLEM_TOOLS_PATH"], "seqmap", ("EITLEM_MEDIA_PATH", "esm1v", ".npy")),
     "OmniESI": ("json", ["OMNIESI_EMBED_CACHE_DIR", "OmniESI_CACHE_DIR", "OmniESI_ADDITIONAL_DATA"], "seq_id", ("OMNIESI_EMBED_CACHE_DIR", "", ".pt")),
+    "OmniESI-O2DENet": ("json", ["OMNIESI_EMBED_CACHE_DIR", "OmniESI_CACHE_DIR", "OmniESI_ADDITIONAL_DATA"], "seq_id", ("OMNIESI_EMBED_CACHE_DIR", "", ".pt")),
+    "CatRange": ("json", ["CATRANGE_REPO_ROOT", "CATRANGE_MODELS_DIR", "CATRANGE_MEDIA_DIR"], "seq_id", ("CATRANGE_MEDIA_DIR", "catrange_esmc", ".npy")),
     "RealKcat": ("json", ["REALKCAT_DATA", "REALKCAT_EMBED_CACHE_DIR"], "seq_id", ("REALKCAT_EMBED_CACHE_DIR", "", ".npy")),
     "IECata": ("json", ["IECATA_DATA", "IECATA_EMBED_DIR"], "seq_id", ("IECATA_EMBED_DIR", "", ".npy")),
     "MMISA-KM": ("json", [], None, None),
@@ -84,7 +95,8 @@ def main(argv):
         seqmap = dict(con.execute("SELECT seq, id FROM sequences"))
         con.close()
 
-    deletes = {"IECata": True, "OmniESI": os.environ.get("OMNIESI_DELETE_EMBEDDINGS_AFTER_RUN") != "0" and params.get("cleanup_embeddings_after_run", True) is not False,
+    omni_deletes = os.environ.get("OMNIESI_DELETE_EMBEDDINGS_AFTER_RUN") != "0" and params.get("cleanup_embeddings_after_run", True) is not False
+    deletes = {"IECata": True, "OmniESI": omni_deletes, "OmniESI-O2DENet": omni_deletes,
                "EITLEM": os.environ.get("EITLEM_DELETE_EMBEDDINGS_AFTER_RUN") != "0"}.get(name, False)
     preds, reasons, read = [], {}, []
     for i, r in enumerate(rows):
@@ -112,6 +124,9 @@ def main(argv):
             preds.append(n % 3)
         elif name == "IECata":
             preds.append(1.0 + n / 10.0)
+        elif name == "CatRange":
+            mids = midpoints(params["kinetics_type"])
+            preds.append(mids[n % len(mids)])
         else:
             preds.append(n * MULT[name])
     deleted = 0
