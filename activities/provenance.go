@@ -72,7 +72,7 @@ func (a *Activities) planRealOnly(ctx context.Context, postCheck bool) bool {
 // any artefact read is synthetic (per file: the family's record, and its
 // manifest where the family holds files of two origins).
 func (a *Activities) stageProvenance(ref StageRef, d *methods.Descriptor) (provenance.Stage, error) {
-	st := provenance.Stage{Method: d.Key, ModelVersion: d.ModelVersion, Engine: a.Config.PredictionEngine}
+	st := provenance.Stage{Method: d.Key, ModelVersion: d.ModelVersion, Engine: a.Config.PredictionEngine, Citation: d.Citation()}
 	if a.Config.PredictionEngine == "synthetic" {
 		st.EngineFingerprint = methods.SyntheticEngineFingerprint(d).ID()
 		st.Synthetic = true

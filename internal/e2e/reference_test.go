@@ -168,6 +168,26 @@ func TestReferenceProfileEndToEnd(t *testing.T) {
 				t.Fatalf("job %v: %s %s", picks, st.Status, st.Error)
 			}
 			check(job, in, picks)
+			// The JSON result says how to cite each method that made its
+			// numbers, as the reference's descriptor states it.
+			var res struct {
+				Provenance []struct {
+					Method   string `json:"method"`
+					Citation string `json:"citation"`
+				} `json:"provenance"`
+			}
+			if code := s.do("GET", "/api/v1/result/"+job+"/?format=json", nil, "", &res); code != 200 {
+				t.Fatalf("JSON result of %s: %d", job, code)
+			}
+			for _, p := range res.Provenance {
+				d, _ := cat.Get(p.Method)
+				if d == nil || p.Citation == "" || p.Citation != d.Citation() || !strings.Contains(p.Citation, d.CitationURL) {
+					t.Errorf("%s: citation %q", p.Method, p.Citation)
+				}
+			}
+			if len(res.Provenance) != len(picks) {
+				t.Errorf("provenance of %d stages for %d targets", len(res.Provenance), len(picks))
+			}
 			return job
 		}
 

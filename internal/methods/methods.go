@@ -57,6 +57,27 @@ func (k EngineKind) valid() bool {
 	return k == EngineDedicated || k == EngineGeneric || k == EngineBatchScript
 }
 
+// Citation is how to cite d: "Authors. Title. URL. Code: repository.",
+// with what the descriptor states; empty when it states no publication or
+// only the built-in labels' placeholders (example.org addresses).
+func (d *Descriptor) Citation() string {
+	placeholder := func(u string) bool { return strings.Contains(u, "example.org") }
+	if d.PublicationTitle == "" || placeholder(d.CitationURL) {
+		return ""
+	}
+	var parts []string
+	for _, p := range []string{d.Authors, d.PublicationTitle, d.CitationURL} {
+		if p = strings.TrimSpace(p); p != "" {
+			parts = append(parts, strings.TrimSuffix(p, "."))
+		}
+	}
+	out := strings.Join(parts, ". ") + "."
+	if d.RepoURL != "" && !placeholder(d.RepoURL) {
+		out += " Code: " + d.RepoURL + "."
+	}
+	return out
+}
+
 // FileContract names the files a method's prediction process reads and
 // writes under the command engine, and its default command line.
 type FileContract string

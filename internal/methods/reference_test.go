@@ -350,3 +350,27 @@ func TestParseBaseAndTypedValues(t *testing.T) {
 		t.Error("params for an unsupported target accepted")
 	}
 }
+
+// TestCitation: a method of the reference profile says how to cite it from
+// its descriptor; a built-in label's placeholders give no citation.
+func TestCitation(t *testing.T) {
+	c, err := Parse([]byte("base: reference\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := c.Get("DLKcat")
+	want := "Feiran Li, Le Yuan, Hongzhong Lu, Gang Li, Yu Chen, Martin K. M. Engqvist, Eduard J. Kerkhoven & Jens Nielsen. " +
+		"Deep learning-based kcat prediction enables improved enzyme-constrained model reconstruction. " +
+		"https://www.nature.com/articles/s41929-022-00798-z. Code: https://github.com/SysBioChalmers/DLKcat."
+	if got := d.Citation(); got != want {
+		t.Errorf("DLKcat's citation\n got %q\nwant %q", got, want)
+	}
+	for _, k := range c.Keys() {
+		if d, _ := c.Get(k); d.Citation() == "" {
+			t.Errorf("%s: no citation in the reference profile", k)
+		}
+	}
+	if b, _ := Default().Get("B"); b.Citation() != "" {
+		t.Errorf("built-in B's placeholder citation %q", b.Citation())
+	}
+}

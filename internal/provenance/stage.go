@@ -31,6 +31,11 @@ type Stage struct {
 	// engine; CachedRows says which input rows they belong to.
 	PredictionsCached int         `json:"predictionsCached"`
 	CachedRows        []CachedRow `json:"cachedRows,omitempty"`
+	// Citation is how to cite the method that made the stage's numbers
+	// ("Authors. Title. URL. Code: repository."), from its descriptor;
+	// empty where the catalogue knows no real publication (the built-in
+	// labels' placeholders).
+	Citation string `json:"citation,omitempty"`
 }
 
 // CachedRow is one input row (0-based) served, wholly or in part, from the
