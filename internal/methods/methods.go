@@ -115,7 +115,10 @@ const (
 	// whose fourth tab-separated field is the value. A row whose sequence
 	// holds a letter outside the twenty standard amino acids, or whose
 	// substrate has several disconnected fragments, is not sent (the
-	// program reads neither) and gets that reason.
+	// program reads neither) and gets that reason. Substrates go in the
+	// SMILES form of the other dedicated contracts (RDKit canonical when
+	// the job asks for canonical substrates); the reference's engine
+	// writes its canonical SMILES with explicit hydrogens instead.
 	ContractSubstrateTSV FileContract = "substrate_tsv"
 )
 
