@@ -25,16 +25,6 @@ const (
 	phaseFailed     = "failed"
 )
 
-// etaMinPercent and etaMinSeconds are when an ETA is first given. A job's
-// first part (loading models, planning, the first embeddings) is slower per
-// percent than the rest, so an early linear extrapolation overestimates
-// (0:47 was once shown at 0:14 of a 28 s job, from 1 % and 5 s); from a
-// fifth of the job and 10 s of compute it is within a useful factor.
-const (
-	etaMinPercent = 20.0
-	etaMinSeconds = 10
-)
-
 // stageCountsOf is a stage's counts; ok is false before its plan. Its plan
 // records them in the stage's row; a stage planned by a worker from before
 // that (migration 0013) has them in its counts.json.
@@ -161,7 +151,8 @@ func round1(x float64) float64 { return math.Round(x*10) / 10 }
 
 // overall builds the `overall` object from the job, its stages and their
 // user-unit additions (same order as stages).
-func overall(j *store.Job, wireStatus string, queuePos *int, stages []store.JobStage, units []stageUserUnits, now time.Time) wire.Overall {
+// eta is a running job's time left (eta.go), nil while not known.
+func overall(j *store.Job, wireStatus string, queuePos *int, stages []store.JobStage, units []stageUserUnits, eta *int64, now time.Time) wire.Overall {
 	o := wire.Overall{Rows: j.RequestedRows, Stages: len(stages)}
 	sum := 0.0
 	for _, st := range stages {
@@ -211,13 +202,7 @@ func overall(j *store.Job, wireStatus string, queuePos *int, stages []store.JobS
 		o.ETASeconds = &zero
 	case phaseQueued:
 	default:
-		if j.StartedAt != nil && o.Percent >= etaMinPercent {
-			compute := now.Sub(*j.StartedAt).Seconds()
-			if compute >= etaMinSeconds {
-				eta := int64(math.Round(compute * (100 - o.Percent) / o.Percent))
-				o.ETASeconds = &eta
-			}
-		}
+		o.ETASeconds = eta
 	}
 	o.Text = overallText(j, o, queuePos, active, au, now)
 	return o

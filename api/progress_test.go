@@ -82,8 +82,8 @@ func TestStatusOverallProgress(t *testing.T) {
 		t.Fatalf("queued: %+v", q)
 	}
 
-	// Early in a job (5 % after 30 s of compute) no ETA yet: a linear
-	// extrapolation from the slow first part overestimates.
+	// Early in a job (5 % after 30 s of compute) no ETA yet: no phase has a
+	// measured rate.
 	early := t0.Add(10 * time.Second)
 	st.DB.Model(&store.Job{}).Where("id = ?", id).Updates(map[string]any{"status": "Processing", "started_at": early})
 	st.DB.Model(&store.JobStage{}).Where("job_id = ? AND stage_index = 0", id).Updates(map[string]any{"status": "running",
@@ -101,7 +101,7 @@ func TestStatusOverallProgress(t *testing.T) {
 		"started_at": started, "completed_at": started.Add(20 * time.Second)})
 	h.clock.Set(started.Add(20 * time.Second))
 	if o := get().Overall; o.Phase != "preparing" || o.Percent != 50 || *o.Stage != 2 ||
-		o.Text != "50% · stage 2 of 2 (Km, Method E): starting · 2 rows · about 20 s left." {
+		o.Text != "50% · stage 2 of 2 (Km, Method E): starting · 2 rows." {
 		t.Fatalf("between stages: %+v", o)
 	}
 
@@ -125,11 +125,12 @@ func TestStatusOverallProgress(t *testing.T) {
 	s := get()
 	o := s.Overall
 	// Stage 1: 1; stage 2: half of 0.4 (embedding) + half of 0 (predictions).
-	if o.Percent != 60 || o.Phase != "embedding" || o.ETASeconds == nil || *o.ETASeconds != 40 || o.Stage == nil || *o.Stage != 2 ||
+	// No ETA: the embedding was seen once, so it has no rate yet.
+	if o.Percent != 60 || o.Phase != "embedding" || o.ETASeconds != nil || o.Stage == nil || *o.Stage != 2 ||
 		o.Sequences == nil || *o.Sequences != 20 {
 		t.Fatalf("embedding: %+v", o)
 	}
-	if want := "60% · stage 2 of 2 (Km, Method E): embedding sequences, about 17 of 20 done · 2 rows · about 40 s left."; o.Text != want {
+	if want := "60% · stage 2 of 2 (Km, Method E): embedding sequences, about 17 of 20 done · 2 rows."; o.Text != want {
 		t.Fatalf("text %q, want %q", o.Text, want)
 	}
 	s1 := s.ProgressStages[1]
@@ -155,6 +156,15 @@ func TestStatusOverallProgress(t *testing.T) {
 	if o := get().Overall; o.Phase != "predicting" || o.Percent != 87.5 ||
 		!strings.Contains(o.Text, "predicting, 1 of 2 predictions made (1 from the prediction cache)") {
 		t.Fatalf("predicting: %+v", o)
+	}
+
+	// The time left comes from the running phase's rate once its count was
+	// seen to move: from 1 to 4 of 10 units in 2 s, so 6 to go take about
+	// 4 s (the prediction is the job's last phase).
+	st.DB.Model(&store.JobStage{}).Where("job_id = ? AND stage_index = 1", id).Updates(map[string]any{"predictions_total": 10, "predictions_made": 4})
+	h.clock.Set(started.Add(62 * time.Second))
+	if o := get().Overall; o.ETASeconds == nil || *o.ETASeconds != 4 || !strings.HasSuffix(o.Text, " · about 4 s left.") {
+		t.Fatalf("predicting at a measured rate: %+v", o)
 	}
 
 	// Completed: 100 %, no time left, a summary line; the similarity note.

@@ -107,6 +107,9 @@ type Server struct {
 	// stage's counts never change once its plan wrote them, so a status
 	// read opens the file once per stage, not once per request.
 	stageCounts stageCountsCache
+	// eta is the running jobs' observed progress and the phases' priors
+	// that their time left is estimated from (eta.go).
+	eta etaBook
 }
 
 // New builds the router with every route and middleware.

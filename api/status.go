@@ -636,7 +636,7 @@ func (s *Server) statusBodyOf(sn *statusSnap, now time.Time) statusBody {
 	if haveProv {
 		b.Provenance, b.Notice = p.Stages, p.Notice
 	}
-	b.Overall = overall(j, b.Status, b.QueuePosition, stages, units, now)
+	b.Overall = overall(j, b.Status, b.QueuePosition, stages, units, s.etaOf(j, b.Status, stages, now), now)
 	b.Similarity = sim
 	b.Charge = jobCharge(j)
 	if !sn.finished() && s.sharing != nil {

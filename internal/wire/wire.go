@@ -38,9 +38,11 @@ type Overall struct {
 	// stages' fractions; a stage that embeds counts its embedding and its
 	// predictions half each, else its predictions only.
 	Percent float64 `json:"percent"`
-	// ETASeconds is the time left, extrapolated from the compute time so
-	// far and Percent; null while it cannot be estimated (queued, or early
-	// in the job), 0 when the job is finished.
+	// ETASeconds is the time left, estimated per phase from the rates the
+	// server measured and from what earlier jobs of the same methods took
+	// (api/eta.go); null while it cannot be estimated (queued, before any
+	// phase of the job has a rate, or while a phase to come has nothing to
+	// go by), 0 when the job is finished.
 	ETASeconds *int64 `json:"etaSeconds"`
 	// Phase is queued, preparing, embedding, predicting, finishing,
 	// completed or failed.
