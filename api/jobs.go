@@ -77,7 +77,7 @@ func (s *Server) jobsList(c *gin.Context) {
 		out.NextCursor = &cur
 	}
 	for _, j := range js {
-		it := wire.Job{JobID: j.ID, Status: jobStatusOnWire(j.Status), Rows: j.RequestedRows,
+		it := wire.Job{JobID: j.ID, Status: jobStatusOnWire(j.Status), Rows: j.RequestedRows, InputName: j.InputName,
 			SubmittedAt: isoformat(j.SubmittedAt), StartedAt: isoPtr(j.StartedAt), CompletedAt: isoPtr(j.CompletedAt),
 			StatusURL: "/api/v1/status/" + j.ID + "/", Synthetic: j.Synthetic}
 		it.Targets, it.Methods = j.Targets, j.Methods

@@ -76,7 +76,7 @@ func TestJobsList(t *testing.T) {
 		j := jobs[0].(map[string]any)
 		if j["jobId"] != mine[0] || j["status"] != "Completed" || j["rows"] != 1.0 || j["targets"].([]any)[0] != "kcat" ||
 			j["methods"].(map[string]any)["kcat"] != "B" || j["resultUrl"] != "/api/v1/result/"+mine[0]+"/" ||
-			j["startedAt"] == nil || j["completedAt"] == nil || j["submittedAt"] != isoformat(t0) {
+			j["startedAt"] == nil || j["completedAt"] == nil || j["submittedAt"] != isoformat(t0) || j["inputName"] != "input.csv" {
 			t.Fatalf("item %v", j)
 		}
 		r = h.do("GET", "/api/v1/jobs/?status=Pending,Failed", ip, key, nil)
@@ -102,5 +102,34 @@ func TestJobsList(t *testing.T) {
 		}
 		wantStatus(t, h.do("GET", "/api/v1/jobs/", ip, "", nil), http.StatusUnauthorized)
 		wantStatus(t, h.do("POST", "/api/v1/jobs/", ip, key, nil), http.StatusMethodNotAllowed)
+	})
+}
+
+// TestJobsListInputName: each job of GET /jobs/ names the file its input was
+// uploaded as (its base name, without control characters, even when the
+// client sent a path), and a job submitted as JSON has no inputName.
+func TestJobsListInputName(t *testing.T) {
+	testenv.EachDialect(t, func(t *testing.T, st *store.Store) {
+		h := newHarness(t, st)
+		const ip = "198.51.100.62"
+		key := h.newKey(ip)
+		h.clock.Set(t0)
+		body, ct := multipartBody(t, `C:\wells\plate 1\tb.csv`, csvRows(1), kcatB...)
+		wantStatus(t, h.do("POST", "/api/v1/submit/", ip, key, body, "Content-Type", ct), 201)
+		h.clock.Set(t0.Add(time.Second))
+		wantStatus(t, h.submitJSON(ip, key, map[string]any{"data": []map[string]any{{"Protein Sequence": seqA, "Substrate": "CCO"}},
+			"targets": []string{"kcat"}, "methods": map[string]string{"kcat": "B"}}), 201)
+		r := h.do("GET", "/api/v1/jobs/", ip, key, nil)
+		wantStatus(t, r, 200)
+		jobs := r.json(t)["jobs"].([]any)
+		if len(jobs) != 2 {
+			t.Fatalf("jobs: %s", r.Body)
+		}
+		if name, ok := jobs[0].(map[string]any)["inputName"]; ok {
+			t.Errorf("the JSON job has inputName %v", name)
+		}
+		if name := jobs[1].(map[string]any)["inputName"]; name != "tb.csv" {
+			t.Errorf("the uploaded job's inputName %v, want tb.csv", name)
+		}
 	})
 }

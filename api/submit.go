@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
@@ -232,6 +234,7 @@ func (s *Server) submit(c *gin.Context) {
 	// they are not asked of the quota when the plain charge would not fit.
 	job.QuotaCreditRows = s.quotaCredit(ctx, c, k.ID, day, limit, sub)
 	job.NotifyURL = notifyURL
+	job.InputName = uploadName(b)
 	// 1. Charge and job row (Submitting) in one transaction; with an
 	// Idempotency-Key, the key's claim too.
 	res, ok := s.charge(ctx, c, idemKey, k.ID, job, stages, sub, limit, now)
@@ -522,6 +525,31 @@ func (s *Server) quotaCredit(ctx context.Context, c *gin.Context, keyID int64, d
 		return 0
 	}
 	return held
+}
+
+// uploadName is the name the body's file was uploaded as, kept with its
+// job for the list of jobs: its base name (a client may send a path),
+// without control characters, at most 255 bytes of whole characters; ""
+// for a JSON body.
+func uploadName(b *requestBody) string {
+	if b.isJSON || b.file == nil {
+		return ""
+	}
+	name := b.file.Filename
+	if i := strings.LastIndexAny(name, `/\`); i >= 0 {
+		name = name[i+1:]
+	}
+	name = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || r == utf8.RuneError {
+			return -1
+		}
+		return r
+	}, name)
+	for len(name) > 255 {
+		_, n := utf8.DecodeLastRuneInString(name)
+		name = name[:len(name)-n]
+	}
+	return name
 }
 
 // newJob builds the job row (ChargeAndCreateJob stores it as Submitting)

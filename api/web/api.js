@@ -22,7 +22,7 @@ export async function api(method, path, { body, auth = true, raw = false, idempo
   if (idempotencyKey) headers["Idempotency-Key"] = idempotencyKey;
   if (auth) {
     const k = storedKey();
-    if (!k) throw new APIError(401, "No API key in this browser: generate one above, or paste one you have.");
+    if (!k) throw new APIError(401, "No API key in this browser: generate one in the API key panel, or paste one you have there.");
     headers.Authorization = "Bearer " + k;
   }
   let resp;

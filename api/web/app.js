@@ -7,12 +7,13 @@
 // Every value from the API is written with textContent, never as HTML.
 import { initKeyPanel } from "./key.js";
 import { initForm } from "./form.js";
-import { initJob } from "./job.js";
+import { initJob, reopenJob } from "./job.js";
 import { initJobs, refreshJobs } from "./jobs.js";
 import { initTable } from "./table.js";
 
 function init() {
-  initKeyPanel(refreshJobs);
+  // A new key may open the job a link names, and lists its jobs.
+  initKeyPanel(() => { refreshJobs(); reopenJob(); });
   initTable();
   initForm();
   initJobs();

@@ -158,18 +158,43 @@ export function resetConfirm() {
 
 
 
+// skippedLong is how many sequences "Skip long sequences" leaves out,
+// from the report's lengthViolations: the most of any method it covers
+// (the chosen ones, when it names them) or of the server's limit, each
+// counted against its own limit. The report counts sequences, so a row
+// is one unless it lists candidate sequences. 0 with "Truncate".
+function skippedLong(rep) {
+  if (document.querySelector("input[name=long]:checked").value !== "skip") return 0;
+  const v = rep.lengthViolations || {}, lim = rep.lengthLimits || {};
+  const keys = Array.isArray(rep.methods) ? rep.methods.concat("Server") : Object.keys(v);
+  return Math.max(0, ...keys.map((k) => (lim[k] != null && Number(v[k])) || 0));
+}
+
+// lastReport is the report shown, drawn again when the long-sequence
+// option changes (the report does not depend on it; its summary does).
+let lastReport = null;
+
 // showReport renders a /validate/ report and returns how many rows it
-// flags. The sentences are the server's (`messages`), the same in every
-// client; a server without them gets the older rendering.
+// flags, the rows "Skip long sequences" leaves out included. The
+// sentences are the server's (`messages`), the same in every client; a
+// server without them gets the older rendering.
 function showReport(rep) {
+  lastReport = rep;
   const out = $("validate-out");
   out.replaceChildren();
   if (!Array.isArray(rep.messages)) return showReportLegacy(out, rep);
   const rowMsgs = rep.messages.filter((m) => m.row != null);
   const other = rep.messages.filter((m) => m.row == null && m.column !== "similarity");
-  const flagged = new Set(rowMsgs.filter((m) => m.level === "error").map((m) => m.row)).size;
+  const bad = new Set(rowMsgs.filter((m) => m.level === "error").map((m) => m.row)).size;
+  const long = skippedLong(rep);
+  // A long row with another problem would count twice: never more than
+  // the rows read.
+  const flagged = Math.min(rep.rowCount, bad + long);
+  const parts = [];
+  if (bad) parts.push(bad + " with problems");
+  if (long) parts.push(long + " with a sequence longer than a method's limit, left out by \u201cSkip long sequences\u201d");
   const head = el("p", rep.rowCount + " row(s) read. " +
-    (flagged ? flagged + " row(s) with problems: those rows get no prediction." : "No row problems.") +
+    (flagged ? flagged + " row(s) get no prediction (" + parts.join("; ") + ")." : "No row problems.") +
     (Array.isArray(rep.methods) ? " Checked for method(s) " + rep.methods.join(", ") + "." : ""),
     flagged ? "error" : "ok");
   head.id = "validate-summary";
@@ -283,6 +308,7 @@ export async function onValidate() {
 }
 
 function showError(e) {
+  lastReport = null;
   const out = $("validate-out");
   out.replaceChildren(el("p", e.message, "error"));
 }
@@ -331,5 +357,8 @@ export function initForm() {
   // is a new request: it needs a new validation and a new Idempotency-Key.
   $("submit-form").addEventListener("change", resetConfirm);
   $("csv-text").addEventListener("input", resetConfirm);
+  document.querySelectorAll("input[name=long]").forEach((r) => r.addEventListener("change", () => {
+    if (lastReport) showReport(lastReport);
+  }));
   return loadMethods();
 }

@@ -2,7 +2,8 @@
 // that a job link shows its job without scrolling), its status drawn from
 // `overall`, and the result once it is complete.
 import { $, el, setText, clock, when, formWording } from "./dom.js";
-import { api } from "./api.js";
+import { api, storedKey } from "./api.js";
+import { goToKeyPanel } from "./key.js";
 import { watchStatus } from "./status.js";
 import { renderResult } from "./table.js";
 
@@ -19,8 +20,9 @@ export function jobFromHash() {
   return m ? m[1] : null;
 }
 
-/** onHash opens the job the address names (or closes the panel). */
-export function onHash() {
+/** onHash opens the job the address names (or closes the panel); quiet
+ * reopens it where it is, without moving the focus or the page. */
+export function onHash(quiet) {
   const id = jobFromHash();
   if (stopWatch) { stopWatch(); stopWatch = null; }
   currentJob = id;
@@ -32,16 +34,32 @@ export function onHash() {
   $("job-error").hidden = true;
   $("result-wrap").hidden = true;
   $("synthetic-banner").hidden = true;
+  // The bar and the counts wait for the job's first status: before it,
+  // they would say 0 % of a job not read yet.
+  $("job-body").hidden = true;
+  $("job-needkey").hidden = true;
   $("job-stages").replaceChildren();
   $("gpu-events").replaceChildren();
   $("gpu-wrap").hidden = true;
-  // The panel leads the page; focusing its heading brings it into view
-  // (and tells a screen reader where it is).
-  $("job-h").focus();
-  panel.scrollIntoView({ block: "start" });
+  if (quiet !== true) {
+    // The panel leads the page; focusing its heading brings it into view
+    // (and tells a screen reader where it is).
+    $("job-h").focus();
+    panel.scrollIntoView({ block: "start" });
+  }
+  if (!storedKey()) {
+    // Only the key that submitted a job can read it; the key panel is
+    // the next one down the page.
+    $("job-summary").textContent = "An API key is needed to see this job.";
+    $("job-needkey-text").textContent = "This browser has no API key. A job is shown only to the key that submitted it: " +
+      "paste that key in the API key panel just below this one (\u201cUse a key you already have\u201d), and the job opens here.";
+    $("job-needkey").hidden = false;
+    return;
+  }
   stopWatch = watchStatus(id, (st) => {
     if (id !== currentJob) return;
     $("job-error").hidden = true;
+    $("job-body").hidden = false;
     renderStatus(st);
     if (st.status === "Completed") loadResult(id);
     if (st.status === "Completed" || st.status === "Failed") onFinal();
@@ -62,8 +80,15 @@ export function initJob(final) {
     const v = $("open-id").value.trim();
     if (/^[A-Za-z0-9_-]+$/.test(v)) location.hash = "#job=" + v;
   });
-  window.addEventListener("hashchange", onHash);
+  $("job-needkey-go").addEventListener("click", goToKeyPanel);
+  window.addEventListener("hashchange", () => onHash());
   if (jobFromHash()) onHash();
+}
+
+/** reopenJob reads the open job again (after the kept key changed),
+ * leaving the focus where it is. */
+export function reopenJob() {
+  if (jobFromHash()) onHash(true);
 }
 
 // renderStatus draws a status from its `overall` object (the whole job

@@ -1,6 +1,6 @@
 // jobs.js: "Your jobs", the key's jobs from GET /jobs/ (newest first),
-// each with its status, when it was submitted, its rows and a link that
-// opens it, so that a lost link is never a lost job.
+// each with its input file's name, its status, when it was submitted, its
+// rows and a link that opens it, so that a lost link is never a lost job.
 import { $, el, when } from "./dom.js";
 import { api, storedKey } from "./api.js";
 
@@ -14,7 +14,11 @@ function row(j) {
   a.href = "#job=" + encodeURIComponent(j.jobId);
   const link = el("td"); link.append(a);
   const what = (j.targets || []).map((t) => t + " " + ((j.methods || {})[t] || "")).join(", ");
-  tr.append(link, el("td", j.status + (j.synthetic ? " (synthetic)" : "")), el("td", when(j.submittedAt)),
+  // The uploaded file's name (the page sends pasted text as pasted.csv);
+  // a job submitted as JSON has none.
+  const input = el("td", j.inputName || "–", "text-name");
+  if (j.inputName) input.title = j.inputName;
+  tr.append(link, input, el("td", j.status + (j.synthetic ? " (synthetic)" : "")), el("td", when(j.submittedAt)),
     el("td", j.rows, "num"), el("td", what));
   if (j.jobId === (/^#job=(.+)$/.exec(location.hash) || [])[1]) tr.classList.add("current");
   return tr;

@@ -19,7 +19,12 @@ async function refreshKey() {
       state.textContent = "This address has no active key." + (local ? " The key kept in this browser no longer works." : "");
     }
     $("key-generate").disabled = s.hasKey;
+    // A disabled button says why: one key per address.
+    $("key-generate").title = s.hasKey ? "This address has a key already: paste it below, or revoke it to generate a new one." : "";
     $("key-revoke").disabled = !s.hasKey;
+    // The address's key is not in this browser: pasting it is what is
+    // left to do, so that control is shown, not folded away.
+    if (s.hasKey && !local) $("key-manual").open = true;
   } catch (e) {
     state.textContent = "Could not read the key status: " + e.message;
   }
@@ -77,6 +82,15 @@ async function revokeKey() {
   keyChanged();
 }
 
+/** goToKeyPanel brings the key panel into view with its field for a key
+ * one has open and focused: a job is shown only to the key that submitted
+ * it, so pasting that key is what opens it. */
+export function goToKeyPanel() {
+  $("key-manual").open = true;
+  $("key-panel").scrollIntoView({ block: "start" });
+  $("key-input").focus();
+}
+
 /** initKeyPanel wires the key panel; onChange runs when the kept key may have changed. */
 export function initKeyPanel(onChange) {
   keyChanged = onChange || keyChanged;
@@ -91,6 +105,7 @@ export function initKeyPanel(onChange) {
     refreshKey();
     keyChanged();
   });
+  $("key-input").addEventListener("keydown", (ev) => { if (ev.key === "Enter") $("key-use").click(); });
   $("key-forget").addEventListener("click", () => { storeKey(""); refreshKey(); keyChanged(); });
   refreshKey();
 }

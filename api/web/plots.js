@@ -6,13 +6,27 @@
 import { $, el, svgEl, fmtNum, fmtPow } from "./dom.js";
 import { SYNTHETIC, rangeOf, targetOf, uncertaintyCol } from "./columns.js";
 
+// countAxis is a count axis for counts up to max: whole-number ticks a
+// round step apart (1, 2 or 5 times a power of ten, at most about five
+// of them), each label once, and the axis top, the first tick at or above
+// max (the height the bars are scaled to).
+export function countAxis(max) {
+  const raw = Math.max(1, max) / 4;
+  const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = Math.max(1, [1, 2, 5, 10].map((f) => f * mag).find((x) => x >= raw));
+  const top = Math.max(step, Math.ceil(max / step) * step);
+  const ticks = [];
+  for (let v = 0; v <= top; v += step) ticks.push(v);
+  return { top, ticks };
+}
+
 // stackedBars draws a histogram's frame and bars into svg: the hatch
 // pattern for synthetic sources, the count grid with its ticks, the bars
 // of each bin stacked by group (o.groups, o.counts[group][bin]) with a
 // tooltip each, a hatch over every bar of a synthetic group, and the axes.
 // o.gap is the room between bars (1 unless given); o.bin(b), when given,
-// is the group each bin's bars are drawn into; o.grid, when given, the
-// fractions of top the count grid marks (0, half and top unless given).
+// is the group each bin's bars are drawn into; o.ticks the counts the grid
+// marks (o.top is the count at the top of the plot: countAxis gives both).
 const stackedBars = (svg, o) => {
   const { L, T, pw, ph, nb, bw, top } = o;
   const gap = o.gap || 1;
@@ -21,11 +35,11 @@ const stackedBars = (svg, o) => {
   pat.append(svgEl("rect", { width: 6, height: 6, fill: "#ffffff", "fill-opacity": 0 }), svgEl("line", { x1: 0, y1: 0, x2: 0, y2: 6, stroke: "#3d2800", "stroke-width": 2 }));
   defs.append(pat);
   svg.append(defs);
-  (o.grid || [0, 0.5, 1]).forEach((f) => {
-    const y = T + ph - f * ph;
+  o.ticks.forEach((v) => {
+    const y = T + ph - (v / top) * ph;
     svg.append(svgEl("line", { x1: L, x2: L + pw, y1: y, y2: y }, "grid"));
-    const t = svgEl("text", { x: L - 4, y: y + 3, "text-anchor": "end" }, "tick");
-    t.textContent = String(Math.round(f * top));
+    const t = svgEl("text", { x: L - 4, y: y + 3, "text-anchor": "end" }, "tick count-tick");
+    t.textContent = String(v);
     svg.append(t);
   });
   for (let b = 0; b < nb; b++) {
@@ -155,7 +169,7 @@ export function renderPlots(res, cols, valueCols, synthetic) {
       counts[g][Math.min(nb - 1, Math.floor((x - lo) * PER_DECADE))]++;
     }));
     const stack = new Array(nb).fill(0).map((_, b) => labels.reduce((s, _l, g) => s + counts[g][b], 0));
-    const top = Math.max(...stack);
+    const { top, ticks } = countAxis(Math.max(...stack));
     const W = 360, H = 190, L = 40, R = 20, T = 22, B = 34;
     const pw = W - L - R, ph = H - T - B, bw = pw / nb;
     const svg = svgEl("svg", { viewBox: "0 0 " + W + " " + H, role: "img" });
@@ -165,7 +179,7 @@ export function renderPlots(res, cols, valueCols, synthetic) {
     const title = svgEl("title"); title.textContent = desc; svg.append(title);
     const hatchID = "hatch-" + k;
     stackedBars(svg, {
-      L, T, pw, ph, nb, bw, top, groups: labels, counts, hatchID, tagSource: true,
+      L, T, pw, ph, nb, bw, top, ticks, groups: labels, counts, hatchID, tagSource: true,
       fill: (l, g) => PALETTE[g % PALETTE.length],
       hatched: (l) => l === "Synthetic stand-in",
       tip: (l, n, b) => l + ": " + n + " value(s) from " + fmtNum(Math.pow(10, lo + b / PER_DECADE)) + " to " + fmtNum(Math.pow(10, lo + (b + 1) / PER_DECADE)),
@@ -242,6 +256,9 @@ function renderUncertainty(box, res, col, target, srcCol, labels, synthetic, k) 
     svg.append(w);
   };
   const W = 360, H = 190, L = 40, R = 20, T = 22, B = 34, pw = W - L - R, ph = H - T - B;
+  // The SD histogram has a line of its own above its bars for the
+  // median's label, under the axis titles: the label never lies on a bar.
+  const MT = T + 14, MH = H + 14;
 
   // Panel 1: the distribution of the total SD.
   const hiSD = Math.max(0.1, Math.ceil(Math.max(...sds) * 10) / 10);
@@ -249,36 +266,37 @@ function renderUncertainty(box, res, col, target, srcCol, labels, synthetic, k) 
   const groups = [...new Set(rows.map((r) => r.label))];
   const counts = groups.map(() => new Array(nb).fill(0));
   rows.forEach((r) => { counts[groups.indexOf(r.label)][Math.min(nb - 1, Math.floor(r.sd / hiSD * nb))]++; });
-  const top = Math.max(...new Array(nb).fill(0).map((_, b) => groups.reduce((s, _g, g) => s + counts[g][b], 0)));
-  const hist = svgEl("svg", { viewBox: "0 0 " + W + " " + H, role: "img" }, "sd-hist");
+  const { top, ticks } = countAxis(Math.max(...new Array(nb).fill(0).map((_, b) => groups.reduce((s, _g, g) => s + counts[g][b], 0))));
+  const hist = svgEl("svg", { viewBox: "0 0 " + W + " " + MH, role: "img" }, "sd-hist");
   const hdesc = "Uncertainty of " + col + ": distribution of the total standard deviation of log10(value) over " + rows.length +
     " row(s), in log10 units; median " + fmtNum(med) + " (" + fold(med) + ")" + (synthetic ? "; synthetic stand-ins, not predictions" : "") + ".";
   hist.setAttribute("aria-label", hdesc);
   const ht = svgEl("title"); ht.textContent = hdesc; hist.append(ht);
   stackedBars(hist, {
-    L, T, pw, ph, nb, bw, top, groups, counts, hatchID: "hatch-u" + k,
+    L, T: MT, pw, ph, nb, bw, top, ticks, groups, counts, hatchID: "hatch-u" + k,
     fill: (l) => colour(l),
     hatched: isSyn,
     tip: (l, n, b) => l + ": " + n + " row(s) with total SD " + fmtNum(b * hiSD / nb) + " to " + fmtNum((b + 1) * hiSD / nb) + " log10 units",
   });
   for (let j = 0; j <= 4; j++) {
     const x = L + (j / 4) * pw;
-    hist.append(svgEl("line", { x1: x, x2: x, y1: T + ph, y2: T + ph + 4 }, "axis"));
-    const t = svgEl("text", { x: x, y: T + ph + 15, "text-anchor": "middle" }, "tick");
+    hist.append(svgEl("line", { x1: x, x2: x, y1: MT + ph, y2: MT + ph + 4 }, "axis"));
+    const t = svgEl("text", { x: x, y: MT + ph + 15, "text-anchor": "middle" }, "tick");
     t.textContent = fmtNum(j * hiSD / 4);
     hist.append(t);
   }
   const mx = L + Math.min(1, med / hiSD) * pw;
-  hist.append(svgEl("line", { x1: mx, x2: mx, y1: T, y2: T + ph }, "median"));
-  // The median's label sits right of its line, or left of it when it
-  // would run past the plot (about 6 px a character at 11 px).
+  hist.append(svgEl("line", { x1: mx, x2: mx, y1: MT - 12, y2: MT + ph }, "median"));
+  // The median's label sits on its own line above the bars, right of the
+  // median's line, or left of it when it would run past the plot (about
+  // 6 px a character at 11 px).
   const mlabel = "median " + fmtNum(med) + " (" + fold(med) + ")";
   const mw = mlabel.length * 6;
   const right = mx + 3 + mw <= L + pw;
-  const mt = svgEl("text", { x: right ? mx + 3 : Math.max(L + mw, mx - 3), y: T + 10, "text-anchor": right ? "start" : "end" }, "label median-label");
+  const mt = svgEl("text", { x: right ? mx + 3 : Math.max(L + mw, mx - 3), y: MT - 3, "text-anchor": right ? "start" : "end" }, "label median-label");
   mt.textContent = mlabel;
   hist.append(mt);
-  const hx = svgEl("text", { x: L + pw / 2, y: H - 4, "text-anchor": "middle" }, "label");
+  const hx = svgEl("text", { x: L + pw / 2, y: MH - 4, "text-anchor": "middle" }, "label");
   hx.textContent = "total SD of log10(" + target + "), log10 units";
   hist.append(hx);
   const hy = svgEl("text", { x: L, y: 12 }, "label");
@@ -402,7 +420,7 @@ function renderRangeCounts(box, res, col, srcCol, r, synthetic, k) {
   const labels = [...groups.keys()];
   const counts = labels.map((l) => groups.get(l));
   const perClass = r.classes.map((_, c) => labels.reduce((s, _l, g) => s + counts[g][c], 0));
-  const top = Math.max(...perClass);
+  const { top, ticks } = countAxis(Math.max(...perClass));
   // The class texts stand under the axis turned by TURN degrees; their
   // room is estimated (about 5.6 px a character at 10 px), as the page
   // cannot measure text before the result is shown.
@@ -429,9 +447,7 @@ function renderRangeCounts(box, res, col, srcCol, r, synthetic, k) {
     return g;
   });
   stackedBars(svg, {
-    L, T, pw, ph, nb, bw, top, groups: labels, counts, hatchID, tagSource: true, gap: Math.min(8, bw / 4),
-    // Whole counts on the grid: 0, the whole half and the top.
-    grid: top >= 2 ? [0, Math.floor(top / 2) / top, 1] : [0, 1],
+    L, T, pw, ph, nb, bw, top, ticks, groups: labels, counts, hatchID, tagSource: true, gap: Math.min(8, bw / 4),
     fill: (l, g) => PALETTE[g % PALETTE.length],
     hatched: (l) => l === "Synthetic stand-in",
     tip: (l, n, b) => l + ": " + n + " value(s) in class " + r.classes[b],

@@ -400,6 +400,10 @@ func TestBrowserRangeClasses(t *testing.T) {
 			t.Errorf("%s: %d classes at 0 of %d; 2 rows (3 Km substrates) leave at least %d", col, zeros, len(counts), want)
 		}
 	}
+	// Counts of one or two: whole-row ticks, each once.
+	if problems := eval[[]string](t, b, plotAxisProblems); len(problems) > 0 {
+		t.Errorf("plot axes of a 2-row result:\n%s", strings.Join(problems, "\n"))
+	}
 	png = get(t, b, "small plots", chromedp.Screenshot(chromedp.ID("result-plots")))
 	writeShot(t, dir, "04-range-plots-zero-counts.png", png)
 	b.shot(t, dir, "05-range-small-result")

@@ -225,6 +225,58 @@ func TestBrowserKeySubmitProgressResult(t *testing.T) {
 	)
 	b.shot(t, dir, "01-existing-key")
 
+	// A job link opened in a browser without a key: the job panel says a
+	// key is needed and where the key panel is, shows no empty progress,
+	// and its button leads to the usable control there (this address has a
+	// key already, so Generate is off and the paste field is open).
+	linked := submitWithKey(t, s.base, s.key, "Protein Sequence,Substrate\nMKTAYIAKQRQ,CCO\n", `["kcat"]`, `{"kcat":"B"}`)
+	b.run(t, "open a job link without a key", step,
+		chromedp.Navigate(s.base+"/#job="+linked),
+		waitJS(`!document.getElementById("job-needkey").hidden && document.getElementById("key-generate").disabled`),
+	)
+	type noKeyView struct {
+		Summary   string `json:"summary"`
+		Text      string `json:"text"`
+		Body      bool   `json:"body"`
+		Manual    bool   `json:"manual"`
+		GenTitle  string `json:"genTitle"`
+		Focused   string `json:"focused"`
+		KeyInView bool   `json:"keyInView"`
+	}
+	const readNoKey = `(() => { const r = document.getElementById("key-panel").getBoundingClientRect();
+		return {summary: document.getElementById("job-summary").textContent, text: document.getElementById("job-needkey").textContent,
+			body: !document.getElementById("job-body").hidden, manual: document.getElementById("key-manual").open,
+			genTitle: document.getElementById("key-generate").title, focused: document.activeElement.id,
+			keyInView: r.top >= 0 && r.top < innerHeight}; })()`
+	nk := eval[noKeyView](t, b, readNoKey)
+	if nk.Summary != "An API key is needed to see this job." || !strings.Contains(nk.Text, "API key panel just below") ||
+		strings.Contains(nk.Text, "above") || nk.Body || !nk.Manual || nk.GenTitle == "" {
+		t.Errorf("job link without a key: %+v", nk)
+	}
+	b.shot(t, dir, "01b-job-link-without-key")
+	b.run(t, "go to the key panel", step, chromedp.Click(id("job-needkey-go")), waitJS(`document.activeElement.id === "key-input"`))
+	if nk = eval[noKeyView](t, b, readNoKey); !nk.KeyInView || nk.Focused != "key-input" {
+		t.Errorf("the job panel's button does not lead to the key panel: %+v", nk)
+	}
+	// Pasting the key that submitted the job opens it where it is.
+	b.run(t, "use the key", step,
+		chromedp.SendKeys(id("key-input"), s.key),
+		chromedp.Click(id("key-use")),
+		waitJS(`!document.getElementById("job-body").hidden && document.getElementById("job-needkey").hidden`),
+		waitJS(`!!document.querySelector('#jobs-table tr[data-job=`+jsString(linked)+`]')`),
+	)
+	// "Your jobs" names each job's input file.
+	if cells := eval[[]string](t, b, `[...document.querySelector('#jobs-table tr[data-job=`+jsString(linked)+`]').cells].map((c) => c.textContent)`); len(cells) < 2 || cells[1] != "lists.csv" {
+		t.Errorf("jobs list row %q: want the input file lists.csv in its second cell", cells)
+	}
+	b.run(t, "forget the key, close the job", step,
+		chromedp.Click(id("key-forget")),
+		chromedp.Navigate(s.base+"/"),
+		chromedp.Reload(),
+		waitJS(`document.getElementById("key-state").textContent.includes(`+jsString("active key ending "+suffix)+`)`),
+		waitJS(`document.querySelectorAll("#method-kcat option").length > 0`),
+	)
+
 	// Revoke (two clicks: arm, confirm), then generate.
 	b.run(t, "revoke existing key", step,
 		chromedp.Click(id("key-revoke")),
@@ -321,6 +373,23 @@ func TestBrowserKeySubmitProgressResult(t *testing.T) {
 		!strings.Contains(out, "Skip long sequences") {
 		t.Errorf("long-sequence message in the wire's words: %q", out)
 	}
+	// A good row, a bad one and a long one: truncated, the long row is
+	// predicted; with "Skip long sequences" it is one more row without a
+	// prediction, in the summary and in the submit's count.
+	b.run(t, "validate good, bad and long rows", step,
+		chromedp.SetValue(id("csv-text"), "Protein Sequence,Substrate\nMKTAYIAKQRQ,CCO\nMK1TZ,CCO\n"+strings.Repeat("MKTAYIAKQR", 110)+",CCO\n"),
+		chromedp.Click(id("validate-btn")),
+		waitJS(`document.getElementById("validate-summary").textContent.startsWith("3 row(s) read.")`),
+	)
+	summary := `document.getElementById("validate-summary").textContent`
+	if got := eval[string](t, b, summary); got != "3 row(s) read. 1 row(s) get no prediction (1 with problems). Checked for method(s) B." {
+		t.Errorf("summary, long sequences truncated: %q", got)
+	}
+	b.run(t, "skip long sequences", step, chromedp.Click(id("long-skip")), waitJS(summary+`.includes("2 row(s)")`))
+	if got := eval[string](t, b, summary); got != "3 row(s) read. 2 row(s) get no prediction (1 with problems; 1 with a sequence longer than a method's limit, left out by \u201cSkip long sequences\u201d). Checked for method(s) B." {
+		t.Errorf("summary, long sequences skipped: %q", got)
+	}
+	b.run(t, "truncate long sequences again", step, chromedp.Click(id("long-truncate")), waitJS(summary+`.includes("1 row(s) get")`))
 
 	// Submit the example file (a chosen file wins over pasted text; clear
 	// it anyway), method B for kcat.
@@ -432,6 +501,15 @@ func TestBrowserKeySubmitProgressResult(t *testing.T) {
 		!strings.HasPrefix(table.Href, "blob:") || table.Download != "kinflow-"+jobID+"-results.csv" || table.Count != "3 row(s)" {
 		t.Fatalf("result view %+v", table)
 	}
+	// A few rows: the count axes still step by whole rows, each label once.
+	if problems := eval[[]string](t, b, plotAxisProblems); len(problems) > 0 {
+		t.Errorf("plot axes of a 3-row result:\n%s", strings.Join(problems, "\n"))
+	}
+	// The job's row in "Your jobs" names the uploaded file.
+	b.run(t, "jobs list", step, waitJS(`!!document.querySelector('#jobs-table tr[data-job=`+jsString(jobID)+`]')`))
+	if cells := eval[[]string](t, b, `[...document.querySelector('#jobs-table tr[data-job=`+jsString(jobID)+`]').cells].map((c) => c.textContent)`); len(cells) < 2 || cells[1] != "example.csv" {
+		t.Errorf("jobs list row %q: want the input file example.csv in its second cell", cells)
+	}
 	// Click the download link as a user would; the browser saves the file.
 	downloads := t.TempDir()
 	if _, err := chromedp.CallBrowser(b.ctx, cdpbrowser.SetDownloadBehavior, cdpbrowser.SetDownloadBehaviorParams{
@@ -473,6 +551,9 @@ func TestBrowserKeySubmitProgressResult(t *testing.T) {
 		!strings.Contains(joined, "sequence 1 (MKTAYIAKQRQI…):") || !strings.Contains(joined, "(selected)") || strings.Contains(joined, `"substrateIndex"`) {
 		t.Errorf("array cells not readable:\n%s", joined)
 	}
+	if problems := eval[[]string](t, b, plotAxisProblems); len(problems) > 0 {
+		t.Errorf("plot axes of a 1-row result:\n%s", strings.Join(problems, "\n"))
+	}
 	b.shot(t, dir, "05b-substrate-lists")
 
 	// Readable on a phone: no horizontal scrolling of the page itself.
@@ -503,6 +584,32 @@ func TestBrowserKeySubmitProgressResult(t *testing.T) {
 		t.Fatalf("page errors (CSP violations, exceptions, console errors):\n%s", strings.Join(errs, "\n"))
 	}
 }
+
+// plotAxisProblems lists what is wrong with the axes of the result's plots:
+// a bar chart without a count axis; a count axis tick that is not a whole number, or comes twice or out of
+// order (a grid line at half a row); a value axis label said twice; the
+// SD histogram's median label lying on a bar. Empty: none.
+const plotAxisProblems = `(() => {
+  const out = [];
+  const hit = (a, b) => a.x < b.x + b.width && b.x < a.x + a.width && a.y < b.y + b.height && b.y < a.y + a.height;
+  document.querySelectorAll("#result-plots svg[role=img]").forEach((svg, i) => {
+    const name = (svg.closest("figure") || {dataset: {}}).dataset.col + " " + (svg.getAttribute("class") || "values") + " (plot " + i + ")";
+    const counts = [...svg.querySelectorAll("text.count-tick")].map((t) => t.textContent);
+    if (svg.querySelector("rect.bar") && counts.length < 2) out.push(name + ": count axis ticks " + JSON.stringify(counts));
+    counts.forEach((c, k) => {
+      if (!/^(0|[1-9][0-9]*)$/.test(c)) out.push(name + ": count tick " + JSON.stringify(c) + " is not a whole number");
+      else if (k > 0 && +c <= +counts[k - 1]) out.push(name + ": count ticks " + JSON.stringify(counts) + " repeat or go down");
+    });
+    const values = [...svg.querySelectorAll("text.tick")].filter((t) => !t.matches(".count-tick, .count, .class-label")).map((t) => t.textContent);
+    if (new Set(values).size !== values.length) out.push(name + ": axis labels repeat " + JSON.stringify(values));
+    const med = svg.querySelector("text.median-label");
+    if (med) {
+      const m = med.getBBox();
+      if ([...svg.querySelectorAll("rect.bar")].some((r) => hit(m, r.getBBox()))) out.push(name + ": the median label lies on a bar");
+    }
+  });
+  return out;
+})()`
 
 // jsString quotes s as a JavaScript string literal.
 func jsString(s string) string {

@@ -124,6 +124,12 @@ func TestBrowserUncertaintyPlot(t *testing.T) {
 		t.Errorf("median label clipped: x %v to %v, y %v (plot 0 to 360)", box[0], box[1], box[2])
 	}
 
+	// Whole-row count ticks, each axis label once, the median label on
+	// its own line above the bars.
+	if problems := eval[[]string](t, b, plotAxisProblems); len(problems) > 0 {
+		t.Errorf("plot axes:\n%s", strings.Join(problems, "\n"))
+	}
+
 	took := eval[float64](t, b, `Math.max(...performance.getEntriesByName("kinflow-plots").map((e) => e.duration))`)
 	// Reported, not asserted: speed is a benchmark's business, not a test's
 	// (docs/BENCHMARKS.md has the figure).

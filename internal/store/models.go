@@ -106,6 +106,9 @@ type Job struct {
 	// ExpiredAt is when the job's folder was removed after
 	// KINFLOW_JOB_RETENTION_DAYS; nil while it is kept.
 	ExpiredAt *time.Time
+	// InputName is the name the input file was uploaded as (its base name,
+	// at most 255 bytes; migration 0017); "" for a JSON submit.
+	InputName string `gorm:"not null;default:''"`
 }
 
 // TableName implements gorm's Tabler.

@@ -27,6 +27,9 @@ type Job struct {
 	// Expired is set once the job's files and result were removed after
 	// KINFLOW_JOB_RETENTION_DAYS; it has no resultUrl then.
 	Expired bool `json:"expired,omitempty"`
+	// InputName is the name the input file was uploaded as; absent for a
+	// job submitted as JSON (or before names were kept).
+	InputName string `json:"inputName,omitempty"`
 }
 
 // Overall is kinflow's `overall` object of /status/: the whole job in the
