@@ -144,8 +144,18 @@ def flocked(path: str):
             os.close(fd)
 
 
-def write_bytes_atomic(path: str, data: bytes) -> int:
-    """Write data to path through a hidden temp file + fsync + rename; return its size."""
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _write_temp(path: str, data: bytes, protocol_point: bool) -> tuple[str, os.stat_result]:
+    """Write data to a hidden temp file ``.<stem>.<random><suffix>`` beside path, mode
+    0644, fsynced; return its name and stat. Nothing is left behind on failure. With
+    protocol_point, the write is the protocol's ``written`` point (the test kill knob
+    counts it; a manifest rewrite is no point of its own)."""
     folder, name = os.path.split(path)
     stem, suffix = os.path.splitext(name)
     ensure_folder(folder)
@@ -155,13 +165,23 @@ def write_bytes_atomic(path: str, data: bytes) -> int:
             f.write(data)
             f.flush()
             os.fchmod(f.fileno(), 0o644)
+            if protocol_point:
+                point("written")
             os.fsync(f.fileno())
+            st = os.fstat(f.fileno())
+    except BaseException:
+        _remove(tmp)
+        raise
+    return tmp, st
+
+
+def write_bytes_atomic(path: str, data: bytes) -> int:
+    """Write data to path through a hidden temp file + fsync + rename; return its size."""
+    tmp, _ = _write_temp(path, data, protocol_point=False)
+    try:
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        _remove(tmp)
         raise
     return len(data)
 
@@ -184,33 +204,13 @@ class Staged:
         point("published")
 
     def discard(self) -> None:
-        try:
-            os.unlink(self.tmp)
-        except FileNotFoundError:
-            pass
+        _remove(self.tmp)
 
 
 def stage_bytes(path: str, data: bytes) -> Staged:
     """Write data to a hidden, fsynced temp file beside path (not renamed yet) and
     return its integrity record."""
-    folder, name = os.path.split(path)
-    stem, suffix = os.path.splitext(name)
-    ensure_folder(folder)
-    fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=suffix, dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fchmod(f.fileno(), 0o644)
-            point("written")
-            os.fsync(f.fileno())
-            st = os.fstat(f.fileno())
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    tmp, st = _write_temp(path, data, protocol_point=True)
     staged = Staged(tmp, path, len(data), st.st_mtime_ns, hashlib.sha256(data).hexdigest(), st.st_ctime_ns, st.st_ino)
     point("staged")
     return staged

@@ -19,7 +19,7 @@ from importlib import metadata
 from kinflow_steps import __version__
 
 # Weights of each step: groups of env vars, the first set one of a group wins (as in
-# steps.py's require_path). Folders are hashed file by file.
+# models.py's require_path). Folders are hashed file by file.
 _T5 = (("KINFLOW_PROT_T5_PATH", "METHODA_T5_MODEL_PATH"),)
 _ESM2 = (("KINFLOW_ESM2_650M_PATH",),)
 WEIGHTS: dict[str, tuple[tuple[str, ...], ...]] = {
@@ -33,7 +33,7 @@ WEIGHTS: dict[str, tuple[tuple[str, ...], ...]] = {
     "methodk_esmc_mean": (("KINFLOW_ESMC_600M_PATH",),),
     "methodd_esm1b": (("KINFLOW_ESM1B_PATH",), ("KINFLOW_METHODD_CHECKPOINT",)),
     "methodf_esm1v": (("KINFLOW_ESM1V_PATH", "METHODF_MODEL_PATH"),),
-    # Method E's features come from ESM-2 650M (steps.py's MethodEEmbed.load).
+    # Method E's features come from ESM-2 650M (catpred_steps.py's MethodEEmbed.load).
     "methode_embed_kcat": (("METHODE_CHECKPOINT_ROOT",), ("KINFLOW_CATPRED_ROOT",)) + _ESM2,
     "methode_embed_km": (("METHODE_CHECKPOINT_ROOT",), ("KINFLOW_CATPRED_ROOT",)) + _ESM2,
 }

@@ -4,7 +4,7 @@ Each embedder turns a list of sequences into per-residue matrices (BOS/CLS and E
 removed, padding removed) for the layers asked, as float32 NumPy arrays (``embed``:
 the host path, which the tests and gpu_suite compare against), or leaves them on the
 device with where each sequence's rows are (``embed_device``, what the steps run: the
-reductions happen on the device, kinflow_steps.device, steps.PooledStep.forward).
+reductions happen on the device, kinflow_steps.device, base.PooledStep.forward).
 
 Facts taken from the reference's public workers (Toepfer-Lab/webKinPred):
 * fair-esm models: ``alphabet.get_batch_converter()`` tokens (BOS + residues + EOS),

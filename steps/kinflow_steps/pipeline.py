@@ -30,9 +30,11 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Protocol
 
+from kinflow_steps.batch import Batch, Seq
 from kinflow_steps.errors import BatchError, ConfigError, NonFiniteError
-from kinflow_steps.steps import Batch, HostPart, Step, Writer
+from kinflow_steps.writer import HostPart, Writer
 
 #: Forward passes in flight. 3 = one in the forward pass, one being copied to the host,
 #: one being written: the pipeline's three stages each busy. More buys nothing once
@@ -55,6 +57,16 @@ def setting(name: str, default: int) -> int:
     return v
 
 
+class Planned(Protocol):
+    """What the pipeline needs of a step (kinflow_steps.base.Step): its batch's forward
+    passes and each pass run to its host part. The step classes use the pipeline, so
+    the pipeline names only this, not them."""
+
+    def plan(self, b: Batch) -> tuple[list[list[tuple[Seq, dict[str, str]]]], list[str]]: ...
+
+    def forward(self, b: Batch, group: list[tuple[Seq, dict[str, str]]]) -> HostPart: ...
+
+
 @dataclass
 class Ticket:
     """A batch on its way through the pipeline: per forward pass, in order, the future
@@ -73,7 +85,7 @@ class Pipeline:
     """The three stages of a step's batches (module doc). ``submit`` runs on the compute
     thread, ``commit`` on the thread that answers, in batch order."""
 
-    def __init__(self, step: Step, depth: int | None = None, writers: int | None = None):
+    def __init__(self, step: Planned, depth: int | None = None, writers: int | None = None):
         self.step = step
         self.depth = depth or setting("KINFLOW_STEPS_PIPELINE_DEPTH", DEFAULT_DEPTH)
         self.writers = writers or setting("KINFLOW_STEPS_WRITERS", DEFAULT_WRITERS)
