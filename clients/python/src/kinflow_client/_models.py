@@ -188,7 +188,8 @@ class Overall:
 
     #: Percent of the whole job, 0 to 100.
     percent: float
-    #: Seconds left; None until the server can estimate it (queued, or no measured rate yet: "estimating…"), 0 when finished.
+    #: Seconds left; None until the server can estimate it (queued, or no
+    #: measured rate yet: "estimating…"), 0 when finished.
     eta_seconds: int | None
     #: queued, preparing, embedding, predicting, finishing, completed or failed.
     phase: str
